@@ -1,0 +1,251 @@
+"""The data shapes every stage reads and writes (see ../shared/CONTRACTS.md).
+
+Records are JSON Lines. Reading validates every line and stops at the first record that
+breaks its contract with a :class:`ContractError` naming the file, the line and the
+field; writing is atomic (a temporary file renamed into place), so a failed stage never
+leaves a half-written output behind.
+
+Stages may add fields of their own (``extra="allow"``) but never rename these.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+Role = Literal["patient", "doctor"]
+
+
+class Record(BaseModel):
+    """Base of every contract record: extra fields kept, listed ones validated."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Turn(Record):
+    role: Role
+    text: str
+
+
+class Dialogue(Record):
+    id: str
+    turns: list[Turn]
+    lang: str = "en"
+    source: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("turns")
+    @classmethod
+    def _non_empty(cls, turns: list[Turn]) -> list[Turn]:
+        if not turns:
+            raise ValueError("a dialogue needs at least one turn")
+        return turns
+
+
+class ClinicalNote(Record):
+    id: str
+    note: str
+    sections: dict[str, str] | None = None
+    reference_dialogue: list[Turn] | None = None
+    lang: str = "en"
+    source: str | None = None
+
+
+class SPChecklist(Record):
+    symptoms: list[str] = Field(default_factory=list)
+    tests: list[str] = Field(default_factory=list)
+    diseases: list[str] = Field(default_factory=list)
+
+
+class SPCase(Record):
+    id: str
+    department: str
+    lang: str = "en"
+    chief_complaint: str
+    patient_info: dict[str, str]
+    script: list[dict[str, str]] = Field(default_factory=list)
+    checklist: SPChecklist
+
+
+class Candidate(Record):
+    response: str
+    future: list[Turn] = Field(default_factory=list)
+    source: Literal["sampled", "generated"]
+
+
+class UnlabeledItem(Record):
+    id: str
+    history: list[Turn]
+    candidates: list[Candidate]
+
+    @field_validator("history")
+    @classmethod
+    def _ends_with_patient(cls, history: list[Turn]) -> list[Turn]:
+        if not history or history[-1].role != "patient":
+            raise ValueError("history must end with a patient turn")
+        return history
+
+
+Strategy = Literal["gpt4_rank", "cai_avg", "cai_dep", "agent"]
+
+
+class PreferencePair(Record):
+    id: str
+    prompt: list[Turn]
+    chosen: str
+    rejected: str
+    strategy: Strategy
+    margin: float | None = None
+    chosen_source: str | None = None
+    rejected_source: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class RemAnnotation(Record):
+    id: str
+    rule: str
+    history: list[Turn]
+    score: Literal[0, 1, 2]
+    comment: str
+
+
+class Medicine(Record):
+    generic_name: str
+    brand_names: list[str] = Field(default_factory=list)
+    attributes: dict[str, str]
+
+
+class MedicineQAItem(Record):
+    id: str
+    history: list[Turn]
+    question: str
+    gold_medicine: str
+    gold_attributes: list[str]
+    reference: str | None = None
+
+
+class HumanScores(Record):
+    acc: float
+    cmp: float
+    spc: float
+
+
+class ScoredQA(Record):
+    id: str
+    question: str
+    reference: str
+    response: str
+    system: str
+    human: HumanScores
+    lang: str = "en"
+
+
+class PairwiseJudgement(Record):
+    id: str
+    item: str
+    model_a: str
+    model_b: str
+    winner: Literal["model_a", "model_b", "tie"]
+    judge: str | None = None
+    order: Literal["ab", "ba"] | None = None
+
+
+class ContractError(ValueError):
+    """A record that breaks its contract: names file, line (1-based) and field."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, field: str, message: str):
+        self.path, self.line, self.field = str(path), line, field
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: field '{field}': {message}")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "<record>"
+    return field, err["msg"]
+
+
+def parse_record(model: type[M], data: Any, path: str | os.PathLike = "<memory>",
+                 line: int | None = None) -> M:
+    """Validate one decoded record, raising :class:`ContractError` with its location."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        field, msg = _first_error(exc)
+        raise ContractError(path, line, field, msg) from None
+
+
+def iter_jsonl(path: str | os.PathLike, model: type[M]) -> Iterator[M]:
+    """Yield validated records of ``model`` from a JSONL file (blank lines skipped)."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                data = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ContractError(path, lineno, "<json>", f"invalid JSON: {exc.msg}") from None
+            yield parse_record(model, data, path, lineno)
+
+
+def read_jsonl(path: str | os.PathLike, model: type[M]) -> list[M]:
+    """Read and validate a whole JSONL file; nothing is returned unless every line is valid."""
+    return list(iter_jsonl(path, model))
+
+
+def _to_jsonable(record: Any) -> Any:
+    if isinstance(record, BaseModel):
+        return record.model_dump(mode="json", exclude_none=True)
+    return record
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Any],
+                model: type[BaseModel] | None = None) -> int:
+    """Atomically write records (models or dicts) as JSONL; validate dicts against ``model``.
+
+    Returns the number of records written. On any error the target file is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    count = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for count, record in enumerate(records, start=1):
+                if model is not None and not isinstance(record, BaseModel):
+                    record = parse_record(model, record, path, count)
+                fh.write(json.dumps(_to_jsonable(record), ensure_ascii=False, sort_keys=False))
+                fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a text file atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def turns_to_messages(turns: Iterable[Turn]) -> list[dict[str, str]]:
+    """Plain dicts of turns, e.g. for prompts and JSON."""
+    return [{"role": t.role, "text": t.text} for t in turns]

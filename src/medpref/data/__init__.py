@@ -1,0 +1,1 @@
+"""Data: adapters from real public data sets into the shapes of :mod:`medpref.contracts`."""

@@ -1,0 +1,10 @@
+"""Language-model layer: one interface, several backends, a cache and a ledger."""
+
+from medpref.llm.client import LLMClient
+from medpref.llm.errors import BackendConfigError, BudgetExceededError, CacheMissError
+from medpref.llm.session import LLMSession, register_backend
+from medpref.llm.types import ChatRequest, Completion, GenerationParams, Message, OptionScores
+
+__all__ = ["BackendConfigError", "BudgetExceededError", "CacheMissError", "ChatRequest",
+           "Completion", "GenerationParams", "LLMClient", "LLMSession", "Message",
+           "OptionScores", "register_backend"]

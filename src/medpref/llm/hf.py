@@ -1,0 +1,215 @@
+"""Local transformers models: batched generation with left padding, option scoring.
+
+The embedded default is SmolLM2-135M-Instruct (``models/smollm2-135m-instruct``), but
+any causal LM folder a user has on disk works, with an optional LoRA adapter (trained
+policies and the fine-tuned REM are evaluated through it). Loaded models are shared by
+every role that names the same folder and adapter, so a stage loads each model once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from medpref.llm.base import Backend, OnComplete
+from medpref.llm.errors import BackendConfigError
+from medpref.llm.types import ChatRequest, Completion, Message
+
+_LOADED: dict[tuple, tuple[Any, Any]] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _dir_fingerprint(path: Path) -> str:
+    """Cheap identity of a model/adapter folder: names, sizes and mtimes of its files."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        st = f.stat()
+        h.update(f"{f.relative_to(path)}:{st.st_size}".encode())
+    return h.hexdigest()[:16]
+
+
+def _adapter_fingerprint(path: Path) -> str:
+    """Content hash of a LoRA adapter's weights (small), so a retrained adapter misses."""
+    h = hashlib.sha256()
+    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("adapter_config.json")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def load_model(path: str | Path, adapter: str | Path | None = None, device: str = "auto",
+               dtype: str = "auto"):
+    """Load (once per process) a tokenizer and causal LM, with an optional LoRA adapter."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise BackendConfigError(
+            f"no model at '{path}' (config.json missing); run `make setup` to prepare the "
+            "embedded models, or point the role's `model` at a local model folder")
+    device = _resolve_device(device)
+    key = (str(path.resolve()), str(adapter) if adapter else None, device, dtype)
+    with _LOAD_LOCK:
+        if key in _LOADED:
+            return _LOADED[key]
+        torch_dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32,
+                       "float32": torch.float32, "bfloat16": torch.bfloat16,
+                       "float16": torch.float16}[dtype]
+        tok = AutoTokenizer.from_pretrained(path)
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        if adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(adapter)).to(device)
+        model.eval()
+        _LOADED[key] = (tok, model)
+        return tok, model
+
+
+class HFBackend(Backend):
+    kind = "hf"
+
+    def __init__(self, model: str, adapter: str | None = None, device: str = "auto",
+                 dtype: str = "auto", batch_size: int = 8, model_name: str | None = None):
+        self.model_path = Path(model)
+        self.adapter = Path(adapter) if adapter else None
+        self.device = device
+        self.dtype = dtype
+        self.batch_size = max(1, batch_size)
+        self.model_name = model_name or self.model_path.name
+        self._tok = self._model = None
+
+    def identity(self) -> dict[str, Any]:
+        ident = {"backend": self.kind, "model": self.model_name}
+        if self.adapter is not None:
+            ident["adapter"] = _adapter_fingerprint(self.adapter)
+        return ident
+
+    def _ensure_loaded(self):
+        if self._model is None:
+            self._tok, self._model = load_model(self.model_path, self.adapter, self.device,
+                                                self.dtype)
+        return self._tok, self._model
+
+    def render(self, messages: Sequence[Message], assistant_prefix: str | None = None) -> str:
+        """The prompt text the model sees (chat template, open assistant turn)."""
+        tok, _ = self._ensure_loaded()
+        text = tok.apply_chat_template(list(messages), tokenize=False,
+                                       add_generation_prompt=True)
+        return text + (assistant_prefix or "")
+
+    # -- generation ---------------------------------------------------------------------
+    def generate(self, requests: Sequence[ChatRequest],
+                 on_complete: OnComplete | None = None) -> list[Completion]:
+        results: list[Completion | None] = [None] * len(requests)
+        # Group by decoding settings (a batch shares them), then sort by prompt length so
+        # that each batch pads little; answers are put back in request order.
+        groups: dict[Any, list[int]] = {}
+        for i, req in enumerate(requests):
+            groups.setdefault(req.params, []).append(i)
+        for params, idxs in groups.items():
+            texts = {i: self.render(requests[i].messages, requests[i].prefix) for i in idxs}
+            order = sorted(idxs, key=lambda i: len(texts[i]))
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start:start + self.batch_size]
+                for i, comp in zip(chunk, self._generate_batch([texts[i] for i in chunk],
+                                                               params)):
+                    results[i] = comp
+                    if on_complete is not None:
+                        on_complete(i, comp)
+        return [r for r in results if r is not None]
+
+    def _generate_batch(self, prompts: list[str], params) -> list[Completion]:
+        import torch
+
+        tok, model = self._ensure_loaded()
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = {k: v.to(model.device) for k, v in enc.items()}
+        kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
+                                  "pad_token_id": tok.pad_token_id}
+        if params.sampled:
+            torch.manual_seed(params.seed)
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(**enc, **kwargs)
+        latency = (time.perf_counter() - t0) / len(prompts)
+        new = out[:, enc["input_ids"].shape[1]:]
+        comps = []
+        for row, mask in zip(new, enc["attention_mask"]):
+            ids = row.tolist()
+            finish = "length"
+            if tok.eos_token_id in ids:
+                ids = ids[:ids.index(tok.eos_token_id)]
+                finish = "stop"
+            text = tok.decode(ids, skip_special_tokens=True)
+            text, stopped = _cut_at_stop(text, params.stop)
+            comps.append(Completion(text=text.strip(), tokens_in=int(mask.sum()),
+                                    tokens_out=len(ids), latency_s=latency,
+                                    finish_reason="stop" if stopped else finish))
+        return comps
+
+    # -- option scoring -----------------------------------------------------------------
+    def option_token_ids(self, assistant_prefix: str, options: Sequence[str]) -> list[int]:
+        """First token of each option as it follows the prefix; options must differ there."""
+        tok, _ = self._ensure_loaded()
+        base = tok(assistant_prefix, add_special_tokens=False)["input_ids"]
+        ids = []
+        for opt in options:
+            full = tok(assistant_prefix + opt, add_special_tokens=False)["input_ids"]
+            if full[:len(base)] != base or len(full) == len(base):
+                raise ValueError(f"option {opt!r} does not tokenise as a continuation of "
+                                 f"{assistant_prefix!r}")
+            ids.append(full[len(base)])
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"options {list(options)} share their first token")
+        return ids
+
+    def option_probs(self, prompts: Sequence[list[Message]], options: Sequence[str],
+                     assistant_prefixes: Sequence[str]) -> list[tuple[dict[str, float], float]]:
+        import torch
+
+        tok, model = self._ensure_loaded()
+        out: list[tuple[dict[str, float], float]] = []
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = range(start, min(start + self.batch_size, len(prompts)))
+            texts = [self.render(prompts[i], assistant_prefixes[i]) for i in chunk]
+            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(model.device) for k, v in enc.items()}
+            with torch.inference_mode():
+                logits = model(**enc).logits[:, -1, :].float()  # left padding: last = next
+            probs = torch.softmax(logits, dim=-1)
+            for row, i in zip(probs, chunk):
+                ids = self.option_token_ids(_tail(assistant_prefixes[i]), options)
+                p = row[ids]
+                mass = float(p.sum())
+                norm = (p / p.sum()).tolist() if mass > 0 else [1 / len(ids)] * len(ids)
+                out.append(({o: float(v) for o, v in zip(options, norm)}, mass))
+        return out
+
+
+def _tail(prefix: str, n: int = 24) -> str:
+    """The end of a prefix, enough to tokenise the option boundary the same way."""
+    return prefix[-n:]
+
+
+def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    cut = min((text.find(s) for s in stops if s and s in text), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)

@@ -1,0 +1,96 @@
+"""Per-stage accounting of model use, and the budget guard.
+
+The ledger counts, per role: calls that reached a backend, cache hits, failures,
+tokens in and out, estimated cost (from the price table in params) and latency. It is
+written as a DVC metric at the end of a stage, so a warm rerun visibly makes zero calls.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from medpref.llm.errors import BudgetExceededError
+from medpref.llm.types import Completion
+
+
+@dataclass
+class Price:
+    input_per_1m: float = 0.0
+    output_per_1m: float = 0.0
+
+    def cost(self, tokens_in: int, tokens_out: int) -> float:
+        return (tokens_in * self.input_per_1m + tokens_out * self.output_per_1m) / 1e6
+
+
+@dataclass
+class RoleTally:
+    calls: int = 0
+    cache_hits: int = 0
+    failures: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+
+
+class Ledger:
+    """Thread-safe tally of one stage's model use, with a spending limit."""
+
+    def __init__(self, stage: str, max_cost_usd: float | None = None):
+        self.stage = stage
+        self.max_cost_usd = max_cost_usd
+        self._roles: dict[str, RoleTally] = defaultdict(RoleTally)
+        self._lock = threading.Lock()
+
+    @property
+    def spent_usd(self) -> float:
+        with self._lock:
+            return sum(t.cost_usd for t in self._roles.values())
+
+    def check_budget(self, role: str, estimated_usd: float) -> None:
+        """Stop before a call that would take the stage over its budget."""
+        if self.max_cost_usd is None or estimated_usd <= 0:
+            return
+        spent = self.spent_usd
+        if spent + estimated_usd > self.max_cost_usd:
+            raise BudgetExceededError(
+                f"stage '{self.stage}', role '{role}': the next calls would cost about "
+                f"${estimated_usd:.4f} on top of ${spent:.4f} spent, over the budget of "
+                f"${self.max_cost_usd:.2f} (shared.llm.max_cost_usd)")
+
+    def record_hit(self, role: str, n: int = 1) -> None:
+        with self._lock:
+            self._roles[role].cache_hits += n
+
+    def record_call(self, role: str, completion: Completion, price: Price) -> None:
+        with self._lock:
+            tally = self._roles[role]
+            tally.calls += 1
+            tally.failures += 0 if completion.ok else 1
+            tally.tokens_in += completion.tokens_in
+            tally.tokens_out += completion.tokens_out
+            tally.cost_usd += price.cost(completion.tokens_in, completion.tokens_out)
+            tally.latency_s += completion.latency_s
+
+    def totals(self) -> dict:
+        with self._lock:
+            roles = {name: asdict(t) for name, t in sorted(self._roles.items())}
+        total = RoleTally()
+        for t in roles.values():
+            for k, v in t.items():
+                setattr(total, k, getattr(total, k) + v)
+        out = {"stage": self.stage, "total": asdict(total), "roles": roles}
+        out["total"]["cost_usd"] = round(out["total"]["cost_usd"], 6)
+        out["total"]["latency_s"] = round(out["total"]["latency_s"], 3)
+        return out
+
+    def write(self, path: str | Path) -> dict:
+        from medpref.contracts import atomic_write_text
+
+        data = self.totals()
+        atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+        return data

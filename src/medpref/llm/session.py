@@ -1,0 +1,122 @@
+"""A stage's access to models: roles from params, one cache file, one ledger.
+
+    llm = LLMSession.for_stage("01_data_sampling", params)
+    annotator = llm.role("annotator")          # an LLMClient
+    ...
+    llm.write_ledger("reports/01_data_sampling/ledger.json")
+
+Backends are built by name from :data:`BACKENDS` (``register_backend`` adds one); roles
+that name the same model share one backend, so a model is loaded once per stage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from medpref.llm.base import Backend
+from medpref.llm.cache import ResponseCache
+from medpref.llm.client import LLMClient
+from medpref.llm.errors import BackendConfigError
+from medpref.llm.ledger import Ledger, Price
+from medpref.llm.types import GenerationParams
+from medpref.params import RoleConfig, SharedParams, repo_path
+
+BackendFactory = Callable[[RoleConfig, SharedParams], Backend]
+
+
+def _hf(cfg: RoleConfig, shared: SharedParams) -> Backend:
+    from medpref.llm.hf import HFBackend
+
+    model_path = repo_path(cfg.model)
+    return HFBackend(str(model_path), adapter=str(repo_path(cfg.adapter)) if cfg.adapter else None,
+                     device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
+                     model_name=Path(cfg.model).name)
+
+
+def _openai(cfg: RoleConfig, shared: SharedParams) -> Backend:
+    from medpref.llm.openai_backend import OpenAIBackend
+
+    if cfg.server not in shared.llm.servers:
+        raise BackendConfigError(f"role names server '{cfg.server}', not in shared.llm.servers")
+    s = shared.llm.servers[cfg.server]
+    return OpenAIBackend(cfg.model, base_url_env=s.base_url_env, api_key_env=s.api_key_env,
+                         max_concurrency=s.max_concurrency, max_retries=s.max_retries,
+                         backoff_s=s.backoff_s, timeout_s=s.timeout_s)
+
+
+def _replay(cfg: RoleConfig, shared: SharedParams) -> Backend:
+    from medpref.llm.replay import ReplayBackend
+
+    return ReplayBackend(cfg.replays or {})
+
+
+BACKENDS: dict[str, BackendFactory] = {"hf": _hf, "openai": _openai, "replay": _replay}
+
+
+def register_backend(name: str, factory: BackendFactory) -> None:
+    BACKENDS[name] = factory
+
+
+def generation_defaults(cfg: RoleConfig) -> GenerationParams:
+    return GenerationParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                            top_p=cfg.top_p)
+
+
+class LLMSession:
+    def __init__(self, stage: str, shared: SharedParams, cache: ResponseCache | None = None,
+                 ledger: Ledger | None = None):
+        self.stage = stage
+        self.shared = shared
+        self.cache = cache
+        self.ledger = ledger or Ledger(stage, max_cost_usd=shared.llm.max_cost_usd)
+        self._backends: dict[str, Backend] = {}
+        self._clients: dict[str, LLMClient] = {}
+
+    @classmethod
+    def for_stage(cls, stage: str, params: Any, use_cache: bool = True) -> "LLMSession":
+        shared: SharedParams = params.shared
+        cache = None
+        if use_cache:
+            cache = ResponseCache(repo_path(shared.llm.cache_dir) / f"{stage}.sqlite")
+        return cls(stage, shared, cache)
+
+    def role_config(self, name: str) -> RoleConfig:
+        roles = self.shared.llm.roles
+        if name not in roles:
+            raise BackendConfigError(f"no role '{name}' in shared.llm.roles "
+                                     f"(known: {sorted(roles)})")
+        return roles[name]
+
+    def backend_for(self, cfg: RoleConfig) -> Backend:
+        ident = cfg.model_dump(include={"backend", "model", "adapter", "server", "replays",
+                                        "device", "dtype", "batch_size"})
+        key = json.dumps(ident, sort_keys=True)
+        if key not in self._backends:
+            if cfg.backend not in BACKENDS:
+                raise BackendConfigError(f"unknown backend '{cfg.backend}' "
+                                         f"(known: {sorted(BACKENDS)})")
+            self._backends[key] = BACKENDS[cfg.backend](cfg, self.shared)
+        return self._backends[key]
+
+    def role(self, name: str, **overrides: Any) -> LLMClient:
+        """The client for a role; ``overrides`` change its config for this stage only."""
+        key = name + json.dumps(overrides, sort_keys=True)
+        if key not in self._clients:
+            cfg = self.role_config(name).model_copy(update=overrides)
+            backend = self.backend_for(cfg)
+            model_name = backend.identity()["model"]
+            price = self.shared.llm.prices.get(model_name)
+            self._clients[key] = LLMClient(
+                name, backend, generation_defaults(cfg), cache=self.cache, ledger=self.ledger,
+                price=Price(**price.model_dump()) if price else Price())
+        return self._clients[key]
+
+    def write_ledger(self, path: str | Path) -> dict:
+        return self.ledger.write(path)
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()

@@ -1,0 +1,94 @@
+"""A tiny OpenAI-compatible chat server on loopback, for tests and benchmarks.
+
+It answers ``POST /v1/chat/completions`` after ``latency_s`` with a deterministic echo,
+can fail on purpose (a scripted list of HTTP status codes to return first), and records
+the peak number of requests in flight, so tests can check retries and the concurrency
+bound without any network. Start it with ``with StubServer(...) as server:``; its
+``base_url`` goes into the variable that the role's server config names.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class StubServer:
+    def __init__(self, latency_s: float = 0.0, fail_with: list[int] | None = None,
+                 always_fail: int | None = None, reply: str = "stub answer"):
+        self.latency_s = latency_s
+        self.fail_with = list(fail_with or [])
+        self.always_fail = always_fail
+        self.reply = reply
+        self.requests: list[dict] = []
+        self.auth_headers: list[str] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> "StubServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _next_status(self) -> int:
+        with self._lock:
+            if self.always_fail is not None:
+                return self.always_fail
+            return self.fail_with.pop(0) if self.fail_with else 200
+
+    def _answer(self, body: dict) -> dict:
+        last = body["messages"][-1]["content"]
+        text = f"{self.reply}: {last[:40]}"
+        return {"id": "stub", "object": "chat.completion", "created": 0,
+                "model": body.get("model", "stub"),
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": len(last.split()),
+                          "completion_tokens": len(text.split()),
+                          "total_tokens": len(last.split()) + len(text.split())}}
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output quiet
+                pass
+
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    server.requests.append(body)
+                    server.auth_headers.append(self.headers.get("Authorization", ""))
+                    server.in_flight += 1
+                    server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
+                try:
+                    time.sleep(server.latency_s)
+                    status = server._next_status()
+                    payload = (server._answer(body) if status == 200 else
+                               {"error": {"message": f"stub error {status}", "type": "stub"}})
+                    data = json.dumps(payload).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+        return Handler

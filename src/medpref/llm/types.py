@@ -1,0 +1,97 @@
+"""Plain value types shared by every language-model backend."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """How to decode. ``temperature == 0`` means greedy; the seed then plays no part."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    @property
+    def sampled(self) -> bool:
+        return self.temperature > 0
+
+    def cache_fields(self) -> dict[str, Any]:
+        """The fields that identify a completion: a sampled call only with its seed."""
+        out = {"max_new_tokens": self.max_new_tokens, "stop": list(self.stop)}
+        if self.sampled:
+            if self.seed is None:
+                raise ValueError("a sampled call (temperature > 0) needs a seed to be cached")
+            out.update(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
+        return out
+
+    def with_overrides(self, **overrides: Any) -> "GenerationParams":
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        if "stop" in clean:
+            clean["stop"] = tuple(clean["stop"])
+        return replace(self, **clean)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A conversation to answer. ``prefix`` starts the assistant's answer (local models
+    continue it; remote ones are asked plainly and an echoed prefix is removed); the
+    completion's text never includes it."""
+
+    messages: tuple[Message, ...]
+    params: GenerationParams
+    tools: tuple[dict, ...] | None = None
+    prefix: str = ""
+
+    @staticmethod
+    def of(messages: list[Message], params: GenerationParams, tools: list[dict] | None = None,
+           prefix: str = ""):
+        return ChatRequest(tuple(dict(m) for m in messages), params,
+                           tuple(tools) if tools else None, prefix)
+
+
+@dataclass
+class Completion:
+    """One raw completion. ``error`` set means the call failed after its retries."""
+
+    text: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    tool_calls: list[dict] | None = None
+    cached: bool = False
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_record(self) -> dict[str, Any]:
+        rec = asdict(self)
+        rec.pop("cached")
+        return rec
+
+
+@dataclass
+class OptionScores:
+    """Probabilities of a fixed set of answer options, renormalised over the options.
+
+    ``mass`` is how much of the model's next-token probability the options covered
+    before renormalising: a low mass means the prompt did not lead the model to answer.
+    """
+
+    probs: dict[str, float]
+    mass: float = 1.0
+    cached: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def expected(self) -> float:
+        """Σ value·p(value) for numeric options (the REM expected score)."""
+        return sum(float(k) * p for k, p in self.probs.items())

@@ -1,0 +1,194 @@
+"""Typed, strict validation of ``params.yaml``.
+
+``params.yaml`` has one section per stage plus ``shared``. Each section is a pydantic
+model that forbids unknown keys, so a misspelled knob is an error naming the key (with
+a suggestion) rather than a silently ignored setting. Section models live beside the
+code they configure; :data:`SECTIONS` says where, and is the list of known sections.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import json
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from medpref import REPO_ROOT
+
+
+class StrictModel(BaseModel):
+    """A params section: unknown keys and wrong types are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class RoleConfig(StrictModel):
+    """Which model plays a role (policy, judge, patient, ...) and how it decodes."""
+
+    backend: Literal["hf", "openai", "replay"] = "hf"
+    model: str = "models/smollm2-135m-instruct"
+    adapter: str | None = None
+    server: str = "openai"
+    replays: dict[str, str] | None = None
+    max_new_tokens: int = Field(256, ge=1, le=32768)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    batch_size: int = Field(8, ge=1, le=512)
+    device: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+    @model_validator(mode="after")
+    def _replay_names_target(self) -> "RoleConfig":
+        if self.backend == "replay" and not self.replays:
+            raise ValueError("a replay role needs `replays: {backend: ..., model: ...}`")
+        return self
+
+
+class ServerConfig(StrictModel):
+    """An OpenAI-compatible server: names of the env vars that hold its URL and key."""
+
+    base_url_env: str = "OPENAI_BASE_URL"
+    api_key_env: str = "OPENAI_API_KEY"
+    max_concurrency: int = Field(8, ge=1, le=256)
+    max_retries: int = Field(4, ge=0, le=20)
+    backoff_s: float = Field(1.0, ge=0.0, le=120.0)
+    timeout_s: float = Field(60.0, gt=0.0, le=3600.0)
+
+
+class PriceConfig(StrictModel):
+    input_per_1m: float = Field(0.0, ge=0.0)
+    output_per_1m: float = Field(0.0, ge=0.0)
+
+
+class LLMConfig(StrictModel):
+    cache_dir: str = "data/cache/llm"
+    max_cost_usd: float | None = Field(5.0, ge=0.0)
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    servers: dict[str, ServerConfig] = Field(default_factory=lambda: {"openai": ServerConfig()})
+    roles: dict[str, RoleConfig] = Field(default_factory=dict)
+
+
+class SharedParams(StrictModel):
+    seed: int = 13
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+
+
+#: section name → "module:Class" of its model. A section not listed is an unknown key.
+SECTIONS: dict[str, str] = {
+    "shared": "medpref.params:SharedParams",
+    "sampling": "medpref.data.sampling:SamplingParams",
+    "notechat": "medpref.notechat.config:NoteChatParams",
+    "rem": "medpref.rem.config:RemParams",
+    "annotation": "medpref.annotation.config:AnnotationParams",
+    "imap": "medpref.imap.config:ImapParams",
+    "medqa": "medpref.medqa.config:MedQAParams",
+}
+
+
+class ParamsError(ValueError):
+    """Invalid params: the message names the file and the dotted key."""
+
+
+def _section_model(name: str) -> type[StrictModel]:
+    module, cls = SECTIONS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _unwrap(annotation: Any) -> Any:
+    """The model type behind ``X | None`` or the value type of ``dict[str, X]``."""
+    for arg in (*typing.get_args(annotation), annotation)[::-1]:
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+def _model_at(model: type[BaseModel], loc: list[str]) -> type[BaseModel] | None:
+    """The pydantic model that holds the last key of ``loc`` (walking dicts of models)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(part)
+            if field is None:
+                return None
+            current = field.annotation
+        elif typing.get_origin(current) is dict:
+            current = typing.get_args(current)[1]
+        else:
+            return None
+        if typing.get_origin(current) is not dict:
+            current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _explain(exc: ValidationError, section: str, model: type[BaseModel], path: str) -> str:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join([section, *loc])
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(model, loc[:-1])
+        known = list(parent.model_fields) if parent is not None else []
+        return f"{path}: unknown key '{key}'{_suggest(loc[-1], known)}"
+    return f"{path}: '{key}': {err['msg']} (got {err.get('input')!r})"
+
+
+class Params:
+    """Validated params: attribute access per section (``params.sampling.n_items``)."""
+
+    def __init__(self, sections: dict[str, StrictModel], raw: dict[str, Any], path: Path):
+        self._sections = sections
+        self.raw = raw
+        self.path = path
+
+    def __getattr__(self, name: str) -> StrictModel:
+        sections = self.__dict__.get("_sections", {})
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"params have no section '{name}' (known: {sorted(sections)})")
+
+    def section_hash(self, *names: str) -> str:
+        """A short hash of the named sections' values (provenance)."""
+        data = {n: self._sections[n].model_dump(mode="json") for n in names}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def parse_params(raw: dict[str, Any], path: str | Path = "params.yaml") -> Params:
+    """Validate a params mapping; the first problem raises :class:`ParamsError`."""
+    path = Path(path)
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}: expected a mapping of sections at the top level")
+    sections: dict[str, StrictModel] = {}
+    for name, value in raw.items():
+        if name not in SECTIONS:
+            raise ParamsError(f"{path}: unknown section '{name}'{_suggest(name, list(SECTIONS))}")
+        model = _section_model(name)
+        try:
+            sections[name] = model.model_validate(value or {})
+        except ValidationError as exc:
+            raise ParamsError(_explain(exc, name, model, str(path))) from None
+    sections.setdefault("shared", SharedParams())
+    return Params(sections, raw, path)
+
+
+def load_params(path: str | Path | None = None) -> Params:
+    """Load and validate ``params.yaml`` (default: the repository's)."""
+    path = Path(path) if path is not None else REPO_ROOT / "params.yaml"
+    with open(path, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh) or {}
+    return parse_params(raw, path)
+
+
+def repo_path(p: str | Path) -> Path:
+    """A params path, relative to the repository root unless absolute."""
+    p = Path(p)
+    return p if p.is_absolute() else REPO_ROOT / p

@@ -1,0 +1,1 @@
+"""The Rule Evaluation Model (REM): scoring a dialogue state against each rule."""

@@ -1,0 +1,90 @@
+"""The openai backend against a local stub: retries, give-up bound, concurrency, secrets."""
+
+from __future__ import annotations
+
+import pytest
+
+from medpref.llm.cache import ResponseCache
+from medpref.llm.client import LLMClient
+from medpref.llm.errors import BackendConfigError
+from medpref.llm.ledger import Ledger
+from medpref.llm.openai_backend import OpenAIBackend
+from medpref.llm.stub_server import StubServer
+from medpref.llm.types import GenerationParams
+
+SECRET = "sk-testSECRETkey0123456789abcdefXYZ"
+
+
+def _backend(server: StubServer, monkeypatch, **kw) -> OpenAIBackend:
+    monkeypatch.setenv("MEDPREF_TEST_URL", server.base_url)
+    monkeypatch.setenv("MEDPREF_TEST_KEY", SECRET)
+    kw.setdefault("backoff_s", 0.01)
+    return OpenAIBackend("stub-model", base_url_env="MEDPREF_TEST_URL",
+                         api_key_env="MEDPREF_TEST_KEY", **kw)
+
+
+def _msgs(n: int) -> list[list[dict]]:
+    return [[{"role": "user", "content": f"question {i}"}] for i in range(n)]
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_retries_then_succeeds(monkeypatch, status):
+    with StubServer(fail_with=[status, status]) as server:
+        client = LLMClient("judge", _backend(server, monkeypatch, max_retries=3),
+                           GenerationParams())
+        comp = client.chat(_msgs(1)[0])
+    assert comp.ok and comp.text.startswith("stub answer")
+    assert len(server.requests) == 3  # two failures, then the answer
+
+
+def test_gives_up_after_the_bound_and_records_the_failure(monkeypatch, tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    with StubServer(always_fail=500) as server:
+        client = LLMClient("judge", _backend(server, monkeypatch, max_retries=2),
+                           GenerationParams(), cache=cache, ledger=Ledger("t"))
+        comp = client.chat(_msgs(1)[0])
+    assert not comp.ok and "gave up after 3 attempts" in comp.error
+    assert len(server.requests) == 3
+    assert client.ledger.totals()["total"]["failures"] == 1
+    assert len(cache) == 0
+
+
+def test_client_errors_are_not_retried(monkeypatch):
+    with StubServer(always_fail=400) as server:
+        comp = LLMClient("judge", _backend(server, monkeypatch, max_retries=4),
+                         GenerationParams()).chat(_msgs(1)[0])
+    assert not comp.ok and len(server.requests) == 1
+
+
+def test_concurrency_never_exceeds_the_limit(monkeypatch):
+    with StubServer(latency_s=0.05) as server:
+        client = LLMClient("judge", _backend(server, monkeypatch, max_concurrency=3),
+                           GenerationParams())
+        out = client.chat_many(_msgs(20))
+    assert len(out) == 20 and all(c.ok for c in out)
+    assert server.peak_in_flight <= 3
+    assert server.peak_in_flight >= 2  # it did run concurrently
+    assert [c.text for c in out] == [f"stub answer: question {i}" for i in range(20)]
+
+
+def test_key_is_sent_but_never_stored(monkeypatch, tmp_path):
+    cache = ResponseCache(tmp_path / "cache.sqlite")
+    ledger = Ledger("t")
+    with StubServer() as server:
+        client = LLMClient("judge", _backend(server, monkeypatch), GenerationParams(),
+                           cache=cache, ledger=ledger)
+        client.chat_many(_msgs(3))
+        assert all(h == f"Bearer {SECRET}" for h in server.auth_headers)
+    cache.close()
+    ledger.write(tmp_path / "ledger.json")
+    assert SECRET not in repr(client.identity) and SECRET not in client.model_id
+    for f in tmp_path.rglob("*"):
+        if f.is_file():
+            assert SECRET.encode() not in f.read_bytes(), f"key leaked into {f.name}"
+
+
+def test_missing_key_for_the_default_url_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    monkeypatch.delenv("NO_SUCH_URL_VAR", raising=False)
+    with pytest.raises(BackendConfigError, match=r"\$NO_SUCH_KEY_VAR"):
+        OpenAIBackend("gpt-4o", base_url_env="NO_SUCH_URL_VAR", api_key_env="NO_SUCH_KEY_VAR")
