@@ -168,6 +168,14 @@ class ContractError(ValueError):
 M = TypeVar("M", bound=BaseModel)
 
 
+def _publish(tmp: str, path: Path) -> None:
+    """Give a finished temp file the usual permissions (mkstemp makes it 0600), rename it."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)
+    os.replace(tmp, path)
+
+
 def _first_error(exc: ValidationError) -> tuple[str, str]:
     err = exc.errors()[0]
     field = ".".join(str(p) for p in err["loc"]) or "<record>"
@@ -225,7 +233,7 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Any],
                     record = parse_record(model, record, path, count)
                 fh.write(json.dumps(_to_jsonable(record), ensure_ascii=False, sort_keys=False))
                 fh.write("\n")
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -240,7 +248,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

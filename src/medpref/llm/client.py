@@ -87,7 +87,8 @@ class LLMClient:
             else:
                 first_of_key[key] = i
                 missing.append(i)
-        self.ledger.record_hit(self.role, len(requests) - len(missing) - len(duplicates))
+        # a repeat inside the batch is served like a hit: calls + hits = requests
+        self.ledger.record_hit(self.role, len(requests) - len(missing))
         if missing:
             self._check_budget([requests[i] for i in missing])
 
