@@ -60,8 +60,10 @@ def test_stage_deps_exist_or_are_produced_by_a_stage():
         for dep in stage.get("deps", []):
             if dep == "models/manifest.json":
                 continue  # written by `make setup`
-            ok = (REPO_ROOT / dep).exists() or any(dep == o or dep.startswith(o.rstrip("/") + "/")
-                                                   for o in produced)
+            ok = (REPO_ROOT / dep).exists() or any(
+                dep == o or dep.startswith(o.rstrip("/") + "/")  # inside an output folder
+                or o.startswith(dep.rstrip("/") + "/")  # a folder of other stages' outputs
+                for o in produced)
             assert ok, f"stage {name}: dep {dep} neither exists nor is produced"
 
 

@@ -1,0 +1,1 @@
+"""Stage 04: preference annotation strategies (GPT-4 ranking, CAI ranking, multi-agent ranking)."""

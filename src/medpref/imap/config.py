@@ -1,0 +1,58 @@
+"""Params of stage 05 (imapScore, Wang et al.): the ``imap`` section of params.yaml."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from medpref.params import StrictModel
+
+
+class ImapParams(StrictModel):
+    """Where the scored QA triples come from, how imaps are extracted and linked."""
+
+    # -- data: the contract "Medical QA with human scores" ------------------------------
+    source: Literal["embedded", "mts_correlation"] = "embedded"
+    data: str = "data/embedded/qa_human_scores.jsonl"
+    #: MTS-Dialog correlation study: the first N validation dialogues, all 4 systems each.
+    mts_max_dialogues: int = Field(10, ge=1, le=100)
+
+    # -- the judge: imap extraction and LLM value relations ------------------------------
+    role: str = "judge"
+    #: False: no judge relation calls; only the ontology path (imap extraction still runs).
+    judge_relations: bool = True
+    question_prompt: str = "imap_question"
+    answer_prompt: str = "imap_answer"
+    relation_prompt: str = "imap_relation"
+    max_new_tokens_question: int = Field(48, ge=8, le=2048)
+    max_new_tokens_answer: int = Field(48, ge=8, le=2048)
+    max_new_tokens_relation: int = Field(6, ge=1, le=2048)
+    #: Long inputs (MTS dialogues) are cut to this many words before prompting.
+    question_max_words: int = Field(300, ge=10, le=20_000)
+    answer_max_words: int = Field(200, ge=10, le=20_000)
+    #: Values kept per term of an answer imap (a looping small model can list dozens).
+    max_values_per_term: int = Field(6, ge=1, le=50)
+    #: The Query term used when a question's imap has none (so answers can be extracted).
+    fallback_query_term: str = Field("answer", min_length=1)
+
+    # -- the ontology (the paper's KG): embedded lexicon or a user's UMLS META/ -----------
+    lexicon: str = "data/embedded/lexicon"
+    umls_dir: str | None = None
+    umls_sabs: list[str] | None = None
+    max_hops: int = Field(3, ge=1, le=20)
+    #: Embedding fallback for linking a value to a concept (None: string spans only).
+    link_min_similarity: float | None = Field(0.8, ge=0.0, le=1.0)
+
+    # -- baselines ------------------------------------------------------------------------
+    embedding_model: str = "models/all-minilm-l6-v2"
+
+    # -- outputs --------------------------------------------------------------------------
+    output_dir: str = "data/05_imapscore"
+    reports: str = "reports/05_imapscore"
+
+    @model_validator(mode="after")
+    def _sabs_need_umls(self) -> "ImapParams":
+        if self.umls_sabs is not None and self.umls_dir is None:
+            raise ValueError("umls_sabs filters a user's UMLS: set umls_dir too")
+        return self

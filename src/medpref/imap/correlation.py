@@ -1,0 +1,86 @@
+"""Sample-level Spearman ρ and Kendall τ of metrics with human scores (Table 2's layout).
+
+As in the paper, correlations are computed within each system's responses (one column
+group per system: ACC, CMP, SPC, each ρ and τ, ×100) and ``AVE`` averages a metric's
+values over systems and dimensions. A metric or human score that is constant within a
+group has no rank correlation: the cell is empty (NaN) and AVE averages the defined
+cells only (``n_undefined`` says how many were left out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.stats import kendalltau, spearmanr
+
+DIMENSIONS = ("acc", "cmp", "spc")
+DIM_LABELS = {"acc": "ACC", "cmp": "CMP", "spc": "SPC"}
+
+
+def rank_correlations(metric: Sequence[float], human: Sequence[float]) -> tuple[float, float]:
+    """(Spearman ρ, Kendall τ-b); NaN when either side is constant or has < 3 points."""
+    x, y = np.asarray(metric, dtype=float), np.asarray(human, dtype=float)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan"), float("nan")
+    return float(spearmanr(x, y).statistic), float(kendalltau(x, y).statistic)
+
+
+def correlations(scores: pd.DataFrame, metrics: Sequence[str], group: str = "system",
+                 dims: Sequence[str] = DIMENSIONS) -> pd.DataFrame:
+    """Long table: one row per (metric, group, dimension) with rho, tau and n."""
+    rows = []
+    for name, part in scores.groupby(group, sort=True):
+        for metric in metrics:
+            for dim in dims:
+                rho, tau = rank_correlations(part[metric], part[f"human_{dim}"])
+                rows.append({"metric": metric, group: name, "dim": dim,
+                             "rho": rho, "tau": tau, "n": len(part)})
+    return pd.DataFrame(rows)
+
+
+def table2(long: pd.DataFrame, metrics: Sequence[str], group: str = "system",
+           scale: float = 100.0, decimals: int = 0) -> pd.DataFrame:
+    """Wide Table 2: rows = metrics (in order), columns ``<group> <DIM> ρ|τ`` then AVE."""
+    out = pd.DataFrame({"Metric": list(metrics)}).set_index("Metric")
+    for name in sorted(long[group].unique()):
+        for dim in DIMENSIONS:
+            part = long[(long[group] == name) & (long["dim"] == dim)].set_index("metric")
+            for stat, sym in (("rho", "ρ"), ("tau", "τ")):
+                out[f"{name} {DIM_LABELS[dim]} {sym}"] = part[stat].reindex(out.index) * scale
+    for stat, sym in (("rho", "ρ"), ("tau", "τ")):
+        means = long.groupby("metric")[stat].mean()
+        out[f"AVE {sym}"] = means.reindex(out.index) * scale
+    out["n_undefined"] = long.groupby("metric")["rho"].apply(lambda s: int(s.isna().sum())
+                                                             ).reindex(out.index)
+    return out.round(decimals).reset_index()
+
+
+def heatmap_frame(long: pd.DataFrame, metrics: Sequence[str], group: str = "system",
+                  stat: str = "rho") -> pd.DataFrame:
+    """metric × (group DIM) matrix of one statistic, for the figure."""
+    frame = long.assign(col=long[group].astype(str) + " " + long["dim"].map(DIM_LABELS))
+    wide = frame.pivot(index="metric", columns="col", values=stat)
+    return wide.reindex(index=list(metrics))
+
+
+def plot_heatmap(long: pd.DataFrame, metrics: Sequence[str], title: str,
+                 group: str = "system", stat: str = "rho"):
+    """A matplotlib figure: Spearman ρ ×100 per metric and column group (NaN blank)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    data = heatmap_frame(long, metrics, group, stat) * 100
+    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * data.shape[1], 0.9 + 0.38 * data.shape[0]))
+    sns.heatmap(data, annot=True, fmt=".0f", cmap="RdBu_r", vmin=-100, vmax=100,
+                cbar_kws={"label": f"{'Spearman ρ' if stat == 'rho' else 'Kendall τ'} ×100"},
+                ax=ax)
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

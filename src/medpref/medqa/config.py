@@ -1,0 +1,86 @@
+"""Params of stage 06 (``medqa`` section of params.yaml)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from medpref.params import StrictModel
+
+#: How a configuration gets its evidence: its own distilled query, a baseline query
+#: (the whole history, or the last question: Table 3's rows), or none (closed book).
+RetrievalMode = Literal["distilled", "last_question", "history", "none"]
+
+
+class ModelConfig(StrictModel):
+    """One competitor of the Elo battles: a role (which model) and a retrieval mode."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    role: str = "policy"
+    retrieval: RetrievalMode = "distilled"
+
+
+def _default_models() -> list[ModelConfig]:
+    return [ModelConfig(name="distilled", retrieval="distilled"),
+            ModelConfig(name="last_question", retrieval="last_question"),
+            ModelConfig(name="closed_book", retrieval="none")]
+
+
+class MedQAParams(StrictModel):
+    # data and the database tree
+    medicines: str = "data/embedded/medicines.jsonl"
+    questions: str = "data/embedded/medicineqa.jsonl"
+    item_text: Literal["generic_attribute", "generic_brands_attribute"] = "generic_attribute"
+    # embeddings
+    embedding_model: str = "models/all-minilm-l6-v2"
+    embedding_batch_size: int = Field(32, ge=1, le=1024)
+    embeddings_cache: str = "data/06_medqa/db_embeddings.npz"
+    # distill
+    n_distill_items: int | None = Field(None, ge=1)
+    tool_mode: Literal["auto", "text", "native"] = "auto"
+    distill_prompt: str = "medqa_distill_text"
+    distill_tools_prompt: str = "medqa_distill_tools"
+    distill_prefix: str = ""
+    distill_max_new_tokens: int = Field(32, ge=4, le=1024)
+    distill_fallback: Literal["last_question", "history"] = "last_question"
+    history_max_turns: int = Field(8, ge=1, le=200)
+    # retrieval evaluation
+    hr_ks: list[int] = Field(default_factory=lambda: [1, 5, 10, 50])
+    # read
+    models: list[ModelConfig] = Field(default_factory=_default_models)
+    n_read_items: int = Field(20, ge=1)
+    read_top_k: int = Field(3, ge=1, le=50)
+    read_prompt: str = "medqa_read"
+    closed_book_prompt: str = "medqa_read_closed"
+    read_max_new_tokens: int = Field(96, ge=8, le=4096)
+    # judge and ratings
+    judge_role: str = "judge"
+    judge_prompt: str = "medqa_judge"
+    judge_max_new_tokens: int = Field(4, ge=1, le=1024)
+    elo_k: float = Field(32.0, gt=0, le=400)
+    elo_initial: float = 1000.0
+    elo_shuffles: int = Field(1000, ge=1, le=100_000)
+    bootstrap: int = Field(1000, ge=10, le=100_000)
+    ci: float = Field(0.95, gt=0.5, lt=1.0)
+    bt_prior_ties: float = Field(0.5, ge=0.0, le=100.0)
+    stored_verdicts: str | None = None
+    # outputs
+    output_dir: str = "data/06_medqa"
+    reports: str = "reports/06_medqa"
+
+    @field_validator("hr_ks")
+    @classmethod
+    def _positive_sorted(cls, ks: list[int]) -> list[int]:
+        if not ks or any(k < 1 for k in ks) or len(set(ks)) != len(ks):
+            raise ValueError("hr_ks must be distinct positive integers")
+        return sorted(ks)
+
+    @model_validator(mode="after")
+    def _models_distinct(self) -> "MedQAParams":
+        names = [m.name for m in self.models]
+        if len(self.models) < 2:
+            raise ValueError("models: the Elo battles need at least two configurations")
+        if len(set(names)) != len(names):
+            raise ValueError(f"models: names must be distinct (got {names})")
+        return self

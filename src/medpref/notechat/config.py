@@ -1,0 +1,149 @@
+"""Params of stage 02 (NoteChat): the ``notechat`` section of ``params.yaml``.
+
+Every knob of the note → dialogue pipeline lives here: where the notes come from, which
+QuickUMLS index extracts concepts, which ``shared.llm.roles`` play planner, doctor,
+patient and polisher, the round limit, the polish passes and the single-prompt
+baselines that give Table 3 its comparison rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from medpref.params import RoleConfig, StrictModel
+
+
+class QuickUMLSParams(StrictModel):
+    """How QuickUMLS matches note text against the index (see its documentation)."""
+
+    threshold: float = Field(0.8, gt=0.0, le=1.0)
+    similarity: Literal["jaccard", "dice", "cosine", "overlap"] = "jaccard"
+    window: int = Field(5, ge=1, le=10)
+    min_match_length: int = Field(3, ge=1, le=20)
+    #: TUIs to keep; None keeps every semantic type in the index.
+    accepted_semtypes: list[str] | None = None
+
+
+class NoteChatRoles(StrictModel):
+    """Which ``shared.llm.roles`` entry plays each NoteChat agent."""
+
+    planner: str = "planner"
+    doctor: str = "doctor"
+    patient: str = "patient"
+    polisher: str = "rethinker"
+
+
+class NoteChatPrompts(StrictModel):
+    """Prompt files (``configs/prompts/<name>.yaml``) of each step."""
+
+    planning: str = "notechat_planning"
+    doctor: str = "notechat_doctor"
+    patient: str = "notechat_patient"
+    polish: str = "notechat_polish"
+    single_prompt: str = "notechat_single_prompt"
+
+
+class BaselineSpec(StrictModel):
+    """A single-prompt generator row of Table 3 (the paper's ChatGPT / GPT-4 rows).
+
+    ``overrides`` change the role's model config for this row only (e.g.
+    ``{backend: openai, model: gpt-4o}``), so a stronger model can stand in for GPT-4
+    without touching ``shared``.
+    """
+
+    name: str = Field(min_length=1)
+    role: str = "planner"
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("overrides")
+    @classmethod
+    def _known_role_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(value) - set(RoleConfig.model_fields)
+        if unknown:
+            raise ValueError(f"unknown role config keys {sorted(unknown)} "
+                             f"(known: {sorted(RoleConfig.model_fields)})")
+        return value
+
+
+def _default_baselines() -> list[BaselineSpec]:
+    """The paper's two rows; both the embedded model until the second is pointed at a
+    stronger one (they then differ only by their sampling seeds)."""
+    return [BaselineSpec(name="single_prompt", role="planner"),
+            BaselineSpec(name="single_prompt_strong", role="planner")]
+
+
+class NoteChatParams(StrictModel):
+    # -- notes ---------------------------------------------------------------------------
+    source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
+    notes: str = "data/embedded/notes.jsonl"
+    source_split: str = "train"
+    #: rows read from a real data set before sampling (None: all of the split)
+    source_limit: int | None = Field(200, ge=1)
+    n_notes: int = Field(6, ge=1, le=100_000)
+    #: first: the first n_notes (by file order); random: a seeded sample
+    sample: Literal["first", "random"] = "first"
+    # -- concepts ------------------------------------------------------------------------
+    lexicon: str = "data/embedded/lexicon"
+    index: str = "data/02_notechat/quickumls_index"
+    #: a full (licensed) UMLS QuickUMLS index folder, used instead of `index` when set
+    umls_index: str | None = None
+    stopwords: str = "configs/notechat/stopwords.txt"
+    quickumls: QuickUMLSParams = Field(default_factory=QuickUMLSParams)
+    # -- generation ----------------------------------------------------------------------
+    roles: NoteChatRoles = Field(default_factory=NoteChatRoles)
+    prompts: NoteChatPrompts = Field(default_factory=NoteChatPrompts)
+    rubric: str = "configs/notechat/polish_rules.yaml"
+    soap_headings: str = "configs/notechat/soap_headings.yaml"
+    #: decoding temperature of every generation call (the paper used 0.7); seeded
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    #: concept keywords listed in the planning prompt (the rest stay in the checklist)
+    max_plan_keywords: int = Field(24, ge=1, le=500)
+    planner_max_new_tokens: int = Field(128, ge=16, le=8192)
+    #: note concepts the draft never mentions are appended to the checklist
+    checklist_keep_missing: bool = True
+    max_rounds: int = Field(6, ge=1, le=100)
+    #: rounds every segment plays even when its checklist is empty from the start
+    min_rounds: int = Field(1, ge=0, le=100)
+    keywords_per_turn: int = Field(2, ge=1, le=20)
+    history_turns: int = Field(6, ge=0, le=200)
+    doctor_max_new_tokens: int = Field(48, ge=8, le=4096)
+    patient_max_new_tokens: int = Field(40, ge=8, le=4096)
+    max_turn_words: int = Field(60, ge=5, le=1000)
+    #: a turn (5+ words) that copies this share of an earlier turn's word pairs is
+    #: dropped as an echo (1.0: exact repeats only)
+    max_copied_share: float = Field(0.6, gt=0.0, le=1.0)
+    #: calls per role-play turn: a dropped (malformed) answer is asked again, new seed
+    turn_attempts: int = Field(2, ge=1, le=5)
+    polish_iterations: int = Field(2, ge=0, le=10)
+    #: turns rewritten per polish call (0: the whole dialogue in one call)
+    polish_window_turns: int = Field(4, ge=0, le=400)
+    polish_max_new_tokens: int = Field(128, ge=16, le=8192)
+    #: a polished window is kept only if it keeps this share of the window's turns
+    polish_min_turn_ratio: float = Field(0.75, ge=0.0, le=2.0)
+    #: notes longer than this (words) are split by SOAP section, generated per section
+    #: and combined (the paper's MTS-Dialog procedure); 0 always splits
+    long_note_words: int = Field(350, ge=0, le=100_000)
+    # -- baselines -----------------------------------------------------------------------
+    baselines: list[BaselineSpec] = Field(default_factory=_default_baselines)
+    baseline_max_new_tokens: int = Field(192, ge=16, le=8192)
+    # -- outputs -------------------------------------------------------------------------
+    output: str = "data/02_notechat/dialogues.jsonl"
+    baseline_output: str = "data/02_notechat/baseline_dialogues.jsonl"
+    trace: str = "data/02_notechat/trace.jsonl"
+    reports: str = "reports/02_notechat"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "NoteChatParams":
+        if self.min_rounds > self.max_rounds:
+            raise ValueError(f"min_rounds ({self.min_rounds}) > max_rounds ({self.max_rounds})")
+        names = [b.name for b in self.baselines]
+        if len(set(names)) != len(names) or {n.lower() for n in names} & {"notechat", "human"}:
+            raise ValueError(f"baseline names must be distinct and not 'notechat'/'human' "
+                             f"(got {names})")
+        return self
+
+    def index_dir(self) -> str:
+        """The QuickUMLS index in use: the licensed one when given, else the built one."""
+        return self.umls_index or self.index

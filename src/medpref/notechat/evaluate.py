@@ -1,0 +1,138 @@
+"""Stage 02's evaluation: per-dialogue scores, then Table 2 and Table 3 of the paper.
+
+Every system (the single-prompt baselines, NoteChat, and the human reference dialogue)
+is scored per note; the tables are means over notes. Table 3 keeps the paper's four
+blocks with their columns; the human reference appears only where the paper shows it
+(extractiveness), since its similarity and factuality against itself are trivially 100.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+from medpref.contracts import ClinicalNote, Turn
+from medpref.notechat import metrics
+from medpref.notechat.concepts import ConceptExtractor
+
+HUMAN = "Human"
+NOTECHAT = "NoteChat"
+
+#: Table 3 blocks: (block, [(per-dialogue column, paper's column name), ...]).
+TABLE3 = [
+    ("Similarity", [("rouge1", "ROUGE1"), ("rouge2", "ROUGE2"), ("rougeLsum", "ROUGELsum")]),
+    ("Factuality", [("concept_p", "Concept-P"), ("concept_r", "Concept-R"),
+                    ("concept_f1", "Concept-F1")]),
+    ("Extractiveness", [("src_rouge1", "src->hypo R1"), ("src_rouge2", "src->hypo R2"),
+                        ("src_rougeL", "src->hypo R-L")]),
+    ("Diversity", [("sbleu_all", "all-sbleu↓"), ("sbleu_doctor", "physician-sbleu↓"),
+                   ("sbleu_patient", "patient-sbleu↓")]),
+]
+#: Table 2 rows: (per-dialogue column, label).
+TABLE2 = [("utterances", "utterances / dialogue"), ("words", "words / dialogue"),
+          ("medical", "medical concepts / dialogue"),
+          ("doctor_words_per_utt", "words / physician utterance"),
+          ("patient_words_per_utt", "words / patient utterance"),
+          ("doctor_term_density", "physician medical term density %"),
+          ("patient_term_density", "patient medical term density %")]
+
+
+def score_dialogue(turns: Sequence[Turn], note: ClinicalNote,
+                   extractor: ConceptExtractor) -> dict[str, float | None]:
+    """All per-dialogue scores of one generated (or reference) dialogue."""
+    per_turn = extractor.mentions_many([t.text for t in turns])
+    cuis = {m.cui for ms in per_turn for m in ms}
+    note_cuis = extractor.cuis(note.note)
+    text = metrics.dialogue_text(turns)
+    row: dict[str, float | None] = {}
+    if note.reference_dialogue:
+        ref = note.reference_dialogue
+        row.update(metrics.rouge_f1(metrics.dialogue_text(ref), text))
+        ref_cuis = {m.cui for ms in extractor.mentions_many([t.text for t in ref]) for m in ms}
+        row.update(metrics.concept_prf(cuis, ref_cuis))
+    src = metrics.rouge_f1(note.note, text)
+    row.update({"src_rouge1": src["rouge1"], "src_rouge2": src["rouge2"],
+                "src_rougeL": src["rougeL"]})
+    row.update(metrics.diversity(turns))
+    row.update(metrics.dialogue_stats(turns, [len(ms) for ms in per_turn]))
+    row["note_concept_recall"] = (100.0 * len(cuis & note_cuis) / len(note_cuis)
+                                  if note_cuis else None)
+    return row
+
+
+def score_systems(systems: Mapping[str, Mapping[str, list[Turn]]],
+                  notes: Sequence[ClinicalNote], extractor: ConceptExtractor) -> pd.DataFrame:
+    """One row per (system, note): ``systems[name][note_id]`` is that system's dialogue."""
+    rows = []
+    for name, dialogues in systems.items():
+        for note in notes:
+            turns = dialogues.get(note.id, [])
+            rows.append({"system": name, "note_id": note.id,
+                         **score_dialogue(turns, note, extractor)})
+    return pd.DataFrame(rows)
+
+
+def _mean(values: pd.Series) -> float:
+    clean = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(clean) / len(clean) if clean else float("nan")
+
+
+def table3_blocks(per_dialogue: pd.DataFrame, order: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """The paper's Table 3: one frame per block, rows = systems, means over notes."""
+    blocks = {}
+    for block, columns in TABLE3:
+        rows = []
+        for system in order:
+            if system == HUMAN and block != "Extractiveness":
+                continue
+            part = per_dialogue[per_dialogue["system"] == system]
+            rows.append({block: system, **{label: _mean(part[col]) if col in part else
+                                           float("nan") for col, label in columns}})
+        blocks[block] = pd.DataFrame(rows)
+    return blocks
+
+
+def table2(per_dialogue: pd.DataFrame, order: Sequence[str]) -> pd.DataFrame:
+    """The paper's Table 2 (statistics), columns = systems, plus the dialogue count."""
+    rows = [{"statistic": "dialogues", **{s: int((per_dialogue["system"] == s).sum())
+                                          for s in order}}]
+    for col, label in TABLE2:
+        rows.append({"statistic": label, **{
+            s: _mean(per_dialogue.loc[per_dialogue["system"] == s, col]) for s in order}})
+    return pd.DataFrame(rows)
+
+
+def coverage_frame(curves: Mapping[str, Sequence[float]]) -> pd.DataFrame:
+    """Long frame (note, round, coverage %) of checklist coverage after each round.
+
+    A note that finished early keeps its final coverage in later rounds, so the mean at
+    every round is over all notes.
+    """
+    last = max((len(c) for c in curves.values()), default=0)
+    return pd.DataFrame([{"note_id": key, "round": r,
+                          "coverage": 100.0 * curve[min(r, len(curve) - 1)]}
+                         for key, curve in curves.items() if curve for r in range(last)],
+                        columns=["note_id", "round", "coverage"])
+
+
+def coverage_figure(frame: pd.DataFrame, max_rounds: int):
+    """Checklist coverage vs role-play round: each note thin, the mean bold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if not frame.empty:
+        sns.lineplot(data=frame, x="round", y="coverage", units="note_id", estimator=None,
+                     color="0.75", linewidth=0.8, ax=ax)
+        sns.lineplot(data=frame, x="round", y="coverage", errorbar=("ci", 95), seed=0, color="C0",
+                     linewidth=2.2, marker="o", ax=ax, label="mean (95% CI)")
+    ax.set(xlabel="role-play round", ylabel="checklist coverage (%)", ylim=(0, 100),
+           xlim=(0, max_rounds), title="NoteChat: checklist coverage by round")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,245 @@
+"""Stage 03_rem: train the REM, evaluate the three scorers (Table 5), rule compliance.
+
+The notebook calls these functions in order; each does one step and returns plain data
+(records, tables), so the notebook only shows them and writes them out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from medpref.contracts import Dialogue, RemAnnotation, read_jsonl
+from medpref.llm import LLMSession
+from medpref.params import repo_path
+from medpref.prompts import load_prompt
+from medpref.rem.base import RuleJudgement
+from medpref.rem.config import RemParams
+from medpref.rem.evaluation import confusion, match_metrics, per_rule_metrics
+from medpref.rem.scorers import PromptedScorer, build_scorer
+from medpref.rem.task import build_messages, format_answer, select_examples
+from medpref.rules import Flowchart, load_rules
+from medpref.training.hardware import load_hardware
+from medpref.training.sft import LoraSettings, SFTExample, SFTSettings, TrainResult, train_lora
+
+
+@dataclass
+class RemInputs:
+    flowchart: Flowchart
+    annotations: list[RemAnnotation]
+    icl_examples: list[RemAnnotation]
+
+    def split(self, name: str, per_rule: int | None = None) -> list[RemAnnotation]:
+        """The annotations of a split; with ``per_rule``, that many per rule, covering
+        every score before repeating one (a small balanced evaluation set)."""
+        rows = [a for a in self.annotations if getattr(a, "split", None) == name]
+        if per_rule is None:
+            return rows
+        return [a for rule in self.flowchart.ids for a in select_examples(rows, rule, per_rule)]
+
+
+def load_inputs(p: RemParams) -> RemInputs:
+    """Rules, annotations and in-context examples, validated; an annotation whose rule
+    is not in the flowchart is an error naming its id."""
+    flowchart = load_rules(repo_path(p.rules))
+    anns = read_jsonl(repo_path(p.annotations), RemAnnotation)
+    icl = read_jsonl(repo_path(p.icl_examples), RemAnnotation)
+    for source, rows in ((p.annotations, anns), (p.icl_examples, icl)):
+        for a in rows:
+            if a.rule not in flowchart.by_id:
+                raise ValueError(f"{source}: record '{a.id}': unknown rule '{a.rule}'")
+    return RemInputs(flowchart, anns, icl)
+
+
+def output_paths(p: RemParams) -> dict[str, Path]:
+    root = repo_path(p.reports)
+    names = {"flowchart": "flowchart.png", "table5": "table5", "per_rule": "per_rule",
+             "confusion": "confusion.png", "predictions": "predictions.jsonl",
+             "training": "training", "compliance": "compliance", "radar": "compliance_radar.png",
+             "metrics": "metrics.json", "ledger": "ledger.json",
+             "provenance": "provenance.json"}
+    return {k: root / v for k, v in names.items()} | {"adapter": repo_path(p.train.adapter_dir)}
+
+
+def split_counts(inputs: RemInputs) -> pd.DataFrame:
+    """Annotations per rule × split × score, and in-context examples per rule × score."""
+    rows = [{"rule": a.rule, "set": getattr(a, "split", "?"), "score": a.score}
+            for a in inputs.annotations]
+    rows += [{"rule": a.rule, "set": "icl", "score": a.score} for a in inputs.icl_examples]
+    return (pd.DataFrame(rows).value_counts().unstack("score", fill_value=0)
+            .reset_index().sort_values(["set", "rule"]))
+
+
+# -- training -----------------------------------------------------------------------------
+def sft_examples(annotations: Sequence[RemAnnotation], flowchart: Flowchart,
+                 prompt_name: str, detail: str) -> list[SFTExample]:
+    """The REM task as SFT pairs: the zero-shot prompt and 'Comment: …\\nScore: N'."""
+    prompt = load_prompt(prompt_name)
+    return [SFTExample(build_messages(prompt, flowchart[a.rule], a.history, (), detail),
+                       format_answer(a.comment, a.score)) for a in annotations]
+
+
+def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> TrainResult:
+    """LoRA-train the REM on the train split; the adapter goes to ``train.adapter_dir``."""
+    t = p.train
+    examples = sft_examples(inputs.split("train"), inputs.flowchart, p.prompt, t.rule_detail)
+    return train_lora(
+        repo_path(base_model), examples, repo_path(t.adapter_dir), load_hardware(t.hardware),
+        SFTSettings(epochs=t.epochs, max_steps=t.max_steps, learning_rate=t.learning_rate,
+                    warmup_steps=t.warmup_steps, max_length=t.max_length, seed=seed,
+                    logging_steps=1),
+        LoraSettings(r=t.lora_r, alpha=t.lora_alpha, dropout=t.lora_dropout,
+                     target_modules=tuple(t.target_modules)))
+
+
+def training_table(result: TrainResult) -> pd.DataFrame:
+    return pd.DataFrame(result.losses or [{"step": result.steps, "loss": float("nan")}])
+
+
+# -- scoring and evaluation ---------------------------------------------------------------
+def make_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
+                seed: int) -> PromptedScorer:
+    """A scorer for the stage's params; ``finetuned`` loads the trained adapter."""
+    if mode == "finetuned":
+        client = llm.role(p.role, adapter=p.train.adapter_dir)
+        return build_scorer(mode, client, inputs.flowchart, [], p.k, seed,
+                            max_new_tokens=p.max_new_tokens, prompt=p.prompt,
+                            detail=p.train.rule_detail)
+    return build_scorer(mode, llm.role(p.role), inputs.flowchart, inputs.icl_examples, p.k,
+                        seed, n_examples=p.n_examples, temperature=p.temperature,
+                        max_new_tokens=p.max_new_tokens, prompt=p.prompt,
+                        comment=p.expected_comment if mode == "expected" else None)
+
+
+def score_annotations(scorer, annotations: Sequence[RemAnnotation],
+                      flowchart: Flowchart) -> list[RuleJudgement]:
+    """Each annotation's own rule judged on its history (one batched call per rule)."""
+    out: list[RuleJudgement | None] = [None] * len(annotations)
+    for rule_id in dict.fromkeys(a.rule for a in annotations):
+        idx = [i for i, a in enumerate(annotations) if a.rule == rule_id]
+        judged = scorer.score_states([annotations[i].history for i in idx], [flowchart[rule_id]])
+        for i, j in zip(idx, judged):
+            out[i] = j[rule_id]
+    return [j for j in out if j is not None]
+
+
+def prediction_records(mode: str, annotations: Sequence[RemAnnotation],
+                       judgements: Sequence[RuleJudgement]) -> list[dict[str, Any]]:
+    """One row per (scorer, example): gold, score, samples and the raw answers."""
+    rows = []
+    for a, j in zip(annotations, judgements):
+        row = {"scorer": mode, "id": a.id, "rule": a.rule, "gold": a.score, "score": j.score,
+               "samples": j.samples, "unparsable": j.unparsable, "raw": j.comments}
+        if hasattr(j, "probs"):
+            row.update(probs=j.probs, mass=j.mass)
+        rows.append(row)
+    return rows
+
+
+@dataclass
+class ScorerRun:
+    mode: str
+    records: list[dict[str, Any]]
+    wall_s: float
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+def _usage(llm: LLMSession) -> dict[str, int]:
+    total = llm.ledger.totals()["total"]
+    return {k: total[k] for k in ("calls", "cache_hits", "failures", "tokens_in", "tokens_out")}
+
+
+def run_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
+               eval_set: Sequence[RemAnnotation], seed: int) -> ScorerRun:
+    """Score the evaluation set with one scorer, timing it and counting its model calls."""
+    scorer = make_scorer(mode, llm, p, inputs, seed)
+    before = _usage(llm)
+    t0 = time.perf_counter()
+    judged = score_annotations(scorer, eval_set, inputs.flowchart)
+    wall = time.perf_counter() - t0
+    after = _usage(llm)
+    return ScorerRun(mode, prediction_records(mode, eval_set, judged), wall,
+                     {k: after[k] - before[k] for k in after})
+
+
+def table5(runs: Sequence[ScorerRun], p: RemParams) -> pd.DataFrame:
+    """Exact/fuzzy match per scorer on the evaluation split (PLPF Table 5)."""
+    rows = []
+    for run in runs:
+        golds = [r["gold"] for r in run.records]
+        preds = [r["score"] for r in run.records]
+        how = {"sampled": f"in-context ({p.n_examples}/rule), k={p.k} samples averaged",
+               "expected": f"in-context ({p.n_examples}/rule), Σ s·p(s) one pass"
+                           + (" after greedy comment" if p.expected_comment else ""),
+               "finetuned": "LoRA REM, greedy comment then Σ s·p(s)"}[run.mode]
+        m = match_metrics(golds, preds)
+        rows.append({"scorer": run.mode, "method": how, "n": m["n"],
+                     "exact_%": 100 * m["exact"], "fuzzy_%": 100 * m["fuzzy"],
+                     "coverage_%": 100 * m["coverage"], "mae": m["mae"],
+                     "wall_s": run.wall_s, "model_calls": run.usage.get("calls", 0),
+                     "cache_hits": run.usage.get("cache_hits", 0)})
+    return pd.DataFrame(rows)
+
+
+def per_rule_table(runs: Sequence[ScorerRun]) -> pd.DataFrame:
+    frames = []
+    for run in runs:
+        t = per_rule_metrics([r["rule"] for r in run.records], [r["gold"] for r in run.records],
+                             [r["score"] for r in run.records])
+        frames.append(t.assign(scorer=run.mode))
+    out = pd.concat(frames, ignore_index=True)
+    out[["exact", "fuzzy", "coverage"]] *= 100
+    return out.rename(columns={"exact": "exact_%", "fuzzy": "fuzzy_%",
+                               "coverage": "coverage_%"})[
+        ["scorer", "rule", "n", "exact_%", "fuzzy_%", "coverage_%", "mae"]]
+
+
+def confusion_tables(runs: Sequence[ScorerRun]) -> dict[str, pd.DataFrame]:
+    return {run.mode: confusion([r["gold"] for r in run.records],
+                                [r["score"] for r in run.records]) for run in runs}
+
+
+def baseline_majority(eval_set: Sequence[RemAnnotation],
+                      train_set: Sequence[RemAnnotation]) -> dict[str, float]:
+    """What always answering each rule's most frequent training score would get."""
+    majority = {}
+    for rule in {a.rule for a in train_set}:
+        scores = [a.score for a in train_set if a.rule == rule]
+        majority[rule] = max((0, 1, 2), key=lambda s: (scores.count(s), s))
+    m = match_metrics([a.score for a in eval_set], [majority.get(a.rule) for a in eval_set])
+    return {"exact_%": 100 * m["exact"], "fuzzy_%": 100 * m["fuzzy"]}
+
+
+# -- compliance ---------------------------------------------------------------------------
+def compliance_dialogues(p: RemParams) -> list[Dialogue]:
+    """The first ``compliance_n`` dialogues of the compliance set."""
+    return read_jsonl(repo_path(p.compliance_dialogues), Dialogue)[:p.compliance_n]
+
+
+def compliance_tables(modes: Sequence[str], llm: LLMSession, p: RemParams, inputs: RemInputs,
+                      states, seed: int) -> dict[str, pd.DataFrame]:
+    """Per-rule compliance of the states under each listed scorer (radar input)."""
+    from medpref.rem.compliance import rule_compliance
+
+    return {mode: rule_compliance(states, make_scorer(mode, llm, p, inputs, seed),
+                                  inputs.flowchart.rules) for mode in modes}
+
+
+def stage_metrics(runs: Sequence[ScorerRun], p: RemParams, train: TrainResult | None,
+                  majority: dict[str, float]) -> dict[str, Any]:
+    """The stage's DVC metrics: Table 5 per scorer, the baseline, and training."""
+    out: dict[str, Any] = {"eval_n": len(runs[0].records) if runs else 0,
+                           "majority_baseline": majority}
+    for row in table5(runs, p).to_dict("records"):
+        out[row["scorer"]] = {k: row[k] for k in ("exact_%", "fuzzy_%", "coverage_%", "mae",
+                                                  "wall_s", "model_calls")}
+    if train is not None:
+        out["training"] = {"steps": train.steps, "n_train": train.n_train,
+                           "n_dropped": train.n_dropped, "runtime_s": train.runtime_s,
+                           "final_loss": train.losses[-1]["loss"] if train.losses else None}
+    return out

@@ -1,0 +1,211 @@
+"""Three REM scorers with one interface (:class:`medpref.rem.base.RuleScorer`).
+
+* ``sampled``  — the in-context judge of the follow-up paper: each (state, rule) is judged
+  ``k`` times with sampling (seeds ``seed, seed+1, ...``) and the parsed scores are averaged
+  (PLPF Eq. 2). Works through any backend.
+* ``expected`` — one forward pass: the probabilities p(0), p(1), p(2) of the score token
+  give Σ s·p(s). Deterministic and far cheaper; needs a backend with ``option_scores``
+  (the local ``hf`` one). By default the score is read directly after ``Score:`` with
+  score-first in-context examples (no comment is generated: generating one costs as much
+  as a sample, which would cap the speed-up near k); ``comment=True`` first writes the
+  comment greedily and then reads the score token after it.
+* ``finetuned`` — a LoRA-trained REM (stage 03's adapter, used through a client built
+  with ``llm.role("rem", adapter=path)``): no in-context examples, the short rule
+  statement, a greedy comment and then the expected score token, as it was trained.
+
+Every scorer returns, for each state, ``{rule_id: RuleJudgement}``; ``score`` is None when
+no usable judgement was obtained (unparsable answers and failed calls are counted in
+``unparsable``, never read as 0). ``comments`` keeps the raw answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from medpref.contracts import Turn
+from medpref.llm import ChatRequest, LLMClient
+from medpref.prompts import PromptTemplate, load_prompt
+from medpref.rem.base import RuleJudgement
+from medpref.rem.task import (COMMENT_PREFIX, SCORE_OPTIONS, SCORE_PREFIX, AnswerOrder,
+                              Example, RuleDetail, build_messages, parse_judgement,
+                              select_examples)
+from medpref.rules import Flowchart, Rule
+
+ScorerMode = Literal["sampled", "expected", "finetuned"]
+SCORER_MODES: tuple[str, ...] = ("sampled", "expected", "finetuned")
+
+
+@dataclass
+class ExpectedJudgement(RuleJudgement):
+    """A judgement from score-token probabilities; ``mass`` is how much next-token
+    probability the three options had before renormalising (low = off-format)."""
+
+    probs: dict[str, float] = field(default_factory=dict)
+    mass: float | None = None
+
+
+class PromptedScorer:
+    """Shared part: which prompt, rule detail, answer order and examples to use."""
+
+    name = "prompted"
+
+    def __init__(self, client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
+                 n_examples: int, prompt: PromptTemplate, detail: RuleDetail,
+                 order: AnswerOrder):
+        unknown = sorted({ex.rule for ex in examples} - set(flowchart.ids))
+        if unknown:
+            raise ValueError(f"in-context examples name rules not in the flowchart: {unknown}")
+        self.client = client
+        self.flowchart = flowchart
+        self.examples = list(examples)
+        self.n_examples = n_examples
+        self.prompt = prompt
+        self.detail = detail
+        self.order = order
+
+    def messages_for(self, state: Sequence[Turn], rule: Rule) -> list[dict[str, str]]:
+        shots = select_examples(self.examples, rule.id, self.n_examples)
+        return build_messages(self.prompt, rule, state, shots, self.detail, self.order)
+
+    def _rules(self, rules: Sequence[Rule] | None) -> list[Rule]:
+        return list(rules) if rules is not None else list(self.flowchart.rules)
+
+    def _jobs(self, states, rules) -> list[tuple[int, Rule, list[dict[str, str]]]]:
+        return [(i, r, self.messages_for(s, r)) for i, s in enumerate(states) for r in rules]
+
+
+class SampledScorer(PromptedScorer):
+    """k sampled judgements per (state, rule), averaged over the parsable ones (Eq. 2)."""
+
+    name = "sampled"
+
+    def __init__(self, *args, k: int, seed: int, temperature: float, max_new_tokens: int,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        if k < 1 or temperature <= 0:
+            raise ValueError("sampled scoring needs k >= 1 and temperature > 0")
+        self.k, self.seed = k, seed
+        self.temperature, self.max_new_tokens = temperature, max_new_tokens
+
+    def score_states(self, states: Sequence[Sequence[Turn]],
+                     rules: Sequence[Rule] | None = None) -> list[dict[str, RuleJudgement]]:
+        rules = self._rules(rules)
+        jobs = self._jobs(states, rules)
+        requests = [ChatRequest.of(msgs, self.client.params(
+            temperature=self.temperature, seed=self.seed + j, max_new_tokens=self.max_new_tokens),
+            prefix=COMMENT_PREFIX) for _, _, msgs in jobs for j in range(self.k)]
+        answers = self.client.complete(requests)
+        out: list[dict[str, RuleJudgement]] = [{} for _ in states]
+        for n, (i, rule, _) in enumerate(jobs):
+            comps = answers[n * self.k:(n + 1) * self.k]
+            out[i][rule.id] = judgement_from_samples(
+                rule.id, [None if c.error else f"{COMMENT_PREFIX} {c.text.strip()}" for c in comps])
+        return out
+
+
+def judgement_from_samples(rule_id: str, raws: Sequence[str | None]) -> RuleJudgement:
+    """Average the parsable scores of raw answers; None (failed call) and unparsable
+    answers are counted, and an all-unusable set gives score None."""
+    samples: list[float | None] = []
+    for raw in raws:
+        parsed = parse_judgement(raw) if raw is not None else None
+        samples.append(float(parsed.score) if parsed and parsed.score is not None else None)
+    usable = [s for s in samples if s is not None]
+    return RuleJudgement(rule=rule_id, score=sum(usable) / len(usable) if usable else None,
+                         samples=samples, comments=[r or "" for r in raws],
+                         unparsable=len(samples) - len(usable))
+
+
+class ExpectedScorer(PromptedScorer):
+    """Σ s·p(s) of the score token, optionally after a greedily written comment."""
+
+    name = "expected"
+
+    def __init__(self, *args, comment: bool, max_new_tokens: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.comment = comment
+        self.max_new_tokens = max_new_tokens
+
+    def score_states(self, states: Sequence[Sequence[Turn]],
+                     rules: Sequence[Rule] | None = None) -> list[dict[str, RuleJudgement]]:
+        rules = self._rules(rules)
+        jobs = self._jobs(states, rules)
+        prompts = [msgs for _, _, msgs in jobs]
+        comments: list[str | None] = [None] * len(jobs)
+        if self.comment:
+            comps = self.client.chat_many(prompts, prefix=COMMENT_PREFIX, temperature=0.0,
+                                          max_new_tokens=self.max_new_tokens,
+                                          stop=("Score:", "score:"))
+            # cut at a score the model may write itself (a backend may ignore `stop`)
+            comments = [None if c.error else parse_judgement(c.text).comment for c in comps]
+        ok = [n for n, c in enumerate(comments) if c is not None or not self.comment]
+        prefixes = [f"{COMMENT_PREFIX} {comments[n]}\n{SCORE_PREFIX}" if self.comment
+                    else SCORE_PREFIX for n in ok]
+        scored = self.client.option_scores([prompts[n] for n in ok], SCORE_OPTIONS, prefixes)
+        by_job = dict(zip(ok, scored))
+        out: list[dict[str, RuleJudgement]] = [{} for _ in states]
+        for n, (i, rule, _) in enumerate(jobs):
+            out[i][rule.id] = expected_judgement(rule.id, by_job.get(n), comments[n])
+        return out
+
+
+def expected_judgement(rule_id: str, scores, comment: str | None) -> ExpectedJudgement:
+    """A judgement from option probabilities (``None`` scores: the comment call failed)."""
+    if scores is None:
+        return ExpectedJudgement(rule=rule_id, score=None, samples=[None], unparsable=1)
+    value = scores.expected()
+    return ExpectedJudgement(rule=rule_id, score=value, samples=[value],
+                             comments=[comment] if comment is not None else [],
+                             probs=dict(scores.probs), mass=scores.mass)
+
+
+def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
+                 icl_examples: Sequence[Example], k: int = 5, seed: int = 0, *,
+                 n_examples: int = 5, temperature: float = 0.7, max_new_tokens: int = 64,
+                 comment: bool | None = None, prompt: str | PromptTemplate = "rem_judge",
+                 detail: RuleDetail | None = None) -> PromptedScorer:
+    """A REM scorer by mode; all three offer ``score_states(states, rules)``.
+
+    Args:
+        mode: ``"sampled"`` (in-context judge, k samples averaged, any backend),
+            ``"expected"`` (in-context judge, Σ s·p(s) from one forward pass, hf backend),
+            ``"finetuned"`` (LoRA REM: pass a client with the adapter,
+            ``llm.role("rem", adapter="models/rem-lora")``; ``icl_examples`` are ignored).
+        client: the LLMClient that plays the REM (cache, ledger and batching come with it).
+        flowchart: the rules (``medpref.rules.load_rules``); ``rules=None`` in
+            ``score_states`` means all of them.
+        icl_examples: annotated examples (``RemAnnotation``); up to ``n_examples`` per rule
+            are shown, covering every score first.
+        k, seed: samples per judgement and the first sampling seed (``sampled`` only).
+        temperature, max_new_tokens: sampling temperature; token budget of a sampled
+            answer or of a greedy comment.
+        comment: write a greedy comment before reading the score token. Defaults: False
+            for ``expected`` (one pass, score-first examples), True for ``finetuned``.
+        prompt: prompt name under configs/prompts (or a loaded template).
+        detail: ``"full"`` rule with criteria and notes (default for in-context modes) or
+            ``"short"`` statement only (default for ``finetuned``, as it was trained).
+
+    A state is a list of turns ending with a doctor turn. ``score`` in each judgement is
+    in [0, 2] or None (unusable); see :class:`RuleJudgement`.
+    """
+    template = load_prompt(prompt) if isinstance(prompt, str) else prompt
+    if mode == "sampled":
+        return SampledScorer(client, flowchart, icl_examples, n_examples, template,
+                             detail or "full", "comment_first", k=k, seed=seed,
+                             temperature=temperature, max_new_tokens=max_new_tokens)
+    if mode == "expected":
+        with_comment = bool(comment)
+        return ExpectedScorer(client, flowchart, icl_examples, n_examples, template,
+                              detail or "full",
+                               "comment_first" if with_comment else "score_first",
+                              comment=with_comment, max_new_tokens=max_new_tokens)
+    if mode == "finetuned":
+        with_comment = True if comment is None else comment
+        scorer = ExpectedScorer(client, flowchart, [], 0, template, detail or "short",
+                                "comment_first" if with_comment else "score_first",
+                                comment=with_comment, max_new_tokens=max_new_tokens)
+        scorer.name = "finetuned"
+        return scorer
+    raise ValueError(f"unknown REM scorer mode '{mode}' (known: {', '.join(SCORER_MODES)})")

@@ -1,0 +1,224 @@
+"""LoRA supervised fine-tuning with the loss on the answer only (PLPF §2.2.2).
+
+PLPF trains its REM auto-regressively and "only computes the loss of tokens after the
+string 'Assistant'". Here an example is a chat prompt plus the assistant's answer; the
+model's chat template renders both, and :class:`AnswerOnlyCollator` masks (label -100)
+every token up to and including the last assistant marker, so only the answer and its
+end-of-turn token are learned. The result is a PEFT adapter folder that the ``hf``
+backend loads through ``RoleConfig.adapter``. The DPO stage reuses the model/LoRA setup.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medpref.training.hardware import HardwareProfile
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """A prompt (chat messages) and the assistant answer to learn."""
+
+    messages: list[dict[str, str]]
+    answer: str
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    epochs: float = 1.0
+    max_steps: int | None = None
+    learning_rate: float = 3e-4
+    warmup_steps: int = 0
+    max_length: int = 512
+    seed: int = 0
+    logging_steps: int = 5
+
+
+@dataclass
+class TrainResult:
+    adapter_dir: Path
+    n_train: int
+    n_dropped: int
+    steps: int
+    runtime_s: float
+    losses: list[dict[str, float]] = field(default_factory=list)
+
+
+def response_marker(tokenizer) -> str:
+    """The text the chat template puts before an assistant answer (e.g.
+    ``<|im_start|>assistant\\n``): the generation prompt minus the bare conversation."""
+    msgs = [{"role": "user", "content": "x"}]
+    bare = tokenizer.apply_chat_template(msgs, tokenize=False)
+    opened = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    if not opened.startswith(bare) or opened == bare:
+        raise ValueError("cannot find the assistant marker of this chat template")
+    return opened[len(bare):]
+
+
+def render_example(tokenizer, example: SFTExample) -> str:
+    """Prompt and answer as one text in the model's chat template."""
+    msgs = list(example.messages) + [{"role": "assistant", "content": example.answer}]
+    return tokenizer.apply_chat_template(msgs, tokenize=False)
+
+
+def encode_examples(tokenizer, examples: Sequence[SFTExample],
+                    max_length: int) -> tuple[list[dict[str, list[int]]], int]:
+    """Token ids of each example; examples longer than ``max_length`` are dropped (and
+    counted) rather than truncated, since truncation would cut the answer."""
+    kept, dropped = [], 0
+    for ex in examples:
+        ids = tokenizer(render_example(tokenizer, ex), add_special_tokens=False)["input_ids"]
+        if len(ids) > max_length:
+            dropped += 1
+            continue
+        kept.append({"input_ids": ids})
+    return kept, dropped
+
+
+def _last_index_of(seq: list[int], sub: list[int]) -> int:
+    for start in range(len(seq) - len(sub), -1, -1):
+        if seq[start:start + len(sub)] == sub:
+            return start
+    return -1
+
+
+class AnswerOnlyCollator:
+    """Pads a batch and sets labels to -100 on everything but the final answer.
+
+    The answer starts after the last occurrence of the response marker's tokens; a
+    sequence without the marker is an error (the mask would otherwise be silently empty
+    or cover the prompt).
+    """
+
+    def __init__(self, tokenizer, marker: str | None = None):
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
+            else tokenizer.eos_token_id
+        self.marker = marker if marker is not None else response_marker(tokenizer)
+        self.marker_ids = tokenizer(self.marker, add_special_tokens=False)["input_ids"]
+
+    def labels_for(self, ids: list[int]) -> list[int]:
+        at = _last_index_of(ids, self.marker_ids)
+        if at < 0:
+            raise ValueError(f"assistant marker {self.marker!r} not found in a training "
+                             "sequence; the answer-only loss mask needs it")
+        start = at + len(self.marker_ids)
+        return [IGNORE_INDEX] * start + ids[start:]
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        width = max(len(f["input_ids"]) for f in features)
+        ids, labels, mask = [], [], []
+        for f in features:
+            seq = list(f["input_ids"])
+            pad = width - len(seq)
+            ids.append(seq + [self.pad_id] * pad)
+            labels.append(self.labels_for(seq) + [IGNORE_INDEX] * pad)
+            mask.append([1] * len(seq) + [0] * pad)
+        return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels),
+                "attention_mask": torch.tensor(mask)}
+
+
+def with_lora(model, lora: LoraSettings):
+    """Wrap a causal LM in a fresh LoRA adapter (only the adapter is trainable)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def load_base(model_path: str | Path, hardware: HardwareProfile):
+    """Tokenizer and float32 base model on the profile's device (bf16 is left to the
+    Trainer's autocast, so CPU runs stay in fast float32)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if hardware.num_threads:
+        torch.set_num_threads(hardware.num_threads)
+    tok = AutoTokenizer.from_pretrained(model_path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    device = hardware.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return tok, model.to(device)
+
+
+def planned_steps(n_train: int, hardware: HardwareProfile, sft: SFTSettings) -> int:
+    """Optimizer steps of the run: an explicit ``sft.max_steps`` wins; otherwise the
+    epochs over ``n_train`` examples, capped by the hardware profile's ``max_steps``."""
+    if sft.max_steps is not None:
+        return sft.max_steps
+    per_step = hardware.per_device_batch_size * hardware.grad_accumulation
+    steps = max(1, math.ceil(sft.epochs * math.ceil(n_train / per_step)))
+    return min(steps, hardware.max_steps) if hardware.max_steps is not None else steps
+
+
+def train_lora(model_path: str | Path, examples: Sequence[SFTExample], out_dir: str | Path,
+               hardware: HardwareProfile, sft: SFTSettings = SFTSettings(),
+               lora: LoraSettings = LoraSettings()) -> TrainResult:
+    """Train a LoRA adapter on answer-only loss and save it (atomically) to ``out_dir``."""
+    from transformers import Trainer, TrainingArguments, set_seed
+
+    set_seed(sft.seed)
+    tok, base = load_base(model_path, hardware)
+    data, dropped = encode_examples(tok, examples, sft.max_length)
+    if not data:
+        raise ValueError(f"no training example fits max_length={sft.max_length}")
+    model = with_lora(base, lora)
+    steps = planned_steps(len(data), hardware, sft)
+    with tempfile.TemporaryDirectory(prefix="sft-") as work:
+        args = TrainingArguments(
+            output_dir=work, per_device_train_batch_size=hardware.per_device_batch_size,
+            gradient_accumulation_steps=hardware.grad_accumulation, max_steps=steps,
+            learning_rate=sft.learning_rate, warmup_steps=sft.warmup_steps,
+            lr_scheduler_type="linear", bf16=hardware.bf16,
+            activation_checkpointing=hardware.gradient_checkpointing,
+            logging_steps=sft.logging_steps, save_strategy="no", report_to=[],
+            seed=sft.seed, data_seed=sft.seed, use_cpu=(hardware.device == "cpu"),
+            dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
+        trainer = Trainer(model=model, args=args, train_dataset=data,
+                          data_collator=AnswerOnlyCollator(tok))
+        t0 = time.perf_counter()
+        trainer.train()
+        runtime = time.perf_counter() - t0
+        losses = [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history
+                  if "loss" in h]
+    save_adapter(model, out_dir)
+    return TrainResult(Path(out_dir), len(data), dropped, trainer.state.global_step, runtime,
+                       losses)
+
+
+def save_adapter(model, out_dir: str | Path) -> Path:
+    """Write the adapter to a temporary folder beside ``out_dir``, then swap it in."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir

@@ -1,0 +1,433 @@
+"""Stage 05 (imapScore): Eq. 1 and λ by hand, relation priority, the parsers' golden
+answers (incl. malformed lines), the lexicon reader, the baselines, the correlations,
+and the whole pipeline with a scripted judge."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from medpref import REPO_ROOT
+from medpref.contracts import ContractError
+from medpref.imap import evaluate as ev
+from medpref.imap.config import ImapParams
+from medpref.imap.correlation import correlations, rank_correlations, table2
+from medpref.imap.ontology import ConceptLinker, Lexicon, OntologyMatcher
+from medpref.imap.relations import combine, parse_relation, relation_word
+from medpref.imap.score import Relation, best_relation, imap_score, score_term
+from medpref.imap.structure import (ANSWER_COMPONENTS, QUESTION_COMPONENTS, ImapPair,
+                                    parse_imap, values_by_term)
+from medpref.imap.textmetrics import bleu4, rouge, text_metrics
+from medpref.params import ParamsError, parse_params
+
+E, B, C, U = (Relation.EXACT, Relation.BELONGING, Relation.CONTAINMENT, Relation.UNMATCHED)
+LEXICON = REPO_ROOT / "data" / "embedded" / "lexicon"
+
+
+# ------------------------------------------------------------------ Eq. 1 by hand
+def test_imapscore_and_lambda_on_a_hand_computed_example():
+    # diagnosis: label {nephritis, hypertension}, response {glomerulonephritis}
+    #   nephritis ⊃ glomerulonephritis (containment), hypertension unmatched
+    #   label 1/2 + response 1/1 - λ (1 containment / 1 related pair = 1)  = 0.5
+    # treatment: label {penicillin, surgical drainage},
+    #            response {antibiotic therapy, incision and drainage, bed rest}
+    #   penicillin ⊂ antibiotic therapy (belonging), surgical = incision drainage (exact)
+    #   label 2/2 + response 2/3 - λ (0 / 2) = 5/3
+    # department: label only; follow-up: response only -> not in T_L ∩ T_R
+    # imapScore = 0.5 + 5/3 = 13/6
+    table = {("nephritis", "glomerulonephritis"): C,
+             ("penicillin", "antibiotic therapy"): B,
+             ("surgical drainage", "incision and drainage"): E}
+    label = {"diagnosis": ["nephritis", "hypertension"],
+             "treatment": ["penicillin", "surgical drainage"], "department": ["nephrology"]}
+    response = {"diagnosis": ["glomerulonephritis"], "follow-up": ["in two weeks"],
+                "treatment": ["antibiotic therapy", "incision and drainage", "bed rest"]}
+    result = imap_score(label, response, lambda t, lv, rv: table.get((lv, rv), U))
+    by_term = {ts.term: ts for ts in result.terms}
+    assert set(by_term) == {"diagnosis", "treatment"}
+    d, t = by_term["diagnosis"], by_term["treatment"]
+    assert (d.label_recall, d.response_precision, d.penalty) == (0.5, 1.0, 1.0)
+    assert d.value == pytest.approx(0.5)
+    assert (t.label_recall, t.response_precision, t.penalty) == (1.0, pytest.approx(2 / 3), 0.0)
+    assert result.value == pytest.approx(13 / 6)
+
+
+def test_lambda_is_the_share_of_related_pairs_that_are_containment():
+    # 2 label x 2 response: E, C / C, U  -> related 3, containment 2 -> λ = 2/3
+    ts = score_term("t", [[E, C], [C, U]])
+    assert ts.penalty == pytest.approx(2 / 3)
+    assert ts.value == pytest.approx(1 + 1 - 2 / 3)
+    assert score_term("t", [[U, U]]).value == 0.0     # nothing related: no penalty, no credit
+    with pytest.raises(ValueError, match="rectangular"):
+        score_term("t", [[E], [E, U]])
+
+
+def test_imapscore_through_the_embedded_lexicon():
+    # medicine: analgesic ⊃ acetaminophen (C), penicillin ⊂ antibiotics (B), bed rest unlinked
+    #   label 2/2 + response 2/3 - λ (1/2) = 7/6
+    # diagnosis: high blood pressure = hypertension (synonyms: E) -> 1 + 1 - 0 = 2
+    matcher = OntologyMatcher(ConceptLinker(Lexicon.from_rrf(LEXICON)), max_hops=3)
+    label = {"medicine": ["analgesic", "penicillin"], "diagnosis": ["high blood pressure"]}
+    response = {"medicine": ["acetaminophen", "antibiotics", "bed rest"],
+                "diagnosis": ["hypertension"]}
+    result = imap_score(label, response, lambda t, lv, rv: matcher.relate(t, lv, rv) or U)
+    assert result.value == pytest.approx(2 + 7 / 6)
+
+
+# ------------------------------------------------------------------ relation priority
+def test_relation_priority_exact_belonging_containment_unmatched():
+    assert [r.priority for r in (E, B, C, U)] == [3, 2, 1, 0]
+    assert best_relation([U, C, B]) is B
+    assert best_relation([C, U, None]) is C
+    assert best_relation([B, E, C]) is E
+    assert best_relation([]) is U
+    assert best_relation([None]) is U
+
+
+def _tiny_lexicon() -> Lexicon:
+    # A and B are each other's parent (a cycle); C is a synonym string of A and of B's child
+    lex = Lexicon()
+    lex.strings = {"alpha": {"A"}, "beta": {"B"}, "gamma": {"G"}, "both": {"A", "G"}}
+    lex.names = {"A": "alpha", "B": "beta", "G": "gamma"}
+    lex.parents = {"A": {"B"}, "B": {"A"}, "G": {"B"}}
+    return lex
+
+
+def test_ontology_relation_takes_the_best_relation():
+    matcher = OntologyMatcher(ConceptLinker(_tiny_lexicon()), max_hops=3)
+    # alpha below beta AND above beta (cycle): belonging wins over containment
+    assert matcher.relate("t", "alpha", "beta") is B
+    # "both" shares concept A with alpha (exact) though G is below B... exact wins
+    assert matcher.relate("t", "both", "alpha") is E
+    assert matcher.relate("t", "beta", "gamma") is C          # label above response
+    assert matcher.relate("t", "gamma", "beta") is B          # label below response
+    assert matcher.relate("t", "alpha", "unknown thing") is None
+    assert matcher.relate("t", "Unknown thing!", "unknown  thing") is E   # same text
+
+
+def test_combine_prefers_the_ontologys_relation_then_the_judge():
+    assert combine(C, E) is C          # the KG relates the pair: its relation is used
+    assert combine(U, E) is E          # KG linked both but found nothing: the judge decides
+    assert combine(None, B) is B
+    assert combine(None, None) is U
+
+
+# ------------------------------------------------------------------ imap parser
+TABLE5 = """Query-disease-?
+Query-treatment-?
+Constraint-gender-male
+Constraint-age-28
+Constraint-symptom-redness and pain"""
+
+
+def _pairs(parsed):
+    return [(p.component, p.term, p.value) for p in parsed.pairs]
+
+
+def test_parse_table5_lines():
+    parsed = parse_imap(TABLE5, QUESTION_COMPONENTS)
+    assert _pairs(parsed) == [("Query", "disease", "?"), ("Query", "treatment", "?"),
+                              ("Constraint", "gender", "male"), ("Constraint", "age", "28"),
+                              ("Constraint", "symptom", "redness and pain")]
+    assert parsed.malformed == [] and not parsed.none
+
+
+def test_parse_several_pairs_on_one_line_as_printed_in_table5():
+    text = ("Query-side effects-? Constraint-age-30 Constraint-substance ingested-phenol "
+            "Constraint-action-vomited Constraint-action-had a lot of saltwater")
+    assert _pairs(parse_imap(text, QUESTION_COMPONENTS)) == [
+        ("Query", "side effects", "?"), ("Constraint", "age", "30"),
+        ("Constraint", "substance ingested", "phenol"), ("Constraint", "action", "vomited"),
+        ("Constraint", "action", "had a lot of saltwater")]
+
+
+def test_parse_table6_inform_and_values_with_hyphens():
+    text = ("Inform-diagnosis-oral stomatitis with pharyngitis\n"
+            "1. Inform-Dose-500-1000 mg every 4-6 hours.\n"
+            "- **Inform**-diagnosis - pharyngitis")
+    assert _pairs(parse_imap(text, ANSWER_COMPONENTS)) == [
+        ("Inform", "diagnosis", "oral stomatitis with pharyngitis"),
+        ("Inform", "dose", "500-1000 mg every 4-6 hours"),
+        ("Inform", "diagnosis", "pharyngitis")]
+
+
+def test_parse_inform_none_and_empty():
+    for text in ("Inform-None", "Inform-diagnosis-None."):
+        parsed = parse_imap(text, ANSWER_COMPONENTS)
+        assert parsed.none and parsed.pairs == [] and parsed.malformed == []
+    for empty in ("", "   \n", None):
+        parsed = parse_imap(empty, ANSWER_COMPONENTS)
+        assert parsed.pairs == [] and parsed.notes == ["empty completion"]
+
+
+MALFORMED = [
+    ("The answer is pneumonia.", "no 'Query-', 'Constraint-' or 'Inform-' marker"),
+    ("Inform-treatment-", "no value"),
+    ("Inform-treatment", "no value"),
+    ("Inform-diagnosis-?", "placeholder value '?' in Inform"),
+    ("Inform--aspirin", "empty term"),
+    ("Query-disease-?", "unexpected component Query"),
+]
+
+
+@pytest.mark.parametrize("line,reason", MALFORMED)
+def test_parse_malformed_answer_lines(line, reason):
+    parsed = parse_imap(f"Inform-diagnosis-flu\n{line}", ANSWER_COMPONENTS)
+    assert _pairs(parsed) == [("Inform", "diagnosis", "flu")]
+    assert [m["reason"] for m in parsed.malformed] == [reason]
+
+
+def test_parse_tolerates_colon_repeats_and_drops_a_cut_last_pair():
+    parsed = parse_imap("Inform-diagnosis: flu\nInform-diagnosis-flu\nInform-advice-rest",
+                        ANSWER_COMPONENTS)
+    assert _pairs(parsed) == [("Inform", "diagnosis", "flu"), ("Inform", "advice", "rest")]
+    assert "read ':' as the term-value separator" in parsed.notes
+    assert "dropped repeated pairs" in parsed.notes
+    cut = parse_imap("Inform-diagnosis-flu\nInform-advice-drink plen", ANSWER_COMPONENTS,
+                     truncated=True)
+    assert _pairs(cut) == [("Inform", "diagnosis", "flu")]
+    assert parse_imap("Query-disease", QUESTION_COMPONENTS).pairs == [
+        ImapPair("Query", "disease", "?")]
+
+
+def test_parse_stops_where_the_model_echoes_the_prompt():
+    raw = ("Query-diagnosis-?\nConstraint-age-45\n\nExample question:\nCan I take aspirin?\n"
+           "imap:\nQuery-drug interaction-?")
+    parsed = parse_imap(raw, QUESTION_COMPONENTS, truncated=True)
+    assert _pairs(parsed) == [("Query", "diagnosis", "?"), ("Constraint", "age", "45")]
+    assert parsed.notes == ["stopped at echoed prompt scaffolding"] and not parsed.malformed
+
+
+def test_values_by_term_dedupes_and_caps():
+    pairs = [ImapPair("Inform", "drug", v) for v in ("A", "a", "B", "C")]
+    pairs.append(ImapPair("Query", "drug", "?"))
+    assert values_by_term(pairs) == {"drug": ["A", "B", "C"]}
+    assert values_by_term(pairs, max_values=2) == {"drug": ["A", "B"]}
+
+
+# ------------------------------------------------------------------ relation parser
+RELATION_ANSWERS = [
+    ("exact", E, None), (" Belonging.", B, None), ("Relation: containment", C, None),
+    ("**unmatched** - different drugs", U, None), ("Exact match\nTerm: x. L: y", E, None),
+    ("The relationship is belonging", None, "no relation word"),
+    ("relationship: belongs to", B, None), ("maybe", None, "no relation word"),
+    ("", None, "empty completion"), ("\n \n", None, "empty completion"),
+    (None, None, "empty completion"), ("L: penicillin", None, "no relation word"),
+]
+
+
+@pytest.mark.parametrize("text,relation,reason", RELATION_ANSWERS)
+def test_parse_relation_golden_and_malformed(text, relation, reason):
+    rel, why = parse_relation(text)
+    assert rel is relation
+    assert (why or "").startswith(reason or "") and (why is None) == (reason is None)
+
+
+# ------------------------------------------------------------------ lexicon reader
+def test_lexicon_reader_synonyms_and_direction_of_chd():
+    lex = Lexicon.from_rrf(LEXICON)
+    assert len(lex.names) == 763
+    assert lex.concepts_of("High blood pressure") == lex.concepts_of("HTN") == {"C9000177"}
+    # C9000176|..|CHD|C9000177: hypertension is a child of cardiovascular disease
+    assert "C9000176" in lex.parents["C9000177"]
+    assert lex.names["C9000176"] == "cardiovascular disease"
+    assert lex.semantic_types["C9000649"] == "Pharmacologic Substance"
+    assert {lex.names[c] for c in lex.ancestors("C9000649", 3)} == {
+        "nonsteroidal anti-inflammatory drug", "analgesic"}
+    assert lex.ancestors("C9000649", 1) == {"C9000648"}
+
+
+def test_lexicon_reader_names_the_bad_line(tmp_path):
+    for name in ("MRSTY.RRF", "MRREL.RRF"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "MRCONSO.RRF").write_text(
+        "C1|ENG|P|L1|PF|S1|Y|A1||M1||X|PT|M1|fever|0|N||\nC2|ENG|P|broken\n")
+    with pytest.raises(ContractError, match=r"MRCONSO.RRF:2: field '<row>'"):
+        Lexicon.from_rrf(tmp_path)
+    with pytest.raises(FileNotFoundError, match="MRCONSO.RRF"):
+        Lexicon.from_rrf(tmp_path / "nowhere")
+
+
+def test_linker_whole_string_span_and_no_link():
+    linker = ConceptLinker(Lexicon.from_rrf(LEXICON))
+    assert linker.link("Paracetamol").how == "exact"
+    span = linker.link("add an ACE inhibitor or ARB")
+    assert span.how == "span" and span.matched == ("ace inhibitor",)
+    assert linker.link("lower the dose to 5 mg").how is None
+
+
+def test_linker_embedding_fallback_with_a_fake_encoder():
+    lex = _tiny_lexicon()
+    vectors = {"alpha": [1, 0], "beta": [0, 1], "both": [0.6, 0.8], "gamma": [0.8, 0.6],
+               "alfa": [0.99, 0.141], "zzz": [-1, 0]}
+
+    def encode(texts):
+        return np.array([vectors[t] for t in texts], dtype=float)
+
+    linker = ConceptLinker(lex, encode, min_similarity=0.9)
+    links = linker.link_many(["alfa", "zzz", "beta"])
+    assert links["alfa"].how == "embedding" and links["alfa"].cuis == {"A"}
+    assert links["zzz"].how is None
+    assert links["beta"].how == "exact"
+
+
+# ------------------------------------------------------------------ baselines
+def test_text_metrics_by_hand():
+    # ROUGE-1: reference "the cat sat", response "the cat ran": 2 of 3 unigrams both ways
+    assert rouge("the cat sat", "the cat ran")["ROUGE-1"] == pytest.approx(2 / 3)
+    assert rouge("the cat sat", "the cat ran")["ROUGE-2"] == pytest.approx(1 / 2)
+    assert bleu4("take ibuprofen with food", "take ibuprofen with food") == pytest.approx(1.0)
+    assert bleu4("", "anything") == 0.0 and rouge("x", "")["ROUGE-L"] == 0.0
+
+    def encode(texts):
+        return np.array([[1.0, 0.0] if "a" in t else [0.0, 1.0] for t in texts])
+
+    df = text_metrics(["a b", "a", ""], ["a c", "b", "a"], encode, " +imap")
+    assert list(df.columns) == ["ROUGE-1 +imap", "ROUGE-2 +imap", "ROUGE-L +imap",
+                                "BLEU-4 +imap", "Embedding +imap"]
+    assert df["Embedding +imap"].tolist() == [1.0, 0.0, 0.0]   # empty reference → 0
+
+
+# ------------------------------------------------------------------ correlations
+def test_rank_correlations_and_table2_layout():
+    rho, tau = rank_correlations([1, 2, 3, 4], [10, 20, 30, 40])
+    assert (rho, tau) == (pytest.approx(1.0), pytest.approx(1.0))
+    rho, tau = rank_correlations([1, 2, 3, 4], [4, 3, 1, 2])    # hand: d² = 9+1+4+4 = 18
+    assert rho == pytest.approx(1 - 6 * 18 / (4 * 15))         # = -0.8
+    assert tau == pytest.approx((1 - 5) / 6)                   # concordant 1, discordant 5
+    assert all(math.isnan(v) for v in rank_correlations([1, 1, 1], [1, 2, 3]))
+    scores = pd.DataFrame({"system": ["a"] * 4 + ["b"] * 4, "m": [1, 2, 3, 4, 1, 1, 1, 1],
+                           "human_acc": [1, 2, 3, 4] * 2, "human_cmp": [4, 3, 2, 1] * 2,
+                           "human_spc": [1, 2, 3, 4] * 2})
+    wide = table2(correlations(scores, ["m"]), ["m"])
+    assert list(wide.columns[:3]) == ["Metric", "a ACC ρ", "a ACC τ"]
+    row = wide.iloc[0]
+    assert (row["a ACC ρ"], row["a CMP ρ"], row["AVE ρ"]) == (100, -100, pytest.approx(33))
+    assert math.isnan(row["b ACC ρ"]) and row["n_undefined"] == 3
+
+
+# ------------------------------------------------------------------ params
+def test_imap_params_are_strict():
+    with pytest.raises(ParamsError, match="unknown key 'imap.max_hop'"):
+        parse_params({"imap": {"max_hop": 2}})
+    with pytest.raises(ParamsError, match="imap.link_min_similarity"):
+        parse_params({"imap": {"link_min_similarity": 1.5}})
+    with pytest.raises(ParamsError, match="umls_dir"):
+        parse_params({"imap": {"umls_sabs": ["MSH"]}})
+
+
+# ------------------------------------------------------------------ pipeline, scripted judge
+def scripted_judge(request) -> str:
+    """A fixed judge: one Query term, Inform lines from drug names found in the answer,
+    relations from a small table. Returns only the continuation after the prefix."""
+    system, user = request.messages[0]["content"], request.messages[-1]["content"]
+    if "medical questions into an imap" in system:
+        return "treatment-?\nConstraint-symptom-pain"
+    if "key facts of a medical answer" in system:
+        answer = user.rsplit("Answer:", 1)[1]
+        drugs = [d for d in ("ibuprofen", "acetaminophen", "amlodipine", "antibiotic",
+                             "analgesic", "ACE inhibitor") if d.lower() in answer.lower()]
+        if not drugs:
+            return "None"     # continues the prefix: "Inform-treatment-None"
+        return "\n".join([drugs[0]] + [f"Inform-treatment-{d}" for d in drugs[1:]])
+    if "You compare two medical facts" in system:
+        label, response = re.findall(r"L: (.*?)\. R: (.*?)\. Relation:$", user)[-1]
+        return {("amlodipine", "ACE inhibitor"): "Relation: containment"}.get(
+            (label, response), "unmatched")
+    raise AssertionError(f"unexpected prompt: {system[:60]}")
+
+
+def _run_pipeline(items, p, client, encode):
+    questions = ev.extract_question_imaps(p, client, items)
+    answers = ev.extract_answer_imaps(p, client, items, questions)
+    imaps = ev.assemble_imaps(p, items, questions, answers)
+    matcher = ev.build_matcher(p, encode)
+    judged = ev.relate_by_judge(p, client, imaps)
+    return questions, answers, imaps, judged, ev.score_items(imaps, matcher, judged, encode)
+
+
+def _fake_encode(texts):
+    return np.array([[len(t) % 7 + 1.0, 1.0] for t in texts]) / 10.0
+
+
+def test_pipeline_with_a_scripted_judge(scripted_client):
+    p = ImapParams(link_min_similarity=None)
+    items = ev.load_scored_qa(p)[:6]          # two questions x three systems
+    client = scripted_client(scripted_judge)
+    questions, answers, imaps, judged, scores = _run_pipeline(items, p, client, _fake_encode)
+    assert len(questions) == 2                  # one call per distinct question
+    assert len(answers) == 2 + 6                # distinct references + every response
+    # one relation request per distinct (term, label value, response value): the client
+    # asks once for a pair that two items share
+    assert len(client.backend.requests) == 2 + 8 + len({k[1:] for k in judged})
+    first = imaps[0]
+    assert [q.term for q in first.question if q.component == "Query"] == ["treatment"]
+    assert first.label == {"treatment": ["amlodipine", "ACE inhibitor"]}
+    assert set(scores.columns) >= set(ev.metric_order())
+    # q-0001: label = response = [amlodipine, ACE inhibitor]; same texts are exact without
+    # a call; the judge calls (amlodipine, ACE inhibitor) containment, the reverse unmatched
+    #   judge: matrix [[E, C], [U, E]] -> 2/2 + 2/2 - λ (1 of 3 related) = 5/3
+    #   ontology: the two drugs are siblings -> [[E, U], [U, E]] -> 2
+    #   +KG: the ontology relates neither cross pair, so the judge's C stays -> 5/3
+    assert {(k[2], k[3]): j.relation for k, j in judged.items() if k[0] == "q-0001"} == {
+        ("amlodipine", "ACE inhibitor"): C, ("ACE inhibitor", "amlodipine"): U}
+    assert scores.loc[0, "imapScore (judge)"] == pytest.approx(5 / 3)
+    assert scores.loc[0, "imapScore (ontology)"] == pytest.approx(2.0)
+    assert scores.loc[0, "imapScore +KG"] == pytest.approx(5 / 3)
+    # raw completions are kept with their parse
+    rec = answers["res:q-0001"].to_record()
+    assert rec["raw"] and rec["prefix"] == "Inform-treatment-" and rec["pairs"]
+    long = correlations(scores, ev.metric_order())
+    assert set(long["system"]) == {"model-a", "model-b", "model-c"}
+    # a second run answers from the cache: no new requests
+    before = len(client.backend.requests)
+    _run_pipeline(items, p, client, _fake_encode)
+    assert len(client.backend.requests) == before
+
+
+def test_ontology_path_needs_no_judge_relation_calls(scripted_client):
+    p = ImapParams(link_min_similarity=None, judge_relations=False)
+    items = ev.load_scored_qa(p)[:3]
+    client = scripted_client(scripted_judge)
+    _, _, _, judged, scores = _run_pipeline(items, p, client, _fake_encode)
+    assert judged is None and len(client.backend.requests) == 1 + 1 + 3
+    assert "imapScore (judge)" not in scores and "imapScore (ontology)" in scores
+
+
+@pytest.mark.shared_data
+def test_pipeline_on_a_few_mts_correlation_study_records(scripted_client):
+    from medpref.data.adapters import shared_data_dir
+
+    if shared_data_dir() is None:
+        pytest.skip("shared data directory absent")
+    p = ImapParams(source="mts_correlation", mts_max_dialogues=2, link_min_similarity=None)
+    items = ev.load_scored_qa(p)
+    assert len(items) == 8 and {i.system for i in items} == {f"system-{k}" for k in range(1, 5)}
+    client = scripted_client(scripted_judge)
+    *_, scores = _run_pipeline(items, p, client, _fake_encode)
+    assert len(scores) == 8 and scores["human_acc"].between(0, 1).all()
+    long = correlations(scores, ev.metric_order())
+    assert len(long) == 4 * len(ev.metric_order()) * 3
+
+
+@pytest.mark.slow
+def test_embedded_judge_extracts_and_the_parse_never_raises(embedded_llm_path, cache):
+    """Two real calls of the 135M judge: raw text kept, parser total (it may find nothing)."""
+    from medpref.llm.hf import HFBackend
+    from medpref.llm.client import LLMClient
+    from medpref.llm.types import GenerationParams
+
+    p = ImapParams(max_new_tokens_question=24, max_new_tokens_answer=24)
+    client = LLMClient("judge", HFBackend(str(embedded_llm_path), batch_size=2),
+                       GenerationParams(), cache=cache)
+    items = ev.load_scored_qa(p)[:1]
+    questions = ev.extract_question_imaps(p, client, items)
+    answers = ev.extract_answer_imaps(p, client, items, questions)
+    for e in [*questions.values(), *answers.values()]:
+        assert e.error is None and e.raw.strip()
+        assert e.prefix in ("Query-",) or e.prefix.startswith("Inform-")
+        assert all(pair.component in ("Query", "Constraint", "Inform") for pair in e.parsed.pairs)

@@ -1,0 +1,176 @@
+"""Stage 06 end to end with scripted models and a toy encoder (fast), plus params checks."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+import pytest
+
+from medpref.llm.client import LLMClient
+from medpref.llm.scripted import ScriptedBackend
+from medpref.llm.types import GenerationParams
+from medpref.medqa import stage as s06
+from medpref.medqa.config import MedQAParams
+from medpref.params import ParamsError, parse_params
+
+
+def toy_encode(texts):
+    """Hashed bag of words, L2-normalised: shared words make vectors similar."""
+    vecs = np.zeros((len(texts), 256), dtype=np.float32)
+    for i, t in enumerate(texts):
+        for w in re.findall(r"[a-z]+", t.lower()):
+            vecs[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % 256] += 1
+    return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-9)
+
+
+def content(req):
+    return "\n".join(m["content"] for m in req.messages)
+
+
+def policy_responder():
+    """Distill: a good call (the gold-bearing history line) on even calls, prose on odd;
+    Read: quote the first evidence line, or admit ignorance when there is none."""
+    n = {"distill": 0}
+
+    def respond(req):
+        text = content(req)
+        if "search query" in text:
+            n["distill"] += 1
+            if n["distill"] % 2:
+                hist = text.split("Conversation: ")[-1].split(" Question:")[0]
+                return f'search_engine(query="{hist.splitlines()[0][:120].replace(chr(34), "")}")'
+            return "The correct answer is no."
+        if "Evidence from the medicine database:" in text:
+            return "Based on the evidence: " + text.split("[1] ")[1].split("\n")[0][:60]
+        return "I am not sure."
+
+    return respond
+
+
+def fair_judge(req):
+    text = content(req)
+    a1 = text.split("Answer 1: ")[1].split("\n")[0]
+    a2 = text.split("Answer 2: ")[1].split("\n")[0]
+    good1, good2 = a1.startswith("Based on"), a2.startswith("Based on")
+    return "tie" if good1 == good2 else "1" if good1 else "2"
+
+
+def client(role, responder):
+    return LLMClient(role, ScriptedBackend(responder), GenerationParams())
+
+
+@pytest.fixture()
+def params(tmp_path):
+    return MedQAParams(n_distill_items=8, n_read_items=4, elo_shuffles=50, bootstrap=50,
+                       output_dir=str(tmp_path / "data"), reports=str(tmp_path / "reports"),
+                       embeddings_cache=str(tmp_path / "emb.npz"))
+
+
+def test_stage_end_to_end_with_scripted_models(params):
+    p = params
+    tree, items = s06.load_inputs(p)
+    assert len(items) == 8
+    item_vecs = toy_encode([it.text for it in tree.items])
+    clients = {"policy": client("policy", policy_responder()), "judge": client("judge", fair_judge)}
+
+    distilled = s06.run_distill(p, clients, items)
+    rows = distilled["policy"]
+    assert [r.well_formed for r in rows] == [True, False] * 4
+    assert all(r.fallback == "last_question" and r.query_used == it.question
+               for r, it in zip(rows, items) if not r.well_formed)
+    summary = s06.distill_summary(distilled)
+    assert summary.loc[0, "ins_follow_rate"] == 0.5 and summary.loc[0, "fallbacks"] == 4
+    assert s06.malformed_reasons(distilled)["count"].sum() == 4
+
+    sources = s06.query_sources(p, items, distilled)
+    assert set(sources) == {"history", "last_question", "distilled:policy"}
+    results = s06.retrieve_all(sources, items, toy_encode, item_vecs, tree, keep=10)
+    table3 = s06.retrieval_table(results, items, tree, p.hr_ks, {"policy": "scripted"})
+    assert list(table3["query"]) == ["random ranking (chance)", "History", "Last question",
+                                     "Distilled (policy)"]
+    assert table3.loc[0, "doc_HR@50"] == pytest.approx(50 / 52)
+    for col in table3.columns[3:]:            # HR@k never decreases with k
+        assert table3[col].between(0, 1).all()
+    hr = table3.filter(like="doc_HR@").to_numpy()
+    assert (np.diff(hr, axis=1) >= 0).all()
+
+    subset = s06.read_subset(items, p.n_read_items, seed=13)
+    answers = s06.run_read(p, clients, tree, subset, results)
+    assert len(answers) == 3 * 4
+    closed = [a for a in answers if a.config == "closed_book"]
+    assert all(a.text == "I am not sure." and a.evidence_keys == [] for a in closed)
+    assert all(len(a.evidence_keys) == p.read_top_k for a in answers if a.config != "closed_book")
+
+    battles = s06.run_battles(p, clients["judge"], subset, answers)
+    assert len(battles.judged.raw) == 4 * 3 * 2 and not battles.judged.unparsable
+    assert s06.order_agreement(battles.judged.judgements) == 1.0   # this judge is fair
+    ratings = s06.ratings_for(battles.judged.judgements, p, 13, "stage")
+    assert ratings.iloc[-1]["model"] == "closed_book"
+    top = ratings.set_index("model")
+    assert top.loc["distilled", "bt"] == pytest.approx(top.loc["last_question", "bt"])
+
+    table2 = s06.models_table(p, distilled, results, ratings, {"policy": "scripted"})
+    assert list(table2["model"]) == ["distilled", "last_question", "closed_book"]
+    assert table2.loc[0, "ins_follow_rate"] == 0.5
+    assert np.isnan(table2.loc[2, "doc_HR@1"]) and table2.loc[2, "elo_rank"] == 3
+
+
+def test_position_biased_judge_rates_everyone_equal(params):
+    """A judge that always picks the first answer splits every battle: all ties."""
+    p = params
+    tree, items = s06.load_inputs(p)
+    clients = {"policy": client("policy", policy_responder()),
+               "judge": client("judge", lambda req: "1")}
+    distilled = s06.run_distill(p, clients, items)
+    results = s06.retrieve_all(s06.query_sources(p, items, distilled), items, toy_encode,
+                               toy_encode([it.text for it in tree.items]), tree, keep=10)
+    subset = s06.read_subset(items, 3, seed=1)
+    answers = s06.run_read(p, clients, tree, subset, results)
+    battles = s06.run_battles(p, clients["judge"], subset, answers)
+    assert s06.order_agreement(battles.judged.judgements) == 0.0
+    ratings = s06.ratings_for(battles.judged.judgements, p, 1, "stage")
+    assert ratings["elo"].tolist() == [1000.0] * 3 and ratings["ties"].tolist() == [6] * 3
+    assert ratings["elo_rank"].tolist() == [1, 1, 1]          # equal ratings share a rank
+    assert (ratings["elo_low"] == ratings["elo_high"]).all()
+
+
+def test_unparsable_verdicts_are_recorded_not_rated(params):
+    p = params
+    tree, items = s06.load_inputs(p)
+    clients = {"policy": client("policy", policy_responder()),
+               "judge": client("judge", lambda req: "Both answers are fine.")}
+    subset = s06.read_subset(items, 2, seed=1)
+    distilled = s06.run_distill(p, clients, items)
+    results = s06.retrieve_all(s06.query_sources(p, items, distilled), items, toy_encode,
+                               toy_encode([it.text for it in tree.items]), tree, keep=10)
+    battles = s06.run_battles(p, clients["judge"], subset, s06.run_read(p, clients, tree,
+                                                                        subset, results))
+    assert not battles.judged.judgements and len(battles.judged.unparsable) == 12
+    assert s06.ratings_for([], p, 1, "stage").empty
+
+
+def test_params_are_strict():
+    with pytest.raises(ParamsError, match=r"unknown key 'medqa.elo_kk' \(did you mean 'elo_k'"):
+        parse_params({"medqa": {"elo_kk": 16}})
+    with pytest.raises(ParamsError, match="models"):
+        parse_params({"medqa": {"models": [{"name": "a", "role": "policy"}]}})
+    with pytest.raises(ParamsError, match="retrieval"):
+        parse_params({"medqa": {"models": [{"name": "a", "retrieval": "bm25"},
+                                           {"name": "b"}]}})
+    with pytest.raises(ParamsError, match="hr_ks"):
+        parse_params({"medqa": {"hr_ks": [0, 5]}})
+    assert parse_params({"medqa": {}}).medqa == MedQAParams()
+
+
+def test_stored_verdicts_are_read_with_their_contract(tmp_path, params):
+    bad = tmp_path / "v.jsonl"
+    bad.write_text('{"id": "b1", "item": "m1", "model_a": "x", "model_b": "y", "winner": "x"}\n')
+    p = params.model_copy(update={"stored_verdicts": str(bad)})
+    with pytest.raises(Exception, match=r"v.jsonl:1: field 'winner'"):
+        s06.stored_judgements(p)
+    bad.write_text('{"id": "b1", "item": "m1", "model_a": "x", "model_b": "y", '
+                   '"winner": "model_a", "judge": "human"}\n')
+    table = s06.ratings_for(s06.stored_judgements(p), p, 1, "stored")
+    assert table.loc[0, "model"] == "x" and table.loc[0, "verdicts"] == "stored"

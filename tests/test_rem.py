@@ -1,0 +1,336 @@
+"""Stage 03 (rules and REM): rules file, task format, parsing, scorers, metrics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from medpref import REPO_ROOT
+from medpref.contracts import RemAnnotation, Turn, read_jsonl
+from medpref.llm.client import LLMClient
+from medpref.llm.scripted import ScriptedBackend
+from medpref.llm.types import GenerationParams
+from medpref.params import parse_params
+from medpref.prompts import load_prompt
+from medpref.rem.compliance import cut_at_final_doctor_turn, rule_compliance
+from medpref.rem.evaluation import confusion, match_metrics, to_label
+from medpref.rem.scorers import build_scorer, judgement_from_samples
+from medpref.rem.task import (build_messages, format_answer, parse_judgement, rule_text,
+                              select_examples)
+from medpref.rules import RulesError, load_rules
+from medpref.rules.flowchart import parse_rules
+
+RULES = REPO_ROOT / "configs" / "rules" / "plpf_flowchart.yaml"
+ICL = REPO_ROOT / "data" / "embedded" / "rem" / "icl_examples.jsonl"
+ANNOTATIONS = REPO_ROOT / "data" / "embedded" / "rem" / "annotations.jsonl"
+
+
+@pytest.fixture(scope="module")
+def flowchart():
+    return load_rules(RULES)
+
+
+@pytest.fixture(scope="module")
+def icl():
+    return read_jsonl(ICL, RemAnnotation)
+
+
+def _rules_data():
+    return yaml.safe_load(RULES.read_text(encoding="utf-8"))
+
+
+STATE = [Turn(role="patient", text="I have had a cough for a week."),
+         Turn(role="doctor", text="Any fever or shortness of breath?")]
+
+
+# -- the rules file -------------------------------------------------------------------------
+def test_rules_file_is_the_plpf_flowchart(flowchart):
+    assert flowchart.ids == ["A", "B", "C", "D", "E", "F"]
+    assert [g.id for g in flowchart.goals] == ["A", "B", "C"]
+    assert flowchart["B"].predecessors == ("A",) and flowchart["C"].predecessors == ("B",)
+    assert flowchart.constrained_goals("D") == ["B", "C"]
+    assert flowchart.constrained_goals("E") == ["A", "B", "C"]
+    assert flowchart.constrained_goals("F") == ["A", "B", "C"]
+    assert any("AI" in h or "AI" in flowchart["E"].text for h in flowchart["E"].hints)
+    for rule in flowchart:
+        assert set(rule.criteria) == {0, 1, 2}
+    for cid in ("D", "F"):  # our own choices: the file says why
+        assert flowchart[cid].rationale
+
+
+def test_rules_cycle_is_an_error_naming_the_rules():
+    data = _rules_data()
+    data[0]["predecessors"] = ["C"]  # A ≺ ... ≺ C ≺ A
+    with pytest.raises(RulesError, match=r"cycle: .*A.*C|cycle: .*C.*A") as err:
+        parse_rules(data, "edited.yaml")
+    assert "edited.yaml" in str(err.value)
+
+
+def test_rules_unknown_id_is_an_error_naming_it():
+    data = _rules_data()
+    data[1]["constrained_by"] = ["D", "Z"]
+    with pytest.raises(RulesError, match=r"rule 'B': refers to unknown rule 'Z'"):
+        parse_rules(data, "edited.yaml")
+
+
+def test_rules_missing_score_level_is_an_error_naming_the_rule():
+    data = _rules_data()
+    del data[2]["criteria"][1]
+    with pytest.raises(RulesError, match=r"rule 'C': field 'criteria'"):
+        parse_rules(data)
+
+
+# -- task format ----------------------------------------------------------------------------
+def test_rule_text_full_has_criteria_short_does_not(flowchart):
+    full, short = rule_text(flowchart["A"], "full"), rule_text(flowchart["A"], "short")
+    assert full.startswith("Rule A (Validation):") and short.startswith("Rule A (Validation):")
+    assert "- 2:" in full and "- 0:" in full and "- 2:" not in short
+
+
+def test_select_examples_covers_every_score_first(icl):
+    for rule in "ABCDEF":
+        three = select_examples(icl, rule, 3)
+        assert sorted(e.score for e in three) == [0, 1, 2]
+        assert len(select_examples(icl, rule, 5)) == 5
+    assert select_examples(icl, "A", 0) == []
+
+
+def test_messages_put_examples_as_earlier_turns(flowchart, icl):
+    shots = select_examples(icl, "B", 2)
+    msgs = build_messages(load_prompt("rem_judge"), flowchart["B"], STATE, shots)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant",
+                                         "user"]
+    assert "Rule B (Diagnosis)" in msgs[0]["content"]
+    assert msgs[2]["content"].endswith(f"Score: {shots[0].score}")
+    assert "Doctor: Any fever or shortness of breath?" in msgs[-1]["content"]
+
+
+def test_format_answer_both_orders():
+    assert format_answer("Asks  about\nfever.", 2) == "Comment: Asks about fever.\nScore: 2"
+    assert format_answer("ok", 0, "score_first") == "Score: 0\nComment: ok"
+
+
+# -- parsing golden answers -----------------------------------------------------------------
+@pytest.mark.parametrize("raw, comment, score", [
+    ("Comment: The doctor asks about fever.\nScore: 2", "The doctor asks about fever.", 2),
+    ("Score: 0\nComment: No diagnosis yet.", "No diagnosis yet.", 0),
+    ("comment: partial. score: 1", "partial.", 1),
+    ("Comment: fine\nScore: **2**", "fine", 2),
+    ("Comment: fine\nScore: 1/2", "fine", 1),
+    ("Comment: ok\nScore: 2\nConsultation:\nPatient: hi\nScore: 0", "ok", 2),  # first counts
+    ("The doctor gathers history. Score = 2", "The doctor gathers history.", 2),
+    ("1", "", 1),
+    ("Comment: clear.\nScore: 2.0", "clear.", 2),
+    ("Comment: Answer this:\nScores: 2 = fully follows it",  # echoed instructions
+     "Answer this: Scores: 2 = fully follows it", None),
+])
+def test_parse_golden(raw, comment, score):
+    parsed = parse_judgement(raw)
+    assert (parsed.comment, parsed.score) == (comment, score)
+
+
+@pytest.mark.parametrize("raw", [
+    "Comment: The doctor did well.",           # no score at all
+    "Comment: good\nScore: 3",                 # out of range
+    "Comment: good\nScore: 1.5",               # not a level
+    "Comment: good\nScore: 4/5",               # another scale
+    "I am sorry, I cannot evaluate medical conversations.",
+    "",
+])
+def test_parse_unparsable_is_none_not_zero(raw):
+    assert parse_judgement(raw).score is None
+
+
+def test_samples_average_ignores_unparsable_and_counts_it():
+    j = judgement_from_samples("A", ["Comment: a\nScore: 2", "Comment: b", None,
+                                     "Comment: c\nScore: 1"])
+    assert j.score == pytest.approx(1.5)
+    assert j.samples == [2.0, None, None, 1.0]
+    assert j.unparsable == 2
+    none = judgement_from_samples("A", ["no idea", "Score: 9"])
+    assert none.score is None and none.unparsable == 2
+
+
+# -- scorers over scripted backends ---------------------------------------------------------
+def _client(responder, option_responder=None):
+    backend = ScriptedBackend(responder, option_responder=option_responder)
+    return LLMClient("rem", backend, GenerationParams(max_new_tokens=32)), backend
+
+
+def test_sampled_scorer_averages_k_seeded_samples(flowchart, icl):
+    def responder(req):  # the answer depends on the seed: 2, 1, unparsable, 2, ...
+        return {0: " ok\nScore: 2", 1: " meh\nScore: 1", 2: " ???"}[req.params.seed % 3]
+
+    client, backend = _client(responder)
+    scorer = build_scorer("sampled", client, flowchart, icl, k=3, seed=0, n_examples=3)
+    out = scorer.score_states([STATE, STATE[:1] + [STATE[1]]], [flowchart["A"], flowchart["E"]])
+    assert len(out) == 2 and set(out[0]) == {"A", "E"}
+    j = out[0]["A"]
+    assert j.score == pytest.approx(1.5) and j.unparsable == 1 and len(j.comments) == 3
+    assert j.comments[0].startswith("Comment: ok")
+    seeds = sorted({r.params.seed for r in backend.requests})
+    assert seeds == [0, 1, 2] and all(r.params.temperature == 0.7 for r in backend.requests)
+    assert all(r.prefix == "Comment:" for r in backend.requests)
+
+
+def test_expected_score_equals_hand_computed_sum(flowchart, icl):
+    probs = {"0": 0.2, "1": 0.3, "2": 0.5}  # Σ k·p(k) = 0·0.2 + 1·0.3 + 2·0.5 = 1.3
+    seen = []
+
+    def options(prompt, opts, prefix):
+        seen.append((tuple(opts), prefix, prompt[-2]["content"]))
+        return dict(probs)
+
+    client, backend = _client(lambda r: "unused", options)
+    scorer = build_scorer("expected", client, flowchart, icl, k=5, seed=0, n_examples=3)
+    j = scorer.score_states([STATE], [flowchart["C"]])[0]["C"]
+    assert j.score == pytest.approx(1.3)
+    assert j.probs == probs and j.unparsable == 0
+    assert seen[0][0] == ("0", "1", "2") and seen[0][1] == "Score: "
+    assert seen[0][2].startswith("Score: ")  # in-context answers are score-first here
+    assert backend.requests == []          # one pass, no generation
+
+
+def test_expected_with_comment_scores_after_the_greedy_comment(flowchart, icl):
+    prefixes = []
+
+    def options(prompt, opts, prefix):
+        prefixes.append(prefix)
+        return {"0": 0.0, "1": 1.0, "2": 0.0}
+
+    client, backend = _client(lambda r: " The doctor asks about fever.\nScore: 2", options)
+    scorer = build_scorer("expected", client, flowchart, icl, k=1, seed=0, comment=True)
+    j = scorer.score_states([STATE], [flowchart["A"]])[0]["A"]
+    assert prefixes == ["Comment: The doctor asks about fever.\nScore: "]  # cut at Score:
+    assert j.score == pytest.approx(1.0) and backend.requests[0].params.temperature == 0.0
+
+
+def test_finetuned_scorer_is_zero_shot_with_short_rule(flowchart, icl):
+    prompts = []
+
+    def options(prompt, opts, prefix):
+        prompts.append(prompt)
+        return {"0": 1.0, "1": 0.0, "2": 0.0}
+
+    client, _ = _client(lambda r: " nothing asked", options)
+    scorer = build_scorer("finetuned", client, flowchart, icl, k=1, seed=0)
+    assert scorer.name == "finetuned"
+    j = scorer.score_states([STATE], [flowchart["D"]])[0]["D"]
+    assert j.score == 0.0
+    assert [m["role"] for m in prompts[0]] == ["system", "user"]
+    assert "Scoring criteria" not in prompts[0][0]["content"]
+
+
+def test_unknown_mode_and_foreign_examples_are_errors(flowchart, icl):
+    client, _ = _client(lambda r: "")
+    with pytest.raises(ValueError, match="unknown REM scorer mode 'greedy'"):
+        build_scorer("greedy", client, flowchart, icl)
+    bad = [icl[0].model_copy(update={"rule": "Q"})]
+    with pytest.raises(ValueError, match=r"\['Q'\]"):
+        build_scorer("sampled", client, flowchart, bad)
+
+
+# -- metrics ----------------------------------------------------------------------------------
+def test_to_label_rounds_half_up():
+    assert [to_label(x) for x in (0.0, 0.49, 0.5, 1.49, 1.5, 2.0, None)] == [0, 0, 1, 1, 2, 2,
+                                                                             None]
+
+
+def test_exact_and_fuzzy_match_hand_computed():
+    golds = [2, 2, 0, 1, 1, 0]
+    preds = [2.0, 0.2, 1.6, 1.0, None, 0.4]
+    # labels:  2, 0, 2, 1, none, 0 → exact 3/6; fuzzy errors: 2→0, 0→2, none → 3/6
+    m = match_metrics(golds, preds)
+    assert m["exact"] == pytest.approx(3 / 6) and m["fuzzy"] == pytest.approx(3 / 6)
+    assert m["coverage"] == pytest.approx(5 / 6)
+    assert m["mae"] == pytest.approx((0 + 1.8 + 1.6 + 0 + 0.4) / 5)
+    table = confusion(golds, preds)
+    assert table.loc[2, 0] == 1 and table.loc[0, 2] == 1 and table.loc[1, "none"] == 1
+    assert int(table.values.sum()) == 6
+    assert math.isnan(match_metrics([], [])["exact"])
+
+
+# -- compliance -------------------------------------------------------------------------------
+def test_cut_at_final_doctor_turn():
+    turns = STATE + [Turn(role="patient", text="No fever.")]
+    assert cut_at_final_doctor_turn(turns) == STATE
+    with pytest.raises(ValueError):
+        cut_at_final_doctor_turn(STATE[:1])
+
+
+def test_rule_compliance_is_the_per_rule_mean(flowchart, icl):
+    by_rule = {"A": {"0": 0, "1": 0, "2": 1.0}, "B": {"0": 1.0, "1": 0, "2": 0}}
+
+    def options(prompt, opts, prefix):
+        rule = prompt[0]["content"].split("Rule ")[1][0]
+        return dict(by_rule.get(rule, {"0": 0, "1": 1.0, "2": 0}))
+
+    client, _ = _client(lambda r: "", options)
+    scorer = build_scorer("expected", client, flowchart, icl, n_examples=1)
+    table = rule_compliance([STATE, STATE], scorer, flowchart.rules)
+    assert list(table["rule"]) == list("ABCDEF")
+    assert list(table["mean"]) == [2.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    assert list(table["n"]) == [2] * 6 and list(table["unusable"]) == [0] * 6
+
+
+# -- params and data --------------------------------------------------------------------------
+def test_rem_params_reject_unknown_keys_and_bad_values():
+    from medpref.params import ParamsError
+
+    with pytest.raises(ParamsError, match="unknown key 'rem.kk'"):
+        parse_params({"rem": {"kk": 3}})
+    with pytest.raises(ParamsError, match="'rem.train.lora_r'"):
+        parse_params({"rem": {"train": {"lora_r": 0}}})
+    assert parse_params({"rem": {}}).rem.scorers == ["sampled", "expected", "finetuned"]
+
+
+def test_embedded_annotations_cover_every_rule_and_split(flowchart):
+    anns = read_jsonl(ANNOTATIONS, RemAnnotation)
+    for rule in flowchart.ids:
+        rows = [a for a in anns if a.rule == rule]
+        assert len(rows) >= 30
+        assert {a.split for a in rows} == {"train", "test"}
+        assert all(a.history[-1].role == "doctor" for a in rows)
+
+
+# -- stage pieces -----------------------------------------------------------------------------
+def test_flowchart_layout_and_figure(flowchart, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from medpref.rem.figures import draw_flowchart, flowchart_layout, goal_order
+    from medpref.reports import save_figure
+
+    assert goal_order(flowchart) == ["A", "B", "C"]
+    pos = flowchart_layout(flowchart)
+    assert [pos[g][1] for g in "ABC"] == [1.0] * 3 and [pos[c][1] for c in "DEF"] == [0.0] * 3
+    assert pos["A"][0] < pos["B"][0] < pos["C"][0]
+    path = save_figure(draw_flowchart(flowchart), tmp_path / "flowchart.png")
+    assert path.stat().st_size > 10_000
+
+
+def test_stage_eval_subset_and_sft_examples():
+    from medpref.rem.build_rem import load_inputs, sft_examples
+    from medpref.rem.config import RemParams
+
+    inputs = load_inputs(RemParams())
+    subset = inputs.split("test", per_rule=3)
+    assert len(subset) == 18 and all(getattr(a, "split") == "test" for a in subset)
+    for rule in "ABCDEF":
+        assert sorted(a.score for a in subset if a.rule == rule) == [0, 1, 2]
+    assert len(inputs.split("train")) + len(inputs.split("test")) == 252
+    ex = sft_examples(subset[:1], inputs.flowchart, "rem_judge", "short")[0]
+    assert [m["role"] for m in ex.messages] == ["system", "user"]
+    assert ex.answer == f"Comment: {' '.join(subset[0].comment.split())}\nScore: {subset[0].score}"
+
+
+def test_annotation_with_unknown_rule_is_an_error_naming_it(tmp_path):
+    from medpref.rem.build_rem import load_inputs
+    from medpref.rem.config import RemParams
+
+    bad = tmp_path / "ann.jsonl"
+    bad.write_text('{"id": "r-9", "rule": "Z", "history": [], "score": 1, "comment": "x"}\n')
+    with pytest.raises(ValueError, match=r"record 'r-9': unknown rule 'Z'"):
+        load_inputs(RemParams(annotations=str(bad)))

@@ -1,0 +1,119 @@
+"""LoRA SFT (src/medpref/training): answer-only loss mask, step planning, a tiny real run."""
+
+from __future__ import annotations
+
+import pytest
+
+from medpref import REPO_ROOT
+from medpref.training.hardware import HardwareProfile, load_hardware
+from medpref.training.sft import (IGNORE_INDEX, AnswerOnlyCollator, LoraSettings, SFTExample,
+                                  SFTSettings, encode_examples, planned_steps, train_lora)
+
+TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
+EXAMPLE = SFTExample([{"role": "system", "content": "Judge the rule."},
+                      {"role": "user", "content": "Doctor: Any fever?"}],
+                     "Comment: asks about fever.\nScore: 2")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(TOKENIZER)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory, tokenizer):
+    """A randomly initialised 2-layer llama with the embedded tokenizer (seconds to train)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=256, pad_token_id=tokenizer.pad_token_id)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_loss_mask_covers_only_the_answer(tokenizer):
+    data, dropped = encode_examples(tokenizer, [EXAMPLE], max_length=512)
+    assert dropped == 0
+    batch = AnswerOnlyCollator(tokenizer)(data)
+    ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
+    learned = [t for t, lab in zip(ids, labels) if lab != IGNORE_INDEX]
+    assert tokenizer.decode(learned) == EXAMPLE.answer + "<|im_end|>\n"
+    prompt_ids = tokenizer(tokenizer.apply_chat_template(
+        EXAMPLE.messages, tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False)["input_ids"]
+    assert labels[:len(prompt_ids)] == [IGNORE_INDEX] * len(prompt_ids)
+    assert labels[len(prompt_ids):] == ids[len(prompt_ids):]
+
+
+def test_padding_is_masked_and_attention_off(tokenizer):
+    short = SFTExample(EXAMPLE.messages, "Score: 1")
+    data, _ = encode_examples(tokenizer, [EXAMPLE, short], max_length=512)
+    batch = AnswerOnlyCollator(tokenizer)(data)
+    n_short = len(data[1]["input_ids"])
+    assert batch["attention_mask"][1].tolist()[n_short:] == [0] * (batch["input_ids"].shape[1]
+                                                                   - n_short)
+    assert set(batch["labels"][1].tolist()[n_short:]) == {IGNORE_INDEX}
+    learned = [t for t, lab in zip(batch["input_ids"][1].tolist(), batch["labels"][1].tolist())
+               if lab != IGNORE_INDEX]
+    assert tokenizer.decode(learned) == "Score: 1<|im_end|>\n"
+
+
+def test_sequence_without_marker_is_an_error(tokenizer):
+    ids = tokenizer("no chat template here", add_special_tokens=False)["input_ids"]
+    with pytest.raises(ValueError, match="marker"):
+        AnswerOnlyCollator(tokenizer)([{"input_ids": ids}])
+
+
+def test_too_long_examples_are_dropped_not_truncated(tokenizer):
+    data, dropped = encode_examples(tokenizer, [EXAMPLE, SFTExample(EXAMPLE.messages,
+                                                                    "word " * 400)], 128)
+    assert (len(data), dropped) == (1, 1)
+
+
+def test_planned_steps_hand_computed():
+    hw = HardwareProfile(per_device_batch_size=4, grad_accumulation=2, max_steps=40)
+    # 186 examples / 8 per step = 23.25 → 24 steps an epoch
+    assert planned_steps(186, hw, SFTSettings(epochs=1)) == 24
+    assert planned_steps(186, hw, SFTSettings(epochs=2)) == 40      # capped by the profile
+    assert planned_steps(186, hw, SFTSettings(epochs=2, max_steps=45)) == 45  # explicit wins
+    assert planned_steps(186, hw.model_copy(update={"max_steps": None}),
+                         SFTSettings(epochs=2)) == 48
+
+
+def test_hardware_profiles_validate(tmp_path):
+    cpu, gpu = load_hardware("cpu"), load_hardware("gpu")
+    assert cpu.bf16 is False and cpu.gradient_checkpointing is False and cpu.device == "cpu"
+    assert gpu.bf16 is True and gpu.device == "cuda"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("device: cpu\nbatch: 4\n")
+    with pytest.raises(ValueError, match="'batch'"):
+        load_hardware(str(bad))
+    with pytest.raises(FileNotFoundError, match="known"):
+        load_hardware("tpu")
+
+
+@pytest.mark.slow
+def test_a_few_lora_steps_change_the_adapter(tiny_model_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    hw = HardwareProfile(device="cpu", per_device_batch_size=2, grad_accumulation=1,
+                         num_threads=1)
+    out = tmp_path / "adapter"
+    result = train_lora(tiny_model_dir, [EXAMPLE] * 4, out, hw,
+                        SFTSettings(max_steps=3, learning_rate=1e-2, max_length=256,
+                                    logging_steps=1),
+                        LoraSettings(r=4, alpha=8, dropout=0.0))
+    assert result.steps == 3 and result.n_train == 4 and len(result.losses) == 3
+    weights = load_file(out / "adapter_model.safetensors")
+    lora_b = {k: v for k, v in weights.items() if "lora_B" in k}
+    assert lora_b, "no LoRA B matrices saved"
+    # PEFT starts every B at zero: any non-zero B means the optimizer moved the adapter
+    assert all(float(v.abs().sum()) > 0 for v in lora_b.values())
+    assert (out / "adapter_config.json").exists()
