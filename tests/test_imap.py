@@ -17,7 +17,8 @@ from medpref.imap import evaluate as ev
 from medpref.imap.config import ImapParams
 from medpref.imap.correlation import correlations, rank_correlations, table2
 from medpref.imap.ontology import ConceptLinker, Lexicon, OntologyMatcher
-from medpref.imap.relations import combine, parse_relation, relation_word
+from medpref.imap.relations import (RELATION_OPTIONS, combine, parse_relation,
+                                    relation_from_options, relation_word)
 from medpref.imap.score import Relation, best_relation, imap_score, score_term
 from medpref.imap.structure import (ANSWER_COMPONENTS, QUESTION_COMPONENTS, ImapPair,
                                     parse_imap, values_by_term)
@@ -227,6 +228,16 @@ def test_parse_relation_golden_and_malformed(text, relation, reason):
     assert (why or "").startswith(reason or "") and (why is None) == (reason is None)
 
 
+def test_relation_from_options_takes_the_most_probable_then_the_priority():
+    probs = {" exact": 0.1, " belonging": 0.2, " containment": 0.6, " unmatched": 0.1}
+    assert relation_from_options(probs) is C
+    tie = {" exact": 0.1, " belonging": 0.4, " containment": 0.4, " unmatched": 0.1}
+    assert relation_from_options(tie) is B
+    with pytest.raises(ValueError, match="expected probabilities"):
+        relation_from_options({" exact": 1.0})
+    assert list(RELATION_OPTIONS.values()) == [E, B, C, U]
+
+
 # ------------------------------------------------------------------ lexicon reader
 def test_lexicon_reader_synonyms_and_direction_of_chd():
     lex = Lexicon.from_rrf(LEXICON)
@@ -355,7 +366,7 @@ def _fake_encode(texts):
 
 
 def test_pipeline_with_a_scripted_judge(scripted_client):
-    p = ImapParams(link_min_similarity=None)
+    p = ImapParams(link_min_similarity=None, relation_mode="generate")
     items = ev.load_scored_qa(p)[:6]          # two questions x three systems
     client = scripted_client(scripted_judge)
     questions, answers, imaps, judged, scores = _run_pipeline(items, p, client, _fake_encode)
@@ -389,6 +400,28 @@ def test_pipeline_with_a_scripted_judge(scripted_client):
     assert len(client.backend.requests) == before
 
 
+def test_options_mode_reads_the_judges_next_word_probabilities(cache):
+    from medpref.llm.client import LLMClient
+    from medpref.llm.ledger import Ledger
+    from medpref.llm.scripted import ScriptedBackend
+    from medpref.llm.types import GenerationParams
+
+    def options(messages, opts, prefix):
+        assert prefix == "Relation:" and list(opts) == list(RELATION_OPTIONS)
+        user = messages[-1]["content"]
+        pick = " containment" if "L: amlodipine. R: ACE inhibitor." in user else " unmatched"
+        return {o: (0.7 if o == pick else 0.1) for o in opts}
+
+    backend = ScriptedBackend(scripted_judge, option_responder=options)
+    client = LLMClient("judge", backend, GenerationParams(), cache=cache, ledger=Ledger("t"))
+    p = ImapParams(link_min_similarity=None)              # relation_mode: options
+    items = ev.load_scored_qa(p)[:1]
+    *_, judged, scores = _run_pipeline(items, p, client, _fake_encode)
+    rec = judged[("q-0001", "treatment", "amlodipine", "ACE inhibitor")].to_record()
+    assert rec["relation"] == "containment" and rec["probs"][" containment"] == 0.7
+    assert scores.loc[0, "imapScore (judge)"] == pytest.approx(5 / 3)
+
+
 def test_ontology_path_needs_no_judge_relation_calls(scripted_client):
     p = ImapParams(link_min_similarity=None, judge_relations=False)
     items = ev.load_scored_qa(p)[:3]
@@ -404,7 +437,8 @@ def test_pipeline_on_a_few_mts_correlation_study_records(scripted_client):
 
     if shared_data_dir() is None:
         pytest.skip("shared data directory absent")
-    p = ImapParams(source="mts_correlation", mts_max_dialogues=2, link_min_similarity=None)
+    p = ImapParams(source="mts_correlation", mts_max_dialogues=2, link_min_similarity=None,
+                   relation_mode="generate")
     items = ev.load_scored_qa(p)
     assert len(items) == 8 and {i.system for i in items} == {f"system-{k}" for k in range(1, 5)}
     client = scripted_client(scripted_judge)

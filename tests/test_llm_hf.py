@@ -51,4 +51,4 @@ def test_option_scores_are_a_distribution(backend):
 
 def test_options_sharing_a_first_token_are_refused(backend):
     with pytest.raises(ValueError, match="share their first token"):
-        backend.option_token_ids("Answer: ", ["yes", "yes please"])
+        backend.option_token_ids("Answer:", [" yes", " yes please"])

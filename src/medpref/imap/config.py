@@ -22,6 +22,8 @@ class ImapParams(StrictModel):
     role: str = "judge"
     #: False: no judge relation calls; only the ontology path (imap extraction still runs).
     judge_relations: bool = True
+    #: options: p(word) of the next token (hf backend); generate: a parsed completion.
+    relation_mode: Literal["options", "generate"] = "options"
     question_prompt: str = "imap_question"
     answer_prompt: str = "imap_answer"
     relation_prompt: str = "imap_relation"

@@ -29,7 +29,8 @@ from medpref.contracts import ScoredQA, read_jsonl
 from medpref.imap.config import ImapParams
 from medpref.imap.ontology import (ConceptLinker, Lexicon, OntologyMatcher, count_links,
                                    normalise)
-from medpref.imap.relations import combine, parse_relation
+from medpref.imap.relations import (OPTION_PREFIX, RELATION_OPTIONS, combine,
+                                    parse_relation, relation_from_options)
 from medpref.imap.score import Relation, imap_score
 from medpref.imap.structure import (ANSWER_COMPONENTS, QUESTION_COMPONENTS, ImapPair,
                                     ParsedImap, format_imap, imap_text, parse_imap,
@@ -183,6 +184,7 @@ class ItemImaps:
 
 def assemble_imaps(p: ImapParams, items: Sequence[ScoredQA], questions: dict[str, Extraction],
                    answers: dict[str, Extraction]) -> list[ItemImaps]:
+    """Each item's question imap and its label/response Inform values by term."""
     out = []
     for item in items:
         label = answers["ref:" + text_key(item.question, item.reference)].parsed.pairs
@@ -225,21 +227,23 @@ PairKey = tuple[str, str, str, str]   # (item id, term, label value, response va
 
 @dataclass
 class RelationJudgement:
-    """The judge's one-word answer for one label-response value pair, raw and parsed."""
+    """The judge's answer for one label-response value pair: raw (text or option
+    probabilities) and parsed."""
 
     item_id: str
     term: str
     label_value: str
     response_value: str
-    raw: str
+    raw: str | None
+    probs: dict[str, float] | None
     error: str | None
     relation: Relation | None
     reason: str | None
 
     def to_record(self) -> dict:
         return {"item_id": self.item_id, "term": self.term, "label_value": self.label_value,
-                "response_value": self.response_value, "raw": self.raw, "error": self.error,
-                "relation": self.relation.value if self.relation else None,
+                "response_value": self.response_value, "raw": self.raw, "probs": self.probs,
+                "error": self.error, "relation": self.relation.value if self.relation else None,
                 "reason": self.reason}
 
 
@@ -251,19 +255,24 @@ def relation_pairs(imaps: Sequence[ItemImaps]) -> list[PairKey]:
 
 def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps]
                     ) -> dict[PairKey, RelationJudgement] | None:
-    """One judge call per value pair, all in one batch; None when ``judge_relations`` is
+    """One judgement per value pair, all in one batch; None when ``judge_relations`` is
     off (the ontology path needs no judge). Same-text pairs are exact without a call."""
     if not p.judge_relations:
         return None
     template = load_prompt(p.relation_prompt)
     jobs = [k for k in relation_pairs(imaps) if not _same_text(k[2], k[3])]
     msgs = [template.render(term=t, label_value=lv, response_value=rv) for _, t, lv, rv in jobs]
+    if p.relation_mode == "options":
+        scored = client.option_scores(msgs, list(RELATION_OPTIONS), OPTION_PREFIX) if msgs else []
+        return {k: RelationJudgement(*k, None, {o: round(v, 6) for o, v in s.probs.items()},
+                                     None, relation_from_options(s.probs), None)
+                for k, s in zip(jobs, scored)}
     comps = client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation)
     out = {}
     for key, comp in zip(jobs, comps):
         rel, reason = parse_relation(comp.text) if comp.ok else (None, f"model call failed: "
                                                                       f"{comp.error}")
-        out[key] = RelationJudgement(*key, comp.text, comp.error, rel, reason)
+        out[key] = RelationJudgement(*key, comp.text, None, comp.error, rel, reason)
     return out
 
 

@@ -3,8 +3,13 @@
 The judge relates one label value to one response value of a shared term and answers
 one word: exact, belonging, containment or unmatched (``configs/prompts/imap_relation``).
 The paper has the LLM list all pairs of a term in one answer; asking per pair keeps each
-answer a single word, which even the embedded 135M model can give in a few tokens, and
-makes every judgement independently cacheable. :func:`parse_relation` reads the answer.
+answer a single word and makes every judgement independently cacheable. Two ways to
+read the word (``imap.relation_mode``):
+
+* ``options`` — the probabilities of the four words as the next token after
+  ``Relation:`` (one forward pass, local models only; the embedded 135M model does not
+  reliably *write* a one-word answer, but its next-token choice is always one of them);
+* ``generate`` — a short completion read by :func:`parse_relation` (any backend).
 
 The paper's best variant (+KG) lets the knowledge graph help the LLM decide. Here that
 is :func:`combine`: where the ontology finds a relation (exact, belonging or
@@ -52,6 +57,23 @@ def parse_relation(text: str | None) -> tuple[Relation | None, str | None]:
     if rel is None:
         return None, "no relation word (exact/belonging/containment/unmatched)"
     return rel, None
+
+
+#: Options mode: the answer's next token after :data:`OPTION_PREFIX` (distinct first tokens).
+OPTION_PREFIX = "Relation:"
+RELATION_OPTIONS: dict[str, Relation] = {" exact": Relation.EXACT,
+                                         " belonging": Relation.BELONGING,
+                                         " containment": Relation.CONTAINMENT,
+                                         " unmatched": Relation.UNMATCHED}
+
+
+def relation_from_options(probs: dict[str, float]) -> Relation:
+    """The most probable option; a tie goes to the higher-priority relation."""
+    if set(probs) != set(RELATION_OPTIONS):
+        raise ValueError(f"expected probabilities of {sorted(RELATION_OPTIONS)}, "
+                         f"got {sorted(probs)}")
+    best = max(probs, key=lambda o: (probs[o], RELATION_OPTIONS[o].priority))
+    return RELATION_OPTIONS[best]
 
 
 def combine(kg: Relation | None, judge: Relation | None) -> Relation:

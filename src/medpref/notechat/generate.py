@@ -46,6 +46,10 @@ class NoteChatResult:
         return curve
 
     @property
+    def checklist_size(self) -> int:
+        return sum(len(pl.checklist.initial) for pl in self.plays)
+
+    @property
     def checklist_coverage(self) -> float:
         return self.coverage_curve()[-1]
 

@@ -112,7 +112,7 @@ def notechat_summary(results: list[NoteChatResult]) -> pd.DataFrame:
     """Per note: checklist size, rounds played, coverage reached, turns before/after polish."""
     return pd.DataFrame([{
         "note_id": r.note.id, "segments": len(r.plays),
-        "checklist": sum(len(pl.checklist.initial) for pl in r.plays),
+        "checklist": r.checklist_size,
         "rounds": max(pl.rounds for pl in r.plays),
         "coverage_%": round(100 * r.checklist_coverage, 1),
         "roleplay_turns": len(r.roleplay_turns), "final_turns": len(r.turns),
@@ -240,7 +240,7 @@ def table3_wide(blocks: dict[str, pd.DataFrame]) -> pd.DataFrame:
 def headline_metrics(run: StageRun, blocks: dict[str, pd.DataFrame],
                      events: list[dict[str, Any]]) -> dict[str, Any]:
     nc = blocks["Similarity"].set_index("Similarity").loc[evaluate.NOTECHAT]
-    coverage = [r.checklist_coverage for r in run.notechat]
+    coverage = [r.checklist_coverage for r in run.notechat if r.checklist_size]
     calls = calls_table(run)
     totals = (calls[calls["step"] == "total"].set_index("method") if not calls.empty
               else pd.DataFrame(columns=["model_calls", "requests", "model_s"]))
@@ -250,6 +250,7 @@ def headline_metrics(run: StageRun, blocks: dict[str, pd.DataFrame],
         "notechat_dialogues": sum(bool(r.turns) for r in run.notechat),
         "notechat_rouge1": round(float(nc["ROUGE1"]), 3),
         "notechat_checklist_coverage": round(sum(coverage) / max(1, len(coverage)), 4),
+        "notes_without_concepts": sum(not r.checklist_size for r in run.notechat),
         "notechat_model_calls": int(total.get("notechat", 0)),
         "baseline_model_calls": int(total.drop("notechat", errors="ignore").sum()),
         "requests": {m: int(n) for m, n in totals["requests"].items()},
@@ -280,7 +281,8 @@ def write_outputs(run: StageRun, clients: dict[str, LLMClient],
     write_table(per_dialogue, paths["per_dialogue"])
     write_table(calls_table(run), paths["calls"], floatfmt=".2f")
     write_table(events_summary(events), paths["events"])
-    coverage = evaluate.coverage_frame({r.note.id: r.coverage_curve() for r in run.notechat})
+    coverage = evaluate.coverage_frame({r.note.id: r.coverage_curve() for r in run.notechat
+                                        if r.checklist_size})
     write_table(coverage, paths["coverage"])
     save_figure(evaluate.coverage_figure(coverage, p.max_rounds), paths["figure"])
     stats = headline_metrics(run, blocks, events)

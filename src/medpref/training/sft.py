@@ -203,9 +203,19 @@ def train_lora(model_path: str | Path, examples: Sequence[SFTExample], out_dir: 
         runtime = time.perf_counter() - t0
         losses = [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history
                   if "loss" in h]
+    model.peft_config["default"].base_model_name_or_path = portable_path(model_path)
     save_adapter(model, out_dir)
     return TrainResult(Path(out_dir), len(data), dropped, trainer.state.global_step, runtime,
                        losses)
+
+
+def portable_path(path: str | Path) -> str:
+    """A path inside the repository as a repo-relative string (the adapter's config, and
+    so its cache fingerprint, then does not depend on where the checkout lives)."""
+    from medpref import REPO_ROOT
+
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def save_adapter(model, out_dir: str | Path) -> Path:
@@ -217,6 +227,9 @@ def save_adapter(model, out_dir: str | Path) -> Path:
         model.save_pretrained(tmp)
         if out_dir.exists():
             shutil.rmtree(out_dir)
+        tmp.chmod(0o755)  # mkdtemp (and safetensors) make it private; it is a shared product
+        for f in tmp.iterdir():
+            f.chmod(0o644)
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
