@@ -191,6 +191,14 @@ def test_parse_tolerates_colon_repeats_and_drops_a_cut_last_pair():
     cut = parse_imap("Inform-diagnosis-flu\nInform-advice-drink plen", ANSWER_COMPONENTS,
                      truncated=True)
     assert _pairs(cut) == [("Inform", "diagnosis", "flu")]
+    # cut inside trailing chatter, not inside a pair: every pair is complete
+    chatter = parse_imap("Inform-diagnosis-flu\nThe answer is that the pat", ANSWER_COMPONENTS,
+                         truncated=True)
+    assert _pairs(chatter) == [("Inform", "diagnosis", "flu")] and len(chatter.malformed) == 1
+    assert "dropped the last pair, cut by the token limit" not in chatter.notes
+    # the cut pair is the last item of the last line, even with several on the line
+    inline = parse_imap("Inform-a-x Inform-b-y", ANSWER_COMPONENTS, truncated=True)
+    assert _pairs(inline) == [("Inform", "a", "x")]
     assert parse_imap("Query-disease", QUESTION_COMPONENTS).pairs == [
         ImapPair("Query", "disease", "?")]
 

@@ -502,11 +502,12 @@ def test_stage_with_the_embedded_llm_on_one_note(tmp_path, index_dir, extractor,
     p = _stage_params(tmp_path, index_dir, n_notes=1, max_rounds=1, polish_iterations=1,
                       planner_max_new_tokens=24, doctor_max_new_tokens=16,
                       patient_max_new_tokens=16, polish_max_new_tokens=24,
-                      baseline_max_new_tokens=24, turn_attempts=1)
+                      baselines=[], turn_attempts=1)  # baselines: covered by scripted tests
     session = LLMSession("02_test", params.shared,
                          cache=ResponseCache(tmp_path / "cache" / "02.sqlite"))
     run, per_dialogue, stats = stage.run_stage(p, stage.make_clients(session, p), 13, extractor)
     session.close()
-    assert stats["notes"] == 1 and len(per_dialogue) == 4  # 2 baselines, NoteChat, Human
+    assert stats["notes"] == 1 and set(per_dialogue["system"]) == {"NoteChat", "Human"}
     assert all(not math.isnan(v) for v in per_dialogue["src_rouge1"])
-    assert session.ledger.totals()["total"]["calls"] >= 5
+    assert session.ledger.totals()["total"]["calls"] >= 3  # planning, doctor, patient, ...
+    assert (tmp_path / "reports" / "table3.md").exists()

@@ -121,6 +121,35 @@ def _items_of_line(line: str) -> tuple[str, list[tuple[str, str, str]]]:
     return body[:marks[0].start()].strip(), items
 
 
+def _read_line(line: str, allowed: tuple[str, ...], out: ParsedImap,
+               seen: set[tuple[str, str, str]]) -> ImapPair | None:
+    """Parse one line into ``out``; returns the pair of the line's last item if kept."""
+    before, items = _items_of_line(line)
+    if before:
+        out.malformed.append({"text": before, "reason": "no 'Query-', 'Constraint-' "
+                              "or 'Inform-' marker"})
+    last = None
+    for component, rest, raw in items:
+        last = None
+        pair, reason, note, is_none = _parse_item(component, rest, allowed)
+        out.none |= is_none
+        if reason:
+            out.malformed.append({"text": raw, "reason": reason})
+        if note and note not in out.notes:
+            out.notes.append(note)
+        if pair is None:
+            continue
+        key = (pair.component, pair.term, pair.value.lower())
+        if key in seen:
+            if "dropped repeated pairs" not in out.notes:
+                out.notes.append("dropped repeated pairs")
+            continue
+        seen.add(key)
+        out.pairs.append(pair)
+        last = pair
+    return last
+
+
 def parse_imap(text: str | None, allowed: Iterable[str] = COMPONENTS,
                truncated: bool = False) -> ParsedImap:
     """Read ``Component-term-value`` pairs from a judge's completion.
@@ -129,10 +158,10 @@ def parse_imap(text: str | None, allowed: Iterable[str] = COMPONENTS,
     question, Inform for an answer); others are malformed. Reading stops at a line that
     echoes the prompt ("Example question:", "Answer imap:"): small models run on into a
     made-up next example. ``truncated`` (the token limit cut the completion) drops the
-    last pair, which may be cut mid-value. Duplicate pairs (small models repeat
-    themselves) are kept once. Never raises.
+    pair that ends the completion, which may be cut mid-value (not a complete pair
+    followed by other text). Duplicate pairs (small models repeat themselves) are kept
+    once. Never raises.
     """
-    allowed = tuple(allowed)
     out = ParsedImap()
     if text is None or not text.strip():
         out.notes.append("empty completion")
@@ -140,32 +169,12 @@ def parse_imap(text: str | None, allowed: Iterable[str] = COMPONENTS,
     text, cut = cut_at_scaffolding(text)
     if cut:
         out.notes.append("stopped at echoed prompt scaffolding")
-        truncated = False        # the pair before the echo is complete
     seen: set[tuple[str, str, str]] = set()
+    last = None
     for line in text.splitlines():
-        if not line.strip():
-            continue
-        before, items = _items_of_line(line)
-        if before:
-            out.malformed.append({"text": before, "reason": "no 'Query-', 'Constraint-' "
-                                  "or 'Inform-' marker"})
-        for component, rest, raw in items:
-            pair, reason, note, is_none = _parse_item(component, rest, allowed)
-            out.none |= is_none
-            if reason:
-                out.malformed.append({"text": raw, "reason": reason})
-            if note and note not in out.notes:
-                out.notes.append(note)
-            if pair is None:
-                continue
-            key = (pair.component, pair.term, pair.value.lower())
-            if key in seen:
-                if "dropped repeated pairs" not in out.notes:
-                    out.notes.append("dropped repeated pairs")
-                continue
-            seen.add(key)
-            out.pairs.append(pair)
-    if truncated and out.pairs and not text.endswith("\n"):
+        if line.strip():
+            last = _read_line(line, tuple(allowed), out, seen)
+    if truncated and not cut and last is not None and not text.endswith("\n"):
         out.pairs.pop()
         out.notes.append("dropped the last pair, cut by the token limit")
     return out
