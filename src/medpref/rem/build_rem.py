@@ -71,8 +71,10 @@ def split_counts(inputs: RemInputs) -> pd.DataFrame:
     rows = [{"rule": a.rule, "set": getattr(a, "split", "?"), "score": a.score}
             for a in inputs.annotations]
     rows += [{"rule": a.rule, "set": "icl", "score": a.score} for a in inputs.icl_examples]
-    return (pd.DataFrame(rows).value_counts().unstack("score", fill_value=0)
-            .reset_index().sort_values(["set", "rule"]))
+    table = (pd.DataFrame(rows).value_counts().unstack("score", fill_value=0)
+             .reindex(columns=[0, 1, 2], fill_value=0))
+    table.columns = [f"score_{s}" for s in table.columns]
+    return table.reset_index().sort_values(["set", "rule"], ignore_index=True)
 
 
 # -- training -----------------------------------------------------------------------------
@@ -98,7 +100,9 @@ def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> Tr
 
 
 def training_table(result: TrainResult) -> pd.DataFrame:
-    return pd.DataFrame(result.losses or [{"step": result.steps, "loss": float("nan")}])
+    """Training loss by optimizer step (answer tokens only)."""
+    table = pd.DataFrame(result.losses or [{"step": result.steps, "loss": float("nan")}])
+    return table.astype({"step": int})
 
 
 # -- scoring and evaluation ---------------------------------------------------------------
