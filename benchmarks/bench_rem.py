@@ -41,6 +41,12 @@ def candidate_pairs(inputs, per_rule: int, seed: int):
     return pairs
 
 
+def agreement(pairs, left: dict, right: dict) -> int:
+    """Pairs on which two score maps prefer the same candidate (or both tie)."""
+    return sum(prefers(left[a.id], left[b.id]) == prefers(right[a.id], right[b.id])
+               for a, b in pairs)
+
+
 def timed_scores(mode, llm, p, inputs, states, seed):
     scorer = make_scorer(mode, llm, p, inputs, seed)
     c0, t0 = time.process_time(), time.perf_counter()
@@ -85,6 +91,10 @@ def main() -> None:
         print(f"{mode:>8}: {len(states)} scorings in {wall:7.1f} s wall ({cpu:7.1f} s CPU) "
               f"-> {len(states) / wall:.3f} scorings/s", flush=True)
 
+    replica_seed = seed + 1000 * p.k    # its seeds are disjoint from the first run's
+    replica, _, _ = timed_scores("sampled", llm, p, inputs, states, replica_seed)
+    replica_scores = dict(zip((a.id for a in states), replica))
+
     ratio_wall = results["sampled"]["wall"] / results["expected"]["wall"]
     ratio_cpu = results["sampled"]["cpu"] / results["expected"]["cpu"]
     exp_s, smp_s = results["expected"]["scores"], results["sampled"]["scores"]
@@ -107,6 +117,10 @@ def main() -> None:
           f"(goal >= 90%); on the {decisive} pairs where sampled is not tied: "
           f"{agree_decisive}/{decisive or 1}")
     print(f"agreement with the gold order: expected {gold_exp}/{n}, sampled {gold_smp}/{n}")
+    self_agree = agreement(pairs, smp_s, replica_scores)
+    print(f"ceiling: sampled (k={p.k}) agrees with a second sampled run on "
+          f"{self_agree}/{n} = {100 * self_agree / n:.0f}%; expected agrees with that "
+          f"second run on {agreement(pairs, exp_s, replica_scores)}/{n}")
     llm.close()
 
 

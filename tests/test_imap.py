@@ -203,6 +203,28 @@ def test_parse_tolerates_colon_repeats_and_drops_a_cut_last_pair():
         ImapPair("Query", "disease", "?")]
 
 
+def test_parse_keeps_complete_pairs_when_the_cut_is_not_inside_one():
+    # the judge's real tails (data/05_imapscore): a repeated pair, then a bare marker,
+    # then the token limit. The cut item is malformed or a repeat; no kept pair is cut.
+    repeat = parse_imap("Inform-diagnosis-flu\nInform-treatment-rest\nInform-treatment-rest",
+                        ANSWER_COMPONENTS, truncated=True)
+    assert _pairs(repeat) == [("Inform", "diagnosis", "flu"), ("Inform", "treatment", "rest")]
+    bare = parse_imap("Inform-diagnosis-flu\nInform-treatment-rest\nInform-", ANSWER_COMPONENTS,
+                      truncated=True)
+    assert _pairs(bare) == [("Inform", "diagnosis", "flu"), ("Inform", "treatment", "rest")]
+    assert "dropped the last pair, cut by the token limit" not in bare.notes
+
+
+def test_parse_reads_allowed_components_from_a_one_shot_iterable():
+    # ``allowed`` is any iterable: a generator must serve every line, not just the first
+    text = "Query-diagnosis-?\nConstraint-age-30\nConstraint-symptom-cough"
+    parsed = parse_imap(text, (c for c in QUESTION_COMPONENTS))
+    assert _pairs(parsed) == _pairs(parse_imap(text, QUESTION_COMPONENTS)) == [
+        ("Query", "diagnosis", "?"), ("Constraint", "age", "30"),
+        ("Constraint", "symptom", "cough")]
+    assert not parsed.malformed
+
+
 def test_parse_stops_where_the_model_echoes_the_prompt():
     raw = ("Query-diagnosis-?\nConstraint-age-45\n\nExample question:\nCan I take aspirin?\n"
            "imap:\nQuery-drug interaction-?")

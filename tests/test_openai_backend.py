@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from medpref.llm.cache import ResponseCache
@@ -88,3 +90,48 @@ def test_missing_key_for_the_default_url_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("NO_SUCH_URL_VAR", raising=False)
     with pytest.raises(BackendConfigError, match=r"\$NO_SUCH_KEY_VAR"):
         OpenAIBackend("gpt-4o", base_url_env="NO_SUCH_URL_VAR", api_key_env="NO_SUCH_KEY_VAR")
+
+
+# -- option scoring from top log-probs (the REM's expected score on a remote judge) -------
+LOGPROBS = {"0": math.log(0.1), "1": math.log(0.2), "2": math.log(0.6)}  # mass 0.9
+
+
+@pytest.mark.parametrize("continue_prefix", [False, True])
+def test_option_probs_from_top_logprobs(monkeypatch, continue_prefix):
+    with StubServer(reply="Comment: asks about the fever.\nScore: 2",
+                    option_logprobs=LOGPROBS) as server:
+        backend = _backend(server, monkeypatch, continue_prefix=continue_prefix)
+        client = LLMClient("rem", backend, GenerationParams())
+        (scores,) = client.option_scores(_msgs(1), ("0", "1", "2"), "Score: ")
+    assert scores.mass == pytest.approx(0.9)
+    assert scores.probs == pytest.approx({"0": 0.1 / 0.9, "1": 0.2 / 0.9, "2": 0.6 / 0.9})
+    assert scores.expected() == pytest.approx((0.2 + 2 * 0.6) / 0.9)
+    body = server.requests[0]
+    assert body["logprobs"] is True and body["temperature"] == 0
+    if continue_prefix:  # the prefix is continued: one token, read at once
+        assert body["messages"][-1] == {"role": "assistant", "content": "Score: "}
+        assert body["continue_final_message"] is True and body["max_tokens"] == 1
+    else:                # asked plainly: the position after "Score:" is read
+        assert body["messages"][-1]["role"] == "user" and body["max_tokens"] > 1
+
+
+def test_option_probs_without_the_prefix_in_the_answer_is_unusable(monkeypatch):
+    """An answer that never writes 'Score:' gives zero mass, which the REM records as
+    unusable (never as the uniform distribution's 1.0)."""
+    from medpref.rem.scorers import expected_judgement
+
+    with StubServer(reply="I cannot rate this.", option_logprobs=LOGPROBS) as server:
+        client = LLMClient("rem", _backend(server, monkeypatch), GenerationParams())
+        (scores,) = client.option_scores(_msgs(1), ("0", "1", "2"), "Score: ")
+    assert scores.mass == 0.0
+    judged = expected_judgement("A", scores, None)
+    assert judged.score is None and judged.unparsable == 1
+
+
+def test_option_probs_failure_after_retries_raises(monkeypatch):
+    from medpref.llm.errors import BackendError
+
+    with StubServer(always_fail=503, option_logprobs=LOGPROBS) as server:
+        backend = _backend(server, monkeypatch, max_retries=1)
+        with pytest.raises(BackendError, match="gave up after 2 attempts"):
+            backend.option_probs(_msgs(1), ("0", "1", "2"), ["Score: "])

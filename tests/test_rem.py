@@ -252,6 +252,29 @@ def test_exact_and_fuzzy_match_hand_computed():
     assert math.isnan(match_metrics([], [])["exact"])
 
 
+def test_labels_sampled_round_the_mean_probability_scorers_take_the_argmax():
+    from medpref.rem.base import RuleJudgement
+    from medpref.rem.scorers import ExpectedJudgement
+
+    assert RuleJudgement("A", 1.5).label == 2 and RuleJudgement("A", None).label is None
+    flat = ExpectedJudgement("A", 0.96, probs={"0": 0.36, "1": 0.32, "2": 0.32})
+    assert flat.label == 0          # near-uniform: Σ s·p(s) ≈ 1, but 0 is most probable
+    tie = ExpectedJudgement("A", 1.0, probs={"0": 0.4, "1": 0.2, "2": 0.4})
+    assert tie.label == 0           # a tie goes to the lower score
+    assert ExpectedJudgement("A", None, probs={}).label is None
+
+
+def test_match_metrics_on_given_labels():
+    golds, preds = [0, 2, 1], [0.96, 1.04, 1.0]
+    assert match_metrics(golds, preds)["exact"] == pytest.approx(1 / 3)   # all round to 1
+    m = match_metrics(golds, preds, labels=[0, 2, None])
+    assert m["exact"] == pytest.approx(2 / 3) and m["fuzzy"] == pytest.approx(2 / 3)
+    assert m["mae"] == pytest.approx((0.96 + 0.96 + 0.0) / 3)  # MAE uses the scores
+    assert confusion(golds, preds, [0, 2, None]).loc[1, "none"] == 1
+    with pytest.raises(ValueError, match="3 predictions but 2 labels"):
+        match_metrics(golds, preds, labels=[0, 2])
+
+
 # -- compliance -------------------------------------------------------------------------------
 def test_cut_at_final_doctor_turn():
     turns = STATE + [Turn(role="patient", text="No fever.")]
@@ -324,6 +347,36 @@ def test_stage_eval_subset_and_sft_examples():
     ex = sft_examples(subset[:1], inputs.flowchart, "rem_judge", "short")[0]
     assert [m["role"] for m in ex.messages] == ["system", "user"]
     assert ex.answer == f"Comment: {' '.join(subset[0].comment.split())}\nScore: {subset[0].score}"
+    first = sft_examples(subset[:1], inputs.flowchart, "rem_judge", "short", "score_first")[0]
+    assert first.answer.startswith(f"Score: {subset[0].score}\nComment: ")
+    assert "Score: <0, 1 or 2>\nComment:" in first.messages[0]["content"]
+
+
+@pytest.mark.parametrize("order, comment_calls", [("comment_first", 1), ("score_first", 0)])
+def test_stage_finetuned_scorer_follows_the_trained_answer_order(flowchart, order,
+                                                                  comment_calls):
+    """A REM trained score-first is read in one pass; comment-first writes a comment."""
+    from medpref.rem.build_rem import RemInputs, make_scorer
+    from medpref.rem.config import RemParams, RemTrainParams
+
+    prefixes = []
+
+    def options(prompt, opts, prefix):
+        prefixes.append(prefix)
+        return {"0": 0.0, "1": 0.0, "2": 1.0}
+
+    client, backend = _client(lambda r: " asks about the fever.\nScore: 2", options)
+
+    class Session:  # what make_scorer needs of an LLMSession
+        def role(self, name, adapter=None):
+            return client
+
+    p = RemParams(train=RemTrainParams(answer_order=order))
+    scorer = make_scorer("finetuned", Session(), p, RemInputs(flowchart, [], []), seed=0)
+    j = scorer.score_states([STATE], [flowchart["A"]])[0]["A"]
+    assert j.score == 2.0 and len(backend.requests) == comment_calls
+    assert prefixes == (["Score: "] if order == "score_first"
+                        else ["Comment: asks about the fever.\nScore: "])
 
 
 def test_annotation_with_unknown_rule_is_an_error_naming_it(tmp_path):

@@ -6,8 +6,9 @@ import pytest
 
 from medpref import REPO_ROOT
 from medpref.training.hardware import HardwareProfile, load_hardware
-from medpref.training.sft import (IGNORE_INDEX, AnswerOnlyCollator, LoraSettings, SFTExample,
-                                  SFTSettings, encode_examples, planned_steps, train_lora)
+from medpref.training.sft import (IGNORE_INDEX, TASK_CARD, AnswerOnlyCollator, LoraSettings,
+                                  SFTExample, SFTSettings, encode_examples, planned_steps,
+                                  read_task_card, train_lora)
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 EXAMPLE = SFTExample([{"role": "system", "content": "Judge the rule."},
@@ -109,7 +110,9 @@ def test_a_few_lora_steps_change_the_adapter(tiny_model_dir, tmp_path):
     result = train_lora(tiny_model_dir, [EXAMPLE] * 4, out, hw,
                         SFTSettings(max_steps=3, learning_rate=1e-2, max_length=256,
                                     logging_steps=1),
-                        LoraSettings(r=4, alpha=8, dropout=0.0))
+                        LoraSettings(r=4, alpha=8, dropout=0.0),
+                        task_card={"task": "rem", "answer_order": "score_first"})
+    assert read_task_card(out) == {"task": "rem", "answer_order": "score_first"}
     assert result.steps == 3 and result.n_train == 4 and len(result.losses) == 3
     weights = load_file(out / "adapter_model.safetensors")
     lora_b = {k: v for k, v in weights.items() if "lora_B" in k}
@@ -117,3 +120,13 @@ def test_a_few_lora_steps_change_the_adapter(tiny_model_dir, tmp_path):
     # PEFT starts every B at zero: any non-zero B means the optimizer moved the adapter
     assert all(float(v.abs().sum()) > 0 for v in lora_b.values())
     assert (out / "adapter_config.json").exists()
+
+
+def test_task_card_tells_the_finetuned_rem_how_to_read(tmp_path):
+    """A score-first REM is read in one pass; no card means PLPF's comment-first format."""
+    from medpref.rem.scorers import finetuned_settings
+
+    assert read_task_card(tmp_path) == {}
+    assert finetuned_settings(tmp_path) == {"comment": True, "detail": "short"}
+    (tmp_path / TASK_CARD).write_text('{"answer_order": "score_first", "rule_detail": "full"}')
+    assert finetuned_settings(tmp_path) == {"comment": False, "detail": "full"}

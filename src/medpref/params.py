@@ -59,6 +59,11 @@ class ServerConfig(StrictModel):
     max_retries: int = Field(4, ge=0, le=20)
     backoff_s: float = Field(1.0, ge=0.0, le=120.0)
     timeout_s: float = Field(60.0, gt=0.0, le=3600.0)
+    # the server continues a final assistant message (vLLM: continue_final_message), so
+    # option scoring reads the token right after the prefix; OpenAI's API does not, and
+    # option scoring then finds the prefix in a short greedy answer
+    continue_prefix: bool = False
+    top_logprobs: int = Field(20, ge=1, le=20)
 
 
 class PriceConfig(StrictModel):

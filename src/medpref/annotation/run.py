@@ -69,17 +69,19 @@ def run_gpt4_rank(items: Sequence[UnlabeledItem], llm: LLMSession,
 def build_rem_scorer(llm: LLMSession, p: AnnotationParams, flowchart: Flowchart,
                      seed: int) -> RuleScorer:
     """Stage 03's scorer in the configured mode, through this stage's `rem` role."""
-    from medpref.rem.scorers import build_scorer
+    from medpref.rem.scorers import build_scorer, finetuned_settings
 
     if p.rem.mode == "finetuned":
         if not p.rem.adapter:
             raise ValueError("annotation.rem.mode 'finetuned' needs annotation.rem.adapter "
                              "(stage 03's LoRA adapter folder)")
         client = llm.role(p.rem.role, adapter=p.rem.adapter)
-        examples: list[RemAnnotation] = []
-    else:
-        client = llm.role(p.rem.role)
-        examples = read_jsonl(repo_path(p.rem.icl_examples), RemAnnotation)
+        # read the REM the way it was trained (answer order, rule detail: its task card)
+        return build_scorer("finetuned", client, flowchart, [], k=p.rem.k, seed=seed,
+                            max_new_tokens=p.rem.max_new_tokens,
+                            **finetuned_settings(repo_path(p.rem.adapter)))
+    client = llm.role(p.rem.role)
+    examples = read_jsonl(repo_path(p.rem.icl_examples), RemAnnotation)
     return build_scorer(p.rem.mode, client, flowchart, examples, k=p.rem.k, seed=seed,
                         n_examples=p.rem.n_examples, temperature=p.rem.temperature,
                         max_new_tokens=p.rem.max_new_tokens, detail=p.rem.detail)

@@ -162,6 +162,7 @@ def parse_imap(text: str | None, allowed: Iterable[str] = COMPONENTS,
     followed by other text). Duplicate pairs (small models repeat themselves) are kept
     once. Never raises.
     """
+    allowed = tuple(allowed)     # once: a one-shot iterable must serve every line
     out = ParsedImap()
     if text is None or not text.strip():
         out.notes.append("empty completion")
@@ -173,7 +174,7 @@ def parse_imap(text: str | None, allowed: Iterable[str] = COMPONENTS,
     last = None
     for line in text.splitlines():
         if line.strip():
-            last = _read_line(line, tuple(allowed), out, seen)
+            last = _read_line(line, allowed, out, seen)
     if truncated and not cut and last is not None and not text.endswith("\n"):
         out.pairs.pop()
         out.notes.append("dropped the last pair, cut by the token limit")

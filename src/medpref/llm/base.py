@@ -16,7 +16,8 @@ class Backend(ABC):
 
     ``generate`` answers a batch of requests in order and calls ``on_complete(i, c)`` as
     soon as request ``i`` is answered, so callers can persist each completion at once.
-    Local backends may also implement ``option_probs``.
+    Backends that expose next-token probabilities also implement ``option_probs``
+    (``hf`` from its logits, ``openai`` from a server's top log-probs).
     """
 
     kind: str = "abstract"
@@ -38,4 +39,4 @@ class Backend(ABC):
         """
         raise NotImplementedError(
             f"the '{self.kind}' backend cannot score answer options from logits; "
-            "use a local 'hf' backend for this role, or the sampled mode")
+            "use an 'hf' or 'openai' backend for this role, or the sampled mode")

@@ -15,3 +15,8 @@ class BudgetExceededError(LLMError):
 
 class BackendConfigError(LLMError):
     """A backend is misconfigured (unknown name, missing key variable, bad URL)."""
+
+
+class BackendError(LLMError):
+    """A backend answered in a way that cannot be used (e.g. no log-probs), or a call that
+    has no recordable failure value failed after its retries."""

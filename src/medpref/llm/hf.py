@@ -194,7 +194,9 @@ class HFBackend(Backend):
             enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(model.device) for k, v in enc.items()}
             with torch.inference_mode():
-                logits = model(**enc).logits[:, -1, :].float()  # left padding: last = next
+                # left padding: the last position predicts the next token; the LM head
+                # runs on that position only (logits_to_keep=1)
+                logits = model(**enc, logits_to_keep=1).logits[:, -1, :].float()
             probs = torch.softmax(logits, dim=-1)
             for row, i in zip(probs, chunk):
                 ids = self.option_token_ids(_tail(assistant_prefixes[i]), options)

@@ -6,10 +6,17 @@ never at import time. The key is never part of the backend's identity, so it can
 reach the cache, a ledger or a log. Calls run with bounded concurrency; 429, 5xx,
 time-outs and connection errors are retried with exponential backoff and jitter, then
 returned as a recorded failure (``Completion.error``), which is never cached.
+
+Option scoring (the REM's expected score, Σ s·p(s)) reads ``top_logprobs``: with
+``continue_prefix`` the server continues the assistant prefix (vLLM's
+``continue_final_message``) and the first generated token is the option; otherwise the
+model answers plainly and the position right after the prefix's text (``Score:``) in its
+greedy answer is read. Options are matched on the stripped token text.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import threading
@@ -19,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from medpref.llm.base import Backend, OnComplete
-from medpref.llm.errors import BackendConfigError
-from medpref.llm.types import ChatRequest, Completion
+from medpref.llm.errors import BackendConfigError, BackendError
+from medpref.llm.types import ChatRequest, Completion, Message
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -40,7 +47,8 @@ class OpenAIBackend(Backend):
     def __init__(self, model: str, base_url_env: str = "OPENAI_BASE_URL",
                  api_key_env: str = "OPENAI_API_KEY", max_concurrency: int = 8,
                  max_retries: int = 4, backoff_s: float = 1.0, timeout_s: float = 60.0,
-                 base_url: str | None = None):
+                 base_url: str | None = None, continue_prefix: bool = False,
+                 top_logprobs: int = 20, option_search_tokens: int = 24):
         import openai
 
         self.model = model
@@ -55,6 +63,9 @@ class OpenAIBackend(Backend):
         self.max_concurrency = max(1, max_concurrency)
         self.max_retries = max(0, max_retries)
         self.backoff_s = backoff_s
+        self.continue_prefix = continue_prefix
+        self.top_logprobs = top_logprobs
+        self.option_search_tokens = option_search_tokens
         self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0,
                                      timeout=timeout_s)
         self._rng = random.Random(0)
@@ -84,21 +95,64 @@ class OpenAIBackend(Backend):
             jitter = self._rng.uniform(0, 0.5)
         time.sleep(self.backoff_s * (2 ** attempt) * (1 + jitter))
 
+    def option_probs(self, prompts: Sequence[list[Message]], options: Sequence[str],
+                     assistant_prefixes: Sequence[str]) -> list[tuple[dict[str, float], float]]:
+        """p(option) of the token after each prefix, from the server's top log-probs.
+
+        A call that still fails after its retries raises :class:`BackendError` (an option
+        distribution has no "failed" value that could be recorded instead)."""
+        def run(i: int) -> tuple[dict[str, float], float]:
+            return self._with_retries(lambda: self._options_once(
+                prompts[i], options, assistant_prefixes[i]))
+
+        with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+            out = list(pool.map(run, range(len(prompts))))
+        for i, got in enumerate(out):
+            if isinstance(got, str):
+                raise BackendError(f"option scoring of prompt {i} failed: {got}")
+        return out
+
+    def _options_once(self, messages: list[Message], options: Sequence[str],
+                      prefix: str) -> tuple[dict[str, float], float]:
+        kwargs: dict[str, Any] = {"model": self.model, "temperature": 0.0, "logprobs": True,
+                                  "top_logprobs": self.top_logprobs}
+        if self.continue_prefix:
+            kwargs.update(messages=[*messages, {"role": "assistant", "content": prefix}],
+                          max_tokens=1, extra_body={"continue_final_message": True,
+                                                    "add_generation_prompt": False})
+        else:
+            kwargs.update(messages=list(messages), max_tokens=self.option_search_tokens)
+        resp = self._client.chat.completions.create(**kwargs)
+        logprobs = getattr(resp.choices[0], "logprobs", None)
+        content = list(getattr(logprobs, "content", None) or [])
+        if not content:
+            raise BackendError(f"the server returned no logprobs for model '{self.model}'")
+        position = 0 if self.continue_prefix else option_position(
+            [c.token for c in content], prefix)
+        if position is None:  # the answer never reached the prefix: no option was read
+            return {o: 1 / len(options) for o in options}, 0.0
+        return option_distribution(content[position].top_logprobs, options)
+
     def _call_with_retries(self, req: ChatRequest) -> Completion:
-        last_error = ""
         t0 = time.perf_counter()
+        got = self._with_retries(lambda: self._call_once(req, t0))
+        if isinstance(got, str):
+            return Completion(text="", error=got, latency_s=time.perf_counter() - t0)
+        return got
+
+    def _with_retries(self, call):
+        """``call()``, retried on transient errors; an error message (str) when it gives up."""
+        last_error = ""
         for attempt in range(self.max_retries + 1):
             try:
-                return self._call_once(req, t0)
+                return call()
             except Exception as exc:  # noqa: BLE001 - classified just below
                 if not _is_retryable(exc):
-                    return Completion(text="", error=f"{type(exc).__name__}: {exc}",
-                                      latency_s=time.perf_counter() - t0)
+                    return f"{type(exc).__name__}: {exc}"
                 last_error = f"{type(exc).__name__}: {exc}"
                 if attempt < self.max_retries:
                     self._sleep_before_retry(attempt)
-        return Completion(text="", latency_s=time.perf_counter() - t0,
-                          error=f"gave up after {self.max_retries + 1} attempts: {last_error}")
+        return f"gave up after {self.max_retries + 1} attempts: {last_error}"
 
     def _call_once(self, req: ChatRequest, t0: float) -> Completion:
         p = req.params
@@ -126,3 +180,33 @@ class OpenAIBackend(Backend):
                           tokens_out=getattr(usage, "completion_tokens", 0) or 0,
                           latency_s=time.perf_counter() - t0,
                           finish_reason=choice.finish_reason, tool_calls=tool_calls)
+
+
+def option_position(tokens: Sequence[str], prefix: str) -> int | None:
+    """Index of the first generated token after the text of ``prefix`` (e.g. ``Score:``)
+    in a greedy answer; 0 when the prefix is empty, None when the answer never writes it
+    (or writes it as its last token)."""
+    anchor = prefix.strip()
+    if not anchor:
+        return 0
+    text = ""
+    for i, token in enumerate(tokens):
+        if text.rstrip().endswith(anchor):
+            return i
+        text += token
+    return None
+
+
+def option_distribution(top_logprobs, options: Sequence[str]) -> tuple[dict[str, float], float]:
+    """(p renormalised over the options, their total mass) from one position's top
+    log-probs; candidates are matched on stripped text, so ' 2' and '2' both count."""
+    mass = {o: 0.0 for o in options}
+    for cand in top_logprobs or []:
+        text = cand.token.strip() if hasattr(cand, "token") else str(cand["token"]).strip()
+        lp = cand.logprob if hasattr(cand, "logprob") else cand["logprob"]
+        if text in mass:
+            mass[text] += math.exp(lp)
+    total = sum(mass.values())
+    if total <= 0:
+        return {o: 1 / len(options) for o in options}, 0.0
+    return {o: v / total for o, v in mass.items()}, total

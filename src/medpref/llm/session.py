@@ -44,7 +44,8 @@ def _openai(cfg: RoleConfig, shared: SharedParams) -> Backend:
     s = shared.llm.servers[cfg.server]
     return OpenAIBackend(cfg.model, base_url_env=s.base_url_env, api_key_env=s.api_key_env,
                          max_concurrency=s.max_concurrency, max_retries=s.max_retries,
-                         backoff_s=s.backoff_s, timeout_s=s.timeout_s)
+                         backoff_s=s.backoff_s, timeout_s=s.timeout_s,
+                         continue_prefix=s.continue_prefix, top_logprobs=s.top_logprobs)
 
 
 def _replay(cfg: RoleConfig, shared: SharedParams) -> Backend:

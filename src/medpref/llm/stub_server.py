@@ -3,13 +3,17 @@
 It answers ``POST /v1/chat/completions`` after ``latency_s`` with a deterministic echo,
 can fail on purpose (a scripted list of HTTP status codes to return first), and records
 the peak number of requests in flight, so tests can check retries and the concurrency
-bound without any network. Start it with ``with StubServer(...) as server:``; its
+bound without any network. With ``option_logprobs`` it answers ``logprobs`` requests:
+the reply text is split into word tokens and the token after ``Score:`` (or, when the last
+message is an assistant prefix being continued, the first token) carries those
+alternatives as its ``top_logprobs``. Start it with ``with StubServer(...) as server:``; its
 ``base_url`` goes into the variable that the role's server config names.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,11 +21,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class StubServer:
     def __init__(self, latency_s: float = 0.0, fail_with: list[int] | None = None,
-                 always_fail: int | None = None, reply: str = "stub answer"):
+                 always_fail: int | None = None, reply: str = "stub answer",
+                 option_logprobs: dict[str, float] | None = None):
         self.latency_s = latency_s
         self.fail_with = list(fail_with or [])
         self.always_fail = always_fail
         self.reply = reply
+        self.option_logprobs = dict(option_logprobs or {})
         self.requests: list[dict] = []
         self.auth_headers: list[str] = []
         self.in_flight = 0
@@ -50,13 +56,28 @@ class StubServer:
                 return self.always_fail
             return self.fail_with.pop(0) if self.fail_with else 200
 
+    def _logprobs(self, body: dict, text: str) -> dict:
+        continuing = body["messages"][-1]["role"] == "assistant"
+        tokens = re.findall(r"\s*\S+", text)[:1 if continuing else body.get("max_tokens")]
+        options = [{"token": f" {o}", "logprob": lp} for o, lp in self.option_logprobs.items()]
+        content, seen = [], ""
+        for i, tok in enumerate(tokens):
+            at_option = (i == 0) if continuing else seen.rstrip().endswith("Score:")
+            top = options if at_option else [{"token": tok, "logprob": -0.01}]
+            content.append({"token": tok, "logprob": top[0]["logprob"], "top_logprobs": top})
+            seen += tok
+        return {"content": content}
+
     def _answer(self, body: dict) -> dict:
         last = body["messages"][-1]["content"]
-        text = f"{self.reply}: {last[:40]}"
+        text = self.reply if body.get("logprobs") else f"{self.reply}: {last[:40]}"
+        choice = {"index": 0, "finish_reason": "stop",
+                  "message": {"role": "assistant", "content": text}}
+        if body.get("logprobs"):
+            choice["logprobs"] = self._logprobs(body, text)
         return {"id": "stub", "object": "chat.completion", "created": 0,
                 "model": body.get("model", "stub"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": text}}],
+                "choices": [choice],
                 "usage": {"prompt_tokens": len(last.split()),
                           "completion_tokens": len(text.split()),
                           "total_tokens": len(last.split()) + len(text.split())}}

@@ -4,16 +4,26 @@ A *state* is a dialogue history ending with a doctor turn. A scorer gives, for e
 state and each rule, a score in [0, 2] — the mean of k sampled judgements (PLPF Eq. 2),
 an expected score Σ k·p(k) from one forward pass, or a fine-tuned REM's — or ``None``
 when no usable judgement was obtained (unparsable answers are recorded, never read as 0).
+Its ``label`` is the 0/1/2 verdict that accuracy is measured on: the rounded mean of
+sampled scores, or the most probable score token of a probability-based scorer.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from medpref.contracts import Turn
 from medpref.rules import Rule
+
+
+def to_label(score: float | None) -> int | None:
+    """An averaged score in [0, 2] as a 0/1/2 label (half up: 1.5 → 2); None stays None."""
+    if score is None or (isinstance(score, float) and math.isnan(score)):
+        return None
+    return min(2, max(0, math.floor(score + 0.5)))
 
 
 @dataclass
@@ -25,6 +35,11 @@ class RuleJudgement:
     samples: list[float | None] = field(default_factory=list)
     comments: list[str] = field(default_factory=list)
     unparsable: int = 0
+
+    @property
+    def label(self) -> int | None:
+        """The 0/1/2 verdict: the mean score rounded half up."""
+        return to_label(self.score)
 
 
 class RuleScorer(Protocol):

@@ -79,24 +79,35 @@ def split_counts(inputs: RemInputs) -> pd.DataFrame:
 
 # -- training -----------------------------------------------------------------------------
 def sft_examples(annotations: Sequence[RemAnnotation], flowchart: Flowchart,
-                 prompt_name: str, detail: str) -> list[SFTExample]:
-    """The REM task as SFT pairs: the zero-shot prompt and 'Comment: …\\nScore: N'."""
+                 prompt_name: str, detail: str,
+                 order: str = "comment_first") -> list[SFTExample]:
+    """The REM task as SFT pairs: the zero-shot prompt and 'Comment: …\\nScore: N'
+    (or 'Score: N\\nComment: …' with ``order="score_first"``)."""
     prompt = load_prompt(prompt_name)
-    return [SFTExample(build_messages(prompt, flowchart[a.rule], a.history, (), detail),
-                       format_answer(a.comment, a.score)) for a in annotations]
+    return [SFTExample(build_messages(prompt, flowchart[a.rule], a.history, (), detail, order),
+                       format_answer(a.comment, a.score, order)) for a in annotations]
 
 
 def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> TrainResult:
     """LoRA-train the REM on the train split; the adapter goes to ``train.adapter_dir``."""
     t = p.train
-    examples = sft_examples(inputs.split("train"), inputs.flowchart, p.prompt, t.rule_detail)
+    examples = sft_examples(inputs.split("train"), inputs.flowchart, p.prompt, t.rule_detail,
+                            t.answer_order)
     return train_lora(
         repo_path(base_model), examples, repo_path(t.adapter_dir), load_hardware(t.hardware),
         SFTSettings(epochs=t.epochs, max_steps=t.max_steps, learning_rate=t.learning_rate,
                     warmup_steps=t.warmup_steps, max_length=t.max_length, seed=seed,
                     logging_steps=1),
         LoraSettings(r=t.lora_r, alpha=t.lora_alpha, dropout=t.lora_dropout,
-                     target_modules=tuple(t.target_modules)))
+                     target_modules=tuple(t.target_modules)),
+        task_card=rem_task_card(p))
+
+
+def rem_task_card(p: RemParams) -> dict[str, Any]:
+    """How the REM adapter was trained to read and answer (saved with it, read by
+    :func:`medpref.rem.scorers.finetuned_settings` in later stages)."""
+    return {"task": "rem", "prompt": p.prompt, "prompt_sha": load_prompt(p.prompt).sha,
+            "rule_detail": p.train.rule_detail, "answer_order": p.train.answer_order}
 
 
 def training_table(result: TrainResult) -> pd.DataFrame:
@@ -113,7 +124,8 @@ def make_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
         client = llm.role(p.role, adapter=p.train.adapter_dir)
         return build_scorer(mode, client, inputs.flowchart, [], p.k, seed,
                             max_new_tokens=p.max_new_tokens, prompt=p.prompt,
-                            detail=p.train.rule_detail)
+                            detail=p.train.rule_detail,
+                            comment=p.train.answer_order == "comment_first")
     return build_scorer(mode, llm.role(p.role), inputs.flowchart, inputs.icl_examples, p.k,
                         seed, n_examples=p.n_examples, temperature=p.temperature,
                         max_new_tokens=p.max_new_tokens, prompt=p.prompt,
@@ -137,8 +149,9 @@ def prediction_records(mode: str, annotations: Sequence[RemAnnotation],
     """One row per (scorer, example): gold, score, samples and the raw answers."""
     rows = []
     for a, j in zip(annotations, judgements):
-        row = {"scorer": mode, "id": a.id, "rule": a.rule, "gold": a.score, "score": j.score,
-               "samples": j.samples, "unparsable": j.unparsable, "raw": j.comments}
+        row = {"scorer": mode, "id": a.id, "rule": a.rule, "gold": a.score, "label": j.label,
+               "score": j.score, "samples": j.samples, "unparsable": j.unparsable,
+               "raw": j.comments}
         if hasattr(j, "probs"):
             row.update(probs=j.probs, mass=j.mass)
         rows.append(row)
@@ -172,16 +185,21 @@ def run_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
 
 
 def table5(runs: Sequence[ScorerRun], p: RemParams) -> pd.DataFrame:
-    """Exact/fuzzy match per scorer on the evaluation split (PLPF Table 5)."""
+    """Exact/fuzzy match of the labels per scorer on the evaluation split (PLPF Table 5);
+    ``mae`` is the mean absolute error of the continuous scores."""
     rows = []
     for run in runs:
-        golds = [r["gold"] for r in run.records]
-        preds = [r["score"] for r in run.records]
-        how = {"sampled": f"in-context ({p.n_examples}/rule), k={p.k} samples averaged",
-               "expected": f"in-context ({p.n_examples}/rule), Σ s·p(s) one pass"
-                           + (" after greedy comment" if p.expected_comment else ""),
-               "finetuned": "LoRA REM, greedy comment then Σ s·p(s)"}[run.mode]
-        m = match_metrics(golds, preds)
+        golds, preds, labels = _columns(run)
+        how = {"sampled": f"in-context ({p.n_examples}/rule), k={p.k} samples; "
+                          "label = rounded mean",
+               "expected": f"in-context ({p.n_examples}/rule), one pass"
+                           + (" after a greedy comment" if p.expected_comment else "")
+                           + "; label = argmax p(s)",
+               "finetuned": ("LoRA REM, greedy comment, then" if
+                             p.train.answer_order == "comment_first"
+                             else "LoRA REM (score first), one pass;")
+                            + " label = argmax p(s)"}[run.mode]
+        m = match_metrics(golds, preds, labels)
         rows.append({"scorer": run.mode, "method": how, "n": m["n"],
                      "exact_%": 100 * m["exact"], "fuzzy_%": 100 * m["fuzzy"],
                      "coverage_%": 100 * m["coverage"], "mae": m["mae"],
@@ -193,8 +211,7 @@ def table5(runs: Sequence[ScorerRun], p: RemParams) -> pd.DataFrame:
 def per_rule_table(runs: Sequence[ScorerRun]) -> pd.DataFrame:
     frames = []
     for run in runs:
-        t = per_rule_metrics([r["rule"] for r in run.records], [r["gold"] for r in run.records],
-                             [r["score"] for r in run.records])
+        t = per_rule_metrics([r["rule"] for r in run.records], *_columns(run))
         frames.append(t.assign(scorer=run.mode))
     out = pd.concat(frames, ignore_index=True)
     out[["exact", "fuzzy", "coverage"]] *= 100
@@ -204,8 +221,13 @@ def per_rule_table(runs: Sequence[ScorerRun]) -> pd.DataFrame:
 
 
 def confusion_tables(runs: Sequence[ScorerRun]) -> dict[str, pd.DataFrame]:
-    return {run.mode: confusion([r["gold"] for r in run.records],
-                                [r["score"] for r in run.records]) for run in runs}
+    return {run.mode: confusion(*_columns(run)) for run in runs}
+
+
+def _columns(run: ScorerRun) -> tuple[list[int], list[float | None], list[int | None]]:
+    """Gold scores, predicted scores and predicted labels of a run's records."""
+    return ([r["gold"] for r in run.records], [r["score"] for r in run.records],
+            [r["label"] for r in run.records])
 
 
 def baseline_majority(eval_set: Sequence[RemAnnotation],

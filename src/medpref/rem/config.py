@@ -13,17 +13,20 @@ class RemTrainParams(StrictModel):
     """LoRA fine-tuning of the REM (PLPF: 2 epochs on 1,800 examples; here the train split)."""
 
     hardware: str = "cpu"              # configs/hardware/<name>.yaml
-    epochs: float = Field(1.0, gt=0.0, le=50.0)
+    epochs: float = Field(2.0, gt=0.0, le=50.0)
     max_steps: int | None = Field(None, ge=1)   # overrides epochs; None: the profile's cap
-    learning_rate: float = Field(3e-4, gt=0.0, le=1.0)
+    learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
     warmup_steps: int = Field(2, ge=0)
-    lora_r: int = Field(8, ge=1, le=256)
-    lora_alpha: int = Field(16, ge=1, le=512)
+    lora_r: int = Field(16, ge=1, le=256)
+    lora_alpha: int = Field(32, ge=1, le=512)
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
-                                                               "o_proj"])
+    target_modules: list[str] = Field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     max_length: int = Field(512, ge=64, le=32768)
     rule_detail: Literal["full", "short"] = "short"
+    # comment_first: "Comment: … Score: N" as in PLPF (scoring writes a comment first);
+    # score_first: "Score: N Comment: …" (scoring reads the score token in one pass)
+    answer_order: Literal["comment_first", "score_first"] = "score_first"
     adapter_dir: str = "data/03_rem/rem_lora"
 
 
@@ -34,7 +37,7 @@ class RemParams(StrictModel):
     prompt: str = "rem_judge"
     role: str = "rem"
     eval_split: str = "test"
-    eval_per_rule: int | None = Field(6, ge=1)     # per rule, every score first; None: all
+    eval_per_rule: int | None = Field(None, ge=1)  # per rule, every score first; None: all
     scorers: list[Literal["sampled", "expected", "finetuned"]] = Field(
         default_factory=lambda: ["sampled", "expected", "finetuned"])
     k: int = Field(2, ge=1, le=50)                 # samples per judgement (Eq. 2)
@@ -46,7 +49,7 @@ class RemParams(StrictModel):
     compliance_dialogues: str = "data/embedded/dialogues.jsonl"
     compliance_n: int = Field(3, ge=1, le=10_000)  # dialogues, each cut at its last doctor turn
     compliance_scorers: list[Literal["sampled", "expected", "finetuned"]] = Field(
-        default_factory=lambda: ["expected"])
+        default_factory=lambda: ["expected", "finetuned"])
     reports: str = "reports/03_rem"
 
     @field_validator("scorers", "compliance_scorers")

@@ -1,6 +1,9 @@
 """REM evaluation as PLPF Table 5 (Appendix E): exact and fuzzy match on the test split.
 
-* exact match — the predicted score, rounded half up to 0/1/2, equals the annotation;
+* exact match — the predicted label equals the annotation. A label is the judgement's
+  0/1/2 verdict: the mean of sampled scores rounded half up, or the most probable score
+  token of the probability-based scorers (``RuleJudgement.label``); given bare scores,
+  they are rounded;
 * fuzzy match — only the confusions that swap good and bad (a 2 scored 0, a 0 scored 2)
   count as errors: it measures whether the REM tells good from bad responses.
 
@@ -15,23 +18,31 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from medpref.rem.base import to_label
+
+__all__ = ["LABELS", "UNUSABLE", "confusion", "match_metrics", "per_rule_metrics", "to_label"]
+
 LABELS = (0, 1, 2)
 UNUSABLE = "none"
 
 
-def to_label(score: float | None) -> int | None:
-    """An averaged or expected score in [0, 2] as a 0/1/2 label (half up: 1.5 → 2)."""
-    if score is None or (isinstance(score, float) and math.isnan(score)):
-        return None
-    return min(2, max(0, math.floor(score + 0.5)))
+def _labels(preds: Sequence[float | None],
+            labels: Sequence[int | None] | None) -> list[int | None]:
+    if labels is None:
+        return [to_label(p) for p in preds]
+    if len(labels) != len(preds):
+        raise ValueError(f"{len(preds)} predictions but {len(labels)} labels")
+    return list(labels)
 
 
-def match_metrics(golds: Sequence[int], preds: Sequence[float | None]) -> dict[str, float]:
-    """Exact and fuzzy accuracy, coverage and mean absolute error over the scored items."""
+def match_metrics(golds: Sequence[int], preds: Sequence[float | None],
+                  labels: Sequence[int | None] | None = None) -> dict[str, float]:
+    """Exact and fuzzy accuracy of the labels (default: the rounded predictions),
+    coverage and the mean absolute error of the scores, over the scored items."""
     if len(golds) != len(preds):
         raise ValueError(f"{len(golds)} gold scores but {len(preds)} predictions")
     n = len(golds)
-    labels = [to_label(p) for p in preds]
+    labels = _labels(preds, labels)
     scored = [(g, p) for g, p in zip(golds, preds) if p is not None]
     exact = sum(1 for g, lab in zip(golds, labels) if lab is not None and lab == g)
     fuzzy = sum(1 for g, lab in zip(golds, labels) if lab is not None and abs(lab - g) < 2)
@@ -41,22 +52,25 @@ def match_metrics(golds: Sequence[int], preds: Sequence[float | None]) -> dict[s
             "mae": sum(abs(g - p) for g, p in scored) / len(scored) if scored else math.nan}
 
 
-def confusion(golds: Sequence[int], preds: Sequence[float | None]) -> pd.DataFrame:
-    """Counts: rows gold 0/1/2, columns predicted 0/1/2 and 'none' (unusable)."""
+def confusion(golds: Sequence[int], preds: Sequence[float | None],
+              labels: Sequence[int | None] | None = None) -> pd.DataFrame:
+    """Counts: rows gold 0/1/2, columns predicted label 0/1/2 and 'none' (unusable)."""
     table = pd.DataFrame(0, index=pd.Index(LABELS, name="gold"),
                          columns=pd.Index([*LABELS, UNUSABLE], name="predicted"))
-    for g, p in zip(golds, preds):
-        lab = to_label(p)
+    for g, lab in zip(golds, _labels(preds, labels)):
         table.loc[g, UNUSABLE if lab is None else lab] += 1
     return table
 
 
 def per_rule_metrics(rules: Sequence[str], golds: Sequence[int],
-                     preds: Sequence[float | None]) -> pd.DataFrame:
+                     preds: Sequence[float | None],
+                     labels: Sequence[int | None] | None = None) -> pd.DataFrame:
     """:func:`match_metrics` for each rule (rows in first-seen rule order)."""
+    labels = _labels(preds, labels)
     rows = []
     for rule in dict.fromkeys(rules):
         idx = [i for i, r in enumerate(rules) if r == rule]
         rows.append({"rule": rule, **match_metrics([golds[i] for i in idx],
-                                                   [preds[i] for i in idx])})
+                                                   [preds[i] for i in idx],
+                                                   [labels[i] for i in idx])})
     return pd.DataFrame(rows)

@@ -4,8 +4,8 @@
   ``k`` times with sampling (seeds ``seed, seed+1, ...``) and the parsed scores are averaged
   (PLPF Eq. 2). Works through any backend.
 * ``expected`` — one forward pass: the probabilities p(0), p(1), p(2) of the score token
-  give Σ s·p(s). Deterministic and far cheaper; needs a backend with ``option_scores``
-  (the local ``hf`` one). By default the score is read directly after ``Score:`` with
+  give Σ s·p(s). Deterministic and far cheaper; needs a backend with ``option_probs``
+  (``hf``, or an OpenAI-compatible server that returns top log-probs). By default the score is read directly after ``Score:`` with
   score-first in-context examples (no comment is generated: generating one costs as much
   as a sample, which would cap the speed-up near k); ``comment=True`` first writes the
   comment greedily and then reads the score token after it.
@@ -44,6 +44,16 @@ class ExpectedJudgement(RuleJudgement):
 
     probs: dict[str, float] = field(default_factory=dict)
     mass: float | None = None
+
+    @property
+    def label(self) -> int | None:
+        """The most probable score (what greedy decoding of the score token would write;
+        a tie goes to the lower score). ``score`` stays the expectation Σ s·p(s), which
+        candidate scoring uses; near-uniform probabilities put it near 1 whatever the
+        argmax, so rounding it would hide what the model prefers."""
+        if self.score is None or not self.probs:
+            return None
+        return int(max(self.probs, key=lambda s: (self.probs[s], -int(s))))
 
 
 class PromptedScorer:
@@ -152,13 +162,26 @@ class ExpectedScorer(PromptedScorer):
 
 
 def expected_judgement(rule_id: str, scores, comment: str | None) -> ExpectedJudgement:
-    """A judgement from option probabilities (``None`` scores: the comment call failed)."""
-    if scores is None:
-        return ExpectedJudgement(rule=rule_id, score=None, samples=[None], unparsable=1)
+    """A judgement from option probabilities; ``None`` scores (the comment call failed)
+    or zero option mass (a remote answer never reached the score) give an unusable one."""
+    if scores is None or scores.mass <= 0:  # failed comment call / no option was read
+        return ExpectedJudgement(rule=rule_id, score=None, samples=[None], unparsable=1,
+                                 mass=None if scores is None else scores.mass)
     value = scores.expected()
     return ExpectedJudgement(rule=rule_id, score=value, samples=[value],
                              comments=[comment] if comment is not None else [],
                              probs=dict(scores.probs), mass=scores.mass)
+
+
+def finetuned_settings(adapter_dir) -> dict[str, object]:
+    """``comment`` and ``detail`` for a fine-tuned REM, from the task card stage 03 saved
+    with the adapter; an adapter without a card gets PLPF's format (comment first, short
+    rule statement)."""
+    from medpref.training.sft import read_task_card
+
+    card = read_task_card(adapter_dir)
+    return {"comment": card.get("answer_order", "comment_first") == "comment_first",
+            "detail": card.get("rule_detail", "short")}
 
 
 def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
@@ -170,7 +193,8 @@ def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
 
     Args:
         mode: ``"sampled"`` (in-context judge, k samples averaged, any backend),
-            ``"expected"`` (in-context judge, Σ s·p(s) from one forward pass, hf backend),
+            ``"expected"`` (in-context judge, Σ s·p(s) from one forward pass; hf, or an
+            OpenAI-compatible server with log-probs),
             ``"finetuned"`` (LoRA REM: pass a client with the adapter,
             ``llm.role("rem", adapter="models/rem-lora")``; ``icl_examples`` are ignored).
         client: the LLMClient that plays the REM (cache, ledger and batching come with it).

@@ -10,6 +10,7 @@ backend loads through ``RoleConfig.adapter``. The DPO stage reuses the model/LoR
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import tempfile
@@ -175,8 +176,13 @@ def planned_steps(n_train: int, hardware: HardwareProfile, sft: SFTSettings) -> 
 
 def train_lora(model_path: str | Path, examples: Sequence[SFTExample], out_dir: str | Path,
                hardware: HardwareProfile, sft: SFTSettings = SFTSettings(),
-               lora: LoraSettings = LoraSettings()) -> TrainResult:
-    """Train a LoRA adapter on answer-only loss and save it (atomically) to ``out_dir``."""
+               lora: LoraSettings = LoraSettings(),
+               task_card: dict[str, Any] | None = None) -> TrainResult:
+    """Train a LoRA adapter on answer-only loss and save it (atomically) to ``out_dir``.
+
+    ``task_card`` (optional) is saved beside the weights as ``TASK_CARD`` (JSON): how the
+    adapter's inputs and answers were formatted, so that users of the adapter can format
+    them the same way (:func:`read_task_card`)."""
     from transformers import Trainer, TrainingArguments, set_seed
 
     set_seed(sft.seed)
@@ -204,7 +210,7 @@ def train_lora(model_path: str | Path, examples: Sequence[SFTExample], out_dir: 
         losses = [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history
                   if "loss" in h]
     model.peft_config["default"].base_model_name_or_path = portable_path(model_path)
-    save_adapter(model, out_dir)
+    save_adapter(model, out_dir, task_card)
     return TrainResult(Path(out_dir), len(data), dropped, trainer.state.global_step, runtime,
                        losses)
 
@@ -218,13 +224,26 @@ def portable_path(path: str | Path) -> str:
     return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
-def save_adapter(model, out_dir: str | Path) -> Path:
-    """Write the adapter to a temporary folder beside ``out_dir``, then swap it in."""
+TASK_CARD = "medpref_task.json"
+
+
+def read_task_card(adapter_dir: str | Path) -> dict[str, Any]:
+    """The task card saved with an adapter ({} for an adapter saved without one)."""
+    path = Path(adapter_dir) / TASK_CARD
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def save_adapter(model, out_dir: str | Path, task_card: dict[str, Any] | None = None) -> Path:
+    """Write the adapter (and its task card) to a temporary folder beside ``out_dir``,
+    then swap it in."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
         model.save_pretrained(tmp)
+        if task_card is not None:
+            (tmp / TASK_CARD).write_text(json.dumps(task_card, indent=2, sort_keys=True) + "\n",
+                                         encoding="utf-8")
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.chmod(0o755)  # mkdtemp (and safetensors) make it private; it is a shared product
