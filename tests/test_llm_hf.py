@@ -52,3 +52,28 @@ def test_option_scores_are_a_distribution(backend):
 def test_options_sharing_a_first_token_are_refused(backend):
     with pytest.raises(ValueError, match="share their first token"):
         backend.option_token_ids("Answer:", [" yes", " yes please"])
+
+
+def test_shared_prefix_option_scores_equal_the_plain_pass(embedded_llm_path):
+    """Prompts that share a long beginning (a rule and its examples) run it once; the
+    probabilities equal those of separate left-padded passes, in request order."""
+    system = {"role": "system", "content": "You rate a doctor's last turn against a rule. "
+              "Rule A: gather and verify the patient's condition before diagnosing. "
+              "Answer with 'Score: 0', 'Score: 1' or 'Score: 2'."}
+    histories = ["Patient: my chest hurts.\nDoctor: Take ibuprofen.",
+                 "Patient: I have a rash on both arms since Monday.\nDoctor: Does it itch, "
+                 "and have you started any new medicine or soap?",
+                 "Patient: headache.\nDoctor: How long, and any fever?"]
+    prompts = [[system, {"role": "user", "content": h}] for h in histories]
+    shared = HFBackend(str(embedded_llm_path), batch_size=8)
+    plain = HFBackend(str(embedded_llm_path), batch_size=8)
+    plain.shared_prefix_min = 10**9                       # never share
+    got = shared.option_probs(prompts, ["0", "1", "2"], ["Score: "] * 3)
+    want = plain.option_probs(prompts, ["0", "1", "2"], ["Score: "] * 3)
+    one_by_one = [plain.option_probs([p], ["0", "1", "2"], ["Score: "])[0] for p in prompts]
+    for (g, gm), (w, wm), (o, om) in zip(got, want, one_by_one):
+        assert gm == pytest.approx(wm, rel=1e-3) and gm == pytest.approx(om, rel=1e-3)
+        for k in ("0", "1", "2"):
+            assert g[k] == pytest.approx(w[k], abs=1e-4) and g[k] == pytest.approx(o[k], abs=1e-4)
+    # the rows differ from each other: each was read at its own last token
+    assert len({round(m, 6) for _, m in got}) == 3

@@ -83,6 +83,8 @@ def load_model(path: str | Path, adapter: str | Path | None = None, device: str 
 
 class HFBackend(Backend):
     kind = "hf"
+    #: a batch whose prompts share at least this many tokens runs them once (option scoring)
+    shared_prefix_min = 32
 
     def __init__(self, model: str, adapter: str | None = None, device: str = "auto",
                  dtype: str = "auto", batch_size: int = 8, model_name: str | None = None):
@@ -184,27 +186,82 @@ class HFBackend(Backend):
 
     def option_probs(self, prompts: Sequence[list[Message]], options: Sequence[str],
                      assistant_prefixes: Sequence[str]) -> list[tuple[dict[str, float], float]]:
+        """p(option) of the next token after each prompt + prefix, one forward pass each.
+
+        Prompts are sorted by their tokens, so those that share a long beginning (a rule
+        and its in-context examples) land in one batch; a batch whose prompts share at
+        least ``shared_prefix_min`` tokens runs that beginning once and the rest of each
+        prompt on top of its key/value cache."""
+        tok, _ = self._ensure_loaded()
+        ids = [tok(self.render(p, pre), add_special_tokens=False)["input_ids"]
+               for p, pre in zip(prompts, assistant_prefixes)]
+        out: list[tuple[dict[str, float], float] | None] = [None] * len(prompts)
+        order = sorted(range(len(prompts)), key=lambda i: ids[i])
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            shared = _common_prefix_len([ids[i] for i in chunk])
+            if len(chunk) > 1 and shared >= self.shared_prefix_min:
+                rows = self._next_token_probs_shared([ids[i] for i in chunk], shared)
+            else:
+                rows = self._next_token_probs([ids[i] for i in chunk])
+            for i, row in zip(chunk, rows):
+                opt = self.option_token_ids(_tail(assistant_prefixes[i]), options)
+                p = row[opt]
+                mass = float(p.sum())
+                norm = (p / p.sum()).tolist() if mass > 0 else [1 / len(opt)] * len(opt)
+                out[i] = ({o: float(v) for o, v in zip(options, norm)}, mass)
+        return [r for r in out if r is not None]
+
+    def _next_token_probs(self, ids: list[list[int]]):
+        """Next-token distributions of left-padded prompts (one forward pass)."""
         import torch
 
         tok, model = self._ensure_loaded()
-        out: list[tuple[dict[str, float], float]] = []
-        for start in range(0, len(prompts), self.batch_size):
-            chunk = range(start, min(start + self.batch_size, len(prompts)))
-            texts = [self.render(prompts[i], assistant_prefixes[i]) for i in chunk]
-            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-            enc = {k: v.to(model.device) for k, v in enc.items()}
-            with torch.inference_mode():
-                # left padding: the last position predicts the next token; the LM head
-                # runs on that position only (logits_to_keep=1)
-                logits = model(**enc, logits_to_keep=1).logits[:, -1, :].float()
-            probs = torch.softmax(logits, dim=-1)
-            for row, i in zip(probs, chunk):
-                ids = self.option_token_ids(_tail(assistant_prefixes[i]), options)
-                p = row[ids]
-                mass = float(p.sum())
-                norm = (p / p.sum()).tolist() if mass > 0 else [1 / len(ids)] * len(ids)
-                out.append(({o: float(v) for o, v in zip(options, norm)}, mass))
-        return out
+        enc = tok.pad({"input_ids": ids}, return_tensors="pt", padding=True)
+        enc = {k: v.to(model.device) for k, v in enc.items()}
+        with torch.inference_mode():
+            # left padding: the last position predicts the next token; the LM head runs
+            # on that position only
+            logits = model(**enc, logits_to_keep=1).logits[:, -1, :].float()
+        return torch.softmax(logits, dim=-1)
+
+    def _next_token_probs_shared(self, ids: list[list[int]], shared: int):
+        """The same distributions, running the first ``shared`` tokens (common to every
+        prompt) once: the rest of each prompt is right-padded after the shared cache and
+        read at its own last token."""
+        import torch
+
+        tok, model = self._ensure_loaded()
+        shared = min(shared, min(len(x) for x in ids) - 1)  # every row keeps >= 1 token
+        dev = model.device
+        with torch.inference_mode():
+            cache = model(input_ids=torch.tensor([ids[0][:shared]], device=dev),
+                          use_cache=True, logits_to_keep=1).past_key_values
+            for layer in cache.layers:
+                layer.batch_repeat_interleave(len(ids))
+            rest = [x[shared:] for x in ids]
+            width = max(len(r) for r in rest)
+            pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+            inp = torch.tensor([r + [pad] * (width - len(r)) for r in rest], device=dev)
+            mask = torch.tensor([[1] * (shared + len(r)) + [0] * (width - len(r))
+                                 for r in rest], device=dev)
+            pos = torch.arange(shared, shared + width, device=dev).expand(len(ids), -1)
+            last = torch.tensor([len(r) - 1 for r in rest], device=dev)
+            keep = torch.unique(last)
+            logits = model(input_ids=inp, attention_mask=mask, position_ids=pos,
+                           past_key_values=cache, logits_to_keep=keep).logits.float()
+            cols = torch.searchsorted(keep, last)
+            logits = logits[torch.arange(len(ids), device=dev), cols]
+        return torch.softmax(logits, dim=-1)
+
+
+def _common_prefix_len(seqs: list[list[int]]) -> int:
+    """Length of the longest beginning that every token sequence shares."""
+    first, n = seqs[0], min(len(x) for x in seqs)
+    for k in range(n):
+        if any(x[k] != first[k] for x in seqs[1:]):
+            return k
+    return n
 
 
 def _tail(prefix: str, n: int = 24) -> str:
