@@ -32,5 +32,7 @@ test:  ## the test suite (CPU, offline; ../shared/data tests skip when it is abs
 test-fast:  ## without the tests that load the LLM or train
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench:  ## speed benchmarks (print their ratios)
+bench:  ## speed benchmarks (print their ratios; ~15 min on 2 cores)
 	$(BIN)/python benchmarks/bench_backends.py
+	$(BIN)/python benchmarks/bench_prefix_cache.py
+	$(BIN)/python benchmarks/bench_rem.py
