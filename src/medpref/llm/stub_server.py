@@ -19,6 +19,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class _Server(ThreadingHTTPServer):
+    # the default listen backlog (5) drops connections when many clients connect at once,
+    # and a dropped SYN is retried after ~1 s: that would measure TCP, not the backend
+    request_queue_size = 128
+
+
 class StubServer:
     def __init__(self, latency_s: float = 0.0, fail_with: list[int] | None = None,
                  always_fail: int | None = None, reply: str = "stub answer",
@@ -33,7 +39,7 @@ class StubServer:
         self.in_flight = 0
         self.peak_in_flight = 0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = _Server(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
