@@ -98,11 +98,11 @@ def main() -> None:
     ratio_wall = results["sampled"]["wall"] / results["expected"]["wall"]
     ratio_cpu = results["sampled"]["cpu"] / results["expected"]["cpu"]
     exp_s, smp_s = results["expected"]["scores"], results["sampled"]["scores"]
-    agree = decisive = agree_decisive = gold_exp = gold_smp = 0
+    agree = agreement(pairs, exp_s, smp_s)
+    decisive = agree_decisive = gold_exp = gold_smp = 0
     for a, b in pairs:
         pe, ps = prefers(exp_s[a.id], exp_s[b.id]), prefers(smp_s[a.id], smp_s[b.id])
         gold = prefers(float(a.score), float(b.score))
-        agree += pe == ps
         if ps not in (0, None):
             decisive += 1
             agree_decisive += pe == ps

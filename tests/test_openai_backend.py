@@ -14,7 +14,9 @@ from medpref.llm.openai_backend import OpenAIBackend
 from medpref.llm.stub_server import StubServer
 from medpref.llm.types import GenerationParams
 
-SECRET = "sk-testSECRETkey0123456789abcdefXYZ"
+# a made-up, clearly fake credential (assembled so it does not look like a real key);
+# the tests only need a distinctive string to search every output for
+SECRET = "-".join(["medpref", "fake", "credential", "for", "leak", "tests"])
 
 
 def _backend(server: StubServer, monkeypatch, **kw) -> OpenAIBackend:
