@@ -204,7 +204,7 @@ def test_parse_tolerates_colon_repeats_and_drops_a_cut_last_pair():
 
 
 def test_parse_keeps_complete_pairs_when_the_cut_is_not_inside_one():
-    # the judge's real tails (data/05_imapscore): a repeated pair, then a bare marker,
+    # the judge's real tails (data/07_imapscore): a repeated pair, then a bare marker,
     # then the token limit. The cut item is malformed or a repeat; no kept pair is cut.
     repeat = parse_imap("Inform-diagnosis-flu\nInform-treatment-rest\nInform-treatment-rest",
                         ANSWER_COMPONENTS, truncated=True)
@@ -353,12 +353,12 @@ def test_rank_correlations_and_table2_layout():
 
 # ------------------------------------------------------------------ params
 def test_imap_params_are_strict():
-    with pytest.raises(ParamsError, match="unknown key 'imap.max_hop'"):
-        parse_params({"imap": {"max_hop": 2}})
-    with pytest.raises(ParamsError, match="imap.link_min_similarity"):
-        parse_params({"imap": {"link_min_similarity": 1.5}})
+    with pytest.raises(ParamsError, match="unknown key 'imapscore.max_hop'"):
+        parse_params({"imapscore": {"max_hop": 2}})
+    with pytest.raises(ParamsError, match="imapscore.link_min_similarity"):
+        parse_params({"imapscore": {"link_min_similarity": 1.5}})
     with pytest.raises(ParamsError, match="umls_dir"):
-        parse_params({"imap": {"umls_sabs": ["MSH"]}})
+        parse_params({"imapscore": {"umls_sabs": ["MSH"]}})
 
 
 # ------------------------------------------------------------------ pipeline, scripted judge

@@ -91,7 +91,7 @@ SECTIONS: dict[str, str] = {
     "notechat": "medpref.notechat.config:NoteChatParams",
     "rem": "medpref.rem.config:RemParams",
     "annotation": "medpref.annotation.config:AnnotationParams",
-    "imap": "medpref.imap.config:ImapParams",
+    "imapscore": "medpref.imap.config:ImapParams",
     "medqa": "medpref.medqa.config:MedQAParams",
 }
 

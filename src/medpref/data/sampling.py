@@ -43,7 +43,7 @@ class SamplingParams(StrictModel):
     prompt: str = "trajectory_continuation"
     max_new_tokens: int = Field(256, ge=16, le=4096)
     output: str = "data/01_sampling/unlabeled.jsonl"
-    reports: str = "reports/01_data_sampling"
+    reports: str = "reports/01_sampling"
 
 
 @dataclass(frozen=True)

@@ -1,2 +1,2 @@
 """imapScore (Wang et al.): imap extraction, value relations, Eq. 1, and its validation
-against human scores (stage 05)."""
+against human scores (stage 07)."""

@@ -1,4 +1,4 @@
-"""Params of stage 05 (imapScore, Wang et al.): the ``imap`` section of params.yaml."""
+"""Params of stage 07 (imapScore, Wang et al.): the ``imapscore`` section of params.yaml."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ class ImapParams(StrictModel):
     embedding_model: str = "models/all-minilm-l6-v2"
 
     # -- outputs --------------------------------------------------------------------------
-    output_dir: str = "data/05_imapscore"
-    reports: str = "reports/05_imapscore"
+    output_dir: str = "data/07_imapscore"
+    reports: str = "reports/07_imapscore"
 
     @model_validator(mode="after")
     def _sabs_need_umls(self) -> "ImapParams":

@@ -44,6 +44,7 @@ class Ledger:
         self.stage = stage
         self.max_cost_usd = max_cost_usd
         self._roles: dict[str, RoleTally] = defaultdict(RoleTally)
+        self._first_errors: dict[str, str] = {}
         self._lock = threading.Lock()
 
     @property
@@ -71,10 +72,17 @@ class Ledger:
             tally = self._roles[role]
             tally.calls += 1
             tally.failures += 0 if completion.ok else 1
+            if not completion.ok:
+                self._first_errors.setdefault(role, str(completion.error or "failed")[:200])
             tally.tokens_in += completion.tokens_in
             tally.tokens_out += completion.tokens_out
             tally.cost_usd += price.cost(completion.tokens_in, completion.tokens_out)
             tally.latency_s += completion.latency_s
+
+    def first_error(self, role: str) -> str:
+        """The first recorded failure of a role ('' when none), for one-line messages."""
+        with self._lock:
+            return self._first_errors.get(role, "")
 
     def totals(self) -> dict:
         with self._lock:

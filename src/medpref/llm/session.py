@@ -1,9 +1,9 @@
 """A stage's access to models: roles from params, one cache file, one ledger.
 
-    llm = LLMSession.for_stage("01_data_sampling", params)
+    llm = LLMSession.for_stage("01_sampling", params)
     annotator = llm.role("annotator")          # an LLMClient
     ...
-    llm.write_ledger("reports/01_data_sampling/ledger.json")
+    llm.write_ledger("reports/01_sampling/ledger.json")
 
 Backends are built by name from :data:`BACKENDS` (``register_backend`` adds one); roles
 that name the same model share one backend, so a model is loaded once per stage.

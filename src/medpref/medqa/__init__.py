@@ -7,5 +7,5 @@
 * :mod:`.distill`, :mod:`.read`, :mod:`.judging` — the three model steps;
 * :mod:`.ratings` — Elo (shuffled, bootstrapped) and Bradley–Terry from pairwise verdicts;
 * :mod:`.plots` — HR@k curves and rating intervals;
-* :mod:`.stage` — stage 06's run and its tables and figures.
+* :mod:`.stage` — stage 08's run and its tables and figures.
 """

@@ -1,4 +1,4 @@
-"""Params of stage 06 (``medqa`` section of params.yaml)."""
+"""Params of stage 08 (``medqa`` section of params.yaml)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class MedQAParams(StrictModel):
     # embeddings
     embedding_model: str = "models/all-minilm-l6-v2"
     embedding_batch_size: int = Field(32, ge=1, le=1024)
-    embeddings_cache: str = "data/06_medqa/db_embeddings.npz"
+    embeddings_cache: str = "data/08_medqa/db_embeddings.npz"
     # distill
     n_distill_items: int | None = Field(None, ge=1)
     tool_mode: Literal["auto", "text", "native"] = "auto"
@@ -66,8 +66,8 @@ class MedQAParams(StrictModel):
     bt_prior_ties: float = Field(0.5, ge=0.0, le=100.0)
     stored_verdicts: str | None = None
     # outputs
-    output_dir: str = "data/06_medqa"
-    reports: str = "reports/06_medqa"
+    output_dir: str = "data/08_medqa"
+    reports: str = "reports/08_medqa"
 
     @field_validator("hr_ks")
     @classmethod

@@ -1,0 +1,172 @@
+"""The opening and closing every pipeline stage shares.
+
+A stage is a notebook over ``medpref.<domain>.stage.run(stage)``. This module holds what
+every one of them does around that call, so a notebook needs two lines::
+
+    stage = open_stage("01_sampling", params_path)    # params, section, LLM session, timer
+    out = sampling_stage.run(stage)                    # the domain's work, returns outputs
+    ...                                                # cells that show out's tables
+    stage.finish(out.metrics, models=..., prompts=...) # ledger, guard, metrics, provenance
+
+One name per stage: ``01_sampling`` is the notebook, ``data/01_sampling`` and
+``reports/01_sampling`` its folders, ``sampling`` (the name without its number) its dvc
+stage and its params section. ``metrics.json`` holds scores only (``dvc metrics show``);
+wall times go to ``timings.json`` and model use to ``ledger.json``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from medpref.params import Params, StrictModel, load_params, repo_path
+from medpref.provenance import provenance, write_provenance
+from medpref.reports import write_metrics
+
+
+class GuardParams(StrictModel):
+    """When a stage's run is too poor to keep (every stage section has a ``guard``).
+
+    ``min_yield``: the share of requested items that must come out (items written /
+    items asked for). ``max_failure_rate``: the share of model calls that may fail
+    (recorded failures / calls that reached a backend). Either breach fails the stage
+    before it writes outputs that DVC would lock.
+    """
+
+    min_yield: float = Field(0.5, ge=0.0, le=1.0)
+    max_failure_rate: float = Field(0.2, ge=0.0, le=1.0)
+
+
+class StageFailed(RuntimeError):
+    """A stage's run is not worth keeping; the message is one line naming the stage."""
+
+
+def stage_key(name: str) -> str:
+    """``01_sampling`` → ``sampling``: the dvc stage and params section of a stage."""
+    head, _, rest = name.partition("_")
+    return rest if head.isdigit() and rest else name
+
+
+@dataclass
+class Stage:
+    """One run of one stage: its params, folders, model session and step timings."""
+
+    name: str
+    params: Params
+    started: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+    _llm: Any = None
+
+    @property
+    def key(self) -> str:
+        return stage_key(self.name)
+
+    @property
+    def p(self) -> Any:
+        """This stage's params section."""
+        return getattr(self.params, self.key)
+
+    @property
+    def seed(self) -> int:
+        return self.params.shared.seed
+
+    @property
+    def data_dir(self) -> Path:
+        return repo_path(Path("data") / self.name)
+
+    @property
+    def reports_dir(self) -> Path:
+        return repo_path(Path("reports") / self.name)
+
+    def report(self, filename: str) -> Path:
+        return self.reports_dir / filename
+
+    def data(self, filename: str) -> Path:
+        return self.data_dir / filename
+
+    # -- models -------------------------------------------------------------------------
+    @property
+    def llm(self):
+        """The stage's LLM session (one cache file, one ledger), made on first use."""
+        if self._llm is None:
+            from medpref.llm import LLMSession
+
+            self._llm = LLMSession.for_stage(self.name, self.params)
+        return self._llm
+
+    def role(self, name: str, **overrides: Any):
+        return self.llm.role(name, **overrides)
+
+    # -- timing -------------------------------------------------------------------------
+    @contextmanager
+    def step(self, label: str) -> Iterator[None]:
+        """Time a step; repeated labels add up."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[label] = self.timings.get(label, 0.0) + time.perf_counter() - t0
+
+    @property
+    def wall_s(self) -> float:
+        return time.perf_counter() - self.started
+
+    # -- the guard ----------------------------------------------------------------------
+    def check_yield(self, produced: int, requested: int, *, what: str = "items") -> None:
+        """Fail the stage (before it writes) when too few items came out or too many calls
+        failed. Call it once the work is done and before the outputs are written."""
+        guard: GuardParams = getattr(self.p, "guard", None) or GuardParams()
+        problems = []
+        if requested > 0 and produced / requested < guard.min_yield:
+            problems.append(f"{produced} of {requested} {what} produced "
+                            f"(min_yield {guard.min_yield:g})")
+        role, failures, calls, first = self._worst_role()
+        if calls and failures / calls > guard.max_failure_rate:
+            problems.append(f"role '{role}' failed {failures} of {calls} calls "
+                            f"(max_failure_rate {guard.max_failure_rate:g})")
+        if problems:
+            first_err = f"; first error: {first}" if first else ""
+            raise StageFailed(f"stage {self.key} failed: {'; '.join(problems)}{first_err} "
+                              f"(params {self.key}.guard)")
+
+    def _worst_role(self) -> tuple[str, int, int, str]:
+        if self._llm is None:
+            return "", 0, 0, ""
+        worst = ("", 0, 0, "")
+        for role, tally in self._llm.ledger.totals()["roles"].items():
+            calls, failures = tally["calls"], tally["failures"]
+            if calls and (not worst[2] or failures / calls > worst[1] / worst[2]):
+                worst = (role, failures, calls, self._llm.ledger.first_error(role))
+        return worst
+
+    # -- closing ------------------------------------------------------------------------
+    def finish(self, metrics: dict[str, Any], *, models: dict[str, str] | None = None,
+               prompts: dict[str, str] | None = None, sections: tuple[str, ...] = (),
+               **extra: Any) -> dict[str, Any]:
+        """Write the ledger, metrics (scores only), timings and provenance; close models."""
+        ledger = self._llm.write_ledger(self.report("ledger.json")) if self._llm else None
+        write_metrics(metrics, self.report("metrics.json"))
+        write_metrics({"wall_s": round(self.wall_s, 1),
+                       "steps_s": {k: round(v, 1) for k, v in self.timings.items()}},
+                      self.report("timings.json"))
+        write_provenance(self.report("provenance.json"), provenance(
+            self.params, (self.key, *sections), models=models, prompts=prompts,
+            seed=self.seed, stage=self.key, **extra))
+        self.close()
+        return {"metrics": metrics, "ledger": ledger["total"] if ledger else None,
+                "wall_s": round(self.wall_s, 1)}
+
+    def close(self) -> None:
+        if self._llm is not None:
+            self._llm.close()
+
+
+def open_stage(name: str, params_path: str | Path = "params.yaml") -> Stage:
+    """Load and validate the params and start the stage's clock."""
+    return Stage(name=name, params=load_params(repo_path(params_path)))

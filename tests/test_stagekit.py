@@ -1,0 +1,79 @@
+"""The shared stage opening/closing: names, folders, the yield/failure guard, outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medpref.llm.ledger import Ledger, Price
+from medpref.llm.types import Completion
+from medpref.params import load_params
+from medpref.stagekit import GuardParams, Stage, StageFailed, stage_key
+
+
+class _Session:
+    def __init__(self):
+        self.ledger = Ledger("01_sampling")
+        self.closed = False
+
+    def write_ledger(self, path):
+        return self.ledger.write(path)
+
+    def close(self):
+        self.closed = True
+
+
+def _stage(tmp_path, monkeypatch) -> Stage:
+    stage = Stage(name="01_sampling", params=load_params())
+    monkeypatch.setattr(Stage, "reports_dir", property(lambda self: tmp_path / self.name))
+    stage._llm = _Session()
+    return stage
+
+
+def test_stage_key_strips_the_number():
+    assert stage_key("01_sampling") == "sampling"
+    assert stage_key("07_imapscore") == "imapscore"
+    assert stage_key("notechat_index") == "notechat_index"
+
+
+def test_guard_fails_on_low_yield_naming_the_stage(tmp_path, monkeypatch):
+    stage = _stage(tmp_path, monkeypatch)
+    stage.check_yield(12, 24)  # exactly the default min_yield passes
+    with pytest.raises(StageFailed, match=r"stage sampling failed: 0 of 24 items produced"):
+        stage.check_yield(0, 24)
+
+
+def test_guard_fails_on_failure_rate_with_role_and_first_error(tmp_path, monkeypatch):
+    stage = _stage(tmp_path, monkeypatch)
+    for i in range(4):
+        err = None if i == 0 else f"HTTP 503 number {i}"
+        stage._llm.ledger.record_call("annotator", Completion(text="x", error=err), Price())
+    with pytest.raises(StageFailed) as exc:
+        stage.check_yield(24, 24)
+    msg = str(exc.value)
+    assert "role 'annotator' failed 3 of 4 calls" in msg
+    assert "first error: HTTP 503 number 1" in msg
+    assert "\n" not in msg
+
+
+def test_guard_params_are_strict():
+    with pytest.raises(Exception):
+        GuardParams(min_yeild=0.1)
+    with pytest.raises(Exception):
+        GuardParams(min_yield=1.5)
+
+
+def test_finish_writes_scores_timings_ledger_and_provenance_apart(tmp_path, monkeypatch):
+    stage = _stage(tmp_path, monkeypatch)
+    with stage.step("work"):
+        pass
+    out = stage.finish({"items": 3}, models={"annotator": "hf:x"})
+    folder = tmp_path / "01_sampling"
+    assert json.loads((folder / "metrics.json").read_text()) == {"items": 3}
+    timings = json.loads((folder / "timings.json").read_text())
+    assert "work" in timings["steps_s"] and "wall_s" in timings
+    prov = json.loads((folder / "provenance.json").read_text())
+    assert prov["stage"] == "sampling" and prov["models"] == {"annotator": "hf:x"}
+    assert (folder / "ledger.json").exists()
+    assert stage._llm.closed and out["metrics"] == {"items": 3}
