@@ -1,0 +1,121 @@
+"""Stage 09: paper tables assembled from stage files, published rows labelled, traceable."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from medpref import REPO_ROOT
+from medpref.papertables.build import OURS, PAPER, MissingSource, build_table, to_latex, write_built
+from medpref.papertables.index import render_index
+from medpref.papertables.spec import ArtefactSpec, load_registry
+
+
+def _spec(**kw) -> ArtefactSpec:
+    base = dict(id="t5", paper="PLPF", label="Table 5", stage="rem", source="r/table5.csv",
+                row="scorer", columns={"Exact Match": "exact", "Fuzzy Match": "fuzzy"},
+                published={"rows": {"ChatGPT": [56.2, 79.5]}})
+    base.update(kw)
+    return ArtefactSpec.model_validate(base)
+
+
+def _write_source(root, rows):
+    (root / "r").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(root / "r" / "table5.csv", index=False)
+
+
+def test_ours_then_paper_under_the_paper_headers(tmp_path):
+    _write_source(tmp_path, [{"scorer": "finetuned", "exact": 47.69, "fuzzy": 84.6, "x": 1}])
+    built = build_table(_spec(), tmp_path)
+    assert list(built.table.columns) == ["source", "row", "Exact Match", "Fuzzy Match"]
+    assert built.table["source"].tolist() == [OURS, PAPER]
+    assert built.table.iloc[0]["Exact Match"] == pytest.approx(47.69)
+    assert built.table.iloc[1].tolist() == [PAPER, "ChatGPT", 56.2, 79.5]
+
+
+def test_trace_names_file_row_column_and_scale_is_applied(tmp_path):
+    _write_source(tmp_path, [{"scorer": "a", "exact": 0.25, "fuzzy": 0.5}])
+    built = build_table(_spec(scale={"Exact Match": 100}), tmp_path)
+    assert built.table.iloc[0]["Exact Match"] == pytest.approx(25.0)
+    assert built.table.iloc[0]["Fuzzy Match"] == pytest.approx(0.5)
+    assert [(c.file, c.row, c.column, c.value) for c in built.trace] == [
+        ("r/table5.csv", "a", "exact", 0.25), ("r/table5.csv", "a", "fuzzy", 0.5)]
+
+
+def test_filter_and_missing_values(tmp_path):
+    _write_source(tmp_path, [{"scorer": "a", "exact": 1.0, "fuzzy": None, "dept": "ALL"},
+                             {"scorer": "b", "exact": 2.0, "fuzzy": 3.0, "dept": "surgery"}])
+    built = build_table(_spec(filter={"dept": "ALL"}, published=None), tmp_path)
+    assert built.table["row"].tolist() == ["a"]
+    assert math.isnan(built.table.iloc[0]["Fuzzy Match"])
+    assert len(built.trace) == 1
+
+
+def test_missing_source_and_missing_column_are_named(tmp_path):
+    with pytest.raises(MissingSource, match="r/table5.csv not found .*stage 'rem'"):
+        build_table(_spec(), tmp_path)
+    _write_source(tmp_path, [{"scorer": "a", "exact": 1.0}])
+    with pytest.raises(ValueError, match=r"no column\(s\) \['fuzzy'\]"):
+        build_table(_spec(), tmp_path)
+
+
+def test_published_row_length_is_checked():
+    with pytest.raises(ValueError, match="published row 'ChatGPT' has 1 values for 2 columns"):
+        _spec(published={"rows": {"ChatGPT": [56.2]}})
+
+
+def test_outputs_csv_markdown_latex_without_minus_zero(tmp_path):
+    _write_source(tmp_path, [{"scorer": "a_b", "exact": -0.01, "fuzzy": 50.0}])
+    paths = write_built(build_table(_spec(), tmp_path), tmp_path / "out")
+    assert [p.suffix for p in paths] == [".csv", ".md", ".tex"]
+    tex = paths[2].read_text()
+    assert r"\toprule" in tex and r"a\_b" in tex and "-0.0" not in tex and " 0.0 " in tex
+    md = paths[1].read_text()
+    assert md.startswith("**PLPF — Table 5**") and "paper (published)" in md
+
+
+def test_latex_escapes_percent():
+    df = pd.DataFrame([{"source": OURS, "row": "x", "Exact %": 1.25}])
+    assert r"Exact \%" in to_latex(df, "c", digits=2) and "1.25" in to_latex(df, "c", 2)
+
+
+def test_the_repository_registry_is_valid_and_sources_are_stage_reports():
+    registry = load_registry(REPO_ROOT / "configs" / "paper_tables.yaml")
+    assert len(registry.artefacts) >= 10
+    for spec in registry.artefacts:
+        assert spec.source.startswith("reports/0"), spec.id
+
+
+def test_index_lists_artefacts_and_stage_provenance(tmp_path):
+    folder = tmp_path / "03_rem"
+    folder.mkdir()
+    (folder / "provenance.json").write_text(
+        '{"params_hash": "abc", "params_sections": ["rem"], "git_commit": "deadbeef", '
+        '"seed": 13, "models": {"rem": "hf:smol"}}')
+    (folder / "table5.md").write_text("x")
+    status = pd.DataFrame([{"paper": "PLPF", "artefact": "Table 5", "status": "made"}])
+    text = render_index(tmp_path, status)
+    assert "| PLPF" in text and "## 03_rem" in text and "`abc`" in text
+    assert "[table5.md](03_rem/table5.md)" in text and "rem: `hf:smol`" in text
+
+
+def _committed_specs():
+    registry = load_registry(REPO_ROOT / "configs" / "paper_tables.yaml")
+    return [s for s in registry.artefacts if (REPO_ROOT / s.source).exists()]
+
+
+@pytest.mark.parametrize("spec", _committed_specs(), ids=lambda s: s.id)
+def test_every_made_artefact_exists_with_the_papers_headers_and_traces_to_its_source(spec):
+    """What the stages wrote is in reports/09_tables/paper, and equals a rebuild from the
+    stage files: no number in a paper table was typed by hand or went stale."""
+    out = REPO_ROOT / "reports" / "09_tables" / "paper"
+    if spec.kind == "figure":
+        assert (out / "figures" / f"{spec.id}.png").exists()
+        return
+    written = pd.read_csv(out / f"{spec.id}.csv")
+    assert list(written.columns) == ["source", "row", *spec.columns]
+    rebuilt = build_table(spec, REPO_ROOT).table
+    pd.testing.assert_frame_equal(written.reset_index(drop=True), rebuilt.reset_index(drop=True),
+                                  check_dtype=False)
