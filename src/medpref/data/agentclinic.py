@@ -100,6 +100,9 @@ def agentclinic_cases(root: str | os.PathLike | None = None, limit: int | None =
     checklist: primary + secondary symptoms, :func:`checklist_tests` of the test results,
     and the correct diagnosis. The records carry no specialty, so the department is
     ``general``; ``objective`` keeps the doctor's task. Ids use the JSONL line number.
+    ``script`` is empty: the data set has no reference dialogue, and the simulated patient
+    answers from ``patient_info`` alone (deriving question-answer pairs from the sections
+    would put our wording, not the data's, in the knowledge base).
     """
     path = data_root(root) / AGENTCLINIC_FILE
     return collect_rows(jsonl_lines(path), lambda line, raw: _agentclinic_case(line, raw, path),
