@@ -183,3 +183,25 @@ def test_pair_messages_golden():
     assert pairs == [{"doctor": "What brings you in? Take your time.",
                       "patient": "A cough. For a week."}]
     assert dropped == 2
+
+
+def test_gbk_file_contents_and_copied_case_files(tmp_path):
+    root = tmp_path / "cspt"
+    shutil.copytree(FIXTURE, root)
+    folder = root / "script" / "内科" / "01_胸痛"
+    (folder / "chief_complaint.txt").write_bytes("胸口疼三周".encode("gbk"))
+    (folder / "patient copy.json").write_text(json.dumps({"患者": "旧的副本"}, ensure_ascii=False),
+                                              encoding="utf-8")
+    cases, _ = load_cspt(root)
+    chest = next(c for c in cases if c.id == "cspt-internal_medicine-01")
+    assert chest.chief_complaint == "胸口疼三周"
+    assert chest.patient_info["患者"] == "男，58岁"
+    # in a zip the copy may come after the original: the original still wins
+    archive = tmp_path / "late_copy.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        files = sorted(p for p in root.rglob("*") if p.is_file())
+        for path in sorted(files, key=lambda p: p.name == "patient copy.json"):
+            zf.write(path, path.relative_to(root).as_posix())
+        assert zf.namelist()[-1].endswith("patient copy.json")
+    chest = next(c for c in load_cspt(archive)[0] if c.id == "cspt-internal_medicine-01")
+    assert chest.patient_info["患者"] == "男，58岁"

@@ -153,7 +153,12 @@ class _Tree:
                 data = zf.read(handle)
         else:
             data = handle.read_bytes()
-        return data.decode("utf-8-sig")
+        for encoding in ("utf-8-sig", "gbk"):   # files saved on Chinese Windows are GBK
+            try:
+                return data.decode(encoding)
+            except UnicodeDecodeError:
+                continue
+        raise ContractError(self.where(name), None, "<encoding>", "neither UTF-8 nor GBK text")
 
     def where(self, name: str) -> str:
         """A location for error messages: the file, or ``archive.zip!member``."""
@@ -236,7 +241,9 @@ def _collect(tree: _Tree
             for wanted in CASE_FILES:
                 if canonical == normalise_name(wanted) and filename.lower().endswith(
                         wanted.rsplit(".", 1)[1]):
-                    entry.files[wanted] = name
+                    kept = entry.files.get(wanted)   # "patient.json" wins over "patient copy.json"
+                    if kept is None or _has_copy_mark(PurePosixPath(kept).name):
+                        entry.files[wanted] = name
         elif kind == "check_list" and len(rest) == 2 and rest[1].lower().endswith(".json"):
             dept, filename = rest
             checklists.setdefault((dept, case_key(filename)), []).append(name)
