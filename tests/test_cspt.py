@@ -12,7 +12,7 @@ import pytest
 
 from medpref.contracts import ContractError
 from medpref.data.adapters import SP_CASE_SOURCES
-from medpref.data.cspt import case_key, cspt_cases, department_of, load_cspt, pair_messages
+from medpref.data.cspt import case_key, department_of, load_cspt, pair_messages
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cspt"
 EXPECTED_IDS = ["cspt-gynecology-01", "cspt-internal_medicine-01", "cspt-internal_medicine-02",
