@@ -92,6 +92,15 @@ def test_checklist_tests_expand_groups_only():
         "Electromyography"]
 
 
+def test_checklist_tests_leave_out_optional_and_not_indicated():
+    results = {"X_Ray_Knee": {"Findings": "No fracture."},
+               "MRI_Knee": {"Optional": "Can be considered if pain persists."},
+               "Imaging": {"CT_Head": "Not indicated here.", "Chest_X_Ray": "Clear."},
+               "Skin_Biopsy": {"Findings": "Optional and not typically necessary."},
+               "EEG": "Not performed", "Lipid_Panel": "Optional fasting; LDL 4.1"}
+    assert checklist_tests(results) == ["X Ray Knee", "Chest X Ray", "Lipid Panel"]
+
+
 def test_shared_data_dir_reads_env_at_call_time(tmp_path, monkeypatch):
     monkeypatch.setenv("MEDPREF_SHARED_DATA", str(tmp_path))
     assert shared_data_dir() == tmp_path
@@ -121,7 +130,7 @@ def test_malformed_csv_row_names_file_line_and_field(tmp_path, caplog):
     assert f"{path}:4: field 'dialogue'" in str(err.value)
     assert "MTS-Dialog-TrainingSet.csv" in str(err.value)
 
-    with caplog.at_level(logging.WARNING, logger="medpref.data.adapters"):
+    with caplog.at_level(logging.WARNING, logger="medpref.data.readers"):
         pairs = load_mts_dialog("train", root=tmp_path, skip_bad=True)
     assert [d.id for d, _ in pairs] == ["mts-train-0000", "mts-train-0002"]
     assert pairs[1][0].meta["line"] == 5
@@ -234,6 +243,11 @@ def test_agentclinic_cases(shared):
     assert "Weakness in upper limbs" in first.checklist.symptoms
     assert "Present (elevated)" in first.patient_info["Test Results"]
     assert sum(not c.checklist.tests for c in cases) == 2   # two cases list no tests
+    assert all(c.script == [] for c in cases)                # no reference dialogue
+    # agentclinic-0006 lists an MRI only as "Optional": not a key test
+    assert cases[5].checklist.tests == ["X-Ray Knee"]
+    assert "MRI Knee: Optional" in cases[5].patient_info["Test Results"]
+    assert sum(len(c.checklist.tests) for c in cases) == 357
 
 
 @pytest.mark.shared_data
