@@ -86,3 +86,30 @@ def test_fast_self_bleu_equals_sacrebleu_multi_reference_bleu():
     # a sample of hypotheses: the same per-text scores, averaged over the sample
     part = tm.self_bleu(en, sample=3, seed=1)
     assert min(slow) <= part <= max(slow)
+
+
+def test_correlations_with_human_scores_on_a_chinese_set(tmp_path):
+    """A Chinese set where more shared characters = higher human score: the character-level
+    metrics rank it perfectly; none of the records scores 0 (the old [a-z0-9]+ tokens
+    gave every record 0, so no correlation at all)."""
+    import json
+
+    from medpref.metrics.human import (NGRAM_SCORERS, correlation_table, read_records,
+                                       score_records)
+
+    ref = "布洛芬饭后服用每日三次"
+    hyps = ["饭后服用", "布洛芬饭后服用", "布洛芬饭后服用每日", "布洛芬饭后服用每日三次"]
+    path = tmp_path / "zh.jsonl"
+    path.write_text("\n".join(json.dumps({"question": "怎么吃？", "reference": ref,
+                                          "prediction": h, "human": {"acc": k, "cmp": k}},
+                                         ensure_ascii=False)
+                              for k, h in enumerate(hyps)) + "\n", encoding="utf-8")
+    scores = score_records(read_records(path), NGRAM_SCORERS)
+    table = correlation_table(scores, list(NGRAM_SCORERS)).set_index("metric")
+    assert table.loc["ROUGE-1", "acc rho pooled"] == 100.0
+    assert table.loc["BLEU-4", "cmp tau pooled"] == 100.0
+    assert (table["zero_share"] == 0.0).all()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"reference": "x", "human": {"acc": 1}}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        read_records(bad)
