@@ -579,3 +579,46 @@ def test_embedded_judge_extracts_and_the_parse_never_raises(embedded_llm_path, c
         assert e.error is None and e.raw.strip()
         assert e.prefix in ("Query-",) or e.prefix.startswith("Inform-")
         assert all(pair.component in ("Query", "Constraint", "Inform") for pair in e.parsed.pairs)
+
+
+def test_run_in_the_stage_shape_with_a_scripted_judge(tmp_path, monkeypatch):
+    from scripted_stage import scripted_stage
+
+    monkeypatch.setattr(ev, "load_encoder", lambda path: _fake_encode)
+    monkeypatch.setattr(ev, "load_bertscore",
+                        lambda path, layer: lambda refs, hyps: [0.5] * len(refs))
+    p = ImapParams(link_min_similarity=None, relation_mode="generate", lambda_reading="count")
+    stage = scripted_stage("07_imapscore", tmp_path, monkeypatch, scripted_judge, section=p)
+    out = ev.run(stage)
+    assert out.extraction_mode == "greedy"            # an hf (here scripted) judge
+    assert "BERTScore-F1 (MiniLM)" in out.table2["Metric"].tolist()
+    assert "λ read as a count" in out.caption
+    assert "wall_seconds" not in out.metrics and out.metrics["items"] == len(out.items)
+    assert (tmp_path / "data/07_imapscore/extractions.jsonl").exists()
+    assert (tmp_path / "reports/07_imapscore/correlations.md").exists()
+
+
+def test_run_fails_before_writing_when_the_judge_extracts_nothing(tmp_path, monkeypatch):
+    from scripted_stage import scripted_stage
+
+    from medpref.stagekit import StageFailed
+
+    monkeypatch.setattr(ev, "load_encoder", lambda path: _fake_encode)
+    p = ImapParams(link_min_similarity=None, relation_mode="generate", bertscore_layer=None)
+    stage = scripted_stage("07_imapscore", tmp_path, monkeypatch, lambda req: "\n\nsorry",
+                           section=p)
+    with pytest.raises(StageFailed, match="stage imapscore failed: 0 of"):
+        ev.run(stage)
+    assert not (tmp_path / "data/07_imapscore/extractions.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_bertscore_on_the_embedded_minilm():
+    from medpref.imap.textmetrics import load_bertscore
+    from medpref.params import repo_path
+
+    score = load_bertscore(repo_path("models/all-minilm-l6-v2"), 6)
+    same, close, far = score(["Take ibuprofen with food."] * 3,
+                             ["Take ibuprofen with food.", "Take the ibuprofen after meals.",
+                              "The weather is sunny today."])
+    assert same == pytest.approx(1.0, abs=1e-4) and same > close > far

@@ -245,6 +245,26 @@ def score_items(imaps: Sequence[ItemImaps], matcher: OntologyMatcher,
     return pd.concat([base, raw, on_imap, ours], axis=1)
 
 
+def run_metrics(items: Sequence[ItemImaps], extractions: Sequence[Extraction],
+                judged: dict | None, links: dict, scores: pd.DataFrame) -> dict:
+    """Counts, parse rates, link coverage and mean scores of a run (scores only)."""
+    n = max(1, len(extractions))
+    return {
+        "items": len(items), "systems": int(scores["system"].nunique()),
+        "extraction_calls": len(extractions),
+        "extractions_with_pairs": sum(bool(e.parsed.pairs) for e in extractions),
+        "extraction_parse_rate": round(sum(bool(e.parsed.pairs) for e in extractions) / n, 4),
+        "items_with_shared_terms": int((scores["shared_terms"] > 0).sum()),
+        "value_pairs": len(relation_pairs(items)),
+        "relation_calls": len(judged) if judged is not None else 0,
+        "relation_answers_parsed": sum(j.relation is not None for j in (judged or {}).values()),
+        "judge_relations": dict(Counter(j.relation.value if j.relation else "unparsed"
+                                        for j in (judged or {}).values())),
+        "value_links": count_links(links.values()),
+        "mean_scores": {c: round(float(scores[c].mean()), 4)
+                        for c in scores.columns if c.startswith("imapScore")}}
+
+
 def table_caption(p: ImapParams, n_items: int, extraction_mode: str) -> str:
     """What the correlation table shows, including what "human" means for the source."""
     if p.source == "embedded":
@@ -330,8 +350,9 @@ def run(stage) -> ImapOutputs:
     imaps = assemble_imaps(p, items, questions, answers)
     extractions = [*questions.values(), *answers.values()]
     links, link_rows, judged, scores = _relate_and_score(stage, p, judge, imaps)
-    stage.check_yield(sum(bool(e.parsed.pairs) for e in extractions), len(extractions),
-                      what="imaps with pairs")
+    # an explicit "Inform-None" is an answer too; an unreadable completion is not
+    stage.check_yield(sum(bool(e.parsed.pairs) or e.parsed.none for e in extractions),
+                      len(extractions), what="readable imaps")
     order = metric_order(p.judge_relations, p.bertscore_layer is not None)
     long = correlations(scores, order)
     wide = table2(long, order)
