@@ -237,10 +237,11 @@ def table3_notes(run: StageRun, clients: dict[str, LLMClient], p: NoteChatParams
         else:
             first_of[model] = b.name
             notes.append(f"`{b.name}` is a single prompt to `{model}` (the paper: ChatGPT/GPT-4).")
-    if any(len(r.plays) > 1 for r in run.notechat):
-        notes.append("NoteChat's Combine step (joining the per-SOAP-part dialogues of long "
-                     "notes) is rule-based here (medpref.notechat.sections.combine_parts), "
-                     "not the paper's LLM Combine prompt.")
+    split = sum(len(r.plays) > 1 for r in run.notechat)
+    notes.append(f"NoteChat's Combine step (joining the per-SOAP-part dialogues of notes over "
+                 f"{p.long_note_words} words; {split} of {len(run.notechat)} notes here) is "
+                 f"rule-based (medpref.notechat.sections.combine_parts), not the paper's LLM "
+                 f"Combine prompt.")
     notes.append("Diversity: Texygen self-BLEU-4 across each system's utterances over all "
                  "its dialogues (sacrebleu 13a/zh tokens, exp smoothing); lower = more diverse.")
     return notes
