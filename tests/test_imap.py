@@ -518,6 +518,38 @@ def test_sampled_extraction_keeps_the_pairs_that_repeat(cache):
     assert "Constraint-age-60" in [pr.line() for pr in q.parsed.pairs]
 
 
+def test_sampled_relations_keep_the_relation_that_repeats(cache):
+    from medpref.llm.client import LLMClient
+    from medpref.llm.ledger import Ledger
+    from medpref.llm.scripted import ScriptedBackend
+    from medpref.llm.types import GenerationParams
+
+    # seeds 13, 14, 15: containment twice -> kept; for the reverse pair three different
+    # answers -> nothing repeats -> no relation (unmatched on the judge path)
+    answers = {("amlodipine", "ACE inhibitor"): {13: "containment", 14: "exact",
+                                                 15: "Relation: containment"},
+               ("ACE inhibitor", "amlodipine"): {13: "exact", 14: "belonging",
+                                                 15: "unmatched"}}
+
+    def responder(req):
+        user = req.messages[-1]["content"]
+        label, response = re.findall(r"L: (.*?)\. R: (.*?)\. Relation:$", user)[-1]
+        return answers[(label, response)][req.params.seed]
+
+    client = LLMClient("judge", ScriptedBackend(responder), GenerationParams(), cache=cache,
+                       ledger=Ledger("t"))
+    p = ImapParams(relation_mode="generate", extraction={"mode": "sampled"})
+    label = [ImapPair("Inform", "treatment", v) for v in ("amlodipine", "ACE inhibitor")]
+    im = ev.ItemImaps(ev.load_scored_qa(p)[0], [], label, label,
+                      {"treatment": ["amlodipine", "ACE inhibitor"]},
+                      {"treatment": ["amlodipine", "ACE inhibitor"]})
+    judged = ev.relate_by_judge(p, client, [im], seed=13)
+    by_pair = {(k[2], k[3]): j for k, j in judged.items()}
+    assert by_pair[("amlodipine", "ACE inhibitor")].relation is C
+    assert by_pair[("ACE inhibitor", "amlodipine")].relation is None
+    assert len(client.backend.requests) == 2 * 3
+
+
 def test_extraction_mode_auto_is_sampled_for_a_served_judge(scripted_client):
     client = scripted_client()
     assert ex.resolve_mode("auto", client) == "greedy"          # scripted / hf: greedy

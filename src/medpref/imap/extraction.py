@@ -9,6 +9,9 @@ Two modes (``imapscore.extraction.mode``):
   keys them apart.
 * **greedy** — one greedy pass (what a small local model needs: its samples rarely agree).
 
+In sampled mode the judge's generated value relations are sampled the same way and kept
+when they repeat (:func:`medpref.imap.stage.relate_by_judge`).
+
 ``auto`` picks sampled when the judge is a served model (an ``openai`` backend, or a
 replay of one) and greedy otherwise. ``force_query_term`` starts each answer as
 ``Inform-<first Query term>-`` (a nudge for small models; the paper does not).

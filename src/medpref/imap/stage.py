@@ -142,10 +142,12 @@ def relation_pairs(imaps: Sequence[ItemImaps]) -> list[PairKey]:
             for lv in im.label[t] for rv in im.response[t]]
 
 
-def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps]
-                    ) -> dict[PairKey, RelationJudgement] | None:
+def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps],
+                    seed: int = 0) -> dict[PairKey, RelationJudgement] | None:
     """One judgement per value pair, all in one batch; None when ``judge_relations`` is
-    off (the ontology path needs no judge). Same-text pairs are exact without a call."""
+    off (the ontology path needs no judge). Same-text pairs are exact without a call.
+    In the sampled extraction mode a generated relation is asked ``samples`` times and
+    kept when it repeats ``min_agree`` times (the paper's rule for relations too)."""
     if not p.judge_relations:
         return None
     template = load_prompt(p.relation_prompt)
@@ -156,12 +158,36 @@ def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps]
         return {k: RelationJudgement(*k, None, {o: round(v, 6) for o, v in s.probs.items()},
                                      None, relation_from_options(s.probs), None)
                 for k, s in zip(jobs, scored)}
-    comps = client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation)
+    if resolve_mode(p.extraction.mode, client) == "sampled":
+        return _sampled_relations(p, client, jobs, msgs, seed)
+    comps = client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation, temperature=0.0)
     out = {}
     for key, comp in zip(jobs, comps):
-        rel, reason = parse_relation(comp.text) if comp.ok else (None, f"model call failed: "
-                                                                      f"{comp.error}")
+        rel, reason = _parse_comp(comp)
         out[key] = RelationJudgement(*key, comp.text, None, comp.error, rel, reason)
+    return out
+
+
+def _parse_comp(comp) -> tuple[Relation | None, str | None]:
+    return parse_relation(comp.text) if comp.ok else (None, f"model call failed: {comp.error}")
+
+
+def _sampled_relations(p: ImapParams, client: LLMClient, jobs: list[PairKey], msgs: list,
+                       seed: int) -> dict[PairKey, RelationJudgement]:
+    ep = p.extraction
+    samples = [client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation,
+                                temperature=ep.temperature, top_p=ep.top_p, seed=seed + k)
+               for k in range(ep.samples)]
+    out = {}
+    for j, key in enumerate(jobs):
+        comps = [s[j] for s in samples]
+        parsed = [_parse_comp(c)[0] for c in comps]
+        votes = Counter(r for r in parsed if r is not None).most_common(1)
+        rel = votes[0][0] if votes and votes[0][1] >= ep.min_agree else None
+        reason = None if rel else f"no relation in >= {ep.min_agree} of {ep.samples} samples"
+        out[key] = RelationJudgement(*key, "\n---\n".join(c.text for c in comps), None,
+                                     next((c.error for c in comps if not c.ok), None),
+                                     rel, reason)
     return out
 
 
@@ -329,7 +355,7 @@ def _relate_and_score(stage, p: ImapParams, judge: LLMClient, imaps: list[ItemIm
         matcher = build_matcher(p, encode)
         links = link_values(matcher, imaps)
     with stage.step("judge_relations"):
-        judged = relate_by_judge(p, judge, imaps)
+        judged = relate_by_judge(p, judge, imaps, stage.seed)
     with stage.step("scores"):
         bert = (load_bertscore(repo_path(p.embedding_model), p.bertscore_layer)
                 if p.bertscore_layer is not None else None)
