@@ -16,6 +16,13 @@ def test_tokenize_one_token_per_han_character_and_words_otherwise():
     assert tm.words("Don't stop, it's 5 mg") == ["don't", "stop", "it's", "5", "mg"]
 
 
+def test_clip_words_counts_a_chinese_character_as_a_word():
+    assert tm.clip_words("one two three four", 2) == "one two ..."
+    assert tm.clip_words("one two.", 2) == "one two."             # nothing cut: no marker
+    assert tm.clip_words("我今天头很痛。", 3) == "我今天 ..."
+    assert tm.clip_words("Take 5 mg, twice", 3) == "Take 5 mg ..."
+
+
 def test_rouge_chinese_pair_at_character_level():
     # ref 我今天头痛 / hyp 今天头很痛: unigrams 4 of 5 both ways; bigrams {今天, 天头}
     # 2 of 4; LCS 今天头痛 = 4 -> P = R = F = 0.8 / 0.5 / 0.8.

@@ -88,6 +88,17 @@ def word_count(text: str) -> int:
     return len(_WORD_RE.findall(text))
 
 
+def clip_words(text: str, max_words: int, marker: str = " ...") -> str:
+    """The text up to its ``max_words``-th word (:func:`words`, so a Chinese character is
+    a word), original spelling kept, ``marker`` appended when something was cut."""
+    text = text.strip()
+    for n, m in enumerate(_WORD_RE.finditer(text), start=1):
+        if n == max_words:
+            rest = text[m.end():]
+            return text if not _WORD_RE.search(rest) else text[:m.end()] + marker
+    return text
+
+
 class _RougeTokenizer:
     """Adapter for ``rouge_score.RougeScorer(tokenizer=...)``."""
 

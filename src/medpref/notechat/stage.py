@@ -17,6 +17,7 @@ import pandas as pd
 
 from medpref.contracts import ClinicalNote, Dialogue, atomic_write_text, read_jsonl, write_jsonl
 from medpref.llm.client import LLMClient
+from medpref.metrics.text import word_count
 from medpref.notechat import evaluate
 from medpref.notechat.baseline import BaselineResult, baseline_events, single_prompt_dialogues
 from medpref.notechat.calls import CallLog
@@ -62,7 +63,7 @@ def notes_overview(notes: list[ClinicalNote], extractor: ConceptExtractor,
     headings = load_soap_headings(repo_path(p.soap_headings))
     rows = []
     for note, mentions in zip(notes, extractor.mentions_many([n.note for n in notes])):
-        rows.append({"note_id": note.id, "words": len(note.note.split()),
+        rows.append({"note_id": note.id, "words": word_count(note.note),
                      "sections": len(note.sections or {}),
                      "reference_turns": len(note.reference_dialogue or []),
                      "concepts": len({m.cui for m in mentions}),
