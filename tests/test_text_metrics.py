@@ -120,3 +120,14 @@ def test_correlations_with_human_scores_on_a_chinese_set(tmp_path):
     bad.write_text('{"reference": "x", "human": {"acc": 1}}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1"):
         read_records(bad)
+
+
+def test_fast_self_bleu_equals_sacrebleu_on_random_corpora():
+    import random
+
+    rng = random.Random(5)
+    vocab = "a b c d e f g h".split()
+    for _ in range(3):
+        corpus = [" ".join(rng.choices(vocab, k=rng.randint(1, 9))) for _ in range(25)]
+        slow = [tm.bleu(corpus[:i] + corpus[i + 1:], corpus[i]) for i in range(len(corpus))]
+        assert tm.self_bleu(corpus) == pytest.approx(sum(slow) / len(slow), abs=1e-12)
