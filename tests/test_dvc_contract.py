@@ -21,7 +21,7 @@ import ast
 import json
 import re
 import subprocess
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -87,7 +87,7 @@ def notebook_tree(path: Path) -> ast.AST:
     return ast.parse("\n".join(lines))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _module_closure(name: str) -> frozenset[Path]:
     return frozenset(closure_files({name}))
 
