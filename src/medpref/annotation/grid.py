@@ -85,14 +85,14 @@ def reference_rows(summary: pd.DataFrame, strategies=("gpt4_rank", "agent")) -> 
 def plot_grid(table: pd.DataFrame, references: pd.DataFrame | None = None):
     """Pairs kept, tie ratio, mean margin and sampled-win share against trajectory length;
     ``references`` (gpt4_rank, agent: they use no trajectory) as dashed lines."""
-    import matplotlib.pyplot as plt
+    from medpref.reports import figure
 
     panels = [("pairs", "pairs kept"), ("tie_ratio", "tie ratio"),
               ("margin_mean", "mean |s(c1) − s(c2)|"),
               ("sampled_share", "sampled (real doctor) wins / decisive")]
     data = table.assign(sampled_share=table["sampled_wins"]
                         / table["decisive"].where(table["decisive"] > 0))
-    fig, axes = plt.subplots(1, len(panels), figsize=(14, 3.2))
+    fig, axes = figure(1, len(panels), figsize=(14, 3.2))
     for w, rows in data.groupby("weighting", sort=False):
         rows = rows.sort_values("trajectory")
         for ax, (col, _) in zip(axes, panels):

@@ -71,12 +71,14 @@ def plot_heatmap(long: pd.DataFrame, metrics: Sequence[str], title: str,
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import seaborn as sns
 
+    from medpref.reports import figure, format_number
+
     data = heatmap_frame(long, metrics, group, stat) * 100
-    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * data.shape[1], 0.9 + 0.38 * data.shape[0]))
-    sns.heatmap(data, annot=True, fmt=".0f", cmap="RdBu_r", vmin=-100, vmax=100,
+    fig, ax = figure(figsize=(1.0 + 0.75 * data.shape[1], 0.9 + 0.38 * data.shape[0]))
+    labels = data.map(format_number)  # never "-0"
+    sns.heatmap(data, annot=labels, fmt="", cmap="RdBu_r", vmin=-100, vmax=100,
                 cbar_kws={"label": f"{'Spearman ρ' if stat == 'rho' else 'Kendall τ'} ×100"},
                 ax=ax)
     ax.set_xlabel("")

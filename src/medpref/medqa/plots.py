@@ -18,9 +18,9 @@ def _curve(results: Sequence[RetrievalResult], level: str, n: int) -> np.ndarray
 def hr_curves(results: Mapping[str, Sequence[RetrievalResult]], labels: Mapping[str, str],
               n_docs: int, n_items: int, marks: Sequence[int]):
     """HR@k against k (log scale) at document and attribute level, chance dashed."""
-    import matplotlib.pyplot as plt
+    from medpref.reports import figure
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = figure(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, level, n, title in ((axes[0], "doc", n_docs, f"document level ({n_docs} medicines)"),
                                 (axes[1], "attr", n_items, f"attribute level ({n_items} items)")):
         ks = np.arange(1, n + 1)
@@ -39,14 +39,16 @@ def hr_curves(results: Mapping[str, Sequence[RetrievalResult]], labels: Mapping[
     return fig
 
 
-def rating_intervals(table: pd.DataFrame):
+def rating_intervals(table: pd.DataFrame,
+                     title: str = "Model ratings: Elo and Bradley–Terry (bootstrap CI)"):
     """Elo (mean over shuffles) and Bradley–Terry with bootstrap CIs, one row per model."""
-    import matplotlib.pyplot as plt
+    from medpref.reports import figure
 
-    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.55 * max(1, len(table))))
+    fig, ax = figure(figsize=(7, 0.6 + 0.55 * max(1, len(table))))
     if table.empty:  # every verdict unparsable: say so rather than draw nothing
         ax.text(0.5, 0.5, "no parsable verdicts: nothing to rate", ha="center", va="center")
         ax.set_axis_off()
+        ax.set_title(title)
         return fig
     labels = [f"{v}: {m}" if v != "stage" else m for v, m in zip(table["verdicts"], table["model"])]
     y = np.arange(len(table))
@@ -57,6 +59,7 @@ def rating_intervals(table: pd.DataFrame):
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
     ax.set_xlabel("rating (bootstrap CI)")
+    ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -140,10 +140,11 @@ def coverage_figure(frame: pd.DataFrame, max_rounds: int):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import seaborn as sns
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    from medpref.reports import figure
+
+    fig, ax = figure(figsize=(6, 4))
     if not frame.empty:
         sns.lineplot(data=frame, x="round", y="coverage", units="note_id", estimator=None,
                      color="0.75", linewidth=0.8, ax=ax)

@@ -56,12 +56,12 @@ def rule_compliance(states: Sequence[Sequence[Turn]], scorer: RuleScorer,
 def radar_plot(compliance: Mapping[str, pd.DataFrame], title: str = "Rule compliance",
                max_score: float = 2.0):
     """One polygon per model (label → :func:`rule_compliance` table) on a 0–2 radar."""
-    import matplotlib.pyplot as plt
+    from medpref.reports import figure
 
     first = next(iter(compliance.values()))
     axes_labels = [f"{r} · {n}" for r, n in zip(first["rule"], first["name"])]
     angles = np.linspace(0, 2 * np.pi, len(axes_labels), endpoint=False).tolist()
-    fig, ax = plt.subplots(figsize=(5.5, 5.5), subplot_kw={"polar": True})
+    fig, ax = figure(figsize=(5.5, 5.5), subplot_kw={"polar": True})
     for label, table in compliance.items():
         values = table.set_index("rule").loc[first["rule"], "mean"].fillna(0).tolist()
         ax.plot(angles + angles[:1], values + values[:1], linewidth=1.6, label=label)
@@ -70,6 +70,6 @@ def radar_plot(compliance: Mapping[str, pd.DataFrame], title: str = "Rule compli
     ax.set_xticklabels(axes_labels, fontsize=8)
     ax.set_ylim(0, max_score)
     ax.set_yticks([0.5, 1.0, 1.5, 2.0])
-    ax.set_title(title)
-    ax.legend(loc="upper right", bbox_to_anchor=(1.3, 1.1), fontsize=8)
+    ax.set_title(title, pad=22)  # clear of the top axis label
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), fontsize=8)  # below, not on it
     return fig

@@ -35,8 +35,9 @@ def flowchart_layout(flowchart: Flowchart) -> dict[str, tuple[float, float]]:
 
 
 def draw_flowchart(flowchart: Flowchart, title: str = "Diagnostic flowchart as rules"):
-    import matplotlib.pyplot as plt
     import networkx as nx
+
+    from medpref.reports import figure
 
     graph = nx.DiGraph()
     for r in flowchart.rules:
@@ -44,7 +45,7 @@ def draw_flowchart(flowchart: Flowchart, title: str = "Diagnostic flowchart as r
     for src, dst, kind in flowchart.edges():
         graph.add_edge(src, dst, kind=kind)
     pos = flowchart_layout(flowchart)
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = figure(figsize=(8, 4.2))
     for kind, color, shape in (("goal", "#7fb3e6", "s"), ("constraint", "#c9c9c9", "o")):
         nodes = [n for n, d in graph.nodes(data=True) if d["kind"] == kind]
         nx.draw_networkx_nodes(graph, pos, nodelist=nodes, node_color=color,
@@ -68,9 +69,9 @@ def draw_flowchart(flowchart: Flowchart, title: str = "Diagnostic flowchart as r
 
 def plot_confusions(tables: dict[str, pd.DataFrame], title: str = "REM confusion (test)"):
     """One heat map per scorer: gold rows × predicted columns (incl. 'none')."""
-    import matplotlib.pyplot as plt
+    from medpref.reports import figure
 
-    fig, axes = plt.subplots(1, len(tables), figsize=(3.6 * len(tables), 3.4), squeeze=False)
+    fig, axes = figure(1, len(tables), figsize=(3.6 * len(tables), 3.4), squeeze=False)
     for ax, (name, table) in zip(axes[0], tables.items()):
         ax.imshow(table.values, cmap="Blues")
         ax.set_xticks(range(table.shape[1]), [str(c) for c in table.columns])

@@ -1,0 +1,124 @@
+"""The ``medpref`` command: run a stage, move the LLM caches, check the machine.
+
+    medpref run 03_rem                 # = dvc repro rem (upstream stages only if changed)
+    medpref cache export [PATH]        # every stage's LLM cache as one .tar.gz + manifest
+    medpref cache export --with-outputs medpref-cache.tar.gz   # ... and the DVC outputs
+    medpref cache import PATH          # restore them: dvc repro then replays every call
+    medpref doctor                     # models, kernel, python/torch, backends' env, dvc
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from medpref import REPO_ROOT, cache_archive, doctor
+from medpref.stagekit import stage_key
+
+DEFAULT_ARCHIVE = "medpref-cache.tar.gz"
+
+
+def dvc_stages(root: Path) -> list[str]:
+    """Stage names of dvc.yaml (a matrix stage by its name; dvc expands ``name@...``)."""
+    spec = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}
+    return list(spec.get("stages", {}))
+
+
+def resolve_stage(name: str, known: list[str]) -> str:
+    """``03_rem``, ``rem`` or ``annotation_grid@dep-3`` → the dvc target to reproduce."""
+    base, at, item = name.partition("@")
+    for candidate in (base, stage_key(base)):
+        if candidate in known:
+            return candidate + at + item
+    raise SystemExit(f"medpref run: unknown stage '{name}'; dvc.yaml has: {', '.join(known)}")
+
+
+def dvc_command() -> list[str]:
+    return [sys.executable, "-m", "dvc"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    target = resolve_stage(args.stage, dvc_stages(args.root))
+    cmd = [*dvc_command(), "repro", target, *args.dvc_args]
+    print(f"medpref run: dvc repro {target} {' '.join(args.dvc_args)}".rstrip() +
+          "  (upstream stages rerun only when their inputs changed)", flush=True)
+    return subprocess.call(cmd, cwd=args.root)
+
+
+def cmd_cache_export(args: argparse.Namespace) -> int:
+    from medpref.provenance import git_commit
+
+    dest = Path(args.path)
+    manifest = cache_archive.export_archive(args.root, dest, with_outputs=args.with_outputs,
+                                            commit=git_commit())
+    files = manifest["files"]
+    n_cache = sum(1 for f in files.values() if f["kind"] == "llm_cache")
+    size = sum(f["size"] for f in files.values())
+    print(f"wrote {dest}: {n_cache} LLM cache file(s), {len(files) - n_cache} output file(s), "
+          f"{size / 1e6:.1f} MB before compression; manifest {cache_archive.MANIFEST} inside")
+    return 0
+
+
+def cmd_cache_import(args: argparse.Namespace) -> int:
+    report = cache_archive.import_archive(Path(args.path), args.root, force=args.force)
+    print(f"restored {len(report.written)} file(s), {len(report.unchanged)} already identical; "
+          "`dvc repro` now answers model calls from the cache")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks = doctor.run_checks(args.root, verify_hashes=not args.quick)
+    for check in checks:
+        print(check.line())
+    failed = [c.name for c in checks if c.status == doctor.FAIL]
+    print(f"doctor: {len(failed)} problem(s)" + (f": {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="medpref", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[1:]))
+    parser.add_argument("--root", type=Path, default=REPO_ROOT,
+                        help="the repository (default: the one this package lives in)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="reproduce one stage with dvc (e.g. 03_rem or rem)")
+    run.add_argument("stage")
+    run.add_argument("dvc_args", nargs=argparse.REMAINDER,
+                     help="passed to dvc repro (e.g. --force, --single-item)")
+    run.set_defaults(func=cmd_run)
+
+    cache = sub.add_parser("cache", help="export or import the LLM caches as one archive")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    export = cache_sub.add_parser("export", help="write the caches (and outputs) to an archive")
+    export.add_argument("path", nargs="?", default=DEFAULT_ARCHIVE)
+    export.add_argument("--with-outputs", action="store_true",
+                        help="also the DVC-cached outputs listed in dvc.lock")
+    export.set_defaults(func=cmd_cache_export)
+    imp = cache_sub.add_parser("import", help="restore an archive made by export")
+    imp.add_argument("path")
+    imp.add_argument("--force", action="store_true", help="overwrite files that differ")
+    imp.set_defaults(func=cmd_cache_import)
+
+    doc = sub.add_parser("doctor", help="check models, kernel, versions, backends, dvc")
+    doc.add_argument("--quick", action="store_true", help="skip hashing the model files")
+    doc.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except cache_archive.ArchiveError as err:
+        print(f"medpref {args.command}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
