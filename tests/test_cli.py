@@ -244,3 +244,16 @@ def test_help_works_as_a_process():
                          text=True, check=True).stdout
     for word in ("run", "cache", "doctor"):
         assert word in out
+
+
+def test_models_stage_travels_only_when_asked(tmp_path):
+    src = make_repo(tmp_path / "a", {"data/toy/out.jsonl": b"1\n", "models/m/w.bin": b"w"})
+    (src / "dvc.lock").write_text(
+        "schema: '2.0'\nstages:\n  toy:\n    outs:\n    - path: data/toy/out.jsonl\n"
+        "  models:\n    outs:\n    - path: models/m\n")
+    fill_cache(src)
+    plain = cache_archive.export_archive(src, tmp_path / "a.tar.gz", with_outputs=True)
+    assert "models/m/w.bin" not in plain["files"] and "data/toy/out.jsonl" in plain["files"]
+    full = cache_archive.export_archive(src, tmp_path / "b.tar.gz", with_outputs=True,
+                                        with_models=True)
+    assert "models/m/w.bin" in full["files"]

@@ -77,16 +77,19 @@ def git_tracked(root: Path) -> set[str]:
     return {p for p in out.decode().split("\0") if p}
 
 
-def dvc_output_files(root: Path) -> list[Path]:
+def dvc_output_files(root: Path, skip_stages: tuple[str, ...] = ("models",)) -> list[Path]:
     """Every file of every ``outs`` entry in dvc.lock that git does not track (the
-    DVC-cached data products and executed notebooks; committed tables are in git)."""
+    DVC-cached data products and executed notebooks; committed tables are in git).
+    The ``models`` stage is skipped unless asked: ``make setup`` rebuilds it from PyPI."""
     lock = root / "dvc.lock"
     if not lock.exists():
         raise ArchiveError(f"{lock}: not found (run dvc repro once before exporting outputs)")
     stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
     tracked = git_tracked(root)
     files: set[Path] = set()
-    for stage in stages.values():
+    for name, stage in stages.items():
+        if name in skip_stages:
+            continue
         for out in stage.get("outs", []):
             path = root / out["path"]
             found = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else (
@@ -95,44 +98,54 @@ def dvc_output_files(root: Path) -> list[Path]:
     return sorted(files)
 
 
-def _member_name(root: Path, path: Path) -> str:
-    return path.relative_to(root).as_posix()
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _tar_info(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, 0, 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
 
 
 def _tar_add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = len(data), 0, 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    tar.addfile(info, io.BytesIO(data))
+    tar.addfile(_tar_info(name, len(data)), io.BytesIO(data))
 
 
-def export_archive(root: Path, dest: Path, with_outputs: bool = False,
-                   commit: str = "") -> dict:
-    """Write the archive to ``dest``; returns its manifest."""
+def export_archive(root: Path, dest: Path, with_outputs: bool = False, commit: str = "",
+                   with_models: bool = False) -> dict:
+    """Write the archive to ``dest`` (streamed: files are never held in memory whole);
+    returns its manifest."""
     root = root.resolve()
     caches = llm_cache_files(root)
     if not caches:
         raise ArchiveError(f"no LLM cache in {cache_dir(root)} (run the pipeline first)")
     for path in caches:
         checkpoint(path)
-    entries = [(p, "llm_cache") for p in caches]
+    entries = {p.relative_to(root).as_posix(): (p, "llm_cache") for p in caches}
     if with_outputs:
-        known = set(caches)
-        entries += [(p, "dvc_out") for p in dvc_output_files(root) if p not in known]
-    blobs = {_member_name(root, p): (p.read_bytes(), kind) for p, kind in entries}
-    manifest = {"format": FORMAT, "git_commit": commit,
-                "files": {name: {"kind": kind, "size": len(data), "sha256": sha256_bytes(data)}
-                          for name, (data, kind) in sorted(blobs.items())}}
+        skip = () if with_models else ("models",)
+        for p in dvc_output_files(root, skip_stages=skip):
+            entries.setdefault(p.relative_to(root).as_posix(), (p, "dvc_out"))
+    files = {name: {"kind": kind, "size": p.stat().st_size, "sha256": sha256_file(p)}
+             for name, (p, kind) in sorted(entries.items())}
+    manifest = {"format": FORMAT, "git_commit": commit, "files": files}
     dest.parent.mkdir(parents=True, exist_ok=True)
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    tmp = dest.with_name(f".{dest.name}.writing")
+    with open(tmp, "wb") as fh, \
+            gzip.GzipFile(fileobj=fh, mode="wb", mtime=0, filename="") as gz, \
+            tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         _tar_add(tar, MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
-        for name in sorted(blobs):
-            _tar_add(tar, name, blobs[name][0])
-    with open(dest, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0,
-                                               filename="") as gz:
-        gz.write(raw.getvalue())
+        for name, meta in files.items():
+            with open(entries[name][0], "rb") as src:
+                tar.addfile(_tar_info(name, meta["size"]), src)
+    tmp.replace(dest)
     return manifest
 
 
@@ -143,48 +156,71 @@ def _safe_target(root: Path, name: str) -> Path:
     return root.joinpath(*pure.parts)
 
 
-def read_archive(archive: Path) -> tuple[dict, dict[str, bytes]]:
-    """The manifest and every member's bytes, each checked against the manifest."""
-    with tarfile.open(archive, mode="r:gz") as tar:
-        members = {m.name: m for m in tar.getmembers() if m.isfile()}
-        if MANIFEST not in members:
-            raise ArchiveError(f"{archive}: no {MANIFEST}; not a medpref cache archive")
-        manifest = json.loads(tar.extractfile(members[MANIFEST]).read())
-        if manifest.get("format") != FORMAT:
-            raise ArchiveError(f"{archive}: format {manifest.get('format')!r}, "
-                               f"expected {FORMAT!r}")
-        blobs: dict[str, bytes] = {}
-        for name, meta in manifest["files"].items():
-            if name not in members:
-                raise ArchiveError(f"{archive}: {name} is in the manifest but not the archive")
-            data = tar.extractfile(members[name]).read()
-            if sha256_bytes(data) != meta["sha256"]:
-                raise ArchiveError(f"{archive}: {name}: SHA-256 differs from the manifest")
-            blobs[name] = data
-    return manifest, blobs
+def _read_manifest(tar: tarfile.TarFile, archive: Path) -> dict:
+    first = tar.next()
+    if first is None or first.name != MANIFEST:
+        raise ArchiveError(f"{archive}: no {MANIFEST} first; not a medpref cache archive")
+    manifest = json.loads(tar.extractfile(first).read())
+    if manifest.get("format") != FORMAT:
+        raise ArchiveError(f"{archive}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    return manifest
+
+
+def _extract_checked(tar: tarfile.TarFile, member: tarfile.TarInfo, meta: dict,
+                     tmp: Path, archive: Path) -> None:
+    """Stream one member into ``tmp`` while hashing it; an error if it differs."""
+    h = hashlib.sha256()
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    with tar.extractfile(member) as src, open(tmp, "wb") as out:
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            h.update(chunk)
+            out.write(chunk)
+    if h.hexdigest() != meta["sha256"]:
+        raise ArchiveError(f"{archive}: {member.name}: SHA-256 differs from the manifest")
 
 
 def import_archive(archive: Path, root: Path, force: bool = False) -> ImportReport:
-    """Restore the archive's files under ``root``. A file that exists with other bytes is
-    an error unless ``force`` (the archive then wins); identical files are left alone."""
+    """Restore the archive's files under ``root``. Every member is checked against the
+    manifest before any file is replaced; a file that exists with other bytes is an error
+    unless ``force`` (the archive then wins); identical files are left alone."""
     root = root.resolve()
-    _, blobs = read_archive(archive)
-    targets = {name: _safe_target(root, name) for name in blobs}
-    clashes = [n for n, t in targets.items() if t.exists() and t.read_bytes() != blobs[n]]
-    if clashes and not force:
-        raise ArchiveError(f"{len(clashes)} file(s) differ from the archive, e.g. {clashes[0]}; "
-                           "rerun with --force to overwrite them")
     report = ImportReport()
-    for name, target in sorted(targets.items()):
-        if target.exists() and target.read_bytes() == blobs[name]:
-            report.unchanged.append(name)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.importing")
-        tmp.write_bytes(blobs[name])
+    staged: dict[Path, Path] = {}
+    try:
+        with tarfile.open(archive, mode="r|gz") as tar:
+            manifest = _read_manifest(tar, archive)
+            targets = {n: _safe_target(root, n) for n in manifest["files"]}
+            same = {n for n, t in targets.items()
+                    if t.is_file() and sha256_file(t) == manifest["files"][n]["sha256"]}
+            clashes = sorted(n for n, t in targets.items() if t.exists() and n not in same)
+            if clashes and not force:
+                raise ArchiveError(f"{len(clashes)} file(s) differ from the archive, e.g. "
+                                   f"{clashes[0]}; rerun with --force to overwrite them")
+            seen = set()
+            for member in tar:  # iteration starts again at the manifest: skip it
+                if member.name == MANIFEST:
+                    continue
+                if member.name not in targets or not member.isfile():
+                    raise ArchiveError(f"{archive}: {member.name} is not in the manifest")
+                seen.add(member.name)
+                if member.name in same:
+                    report.unchanged.append(member.name)
+                    continue
+                target = targets[member.name]
+                tmp = target.with_name(f".{target.name}.importing")
+                staged[tmp] = target
+                _extract_checked(tar, member, manifest["files"][member.name], tmp, archive)
+            if seen != set(targets):
+                missing = sorted(set(targets) - seen)[0]
+                raise ArchiveError(f"{archive}: {missing} is in the manifest but not the archive")
+    except BaseException:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, target in sorted(staged.items(), key=lambda kv: kv[1]):
         tmp.replace(target)
         if target.suffix == ".sqlite":  # a stale WAL of the replaced file must not replay
             for side in ("-wal", "-shm"):
                 target.with_name(target.name + side).unlink(missing_ok=True)
-        report.written.append(name)
+        report.written.append(target.relative_to(root).as_posix())
     return report

@@ -54,12 +54,12 @@ def cmd_cache_export(args: argparse.Namespace) -> int:
 
     dest = Path(args.path)
     manifest = cache_archive.export_archive(args.root, dest, with_outputs=args.with_outputs,
-                                            commit=git_commit())
+                                            commit=git_commit(), with_models=args.with_models)
     files = manifest["files"]
     n_cache = sum(1 for f in files.values() if f["kind"] == "llm_cache")
     size = sum(f["size"] for f in files.values())
     print(f"wrote {dest}: {n_cache} LLM cache file(s), {len(files) - n_cache} output file(s), "
-          f"{size / 1e6:.1f} MB before compression; manifest {cache_archive.MANIFEST} inside")
+          f"{size / 1e6:.2f} MB before compression; manifest {cache_archive.MANIFEST} inside")
     return 0
 
 
@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("path", nargs="?", default=DEFAULT_ARCHIVE)
     export.add_argument("--with-outputs", action="store_true",
                         help="also the DVC-cached outputs listed in dvc.lock")
+    export.add_argument("--with-models", action="store_true",
+                        help="with --with-outputs: also the models stage (make setup rebuilds it)")
     export.set_defaults(func=cmd_cache_export)
     imp = cache_sub.add_parser("import", help="restore an archive made by export")
     imp.add_argument("path")
