@@ -43,6 +43,14 @@ def dvc_command() -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     target = resolve_stage(args.stage, dvc_stages(args.root))
+    if args.profile:
+        from medpref.profiles import set_args
+
+        overrides = set_args(args.profile, args.root)
+        cmd = [*dvc_command(), "exp", "run", *overrides, target, *args.dvc_args]
+        print(f"medpref run: dvc exp run with profile '{args.profile}' "
+              f"({len(overrides) // 2} overrides) for {target}", flush=True)
+        return subprocess.call(cmd, cwd=args.root)
     cmd = [*dvc_command(), "repro", target, *args.dvc_args]
     print(f"medpref run: dvc repro {target} {' '.join(args.dvc_args)}".rstrip() +
           "  (upstream stages rerun only when their inputs changed)", flush=True)
@@ -89,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="reproduce one stage with dvc (e.g. 03_rem or rem)")
     run.add_argument("stage")
+    run.add_argument("--profile", help="a params profile (configs/profiles/NAME.yaml) applied "
+                     "as `dvc exp run -S ...`, e.g. paper")
     run.add_argument("dvc_args", nargs=argparse.REMAINDER,
                      help="passed to dvc repro (e.g. --force, --single-item)")
     run.set_defaults(func=cmd_run)
