@@ -121,7 +121,7 @@ def test_malformed_csv_row_names_file_line_and_field(tmp_path, caplog):
     assert f"{path}:4: field 'dialogue'" in str(err.value)
     assert "MTS-Dialog-TrainingSet.csv" in str(err.value)
 
-    with caplog.at_level(logging.WARNING, logger="medpref.data.adapters"):
+    with caplog.at_level(logging.WARNING, logger="medpref.data.readers"):
         pairs = load_mts_dialog("train", root=tmp_path, skip_bad=True)
     assert [d.id for d, _ in pairs] == ["mts-train-0000", "mts-train-0002"]
     assert pairs[1][0].meta["line"] == 5

@@ -15,9 +15,10 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+                      field_validator)
 
 Role = Literal["patient", "doctor"]
 
@@ -57,20 +58,94 @@ class ClinicalNote(Record):
     source: str | None = None
 
 
+def _no_blank_items(items: list[str]) -> list[str]:
+    for i, item in enumerate(items):
+        if not item.strip():
+            raise ValueError(f"item {i} is blank")
+    return items
+
+
 class SPChecklist(Record):
+    """Key items a doctor should cover: symptoms (incl. history), tests, diseases.
+
+    Any list may be empty; scoring leaves an empty category out of that case's mean.
+    """
+
     symptoms: list[str] = Field(default_factory=list)
     tests: list[str] = Field(default_factory=list)
     diseases: list[str] = Field(default_factory=list)
 
+    _blank = field_validator("symptoms", "tests", "diseases")(_no_blank_items)
+
+
+SP_CATEGORIES = ("symptoms", "tests", "diseases")
+SPCategory = Literal["symptoms", "tests", "diseases"]
+
+
+def _exchange(pair: dict[str, str]) -> dict[str, str]:
+    """One scripted question and answer: exactly the keys ``doctor`` and ``patient``."""
+    keys = set(pair)
+    if keys != {"doctor", "patient"}:
+        missing, extra = {"doctor", "patient"} - keys, keys - {"doctor", "patient"}
+        raise ValueError(f"a script pair has exactly 'doctor' and 'patient' "
+                         f"(missing {sorted(missing)}, extra {sorted(extra)})")
+    for key in ("doctor", "patient"):
+        if not pair[key].strip():
+            raise ValueError(f"blank '{key}'")
+    return pair
+
+
+ScriptPair = Annotated[dict[str, str], AfterValidator(_exchange)]
+
 
 class SPCase(Record):
-    id: str
-    department: str
+    """A standardized-patient case: what the simulated patient knows and the checklist.
+
+    ``patient_info`` maps a section name (present history, past history, tests, ...) to
+    its text; ``script`` holds reference questions and answers (``{"doctor", "patient"}``
+    dicts), possibly none; ``lang`` is ``en`` or ``zh`` (Chinese is compared by character).
+    """
+
+    id: str = Field(min_length=1)
+    department: str = Field(min_length=1)
     lang: str = "en"
-    chief_complaint: str
+    chief_complaint: str = Field(min_length=1)
     patient_info: dict[str, str]
-    script: list[dict[str, str]] = Field(default_factory=list)
+    script: list[ScriptPair] = Field(default_factory=list)
     checklist: SPChecklist
+
+    @field_validator("patient_info")
+    @classmethod
+    def _has_info(cls, info: dict[str, str]) -> dict[str, str]:
+        if not any(v.strip() for v in info.values()):
+            raise ValueError("a case needs at least one non-empty patient_info section")
+        return info
+
+
+class SPGradedItem(Record):
+    """A hand-graded checklist item, for validating the SP checklist grader.
+
+    ``transcript`` is the consultation (or the part of it that matters) the grader sees;
+    ``passed`` is the gold label: the doctor actively asked about / recommended / named
+    ``item`` (a patient volunteering it does not count; naming four or more candidate
+    diseases in one turn fails a disease item). ``tag`` says what the item exercises.
+    """
+
+    id: str = Field(min_length=1)
+    case: str = Field(min_length=1)
+    category: SPCategory
+    item: str = Field(min_length=1)
+    transcript: list[Turn]
+    passed: bool
+    tag: str = ""
+    why: str = ""
+
+    @field_validator("transcript")
+    @classmethod
+    def _doctor_speaks(cls, transcript: list[Turn]) -> list[Turn]:
+        if not any(t.role == "doctor" for t in transcript):
+            raise ValueError("the transcript needs at least one doctor turn")
+        return transcript
 
 
 class Candidate(Record):
