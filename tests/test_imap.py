@@ -13,7 +13,8 @@ import pytest
 
 from medpref import REPO_ROOT
 from medpref.contracts import ContractError
-from medpref.imap import evaluate as ev
+from medpref.imap import extraction as ex
+from medpref.imap import stage as ev
 from medpref.imap.config import ImapParams
 from medpref.imap.correlation import correlations, rank_correlations, table2
 from medpref.imap.ontology import ConceptLinker, Lexicon, OntologyMatcher
@@ -22,7 +23,7 @@ from medpref.imap.relations import (RELATION_OPTIONS, combine, parse_relation,
 from medpref.imap.score import Relation, best_relation, imap_score, score_term
 from medpref.imap.structure import (ANSWER_COMPONENTS, QUESTION_COMPONENTS, ImapPair,
                                     parse_imap, values_by_term)
-from medpref.imap.textmetrics import bleu4, rouge, text_metrics
+from medpref.imap.textmetrics import ngram_scores, text_metrics
 from medpref.params import ParamsError, parse_params
 
 E, B, C, U = (Relation.EXACT, Relation.BELONGING, Relation.CONTAINMENT, Relation.UNMATCHED)
@@ -65,6 +66,27 @@ def test_lambda_is_the_share_of_related_pairs_that_are_containment():
     assert score_term("t", [[U, U]]).value == 0.0     # nothing related: no penalty, no credit
     with pytest.raises(ValueError, match="rectangular"):
         score_term("t", [[E], [E, U]])
+
+
+def test_lambda_readings_share_and_count_on_a_hand_example():
+    # label [nephritis, kidney disease] x response [glomerulonephritis, IgA nephropathy]:
+    # nephritis ⊃ both (C, C); kidney disease ⊃ both (C, C). Related 4, containment 4.
+    # share: λ = 4/4 = 1 -> 1 + 1 - 1 = 1; count (the printed sum read literally): λ = 4
+    # -> 1 + 1 - 4 = -2.
+    m = [[C, C], [C, C]]
+    assert score_term("t", m, "share").penalty == 1.0
+    assert score_term("t", m, "share").value == pytest.approx(1.0)
+    assert score_term("t", m, "count").penalty == 4.0
+    assert score_term("t", m, "count").value == pytest.approx(-2.0)
+    # one containment among three related pairs: 1/3 vs 1
+    m = [[E, C], [U, E]]
+    assert score_term("t", m, "share").penalty == pytest.approx(1 / 3)
+    assert score_term("t", m, "count").penalty == 1.0
+    label, response = {"t": ["a", "b"]}, {"t": ["x", "y"]}
+    table = {("a", "x"): E, ("a", "y"): C, ("b", "y"): E}
+    relate = lambda t, lv, rv: table.get((lv, rv), U)   # noqa: E731
+    assert imap_score(label, response, relate, "count").value == pytest.approx(1.0)
+    assert imap_score(label, response, relate, "share").value == pytest.approx(5 / 3)
 
 
 def test_imapscore_through_the_embedded_lexicon():
@@ -319,18 +341,27 @@ def test_linker_embedding_fallback_with_a_fake_encoder():
 # ------------------------------------------------------------------ baselines
 def test_text_metrics_by_hand():
     # ROUGE-1: reference "the cat sat", response "the cat ran": 2 of 3 unigrams both ways
-    assert rouge("the cat sat", "the cat ran")["ROUGE-1"] == pytest.approx(2 / 3)
-    assert rouge("the cat sat", "the cat ran")["ROUGE-2"] == pytest.approx(1 / 2)
-    assert bleu4("take ibuprofen with food", "take ibuprofen with food") == pytest.approx(1.0)
-    assert bleu4("", "anything") == 0.0 and rouge("x", "")["ROUGE-L"] == 0.0
+    s = ngram_scores("the cat sat", "the cat ran")
+    assert (s["ROUGE-1"], s["ROUGE-2"]) == (pytest.approx(2 / 3), pytest.approx(1 / 2))
+    assert ngram_scores("take ibuprofen with food", "take ibuprofen with food")["BLEU-4"] \
+        == pytest.approx(1.0)
+    assert ngram_scores("", "anything")["BLEU-4"] == 0.0
+    # Chinese: one token per character (the old [a-z0-9]+ tokens scored this pair 0)
+    zh = ngram_scores("我今天头痛", "今天头很痛")
+    assert (zh["ROUGE-1"], zh["ROUGE-2"]) == (pytest.approx(0.8), pytest.approx(0.5))
 
     def encode(texts):
         return np.array([[1.0, 0.0] if "a" in t else [0.0, 1.0] for t in texts])
 
-    df = text_metrics(["a b", "a", ""], ["a c", "b", "a"], encode, " +imap")
+    def bert(refs, hyps):
+        return [0.5] * len(refs)
+
+    df = text_metrics(["a b", "a", ""], ["a c", "b", "a"], encode, " +imap", bertscore=bert)
     assert list(df.columns) == ["ROUGE-1 +imap", "ROUGE-2 +imap", "ROUGE-L +imap",
-                                "BLEU-4 +imap", "Embedding +imap"]
-    assert df["Embedding +imap"].tolist() == [1.0, 0.0, 0.0]   # empty reference → 0
+                                "BLEU-4 +imap", "BERTScore-F1 (MiniLM) +imap",
+                                "MiniLM cosine +imap"]
+    assert df["MiniLM cosine +imap"].tolist() == [1.0, 0.0, 0.0]   # empty reference → 0
+    assert df["BERTScore-F1 (MiniLM) +imap"].tolist() == [0.5, 0.5, 0.0]
 
 
 # ------------------------------------------------------------------ correlations
@@ -383,8 +414,8 @@ def scripted_judge(request) -> str:
 
 
 def _run_pipeline(items, p, client, encode):
-    questions = ev.extract_question_imaps(p, client, items)
-    answers = ev.extract_answer_imaps(p, client, items, questions)
+    questions = ex.extract_question_imaps(p, client, items)
+    answers = ex.extract_answer_imaps(p, client, items, questions)
     imaps = ev.assemble_imaps(p, items, questions, answers)
     matcher = ev.build_matcher(p, encode)
     judged = ev.relate_by_judge(p, client, imaps)
@@ -408,7 +439,7 @@ def test_pipeline_with_a_scripted_judge(scripted_client):
     first = imaps[0]
     assert [q.term for q in first.question if q.component == "Query"] == ["treatment"]
     assert first.label == {"treatment": ["amlodipine", "ACE inhibitor"]}
-    assert set(scores.columns) >= set(ev.metric_order())
+    assert set(scores.columns) >= set(ev.metric_order(bertscore=False))
     # q-0001: label = response = [amlodipine, ACE inhibitor]; same texts are exact without
     # a call; the judge calls (amlodipine, ACE inhibitor) containment, the reverse unmatched
     #   judge: matrix [[E, C], [U, E]] -> 2/2 + 2/2 - λ (1 of 3 related) = 5/3
@@ -422,7 +453,7 @@ def test_pipeline_with_a_scripted_judge(scripted_client):
     # raw completions are kept with their parse
     rec = answers["res:q-0001"].to_record()
     assert rec["raw"] and rec["prefix"] == "Inform-treatment-" and rec["pairs"]
-    long = correlations(scores, ev.metric_order())
+    long = correlations(scores, ev.metric_order(bertscore=False))
     assert set(long["system"]) == {"model-a", "model-b", "model-c"}
     # a second run answers from the cache: no new requests
     before = len(client.backend.requests)
@@ -452,6 +483,59 @@ def test_options_mode_reads_the_judges_next_word_probabilities(cache):
     assert scores.loc[0, "imapScore (judge)"] == pytest.approx(5 / 3)
 
 
+def test_sampled_extraction_keeps_the_pairs_that_repeat(cache):
+    """The paper's mode: three samples at T = 0.9 (one seed each), keep pairs found >= 2x."""
+    from medpref.llm.client import LLMClient
+    from medpref.llm.ledger import Ledger
+    from medpref.llm.scripted import ScriptedBackend
+    from medpref.llm.types import GenerationParams
+
+    answers = {13: "treatment-?\nConstraint-symptom-pain",
+               14: "treatment-?\nConstraint-age-60",
+               15: "treatment-?\nConstraint-symptom-pain\nConstraint-drug-aspirin"}
+    seen = []
+
+    def responder(req):
+        seen.append((req.params.temperature, req.params.top_p, req.params.seed))
+        return answers[req.params.seed]
+
+    client = LLMClient("judge", ScriptedBackend(responder), GenerationParams(), cache=cache,
+                       ledger=Ledger("t"))
+    p = ImapParams(extraction={"mode": "sampled"})
+    items = ev.load_scored_qa(p)[:1]
+    q = next(iter(ex.extract_question_imaps(p, client, items, seed=13).values()))
+    assert sorted(seen) == [(0.9, 1.0, 13), (0.9, 1.0, 14), (0.9, 1.0, 15)]
+    assert [pr.line() for pr in q.parsed.pairs] == ["Query-treatment-?",
+                                                    "Constraint-symptom-pain"]
+    assert len(q.to_record()["samples"]) == 3
+    # greedy: one call at T = 0 with the first answer as is
+    seen.clear()
+    client.cache = None
+    p = ImapParams(extraction={"mode": "greedy"})
+    answers[None] = answers[14]
+    q = next(iter(ex.extract_question_imaps(p, client, items, seed=13).values()))
+    assert seen == [(0.0, 1.0, None)]
+    assert "Constraint-age-60" in [pr.line() for pr in q.parsed.pairs]
+
+
+def test_extraction_mode_auto_is_sampled_for_a_served_judge(scripted_client):
+    client = scripted_client()
+    assert ex.resolve_mode("auto", client) == "greedy"          # scripted / hf: greedy
+    client.backend.kind = "openai"
+    assert ex.resolve_mode("auto", client) == "sampled"
+    assert ex.resolve_mode("greedy", client) == "greedy"
+
+
+def test_consensus_of_parsed_samples():
+    from medpref.imap.structure import ParsedImap
+    a, b, c = (ImapPair("Inform", "dose", v) for v in ("5 mg", "10 mg", "5 MG"))
+    out = ex.consensus([ParsedImap([a]), ParsedImap([b]), ParsedImap([c, a])], 2)
+    assert out.pairs == [a]            # "5 mg" twice (case-insensitive; once per sample)
+    assert ex.consensus([ParsedImap([a]), ParsedImap([b])], 2).pairs == []
+    assert ex.consensus([ParsedImap(none=True), ParsedImap(none=True), ParsedImap([a])],
+                        2).none
+
+
 def test_ontology_path_needs_no_judge_relation_calls(scripted_client):
     p = ImapParams(link_min_similarity=None, judge_relations=False)
     items = ev.load_scored_qa(p)[:3]
@@ -474,8 +558,8 @@ def test_pipeline_on_a_few_mts_correlation_study_records(scripted_client):
     client = scripted_client(scripted_judge)
     *_, scores = _run_pipeline(items, p, client, _fake_encode)
     assert len(scores) == 8 and scores["human_acc"].between(0, 1).all()
-    long = correlations(scores, ev.metric_order())
-    assert len(long) == 4 * len(ev.metric_order()) * 3
+    long = correlations(scores, ev.metric_order(bertscore=False))
+    assert len(long) == 4 * len(ev.metric_order(bertscore=False)) * 3
 
 
 @pytest.mark.slow
@@ -489,8 +573,8 @@ def test_embedded_judge_extracts_and_the_parse_never_raises(embedded_llm_path, c
     client = LLMClient("judge", HFBackend(str(embedded_llm_path), batch_size=2),
                        GenerationParams(), cache=cache)
     items = ev.load_scored_qa(p)[:1]
-    questions = ev.extract_question_imaps(p, client, items)
-    answers = ev.extract_answer_imaps(p, client, items, questions)
+    questions = ex.extract_question_imaps(p, client, items)
+    answers = ex.extract_answer_imaps(p, client, items, questions)
     for e in [*questions.values(), *answers.values()]:
         assert e.error is None and e.raw.strip()
         assert e.prefix in ("Query-",) or e.prefix.startswith("Inform-")

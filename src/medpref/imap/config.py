@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from medpref.imap.extraction import ExtractionParams
 from medpref.params import StrictModel
+from medpref.stagekit import GuardParams
 
 
 class ImapParams(StrictModel):
@@ -20,6 +22,9 @@ class ImapParams(StrictModel):
 
     # -- the judge: imap extraction and LLM value relations ------------------------------
     role: str = "judge"
+    #: greedy | sampled (the paper: 3 samples at T = 0.9, keep pairs in >= 2) | auto
+    #: (sampled when the judge is a served openai-backend model, else greedy).
+    extraction: ExtractionParams = Field(default_factory=ExtractionParams)
     #: False: no judge relation calls; only the ontology path (imap extraction still runs).
     judge_relations: bool = True
     #: options: p(word) of the next token (hf backend); generate: a parsed completion.
@@ -46,12 +51,19 @@ class ImapParams(StrictModel):
     #: Embedding fallback for linking a value to a concept (None: string spans only).
     link_min_similarity: float | None = Field(0.8, ge=0.0, le=1.0)
 
+    # -- Eq. 1 ----------------------------------------------------------------------------
+    #: λ_t: share of related pairs that are containment, or their count (see imap.score).
+    lambda_reading: Literal["share", "count"] = "share"
+
     # -- baselines ------------------------------------------------------------------------
     embedding_model: str = "models/all-minilm-l6-v2"
+    #: BERTScore on this layer of embedding_model (None: no BERTScore row).
+    bertscore_layer: int | None = Field(6, ge=1, le=48)
+    #: Tokens of ROUGE/BLEU: auto (detect Han characters per pair), item (the record's
+    #: ``lang``), or zh / en for every item.
+    metrics_lang: Literal["auto", "item", "zh", "en"] = "auto"
 
-    # -- outputs --------------------------------------------------------------------------
-    output_dir: str = "data/07_imapscore"
-    reports: str = "reports/07_imapscore"
+    guard: GuardParams = Field(default_factory=GuardParams)
 
     @model_validator(mode="after")
     def _sabs_need_umls(self) -> "ImapParams":

@@ -16,11 +16,17 @@ exact > belonging > containment > unmatched is taken.
                                     + |{v ∈ V_t^R matched in V_t^L}| / |V_t^R| − λ_t ]
 
 A value is *matched* when its best relation to any value of the other side is not
-unmatched. The paper prints λ_t as a sum of ratios of indicators; we read it as the
-share of related pairs that are containment pairs,
-``λ_t = #{pairs: containment} / #{pairs: exact, belonging or containment}``
-(0 when no pair is related): a response more specific than its label is penalised, at
-most by 1 per term. The score is a sum over shared terms, so it is not bounded by 2.
+unmatched. The paper prints λ_t as a sum over value pairs of a ratio of indicators,
+``Σ I[containment] / I[exact, belonging or containment]``, which admits two readings
+(``imapscore.lambda_reading``):
+
+* ``share`` — the share of related pairs that are containment pairs,
+  ``#{containment} / #{related}`` (0 when no pair is related): at most 1 per term;
+* ``count`` — the sum taken literally, term by term (a 0/0 term counts 0): the number of
+  containment pairs, so several specific response values can cost more than 1.
+
+Either way a response more specific than its label is penalised. The score is a sum over
+shared terms, so it is not bounded by 2.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Literal
+
+LambdaReading = Literal["share", "count"]
 
 
 class Relation(str, Enum):
@@ -68,6 +77,7 @@ class TermScore:
     response_matched: int
     containment_pairs: int
     related_pairs: int
+    lambda_reading: LambdaReading = "share"
 
     @property
     def label_recall(self) -> float:
@@ -79,7 +89,9 @@ class TermScore:
 
     @property
     def penalty(self) -> float:
-        """λ_t: the share of related pairs that are containment."""
+        """λ_t: containment pairs, as a share of related pairs or as a count."""
+        if self.lambda_reading == "count":
+            return float(self.containment_pairs)
         return self.containment_pairs / self.related_pairs if self.related_pairs else 0.0
 
     @property
@@ -87,7 +99,8 @@ class TermScore:
         return self.label_recall + self.response_precision - self.penalty
 
 
-def score_term(term: str, matrix: Matrix) -> TermScore:
+def score_term(term: str, matrix: Matrix, lambda_reading: LambdaReading = "share"
+               ) -> TermScore:
     """One term's contribution to Eq. 1 from its label×response relation matrix."""
     n_label = len(matrix)
     n_response = len(matrix[0]) if n_label else 0
@@ -99,7 +112,7 @@ def score_term(term: str, matrix: Matrix) -> TermScore:
         label_matched=sum(best_relation(row).related for row in matrix),
         response_matched=sum(best_relation(col).related for col in zip(*matrix)),
         containment_pairs=sum(r is Relation.CONTAINMENT for r in flat),
-        related_pairs=sum(r.related for r in flat))
+        related_pairs=sum(r.related for r in flat), lambda_reading=lambda_reading)
 
 
 @dataclass(frozen=True)
@@ -121,9 +134,10 @@ def relation_matrix(term: str, label_values: Sequence[str], response_values: Seq
 
 
 def imap_score(label: Mapping[str, Sequence[str]], response: Mapping[str, Sequence[str]],
-               relate: Relate) -> ImapScore:
+               relate: Relate, lambda_reading: LambdaReading = "share") -> ImapScore:
     """Eq. 1 over the terms both imaps inform (terms with no values are left out)."""
     shared = [t for t in label if label[t] and response.get(t)]
-    terms = tuple(score_term(t, relation_matrix(t, label[t], response[t], relate))
+    terms = tuple(score_term(t, relation_matrix(t, label[t], response[t], relate),
+                             lambda_reading)
                   for t in shared)
     return ImapScore(sum(ts.value for ts in terms), terms)

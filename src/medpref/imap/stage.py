@@ -1,27 +1,23 @@
-"""Stage 05's run: extract imaps with the judge, relate values, score, correlate.
+"""Stage 07 (imapScore): extract imaps with the judge, relate values, score, correlate.
 
-1. **Question imap** — one judge call per distinct question (Query + Constraint).
-2. **Answer imaps** — one call per distinct reference and per response, conditioned on
-   the question and its imap; the answer is started as ``Inform-<first Query term>-`` so
-   label and response inform the same term (a nudge small models need).
+1. **Question imaps** — one judge request per distinct question (Query + Constraint).
+2. **Answer imaps** — one per distinct reference and per response, conditioned on the
+   question and its imap (:mod:`medpref.imap.extraction`: greedy, or the paper's three
+   samples at T = 0.9 keeping the pairs that repeat).
 3. **Relations** — per value pair of a shared term: by the judge (one one-word call per
    pair), by the ontology, and both combined (+KG).
 4. **Scores** — imapScore (Eq. 1) per relation path, and the baselines on raw texts and
-   on imaps (+imap).
+   on imaps (+imap); Spearman/Kendall with the human scores in Table 2's layout.
 
-Every completion is kept raw next to its parse (``extractions.jsonl``,
-``relations.jsonl``), so parsing can be redone without the model.
+:func:`run` does it all for a notebook; every completion is kept raw next to its parse
+(``extractions.jsonl``, ``relations.jsonl``), so parsing can be redone without the model.
 """
 
 from __future__ import annotations
 
-import hashlib
-import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -32,22 +28,23 @@ from medpref.imap.ontology import (ConceptLinker, Lexicon, OntologyMatcher, coun
 from medpref.imap.relations import (OPTION_PREFIX, RELATION_OPTIONS, combine,
                                     parse_relation, relation_from_options)
 from medpref.imap.score import Relation, imap_score
-from medpref.imap.structure import (ANSWER_COMPONENTS, QUESTION_COMPONENTS, ImapPair,
-                                    ParsedImap, format_imap, imap_text, parse_imap,
-                                    query_terms, values_by_term)
-from medpref.imap.textmetrics import TEXT_METRICS, text_metrics
+from medpref.imap.extraction import (Extraction, extract_answer_imaps,
+                                     extract_question_imaps, parse_summary, question_imap,
+                                     resolve_mode, text_key)
+from medpref.imap.structure import ImapPair, imap_text, values_by_term
+from medpref.imap.textmetrics import (BERTSCORE, TEXT_METRICS, BertScorer, load_bertscore,
+                                      load_encoder, text_metrics)
 from medpref.llm.client import LLMClient
-from medpref.llm.types import ChatRequest
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 
-QUESTION_PREFIX = "Query-"
 IMAP_SCORES = ("imapScore (judge)", "imapScore (ontology)", "imapScore +KG")
 
 
-def metric_order(judge_relations: bool = True) -> list[str]:
+def metric_order(judge_relations: bool = True, bertscore: bool = True) -> list[str]:
     """Table 2's rows: each baseline then its +imap, then the imapScore variants."""
-    rows = [m for base in TEXT_METRICS for m in (base, f"{base} +imap")]
+    bases = [b for b in TEXT_METRICS if bertscore or b != BERTSCORE]
+    rows = [m for base in bases for m in (base, f"{base} +imap")]
     return rows + ([*IMAP_SCORES] if judge_relations else ["imapScore (ontology)"])
 
 
@@ -71,99 +68,6 @@ def human_summary(items: Sequence[ScoredQA]) -> pd.DataFrame:
                         "spc": i.human.spc} for i in items])
     return df.groupby("system").agg(items=("acc", "size"), acc=("acc", "mean"),
                                     cmp=("cmp", "mean"), spc=("spc", "mean")).round(3)
-
-
-def text_key(*texts: str) -> str:
-    return hashlib.sha256("\x1f".join(texts).encode()).hexdigest()[:12]
-
-
-def clip_words(text: str, max_words: int) -> str:
-    words = text.split()
-    return text.strip() if len(words) <= max_words else " ".join(words[:max_words]) + " ..."
-
-
-# -- extraction --------------------------------------------------------------------------
-@dataclass
-class Extraction:
-    """One judge call for an imap: the raw completion and its parse."""
-
-    kind: str                 # question | reference | response
-    key: str
-    item_ids: list[str]
-    prefix: str
-    raw: str
-    finish_reason: str | None
-    error: str | None
-    parsed: ParsedImap
-    prompt_sha: str
-
-    def to_record(self) -> dict:
-        return {"kind": self.kind, "key": self.key, "item_ids": self.item_ids,
-                "prompt_sha": self.prompt_sha, "prefix": self.prefix, "raw": self.raw,
-                "finish_reason": self.finish_reason, "error": self.error,
-                **self.parsed.to_record()}
-
-
-Job = tuple[str, list, str, list[str]]  # (kind, messages, prefix, item ids)
-
-
-def _extract(client: LLMClient, jobs: dict[str, Job], allowed: Sequence[str],
-             max_new_tokens: int, prompt_sha: str) -> dict[str, Extraction]:
-    """Answer every job in one batch (prefixes may differ) and parse each completion."""
-    keys = list(jobs)
-    gen = client.params(max_new_tokens=max_new_tokens)
-    comps = client.complete([ChatRequest.of(jobs[k][1], gen, prefix=jobs[k][2]) for k in keys])
-    out: dict[str, Extraction] = {}
-    for k, comp in zip(keys, comps):
-        kind, _, prefix, item_ids = jobs[k]
-        parsed = (parse_imap(prefix + comp.text, allowed,
-                             truncated=comp.finish_reason == "length")
-                  if comp.ok else ParsedImap(notes=[f"model call failed: {comp.error}"]))
-        out[k] = Extraction(kind, k, item_ids, prefix, comp.text, comp.finish_reason,
-                            comp.error, parsed, prompt_sha)
-    return out
-
-
-def extract_question_imaps(p: ImapParams, client: LLMClient, items: Sequence[ScoredQA]
-                           ) -> dict[str, Extraction]:
-    """Query + Constraint of every distinct question, keyed by :func:`text_key`."""
-    template = load_prompt(p.question_prompt)
-    jobs: dict[str, Job] = {}
-    for item in items:
-        key = text_key(item.question)
-        if key not in jobs:
-            msgs = template.render(question=clip_words(item.question, p.question_max_words))
-            jobs[key] = ("question", msgs, QUESTION_PREFIX, [])
-        jobs[key][3].append(item.id)
-    return _extract(client, jobs, QUESTION_COMPONENTS, p.max_new_tokens_question, template.sha)
-
-
-def question_imap(extraction: Extraction | None, fallback_term: str) -> list[ImapPair]:
-    """The question's pairs, with a fallback Query when the judge gave none."""
-    pairs = list(extraction.parsed.pairs) if extraction else []
-    if not query_terms(pairs):
-        pairs.insert(0, ImapPair("Query", fallback_term, "?"))
-    return pairs
-
-
-def extract_answer_imaps(p: ImapParams, client: LLMClient, items: Sequence[ScoredQA],
-                         questions: dict[str, Extraction]) -> dict[str, Extraction]:
-    """Inform pairs of every distinct reference (``ref:<key>``) and response (``res:<id>``)."""
-    template = load_prompt(p.answer_prompt)
-    jobs: dict[str, Job] = {}
-    for item in items:
-        q_pairs = question_imap(questions.get(text_key(item.question)), p.fallback_query_term)
-        prefix = f"Inform-{query_terms(q_pairs)[0]}-"
-        question = clip_words(item.question, p.question_max_words)
-        for kind, key, answer in (("reference", "ref:" + text_key(item.question, item.reference),
-                                   item.reference),
-                                  ("response", "res:" + item.id, item.response)):
-            if key not in jobs:
-                msgs = template.render(question=question, question_imap=format_imap(q_pairs),
-                                       answer=clip_words(answer, p.answer_max_words))
-                jobs[key] = (kind, msgs, prefix, [])
-            jobs[key][3].append(item.id)
-    return _extract(client, jobs, ANSWER_COMPONENTS, p.max_new_tokens_answer, template.sha)
 
 
 @dataclass
@@ -204,21 +108,6 @@ def imap_example(im: ItemImaps) -> pd.DataFrame:
     return pd.DataFrame([{"item": im.item.id, "side": side, "component": q.component,
                           "term": q.term, "value": q.value} for side, q in rows],
                         columns=["item", "side", "component", "term", "value"])
-
-
-def parse_summary(extractions: Iterable[Extraction]) -> pd.DataFrame:
-    """Per kind: calls, parsed (≥1 pair), Inform-None, empty, mean pairs, malformed items."""
-    rows = [{"kind": e.kind, "parsed": bool(e.parsed.pairs), "none": e.parsed.none,
-             "failed": e.error is not None, "pairs": len(e.parsed.pairs),
-             "malformed": len(e.parsed.malformed), "cut": e.finish_reason == "length"}
-            for e in extractions]
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df
-    return df.groupby("kind", sort=False).agg(
-        calls=("kind", "size"), with_pairs=("parsed", "sum"), inform_none=("none", "sum"),
-        failed=("failed", "sum"), mean_pairs=("pairs", "mean"),
-        malformed_items=("malformed", "sum"), cut_by_limit=("cut", "sum")).round(2).reset_index()
 
 
 # -- relations ---------------------------------------------------------------------------
@@ -312,18 +201,31 @@ def _relate_fn(path: str, matcher: OntologyMatcher, item_id: str,
 
 
 def imap_scores(im: ItemImaps, matcher: OntologyMatcher,
-                judged: dict[PairKey, RelationJudgement] | None) -> dict[str, float]:
+                judged: dict[PairKey, RelationJudgement] | None,
+                lambda_reading: str = "share") -> dict[str, float]:
     """The item's imapScore for each relation path (judge, ontology, +KG)."""
     paths = {"imapScore (ontology)": "ontology"}
     if judged is not None:
         paths = {"imapScore (judge)": "judge", **paths, "imapScore +KG": "kg"}
-    return {name: imap_score(im.label, im.response, _relate_fn(path, matcher, im.item.id, judged)).value
+    return {name: imap_score(im.label, im.response,
+                             _relate_fn(path, matcher, im.item.id, judged),
+                             lambda_reading).value
             for name, path in paths.items()}
 
 
 # -- scores and tables ---------------------------------------------------------------------
+def item_langs(items: Sequence[ScoredQA], lang: str) -> list[str]:
+    """The language of each item's text metrics: detected (``auto``), the record's own
+    ``lang`` field (``item``), or one given for all."""
+    if lang == "item":
+        return [i.lang for i in items]
+    return [lang] * len(items)
+
+
 def score_items(imaps: Sequence[ItemImaps], matcher: OntologyMatcher,
-                judged: dict[PairKey, RelationJudgement] | None, encode) -> pd.DataFrame:
+                judged: dict[PairKey, RelationJudgement] | None, encode, *,
+                lang: str = "auto", lambda_reading: str = "share",
+                bertscore: BertScorer | None = None) -> pd.DataFrame:
     """One row per item: human scores, baselines raw and +imap, imapScore variants."""
     items = [im.item for im in imaps]
     base = pd.DataFrame({
@@ -333,61 +235,17 @@ def score_items(imaps: Sequence[ItemImaps], matcher: OntologyMatcher,
         "shared_terms": [len(im.shared_terms) for im in imaps],
         "label_pairs": [len(im.label_pairs) for im in imaps],
         "response_pairs": [len(im.response_pairs) for im in imaps]})
-    raw = text_metrics([i.reference for i in items], [i.response for i in items], encode)
+    langs = item_langs(items, lang)
+    raw = text_metrics([i.reference for i in items], [i.response for i in items], encode,
+                       langs=langs, bertscore=bertscore)
     on_imap = text_metrics([imap_text(im.label_pairs) for im in imaps],
-                           [imap_text(im.response_pairs) for im in imaps], encode, " +imap")
-    ours = pd.DataFrame([imap_scores(im, matcher, judged) for im in imaps])
+                           [imap_text(im.response_pairs) for im in imaps], encode, " +imap",
+                           langs=langs, bertscore=bertscore)
+    ours = pd.DataFrame([imap_scores(im, matcher, judged, lambda_reading) for im in imaps])
     return pd.concat([base, raw, on_imap, ours], axis=1)
 
 
-@dataclass
-class Timer:
-    """Wall-clock seconds per named step (reported in metrics.json)."""
-
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def step(self, name: str):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = round(time.perf_counter() - t0, 2)
-
-
-def output_paths(p: ImapParams) -> dict[str, Path]:
-    data, reports = repo_path(p.output_dir), repo_path(p.reports)
-    return {"extractions": data / "extractions.jsonl", "relations": data / "relations.jsonl",
-            "scores": reports / "scores", "correlations": reports / "correlations",
-            "correlations_long": reports / "correlations_long",
-            "parse_summary": reports / "parse_summary", "links": reports / "links",
-            "heatmap": reports / "correlation_heatmap.png",
-            "metrics": reports / "metrics.json", "ledger": reports / "ledger.json",
-            "provenance": reports / "provenance.json"}
-
-
-def run_metrics(items: Sequence[ItemImaps], extractions: Sequence[Extraction],
-                judged: dict | None, links: dict, scores: pd.DataFrame, timer: Timer) -> dict:
-    """Counts, parse rates, link coverage, mean scores and wall times of a run."""
-    n = max(1, len(extractions))
-    return {
-        "items": len(items), "systems": sorted(scores["system"].unique().tolist()),
-        "extraction_calls": len(extractions),
-        "extractions_with_pairs": sum(bool(e.parsed.pairs) for e in extractions),
-        "extraction_parse_rate": round(sum(bool(e.parsed.pairs) for e in extractions) / n, 4),
-        "items_with_shared_terms": int((scores["shared_terms"] > 0).sum()),
-        "value_pairs": len(relation_pairs(items)),
-        "relation_calls": len(judged) if judged is not None else 0,
-        "relation_answers_parsed": sum(j.relation is not None for j in (judged or {}).values()),
-        "judge_relations": dict(Counter(j.relation.value if j.relation else "unparsed"
-                                        for j in (judged or {}).values())),
-        "value_links": count_links(links.values()),
-        "mean_scores": {c: round(float(scores[c].mean()), 4)
-                        for c in scores.columns if c.startswith("imapScore")},
-        "wall_seconds": timer.seconds}
-
-
-def table_caption(p: ImapParams, n_items: int) -> str:
+def table_caption(p: ImapParams, n_items: int, extraction_mode: str) -> str:
     """What the correlation table shows, including what "human" means for the source."""
     if p.source == "embedded":
         human = ("human scores: the embedded synthetic triples' ACC/CMP/SPC ratings (0-5)")
@@ -399,4 +257,110 @@ def table_caption(p: ImapParams, n_items: int) -> str:
     return (f"Spearman ρ and Kendall τ (×100) of each metric with human scores, within each "
             f"system's responses ({n_items} items, source: {p.source}); AVE is the mean over "
             f"systems and dimensions of the defined cells (n_undefined: cells left out "
-            f"because a metric or score was constant). {human}.")
+            f"because a metric or score was constant). {human}. Rows: the paper's Table 2 "
+            f"has 14 metrics; here ROUGE-1/2/L and BLEU-4 (language-aware tokens: one per "
+            f"Han character; BLEU with sacrebleu 13a/zh), BERTScore-F1 on the embedded "
+            f"MiniLM (the paper's BERTScore uses larger encoders), the MiniLM sentence "
+            f"cosine (not a paper metric), and imapScore (λ read as a "
+            f"{p.lambda_reading} of containment pairs; imaps extracted {extraction_mode}"
+            f"{' x' + str(p.extraction.samples) if extraction_mode == 'sampled' else ''}).")
+
+
+# -- the stage -------------------------------------------------------------------------
+@dataclass
+class ImapOutputs:
+    """What stage 07 shows and writes: tables, the figure, raw completions, metrics."""
+
+    items: list[ScoredQA]
+    human: pd.DataFrame
+    extraction_mode: str
+    imaps: list[ItemImaps]
+    extractions: list[Extraction]
+    parse: pd.DataFrame
+    links: pd.DataFrame
+    judged: dict | None
+    scores: pd.DataFrame
+    correlations_long: pd.DataFrame
+    table2: pd.DataFrame
+    caption: str
+    heatmap: object
+    metrics: dict
+    models: dict[str, str]
+    prompts: dict[str, str]
+
+    @property
+    def example(self) -> pd.DataFrame:
+        return imap_example(self.imaps[0])
+
+
+def _extract_all(stage, p: ImapParams, judge: LLMClient, items: list[ScoredQA]):
+    with stage.step("question_imaps"):
+        questions = extract_question_imaps(p, judge, items, stage.seed)
+    with stage.step("answer_imaps"):
+        answers = extract_answer_imaps(p, judge, items, questions, stage.seed)
+    return questions, answers
+
+
+def _relate_and_score(stage, p: ImapParams, judge: LLMClient, imaps: list[ItemImaps]):
+    from medpref.imap.ontology import link_table
+
+    with stage.step("ontology_links"):
+        encode = load_encoder(repo_path(p.embedding_model))
+        matcher = build_matcher(p, encode)
+        links = link_values(matcher, imaps)
+    with stage.step("judge_relations"):
+        judged = relate_by_judge(p, judge, imaps)
+    with stage.step("scores"):
+        bert = (load_bertscore(repo_path(p.embedding_model), p.bertscore_layer)
+                if p.bertscore_layer is not None else None)
+        scores = score_items(imaps, matcher, judged, encode, lang=p.metrics_lang,
+                             lambda_reading=p.lambda_reading, bertscore=bert)
+    link_rows = pd.DataFrame(link_table(links, matcher.linker.lexicon))
+    return links, link_rows, judged, scores
+
+
+def run(stage) -> ImapOutputs:
+    """Stage 07 end to end: imaps, relations, scores, correlations; writes the outputs."""
+    from medpref.imap.correlation import correlations, plot_heatmap, table2
+
+    p: ImapParams = stage.p
+    items = load_scored_qa(p)
+    judge = stage.role(p.role)
+    questions, answers = _extract_all(stage, p, judge, items)
+    imaps = assemble_imaps(p, items, questions, answers)
+    extractions = [*questions.values(), *answers.values()]
+    links, link_rows, judged, scores = _relate_and_score(stage, p, judge, imaps)
+    stage.check_yield(sum(bool(e.parsed.pairs) for e in extractions), len(extractions),
+                      what="imaps with pairs")
+    order = metric_order(p.judge_relations, p.bertscore_layer is not None)
+    long = correlations(scores, order)
+    wide = table2(long, order)
+    mode = resolve_mode(p.extraction.mode, judge)
+    caption = table_caption(p, len(items), mode)
+    metrics = run_metrics(imaps, extractions, judged, links, scores)
+    metrics["table2_ave_rho"] = {r["Metric"]: (None if pd.isna(r["AVE ρ"]) else r["AVE ρ"])
+                                 for r in wide.to_dict("records")}
+    out = ImapOutputs(
+        items, human_summary(items), mode, imaps,
+        extractions, parse_summary(extractions), link_rows, judged, scores, long, wide,
+        caption, plot_heatmap(long, order, f"Spearman ρ with human scores ({p.source})"),
+        metrics, {p.role: judge.model_id, "embedding": p.embedding_model},
+        {n: load_prompt(n).sha for n in (p.question_prompt, p.answer_prompt,
+                                         p.relation_prompt)})
+    write_outputs(stage, out)
+    return out
+
+
+def write_outputs(stage, out: ImapOutputs) -> None:
+    from medpref.contracts import write_jsonl
+    from medpref.reports import save_figure, write_table
+
+    write_jsonl(stage.data("extractions.jsonl"), [e.to_record() for e in out.extractions])
+    write_jsonl(stage.data("relations.jsonl"),
+                [j.to_record() for j in (out.judged or {}).values()])
+    write_table(out.parse, stage.report("parse_summary"))
+    write_table(out.links, stage.report("links"))
+    write_table(out.scores, stage.report("scores"))
+    write_table(out.correlations_long, stage.report("correlations_long"))
+    write_table(out.table2, stage.report("correlations"), floatfmt=".0f")
+    save_figure(out.heatmap, stage.report("correlation_heatmap.png"))

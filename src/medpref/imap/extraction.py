@@ -1,0 +1,208 @@
+"""imap extraction by the judge: question imaps (Query + Constraint), answer imaps (Inform).
+
+Two modes (``imapscore.extraction.mode``):
+
+* **sampled** — the paper's (§5, "imap Extraction Settings"): the judge answers each
+  prompt ``samples`` times at ``temperature`` (0.9) and ``top_p``, and only the term-value
+  pairs that come back in at least ``min_agree`` of the samples are kept
+  (:func:`consensus`). Each sample has its own seed (``shared.seed + k``), so the cache
+  keys them apart.
+* **greedy** — one greedy pass (what a small local model needs: its samples rarely agree).
+
+``auto`` picks sampled when the judge is a served model (an ``openai`` backend, or a
+replay of one) and greedy otherwise. ``force_query_term`` starts each answer as
+``Inform-<first Query term>-`` (a nudge for small models; the paper does not).
+
+Every completion is kept raw next to its parse, so parsing can be redone without the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pandas as pd
+from pydantic import Field
+
+from medpref.contracts import ScoredQA
+from medpref.imap.structure import (ANSWER_COMPONENTS, QUESTION_COMPONENTS, ImapPair,
+                                    ParsedImap, format_imap, parse_imap, query_terms)
+from medpref.llm.client import LLMClient
+from medpref.llm.types import ChatRequest
+from medpref.params import StrictModel
+from medpref.prompts import load_prompt
+
+QUESTION_PREFIX = "Query-"
+
+
+class ExtractionParams(StrictModel):
+    """How the judge extracts imaps (``imapscore.extraction``)."""
+
+    mode: Literal["auto", "sampled", "greedy"] = "auto"
+    samples: int = Field(3, ge=1, le=20)
+    temperature: float = Field(0.9, gt=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    #: A pair is kept when it is found in at least this many samples.
+    min_agree: int = Field(2, ge=1, le=20)
+    force_query_term: bool = True
+
+
+def resolve_mode(mode: str, client: LLMClient) -> str:
+    """``auto`` → ``sampled`` for a served judge (openai backend), else ``greedy``."""
+    if mode != "auto":
+        return mode
+    return "sampled" if client.identity.get("backend") == "openai" else "greedy"
+
+
+def text_key(*texts: str) -> str:
+    return hashlib.sha256("\x1f".join(texts).encode()).hexdigest()[:12]
+
+
+def clip_words(text: str, max_words: int) -> str:
+    words = text.split()
+    return text.strip() if len(words) <= max_words else " ".join(words[:max_words]) + " ..."
+
+
+@dataclass
+class Extraction:
+    """One imap request: the raw completion(s) and the (consensus) parse."""
+
+    kind: str                 # question | reference | response
+    key: str
+    item_ids: list[str]
+    prefix: str
+    raw: str
+    finish_reason: str | None
+    error: str | None
+    parsed: ParsedImap
+    prompt_sha: str
+    samples: list[str] = field(default_factory=list)   # sampled mode: every raw sample
+
+    def to_record(self) -> dict:
+        return {"kind": self.kind, "key": self.key, "item_ids": self.item_ids,
+                "prompt_sha": self.prompt_sha, "prefix": self.prefix, "raw": self.raw,
+                "samples": self.samples, "finish_reason": self.finish_reason,
+                "error": self.error, **self.parsed.to_record()}
+
+
+Job = tuple[str, list, str, list[str]]  # (kind, messages, prefix, item ids)
+
+
+def _pair_key(pair: ImapPair) -> tuple[str, str, str]:
+    return (pair.component, pair.term, pair.value.strip().lower())
+
+
+def consensus(parses: Sequence[ParsedImap], min_agree: int) -> ParsedImap:
+    """The pairs found in at least ``min_agree`` of the parses (each parse counts a pair
+    once), in order of first appearance; an explicit None when most samples said so and
+    no pair is kept. Malformed items and notes of every sample are kept."""
+    counts = Counter(k for p in parses for k in {_pair_key(q) for q in p.pairs})
+    out = ParsedImap()
+    seen: set[tuple[str, str, str]] = set()
+    for p in parses:
+        for pair in p.pairs:
+            k = _pair_key(pair)
+            if counts[k] >= min_agree and k not in seen:
+                seen.add(k)
+                out.pairs.append(pair)
+        out.malformed.extend(p.malformed)
+        out.notes.extend(n for n in p.notes if n not in out.notes)
+    out.none = not out.pairs and sum(p.none for p in parses) >= min_agree
+    out.notes.append(f"kept pairs found in >= {min_agree} of {len(parses)} samples "
+                     f"({len(out.pairs)} of {len(counts)})")
+    return out
+
+
+def _parse(comp, prefix: str, allowed: Sequence[str]) -> ParsedImap:
+    if not comp.ok:
+        return ParsedImap(notes=[f"model call failed: {comp.error}"])
+    return parse_imap(prefix + comp.text, allowed, truncated=comp.finish_reason == "length")
+
+
+def _extract(client: LLMClient, jobs: dict[str, Job], allowed: Sequence[str],
+             max_new_tokens: int, prompt_sha: str, ep: ExtractionParams,
+             seed: int) -> dict[str, Extraction]:
+    """Answer every job in one batch (prefixes may differ) and parse each completion;
+    sampled mode asks ``samples`` times per job and keeps the consensus."""
+    keys = list(jobs)
+    sampled = resolve_mode(ep.mode, client) == "sampled"
+    gens = ([client.params(max_new_tokens=max_new_tokens, temperature=ep.temperature,
+                           top_p=ep.top_p, seed=seed + k) for k in range(ep.samples)]
+            if sampled else [client.params(max_new_tokens=max_new_tokens, temperature=0.0)])
+    reqs = [ChatRequest.of(jobs[k][1], g, prefix=jobs[k][2]) for g in gens for k in keys]
+    comps = client.complete(reqs)
+    out: dict[str, Extraction] = {}
+    for j, k in enumerate(keys):
+        kind, _, prefix, item_ids = jobs[k]
+        mine = [comps[s * len(keys) + j] for s in range(len(gens))]
+        parses = [_parse(c, prefix, allowed) for c in mine]
+        parsed = consensus(parses, ep.min_agree) if sampled else parses[0]
+        first = mine[0]
+        error = next((c.error for c in mine if not c.ok), None)
+        out[k] = Extraction(kind, k, item_ids, prefix, first.text, first.finish_reason, error,
+                            parsed, prompt_sha, [c.text for c in mine] if sampled else [])
+    return out
+
+
+def extract_question_imaps(p, client: LLMClient, items: Sequence[ScoredQA],
+                           seed: int = 0) -> dict[str, Extraction]:
+    """Query + Constraint of every distinct question, keyed by :func:`text_key`."""
+    template = load_prompt(p.question_prompt)
+    jobs: dict[str, Job] = {}
+    for item in items:
+        key = text_key(item.question)
+        if key not in jobs:
+            msgs = template.render(question=clip_words(item.question, p.question_max_words))
+            jobs[key] = ("question", msgs, QUESTION_PREFIX, [])
+        jobs[key][3].append(item.id)
+    return _extract(client, jobs, QUESTION_COMPONENTS, p.max_new_tokens_question,
+                    template.sha, p.extraction, seed)
+
+
+def question_imap(extraction: Extraction | None, fallback_term: str) -> list[ImapPair]:
+    """The question's pairs, with a fallback Query when the judge gave none."""
+    pairs = list(extraction.parsed.pairs) if extraction else []
+    if not query_terms(pairs):
+        pairs.insert(0, ImapPair("Query", fallback_term, "?"))
+    return pairs
+
+
+def extract_answer_imaps(p, client: LLMClient, items: Sequence[ScoredQA],
+                         questions: dict[str, Extraction], seed: int = 0
+                         ) -> dict[str, Extraction]:
+    """Inform pairs of every distinct reference (``ref:<key>``) and response (``res:<id>``)."""
+    template = load_prompt(p.answer_prompt)
+    jobs: dict[str, Job] = {}
+    for item in items:
+        q_pairs = question_imap(questions.get(text_key(item.question)), p.fallback_query_term)
+        prefix = (f"Inform-{query_terms(q_pairs)[0]}-" if p.extraction.force_query_term
+                  else "Inform-")
+        question = clip_words(item.question, p.question_max_words)
+        for kind, key, answer in (("reference", "ref:" + text_key(item.question, item.reference),
+                                   item.reference),
+                                  ("response", "res:" + item.id, item.response)):
+            if key not in jobs:
+                msgs = template.render(question=question, question_imap=format_imap(q_pairs),
+                                       answer=clip_words(answer, p.answer_max_words))
+                jobs[key] = (kind, msgs, prefix, [])
+            jobs[key][3].append(item.id)
+    return _extract(client, jobs, ANSWER_COMPONENTS, p.max_new_tokens_answer, template.sha,
+                    p.extraction, seed)
+
+
+def parse_summary(extractions: Iterable[Extraction]) -> pd.DataFrame:
+    """Per kind: calls, parsed (≥1 pair), Inform-None, empty, mean pairs, malformed items."""
+    rows = [{"kind": e.kind, "parsed": bool(e.parsed.pairs), "none": e.parsed.none,
+             "failed": e.error is not None, "pairs": len(e.parsed.pairs),
+             "malformed": len(e.parsed.malformed), "cut": e.finish_reason == "length"}
+            for e in extractions]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    return df.groupby("kind", sort=False).agg(
+        calls=("kind", "size"), with_pairs=("parsed", "sum"), inform_none=("none", "sum"),
+        failed=("failed", "sum"), mean_pairs=("pairs", "mean"),
+        malformed_items=("malformed", "sum"), cut_by_limit=("cut", "sum")).round(2).reset_index()

@@ -1,0 +1,1 @@
+"""Metrics shared across stages (``text``: language-aware ROUGE, BLEU, self-BLEU)."""

@@ -1,0 +1,159 @@
+"""Language-aware n-gram text metrics shared by every stage that compares text.
+
+One tokenisation for counting and overlap (ROUGE, word counts, chunking): lower-cased,
+**one token per Han/kana character** (Chinese and Japanese are written without spaces, so
+a "word" split on non-letters would swallow a whole sentence and score 0), and Unicode
+word tokens (letters/digits runs) for everything else. English tokens may be Porter-stemmed
+the way ``rouge-score`` does (only tokens longer than 3 characters).
+
+BLEU uses the standard tokenisers of ``sacrebleu``: ``13a`` (the WMT/mteval one,
+case-sensitive, punctuation as tokens) for space-delimited text and ``zh`` (one token
+per Chinese character, ``13a`` for the rest) as soon as the text holds CJK characters.
+Sentence BLEU-4 uses sacrebleu's default sentence smoothing (``exp``: a zero n-gram
+count k-th in a row counts as 1/2^k matches); ``smooth`` switches it.
+
+Self-BLEU is Texygen's (Zhu et al. 2018): each text of a corpus is the hypothesis, every
+other text of the same corpus a reference; the mean over texts. Lower = more diverse.
+
+Every score is a fraction in [0, 1]; callers scale to ×100 where their paper does.
+An empty side scores 0.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Literal, NamedTuple
+
+Lang = Literal["auto", "zh", "en"]
+
+# Han (CJK unified + ext. A + compatibility), Hiragana, Katakana.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RE = re.compile(f"[{_CJK}]")
+_TOKEN_RE = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+class PRF(NamedTuple):
+    precision: float
+    recall: float
+    f1: float
+
+
+def detect_lang(text: str) -> str:
+    """``zh`` when the text holds any Han/kana character, else ``en``."""
+    return "zh" if _CJK_RE.search(text) else "en"
+
+
+def resolve_lang(lang: Lang | str | None, *texts: str) -> str:
+    """An explicit ``zh``/``en`` wins; ``auto``/None detects over all the texts."""
+    if lang in ("zh", "en"):
+        return str(lang)
+    if lang not in (None, "auto"):
+        raise ValueError(f"lang must be 'auto', 'zh' or 'en', not {lang!r}")
+    return "zh" if any(_CJK_RE.search(t) for t in texts) else "en"
+
+
+@lru_cache(maxsize=1)
+def _porter():
+    from nltk.stem import porter
+
+    return porter.PorterStemmer("ORIGINAL_ALGORITHM")
+
+
+def tokenize(text: str, *, stem: bool = False) -> list[str]:
+    """Lower-cased tokens: one per CJK character, one per letter/digit run otherwise.
+
+    ``stem``: Porter-stem tokens longer than 3 characters (what rouge-score does for
+    English; CJK characters are never changed)."""
+    toks = _TOKEN_RE.findall(text.lower())
+    if stem:
+        stemmer = _porter()
+        toks = [stemmer.stem(t) if len(t) > 3 and not _CJK_RE.match(t) else t for t in toks]
+    return toks
+
+
+def word_count(text: str) -> int:
+    """Tokens of ``tokenize`` (a Chinese character counts as one word)."""
+    return len(_TOKEN_RE.findall(text))
+
+
+class _RougeTokenizer:
+    """Adapter for ``rouge_score.RougeScorer(tokenizer=...)``."""
+
+    def __init__(self, stem: bool):
+        self.stem = stem
+
+    def tokenize(self, text: str) -> list[str]:
+        return tokenize(text, stem=self.stem)
+
+
+@lru_cache(maxsize=4)
+def _rouge_scorer(stem: bool):
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(list(ROUGE_TYPES), tokenizer=_RougeTokenizer(stem))
+
+
+def rouge(reference: str, prediction: str, *, lang: Lang | str | None = "auto",
+          stem: bool = True) -> dict[str, PRF]:
+    """ROUGE-1/2/L/Lsum precision, recall, F1 of ``prediction`` against ``reference``.
+
+    ROUGE-Lsum splits both texts on newlines (summary-level LCS). ``stem`` applies to
+    English only (a detected or given ``zh`` text is never stemmed)."""
+    zero = PRF(0.0, 0.0, 0.0)
+    if not tokenize(reference) or not tokenize(prediction):
+        return {k: zero for k in ROUGE_TYPES}
+    use_stem = stem and resolve_lang(lang, reference, prediction) == "en"
+    scores = _rouge_scorer(use_stem).score(reference, prediction)
+    return {k: PRF(float(v.precision), float(v.recall), float(v.fmeasure))
+            for k, v in scores.items()}
+
+
+def bleu_tokenizer(lang: str) -> str:
+    """The sacrebleu tokeniser of a language: ``zh`` for Chinese, ``13a`` otherwise."""
+    return "zh" if lang == "zh" else "13a"
+
+
+@lru_cache(maxsize=8)
+def _bleu(tokenizer: str, smooth: str, max_n: int):
+    from sacrebleu.metrics import BLEU
+
+    return BLEU(tokenize=tokenizer, smooth_method=smooth, effective_order=True,
+                max_ngram_order=max_n)
+
+
+def bleu(references: Sequence[str], prediction: str, *, lang: Lang | str | None = "auto",
+         max_n: int = 4, smooth: str = "exp") -> float:
+    """Sentence BLEU-``max_n`` (fraction) of one prediction against one or more references."""
+    refs = [r for r in references if r.strip()]
+    if not refs or not prediction.strip():
+        return 0.0
+    tok = bleu_tokenizer(resolve_lang(lang, prediction, *refs))
+    return float(_bleu(tok, smooth, max_n).sentence_score(prediction, refs).score) / 100.0
+
+
+def bleu4(reference: str, prediction: str, *, lang: Lang | str | None = "auto",
+          smooth: str = "exp") -> float:
+    """Sentence BLEU-4 (fraction) with sacrebleu's standard tokens (``13a`` / ``zh``)."""
+    return bleu([reference], prediction, lang=lang, smooth=smooth)
+
+
+def self_bleu(texts: Sequence[str], *, lang: Lang | str | None = "auto", max_n: int = 4,
+              smooth: str = "exp", sample: int | None = None, seed: int = 0) -> float | None:
+    """Texygen self-BLEU of a corpus: each text against all the others (None for < 2 texts).
+
+    ``sample``: score only that many hypotheses, drawn with ``seed`` (the references are
+    always the whole rest of the corpus); None scores every text."""
+    corpus = [t for t in texts if t.strip()]
+    if len(corpus) < 2:
+        return None
+    lang = resolve_lang(lang, *corpus)
+    idx = list(range(len(corpus)))
+    if sample is not None and sample < len(idx):
+        idx = sorted(random.Random(seed).sample(idx, sample))
+    scores = [bleu(corpus[:i] + corpus[i + 1:], corpus[i], lang=lang, max_n=max_n,
+                   smooth=smooth) for i in idx]
+    return sum(scores) / len(scores)

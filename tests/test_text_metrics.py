@@ -1,0 +1,71 @@
+"""The shared text metrics against values worked out by hand (see each test's comment)."""
+
+import math
+
+import pytest
+
+from medpref.metrics import text as tm
+
+
+def test_tokenize_one_token_per_han_character_and_words_otherwise():
+    assert tm.tokenize("我今天头痛 since Monday, 2 days") == [
+        "我", "今", "天", "头", "痛", "since", "monday", "2", "days"]
+    assert tm.tokenize("Days started", stem=True) == ["dai", "start"]  # Porter (original algorithm)
+    assert tm.detect_lang("头痛") == "zh" and tm.detect_lang("headache") == "en"
+    assert tm.word_count("我头痛 a lot") == 5
+
+
+def test_rouge_chinese_pair_at_character_level():
+    # ref 我今天头痛 / hyp 今天头很痛: unigrams 4 of 5 both ways; bigrams {今天, 天头}
+    # 2 of 4; LCS 今天头痛 = 4 -> P = R = F = 0.8 / 0.5 / 0.8.
+    s = tm.rouge("我今天头痛", "今天头很痛")
+    assert s["rouge1"] == pytest.approx(tm.PRF(0.8, 0.8, 0.8))
+    assert s["rouge2"] == pytest.approx(tm.PRF(0.5, 0.5, 0.5))
+    assert s["rougeL"] == pytest.approx(tm.PRF(0.8, 0.8, 0.8))
+
+
+def test_rouge_english_pair_with_stemmed_word_tokens():
+    # ref: the cough start two dai ago (6) / hyp: the cough start yesterday (4)
+    # R1: 3 overlaps -> P 3/4, R 3/6, F 0.6; R2: {the cough, cough start} -> P 2/3, R 2/5,
+    # F 0.5; LCS 3 -> as R1.
+    s = tm.rouge("The cough started two days ago.", "The cough started yesterday.")
+    assert s["rouge1"] == pytest.approx(tm.PRF(0.75, 0.5, 0.6))
+    assert s["rouge2"] == pytest.approx(tm.PRF(2 / 3, 0.4, 0.5))
+    assert s["rougeL"] == pytest.approx(tm.PRF(0.75, 0.5, 0.6))
+
+
+def test_bleu4_chinese_pair_at_character_level():
+    # p1 4/5, p2 2/4, p3 1/3 (今天头), p4 0/2 -> exp smoothing 1/(2*2); equal length BP 1.
+    expected = (0.8 * 0.5 * (1 / 3) * 0.25) ** 0.25
+    assert tm.bleu4("我今天头痛", "今天头很痛") == pytest.approx(expected, abs=1e-6)
+    # every n-gram of the hypothesis matches; BP = exp(1 - 6/5)
+    assert tm.bleu4("我今天头很痛", "今天头很痛") == pytest.approx(math.exp(-0.2), abs=1e-6)
+
+
+def test_bleu4_english_pair_with_13a_tokens():
+    # 13a: ref The cough started two days ago . (7) / hyp The cough started yesterday . (5)
+    # p1 4/5 (the period is a token), p2 2/4, p3 1/3, p4 0/2 -> 1/4; BP exp(1 - 7/5).
+    expected = math.exp(-0.4) * (0.8 * 0.5 * (1 / 3) * 0.25) ** 0.25
+    got = tm.bleu4("The cough started two days ago.", "The cough started yesterday.")
+    assert got == pytest.approx(expected, abs=1e-6)
+    # 13a keeps case: "the" is not "The"
+    assert tm.bleu4("The cough", "the cough") < tm.bleu4("The cough", "The cough")
+
+
+def test_empty_sides_score_zero():
+    assert tm.bleu4("", "x") == 0.0 and tm.rouge("...", "a")["rouge1"].f1 == 0.0
+
+
+def test_self_bleu_is_across_the_corpus():
+    # Three texts; "a b c d" against the other two: each of them contains it whole ->
+    # BLEU 1 with BP 1 (closest ref length 4). The two others are each a superset of it,
+    # so their n-grams are not all in the rest (identical-pair check below).
+    assert tm.self_bleu(["a b c d", "a b c d"]) == pytest.approx(1.0)
+    # two disjoint texts share nothing: 0 at every order -> smoothed but tiny
+    low = tm.self_bleu(["a b c d", "e f g h"])
+    assert low is not None and low < 0.1
+    # corpus-wide: adding a copy of text 1 raises the self-BLEU of the whole corpus
+    assert tm.self_bleu(["a b c d", "e f g h", "a b c d"]) > low
+    assert tm.self_bleu(["only one"]) is None
+    # Chinese corpus at character level
+    assert tm.self_bleu(["头很痛", "头很痛"]) == pytest.approx(1.0)
