@@ -53,7 +53,7 @@ def client(responder, role="x", option_responder=None):
 # -- knowledge base and retrieval -----------------------------------------------------------
 
 def test_chunks_respect_the_token_cap_and_count_han_characters_one_each():
-    assert count_tokens("胸痛三天") == 4 and count_tokens("chest pain, 3 days") == 5
+    assert count_tokens("胸痛三天") == 4 and count_tokens("chest pain, 3 days") == 4
     long = "Present history: " + " ".join(f"Sentence number {i} is here." for i in range(60))
     chunks = chunk_text(long, 32)
     assert len(chunks) > 1 and all(count_tokens(c) <= 32 for c in chunks)

@@ -1,9 +1,9 @@
 """The simulated patient's knowledge base (PLPF App. B.2): chunks, embeddings, retrieval.
 
 Each case's patient information (one unit per section) and dialogue script (one unit per
-question–answer pair) are split into chunks of at most ``chunk_tokens`` tokens, where a
-Han character counts as one token and any other run of letters/digits or a punctuation
-mark counts as one. Chunks are embedded once; each patient turn's query is the text of
+question–answer pair) are split into chunks of at most ``chunk_tokens`` tokens, counted
+by the shared text metrics (``medpref.metrics.text.word_count``: a Han character is one
+token, any other run of letters/digits is one). Chunks are embedded once; each patient turn's query is the text of
 the last two rounds (the previous doctor–patient exchange and the doctor's new turn),
 and the ``top_k`` most similar chunks go into the patient's prompt.
 """
@@ -17,20 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from medpref.contracts import SPCase, Turn
+from medpref.metrics.text import word_count
 
 Encoder = Callable[[Sequence[str]], np.ndarray]
 
-_TOKEN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W_]+|[^\w\s]", re.UNICODE)
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")   # the spans medpref.metrics.text counts
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*")
 
 
-def text_tokens(text: str) -> list[str]:
-    """Tokens for counting and chunking: one per Han character, word or punctuation mark."""
-    return _TOKEN.findall(text)
-
-
 def count_tokens(text: str) -> int:
-    return len(text_tokens(text))
+    """Tokens as the shared text metrics count them (one per Han character)."""
+    return word_count(text)
 
 
 def split_sentences(text: str) -> list[str]:

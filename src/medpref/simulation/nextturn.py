@@ -71,11 +71,10 @@ def text_scores(prediction: str, reference: str, lang: str) -> dict[str, float]:
     """BLEU-4, ROUGE-L P/R/F1 and lengths from the shared text-metrics module."""
     from medpref.metrics import text as tm
 
-    rl = tm.rouge_l(reference, prediction, lang=lang)
+    rl = tm.rouge(reference, prediction, lang=lang)["rougeL"]
     return {"bleu4": tm.bleu4(reference, prediction, lang=lang),
-            "rougeL_p": rl["precision"], "rougeL_r": rl["recall"], "rougeL_f1": rl["f1"],
-            "len_pred": len(tm.tokenize(prediction, lang=lang)),
-            "len_ref": len(tm.tokenize(reference, lang=lang))}
+            "rougeL_p": rl.precision, "rougeL_r": rl.recall, "rougeL_f1": rl.f1,
+            "len_pred": tm.word_count(prediction), "len_ref": tm.word_count(reference)}
 
 
 def evaluate_next_turn(items: Sequence[NextTurnItem], doctor: LLMClient, doctor_name: str,

@@ -22,7 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.contracts import Dialogue, RemAnnotation, SPCase, read_jsonl, write_jsonl
+from medpref.contracts import (Dialogue, RemAnnotation, SPCase, SPGradedItem, read_jsonl,
+                               write_jsonl)
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
@@ -31,7 +32,7 @@ from medpref.simulation.config import DoctorConfig, SimulationParams
 from medpref.simulation.doctors import all_doctors
 from medpref.simulation.knowledge import build_knowledge_bases
 from medpref.simulation.patient import patient_fidelity
-from medpref.simulation.validation import GradedItem, validate_grader
+from medpref.simulation.validation import validate_grader
 
 
 @dataclass
@@ -241,7 +242,7 @@ def grader_validation(p: SimulationParams, gsetup) -> pd.DataFrame:
     path = repo_path(p.grader.graded_items) if p.grader.graded_items else None
     if path is None or not path.exists():
         return pd.DataFrame()
-    return validate_grader(read_jsonl(path, GradedItem), gsetup)
+    return validate_grader(read_jsonl(path, SPGradedItem), gsetup)
 
 
 def assemble(p, consults, grades, fid_rows, nt_rows, comp, validation, doctors, model_ids,
