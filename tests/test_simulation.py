@@ -306,3 +306,60 @@ def test_table3_grid_reads_cells_from_policy_names():
     avg_sym = grid[(grid.weighting == "avg") & (grid.metric == "Sym.")].iloc[0]
     assert avg_sym["k=1"] == 10.0 and np.isnan(avg_sym["k=3"])
     assert set(grid.weighting) == {"avg", "dep"}
+
+
+def test_next_turn_scores_chinese_by_character_and_judges_implication():
+    from medpref.contracts import Dialogue
+
+    d = Dialogue(id="z1", lang="zh", turns=[Turn(role="patient", text="我头痛三天了。"),
+                                            Turn(role="doctor", text="有没有发烧？")])
+    items = nextturn.next_turn_items([d], 1, 0, 8)
+    doctor = client(lambda r: "医生：有没有发烧和呕吐？", "doc")
+    judge = grading.Judge(client(lambda r: "B. partially", "judge"), mode="generate")
+    res = nextturn.evaluate_next_turn(items, doctor, "doc", load_prompt("sp_doctor"), judge,
+                                      load_prompt("sp_gpt_distance"), 32)
+    row = res.items[0]
+    assert row["prediction"] == "有没有发烧和呕吐？"
+    assert row["rougeL_r"] == pytest.approx(1.0)            # every reference character kept
+    assert row["rougeL_p"] == pytest.approx(5 / 8)          # 5 of the 8 predicted characters
+    assert row["len_pred"] == 8 and row["len_ref"] == 5
+    assert row["implication"] == "partially" and res.summary["gpd"] == pytest.approx(1.0)
+
+
+def test_case_subset_spans_departments_and_policies_are_discovered(tmp_path):
+    from medpref.simulation.config import DoctorConfig
+    from medpref.simulation.doctors import all_doctors
+    from medpref.simulation.stage import select_cases
+
+    cases = [case("a1", "im"), case("a2", "im"), case("b1", "surgery"), case("c1", "peds")]
+    assert [c.id for c in select_cases(cases, 3, None)] == ["a1", "b1", "c1"]
+    assert [c.id for c in select_cases(cases, None, ["a2"])] == ["a2"]
+    for name in ("sft", "dpo/cai_avg_1", "dpo/cai_avg_1/checkpoint-2"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "adapter_config.json").write_text("{}")
+    docs = all_doctors([DoctorConfig(name="base")], tmp_path, "policy")
+    assert [d.name for d in docs] == ["base", "dpo/cai_avg_1", "sft"]
+    assert docs[1].adapter == str(tmp_path / "dpo/cai_avg_1")
+    assert all_doctors([DoctorConfig(name="base")], tmp_path / "missing", "policy")[0].name == "base"
+
+
+def test_grader_validation_agreement_table():
+    from medpref.contracts import SPGradedItem
+    from medpref.simulation.validation import validate_grader
+
+    def item(i, cat, it, doctor_text, passed):
+        return SPGradedItem(id=f"g{i}", case="c", category=cat, item=it, passed=passed,
+                            transcript=[Turn(role="patient", text="I feel unwell."),
+                                        Turn(role="doctor", text=doctor_text)])
+
+    items = [item(1, "symptoms", "fever", "Do you have a fever?", True),
+             item(2, "symptoms", "fever", "How old are you?", False),
+             item(3, "tests", "chest X-ray", "Please get a chest X-ray.", True),
+             item(4, "diseases", "pneumonia",
+                  "It is pneumonia, bronchitis, asthma or lung cancer.", False),
+             item(5, "symptoms", "cough", "Any pets at home?", True)]   # grader says no
+    table = validate_grader(items, grading_setup(client(keyword_judge, "judge"))).set_index("category")
+    assert table.loc["all", "items"] == 5 and table.loc["all", "accuracy"] == pytest.approx(0.8)
+    assert table.loc["diseases", "accuracy"] == 1.0
+    # gold T F T F T vs predicted T F T F F: p_o = .8, p_e = .6·.4 + .4·.6 = .48
+    assert table.loc["all", "kappa"] == pytest.approx((0.8 - 0.48) / 0.52)
