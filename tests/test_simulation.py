@@ -107,6 +107,9 @@ def test_patient_answer_parser():
     c = parse_patient_answer("谢谢医生。（End of Conversation）", END, 2)
     assert c.ended and c.text == "谢谢医生。"
     assert parse_patient_answer("Doctor: what else?", END, 2).empty
+    d = parse_patient_answer("Pain since yesterday.\n\nPain since yesterday.\n\nYour answer as "
+                             "the patient:\nmore", END, 2)
+    assert d.text == "Pain since yesterday."
     assert parse_patient_answer("", END, 2).empty
 
 

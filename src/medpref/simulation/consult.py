@@ -28,7 +28,7 @@ def parse_doctor_answer(raw: str) -> str:
     patient's part the model may go on to write (pure)."""
     text = _DOCTOR_LABEL.sub("", raw or "").strip()
     cut = _PATIENT_START.search(text)
-    return text[:cut.start()].strip() if cut else text
+    return (text[:cut.start()] if cut else text).strip()
 
 
 def doctor_messages(template: PromptTemplate, turns: Sequence[Turn]) -> list[dict[str, str]]:

@@ -21,6 +21,7 @@ from medpref.prompts import PromptTemplate, format_dialogue
 from medpref.simulation.knowledge import Encoder, KnowledgeBase, split_sentences
 
 _LABEL = re.compile(r"^\s*(?:patient|患者|病人)\s*[:：]\s*", re.IGNORECASE)
+_PROMPT_ECHO = re.compile(r"\n?\s*your (?:answer|response|reply)[^\n:]*:.*$", re.IGNORECASE | re.DOTALL)
 _DOCTOR_START = re.compile(r"\n\s*(?:doctor|医生|dr\.?)\s*[:：]|(?:^|\s)(?:doctor|医生)\s*[:：]",
                            re.IGNORECASE)
 
@@ -37,8 +38,10 @@ def _normalise_marker(marker: str) -> str:
 
 
 def parse_patient_answer(raw: str, end_marker: str, max_sentences: int | None) -> PatientAnswer:
-    """The patient's turn from a raw completion (pure; see the module docstring)."""
-    text = _LABEL.sub("", raw or "").strip()
+    """The patient's turn from a raw completion (pure): speaker label and an echoed
+    "Your answer as ...:" line dropped, cut where a doctor turn starts, end marker
+    detected and removed, repeated sentences kept once, at most ``max_sentences``."""
+    text = _PROMPT_ECHO.sub("", _LABEL.sub("", raw or "")).strip()
     cut = _DOCTOR_START.search(text)
     if cut:
         text = text[:cut.start()].strip()
@@ -50,8 +53,8 @@ def parse_patient_answer(raw: str, end_marker: str, max_sentences: int | None) -
         if found:
             ended = True
             text = text[:found.start()].strip()
-    if max_sentences is not None:
-        text = " ".join(split_sentences(text)[:max_sentences])
+    sentences = list(dict.fromkeys(split_sentences(text)))   # a repeated sentence once
+    text = " ".join(sentences[:max_sentences] if max_sentences is not None else sentences)
     return PatientAnswer(text=text, ended=ended, empty=not text)
 
 
