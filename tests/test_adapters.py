@@ -92,6 +92,15 @@ def test_checklist_tests_expand_groups_only():
         "Electromyography"]
 
 
+def test_checklist_tests_leave_out_optional_and_not_indicated():
+    results = {"X_Ray_Knee": {"Findings": "No fracture."},
+               "MRI_Knee": {"Optional": "Can be considered if pain persists."},
+               "Imaging": {"CT_Head": "Not indicated here.", "Chest_X_Ray": "Clear."},
+               "Skin_Biopsy": {"Findings": "Optional and not typically necessary."},
+               "EEG": "Not performed", "Lipid_Panel": "Optional fasting; LDL 4.1"}
+    assert checklist_tests(results) == ["X Ray Knee", "Chest X Ray", "Lipid Panel"]
+
+
 def test_shared_data_dir_reads_env_at_call_time(tmp_path, monkeypatch):
     monkeypatch.setenv("MEDPREF_SHARED_DATA", str(tmp_path))
     assert shared_data_dir() == tmp_path
@@ -234,6 +243,11 @@ def test_agentclinic_cases(shared):
     assert "Weakness in upper limbs" in first.checklist.symptoms
     assert "Present (elevated)" in first.patient_info["Test Results"]
     assert sum(not c.checklist.tests for c in cases) == 2   # two cases list no tests
+    assert all(c.script == [] for c in cases)                # no reference dialogue
+    # agentclinic-0006 lists an MRI only as "Optional": not a key test
+    assert cases[5].checklist.tests == ["X-Ray Knee"]
+    assert "MRI Knee: Optional" in cases[5].patient_info["Test Results"]
+    assert sum(len(c.checklist.tests) for c in cases) == 357
 
 
 @pytest.mark.shared_data

@@ -56,8 +56,12 @@ def test_elo_depends_on_order_and_shuffling_averages_it():
 def test_battles_average_both_orders():
     js = [pj("m1", "x", "y", "model_a", "ab"), pj("m1", "x", "y", "model_b", "ba"),
           pj("m2", "y", "x", "model_a", "ab")]       # y beats x, recorded y-first
-    battles = battles_from_judgements(js)
+    battles = battles_from_judgements(js, "battle")
     assert battles == [Battle("m1", "x", "y", 0.5, 2), Battle("m2", "x", "y", 0.0, 1)]
+    # the default: one verdict = one game
+    assert battles_from_judgements(js) == [Battle("m1", "x", "y", 1.0, 1),
+                                           Battle("m1", "x", "y", 0.0, 1),
+                                           Battle("m2", "x", "y", 0.0, 1)]
     with pytest.raises(ValueError, match="itself"):
         battles_from_judgements([pj("m1", "x", "x", "tie")])
 
@@ -83,12 +87,12 @@ def test_ratings_invariant_to_ties_being_split():
     identical Bradley–Terry — and a tie recorded once (no order) rates the same too.
     """
     kw = dict(k=32, initial=1000, n_shuffles=200, n_boot=200, ci=0.9, prior_ties=0.5, seed=7)
-    tied = rating_table(battles_from_judgements(_tournament(False)), **kw)
-    split = rating_table(battles_from_judgements(_tournament(True)), **kw)
+    tied = rating_table(battles_from_judgements(_tournament(False), "battle"), **kw)
+    split = rating_table(battles_from_judgements(_tournament(True), "battle"), **kw)
     assert tied.equals(split)
     once = [j for j in _tournament(False) if not (j.item in ("m3", "m5") and j.order == "ba")]
     once = [j.model_copy(update={"order": None}) for j in once]
-    assert rating_table(battles_from_judgements(once), **kw)[["model", "elo", "bt"]].equals(
+    assert rating_table(battles_from_judgements(once, "battle"), **kw)[["model", "elo", "bt"]].equals(
         tied[["model", "elo", "bt"]])
 
 
@@ -102,6 +106,43 @@ def test_per_verdict_elo_would_not_be_invariant():
     after_split = elo_ratings(split, 32, 1000)["x"]
     assert after_split == pytest.approx(1016 - 32 * expected_score(1016, 984))
     assert after_split == pytest.approx(998.530, abs=1e-3)
+
+
+def test_elo_of_repeated_verdicts_one_verdict_is_one_game():
+    """The same verdict twice (one item, one pair, e.g. both orders agreeing) is two games.
+
+    K = 32, start 1000. Game 1: E = 0.5 → x = 1016, y = 984. Game 2: E_x =
+    1/(1 + 10^((984 − 1016)/400)) = 0.545922 → +32·0.454078 = 14.5305 → x = 1030.5305.
+    Merged into one battle (the old default) x gets only 1016.
+    """
+    js = [pj("m1", "x", "y", "model_a", "ab"), pj("m1", "y", "x", "model_b", "ba")]
+    kw = dict(k=32, initial=1000, n_shuffles=10, n_boot=20, ci=0.9, prior_ties=0.5, seed=1)
+    per_verdict = rating_table(battles_from_judgements(js, "verdict"), **kw).set_index("model")
+    assert per_verdict.loc["x", "elo"] == pytest.approx(1030.5305, abs=1e-3)
+    assert per_verdict.loc["y", "elo"] == pytest.approx(969.4695, abs=1e-3)
+    assert per_verdict.loc["x", "battles"] == 2
+    merged = rating_table(battles_from_judgements(js, "battle"), **kw).set_index("model")
+    assert merged.loc["x", "elo"] == pytest.approx(1016.0)
+    with pytest.raises(ValueError, match="game unit"):
+        battles_from_judgements(js, "match")
+
+
+def test_elo_scale_and_base_and_the_bootstrap_median():
+    from medpref.medqa.ratings import EloScale
+
+    # base e, scale 1: E(1, 0) = 1 / (1 + e^-1) = 0.731059
+    assert expected_score(1, 0, EloScale(1.0, 2.718281828459045)) == pytest.approx(0.731059,
+                                                                                  abs=1e-6)
+    one = [Battle("i", "a", "b", 1.0, 1)]
+    assert elo_ratings(one, 32, 1000, scale=EloScale(200, 10))["a"] == 1016
+    # every replicate of one identical game gives a = 1016: the median is exactly that
+    table = rating_table(one * 3, k=32, initial=1000, n_shuffles=5, n_boot=50, ci=0.9,
+                         prior_ties=0.5, seed=0, point="bootstrap_median")
+    games = elo_ratings(one * 3, 32, 1000)["a"]
+    assert table.set_index("model").loc["a", "elo"] == pytest.approx(games)
+    with pytest.raises(ValueError, match="point estimate"):
+        rating_table(one, k=32, initial=1000, n_shuffles=5, n_boot=10, ci=0.9,
+                     prior_ties=0.5, seed=0, point="mode")
 
 
 def test_bradley_terry_recovers_a_synthetic_order():

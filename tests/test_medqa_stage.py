@@ -64,7 +64,6 @@ def client(role, responder):
 @pytest.fixture()
 def params(tmp_path):
     return MedQAParams(n_distill_items=8, n_read_items=4, elo_shuffles=50, bootstrap=50,
-                       output_dir=str(tmp_path / "data"), reports=str(tmp_path / "reports"),
                        embeddings_cache=str(tmp_path / "emb.npz"))
 
 
@@ -87,9 +86,13 @@ def test_stage_end_to_end_with_scripted_models(params):
     sources = s06.query_sources(p, items, distilled)
     assert set(sources) == {"history", "last_question", "distilled:policy"}
     results = s06.retrieve_all(sources, items, toy_encode, item_vecs, tree, keep=10)
-    table3 = s06.retrieval_table(results, items, tree, p.hr_ks, {"policy": "scripted"})
+    table3 = s06.retrieval_table(results, items, tree, p.hr_ks, {"policy": "scripted"},
+                                 distilled)
     assert list(table3["query"]) == ["random ranking (chance)", "History", "Last question",
-                                     "Distilled (policy)"]
+                                     "Distilled (policy)",
+                                     "Distilled (policy), well-formed calls",
+                                     "Last question, same 4 questions"]
+    assert table3["questions"].tolist() == [8, 8, 8, 8, 4, 4]
     assert table3.loc[0, "doc_HR@50"] == pytest.approx(50 / 52)
     for col in table3.columns[3:]:            # HR@k never decreases with k
         assert table3[col].between(0, 1).all()
@@ -130,7 +133,9 @@ def test_position_biased_judge_rates_everyone_equal(params):
     answers = s06.run_read(p, clients, tree, subset, results)
     battles = s06.run_battles(p, clients["judge"], subset, answers)
     assert s06.order_agreement(battles.judged.judgements) == 0.0
-    ratings = s06.ratings_for(battles.judged.judgements, p, 1, "stage")
+    # merged battles: each split reads as a tie, exactly
+    battle = p.model_copy(update={"elo_game": "battle"})
+    ratings = s06.ratings_for(battles.judged.judgements, battle, 1, "stage")
     assert ratings["elo"].tolist() == [1000.0] * 3 and ratings["ties"].tolist() == [6] * 3
     assert ratings["elo_rank"].tolist() == [1, 1, 1]          # equal ratings share a rank
     assert (ratings["elo_low"] == ratings["elo_high"]).all()
@@ -174,3 +179,58 @@ def test_stored_verdicts_are_read_with_their_contract(tmp_path, params):
                    '"winner": "model_a", "judge": "human"}\n')
     table = s06.ratings_for(s06.stored_judgements(p), p, 1, "stored")
     assert table.loc[0, "model"] == "x" and table.loc[0, "verdicts"] == "stored"
+
+
+def test_documents_ranked_by_generic_name_as_the_paper_does(params):
+    tree, items = s06.load_inputs(params)
+    item_vecs = toy_encode([it.text for it in tree.items])
+    names = toy_encode(tree.names)
+    # a query that is just the gold generic name finds its document first by name
+    sources = {"name": [it.gold_medicine for it in items]}
+    by_name = s06.retrieve_all(sources, items, toy_encode, item_vecs, tree, keep=5,
+                               name_vecs=names)["name"]
+    assert [r.doc_rank for r in by_name] == [1] * len(items)
+    # a query naming only the attribute says nothing about the name: ranks differ
+    attr = {"attr": [" ".join(it.gold_attributes) for it in items]}
+    a_name = s06.retrieve_all(attr, items, toy_encode, item_vecs, tree, keep=5,
+                              name_vecs=names)["attr"]
+    a_item = s06.retrieve_all(attr, items, toy_encode, item_vecs, tree, keep=5)["attr"]
+    assert [r.doc_rank for r in a_name] != [r.doc_rank for r in a_item]
+    assert [r.attr_rank for r in a_name] == [r.attr_rank for r in a_item]
+
+
+def test_run_writes_the_stage_outputs_with_scripted_models(tmp_path, monkeypatch, params):
+    from scripted_stage import scripted_stage
+
+    policy = policy_responder()
+
+    def respond(req):
+        return fair_judge(req) if "Answer 1: " in content(req) else policy(req)
+
+    monkeypatch.setattr(s06, "load_encoder", lambda path, batch: toy_encode)
+    stage = scripted_stage("08_medqa", tmp_path, monkeypatch, respond, section=params)
+    out = s06.run(stage)
+    assert out.metrics["ins_follow_rate"] == {"policy": 0.5}
+    assert "wall_s" not in out.metrics and out.metrics["elo_games"] == 4 * 3 * 2
+    assert (tmp_path / "reports/08_medqa/table3_retrieval.md").exists()
+    assert (tmp_path / "data/08_medqa/verdicts.jsonl").exists()
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    assert (tmp_path / "reports/08_medqa/timings.json").exists()
+
+
+def test_run_fails_before_writing_when_no_answer_comes_out(tmp_path, monkeypatch, params):
+    from scripted_stage import scripted_stage
+
+    from medpref.stagekit import StageFailed
+
+    from medpref.llm import session as llm_session
+    from medpref.llm.types import Completion
+
+    monkeypatch.setattr(s06, "load_encoder", lambda path, batch: toy_encode)
+    stage = scripted_stage("08_medqa", tmp_path, monkeypatch, lambda r: "", section=params)
+    backend = llm_session.BACKENDS["hf"](None, None)
+    monkeypatch.setattr(backend, "generate", lambda reqs, on_complete=None: [
+        Completion(text="", error="HTTP 503") for _ in reqs])
+    with pytest.raises(StageFailed, match="stage medqa failed: 0 of 12 answers"):
+        s06.run(stage)
+    assert not (tmp_path / "reports/08_medqa/table2_models.md").exists()

@@ -29,6 +29,27 @@ def test_well_formed_calls(text, query, form):
     assert parse_text_call(text) == ToolCall(query, form)
 
 
+@pytest.mark.parametrize("text, query, form, argument", [
+    # RagPULSE Table 1's own outputs, verbatim: bare keywords inside the parentheses
+    ("search_engine(2017 College entrance examination ticket size.)",
+     "2017 College entrance examination ticket size.", "text", "positional"),
+    ("search_engine(The cost of studying in Japan high school.)",
+     "The cost of studying in Japan high school.", "text", "positional"),
+    ("search_engine(Guangzhou Typhoon Forecast.)", "Guangzhou Typhoon Forecast.", "text",
+     "positional"),
+    # bare keywords with their own parentheses
+    ("search_engine(ibuprofen (Advil) dose)", "ibuprofen (Advil) dose", "text", "positional"),
+    ('search_engine("metformin dose")', "metformin dose", "text", "positional"),
+    # the paper's schema names the argument `input`
+    ('search_engine(input="metformin")', "metformin", "text", "input"),
+    ('{"name": "search_engine", "arguments": {"input": "amoxicillin rash"}}',
+     "amoxicillin rash", "json", "input"),
+    ('search_engine(query="metformin")', "metformin", "text", "query"),
+])
+def test_the_papers_call_forms_parse(text, query, form, argument):
+    assert parse_text_call(text) == ToolCall(query, form, argument)
+
+
 @pytest.mark.parametrize("text, reason", [
     ("", "empty answer"),
     ("   \n  ", "empty answer"),
@@ -39,15 +60,16 @@ def test_well_formed_calls(text, query, form):
     ('search_engine(query="a") search_engine(query="b")', "text after the call"),
     ('search_engine(query="metformin dose', "unclosed call"),
     ('search_engine(query="glucophage 500mg, 2 times a day, 100mg, 100', "unclosed call"),
-    ('search_engine("metformin dose")', "must be named"),
     ("search_engine(query=metformin)", "malformed arguments"),
-    ('search_engine(input="metformin")', "malformed arguments"),
+    ('search_engine(keywords="metformin")', "unknown argument"),
+    ("search_engine()", "empty query"),
+    ("search_engine(metformin) and more", "text after the call"),
     ('search_engine(query="")', "empty query"),
     ('search_engine(query="   ")', "empty query"),
     ('I will search.\nsearch_engine(query="metformin")', "not on the first line"),
     ('{"name": "search_engine", "arguments": {"query": "x"}', "invalid JSON"),
     ('{"name": "search", "arguments": {"query": "x"}}', "tool name must be exactly"),
-    ('{"name": "search_engine", "arguments": {"q": "x"}}', "missing argument 'query'"),
+    ('{"name": "search_engine", "arguments": {"q": "x"}}', "missing argument 'input'"),
     ('{"name": "search_engine", "arguments": {"query": 3}}', "must be a string"),
     ('{"name": "search_engine"}', "no 'arguments' object"),
     ('{"name": "search_engine", "arguments": "{bad"}', "arguments are not valid JSON"),
@@ -62,6 +84,8 @@ def test_malformed_calls_say_why(text, reason):
 def test_native_calls():
     call = [{"name": "search_engine", "arguments": json.dumps({"query": "metformin eGFR"})}]
     assert parse_native_calls(call) == ToolCall("metformin eGFR", "native")
+    paper = [{"name": "search_engine", "arguments": json.dumps({"input": "metformin eGFR"})}]
+    assert parse_native_calls(paper) == ToolCall("metformin eGFR", "native", "input")
     with pytest.raises(ToolCallError, match="no tool call"):
         parse_native_calls(None)
     with pytest.raises(ToolCallError, match=r"more than one tool call \(2 calls\)"):
@@ -85,7 +109,7 @@ def test_interpret_uses_prefix_and_failed_calls():
 
 def test_schema_and_prompt_examples():
     fn = SEARCH_ENGINE_TOOL["function"]
-    assert fn["name"] == "search_engine" and fn["parameters"]["required"] == ["query"]
+    assert fn["name"] == "search_engine" and fn["parameters"]["required"] == ["input"]
     from medpref.prompts import load_prompt
 
     tpl = load_prompt("medqa_distill_text")

@@ -335,14 +335,21 @@ def test_concept_prf_against_hand_values():
                                                  "concept_f1": 0.0}
 
 
-def test_self_bleu_identical_vs_different_utterances():
-    assert metrics.self_bleu(["a b c d", "a b c d", "A b, c d!"]) == pytest.approx(1.0)
-    assert metrics.self_bleu(["w x y z", "p q r s"]) == 0.0  # no shared unigram: NLTK gives 0
-    # 'a b c d' vs 'a b x y': p1 = 2/4, p2 = 1/3, p3 = 0 -> 0.1/2, p4 = 0 -> 0.1/1 (method 1);
-    # equal lengths, so no brevity penalty; the same both ways round
-    hand = (0.5 * (1 / 3) * 0.05 * 0.1) ** 0.25
-    assert metrics.self_bleu(["a b c d", "a b x y"]) == pytest.approx(hand)  # 0.1699
-    assert metrics.self_bleu(["only one"]) is None
+def test_self_bleu_is_across_the_corpus_of_a_systems_dialogues():
+    d = lambda *texts: [Turn(role="doctor" if i % 2 == 0 else "patient", text=t)  # noqa: E731
+                        for i, t in enumerate(texts)]
+    # each dialogue on its own has no repeated utterance, but across the corpus the
+    # doctor says "a b c d" in both: every utterance is found whole in another one
+    corpus = [d("a b c d", "w x y z"), d("a b c d", "w x y z")]
+    div = metrics.corpus_diversity(corpus)
+    assert div == {"sbleu_all": pytest.approx(1.0), "sbleu_doctor": pytest.approx(1.0),
+                   "sbleu_patient": pytest.approx(1.0)}
+    # 'a b c d' vs 'a b x y' (13a tokens): p1 = 2/4, p2 = 1/3, p3 = 0/2 -> exp smoothing
+    # 1/(2·2), p4 = 0/1 -> 1/(4·1); equal lengths: no brevity penalty; same both ways
+    hand = (0.5 * (1 / 3) * 0.25 * 0.25) ** 0.25
+    div = metrics.corpus_diversity([d("a b c d"), d("a b x y")])
+    assert div["sbleu_doctor"] == pytest.approx(hand)                 # 0.3195
+    assert div["sbleu_patient"] is None
 
 
 def test_coverage_frame_carries_finished_notes_forward():
@@ -362,8 +369,9 @@ def test_dialogue_stats_against_hand_values():
     assert s["doctor_words_per_utt"] == 3.0 and s["patient_words_per_utt"] == 3.0
     assert s["doctor_term_density"] == pytest.approx(100 * 2 / 6)
     assert s["patient_term_density"] == 0.0
-    d = metrics.diversity(turns)
-    assert d["sbleu_patient"] is None and d["sbleu_doctor"] == 0.0
+    # Chinese: one word per character ("胸口痛吗" = 4 words)
+    zh = metrics.dialogue_stats([Turn(role="doctor", text="胸口痛吗？")], [1])
+    assert zh["words"] == 4 and zh["doctor_term_density"] == 25.0
 
 
 # ------------------------------------------------------------------ params
@@ -411,16 +419,19 @@ def test_sft_examples_from_dialogues_hand_example():
 
 
 def _stage_params(tmp_path, index_dir, **update):
-    return NoteChatParams(index=str(index_dir), reports=str(tmp_path / "reports"),
-                          output=str(tmp_path / "out" / "dialogues.jsonl"),
-                          baseline_output=str(tmp_path / "out" / "baselines.jsonl"),
-                          trace=str(tmp_path / "out" / "trace.jsonl"), **update)
+    return NoteChatParams(index=str(index_dir), **update)
+
+
+def _paths(tmp_path):
+    from medpref.notechat import stage
+
+    return stage.output_paths(tmp_path / "out", tmp_path / "reports")
 
 
 def _check_stage_outputs(tmp_path, p, run, stats):
     from medpref.notechat import stage
 
-    dialogues = read_jsonl(p.output, Dialogue)  # the contract shape, validated
+    dialogues = read_jsonl(_paths(tmp_path)["dialogues"], Dialogue)  # the contract shape
     assert len(dialogues) == stats["notechat_dialogues"] == len(run.notes)
     assert all(d.source == "notechat" and d.meta["note_id"] for d in dialogues)
     examples = dialogues_to_sft_examples(dialogues, "You are a careful doctor.")
@@ -434,16 +445,18 @@ def _check_stage_outputs(tmp_path, p, run, stats):
     table3 = (tmp_path / "reports" / "table3.md").read_text()
     for head in ("ROUGE1", "Concept-F1", "src->hypo R-L", "patient-sbleu", "NoteChat", "Human"):
         assert head in table3
+    # the table says what its rows are: the "strong" row is the same model, another seed
+    assert "`single_prompt_strong` is `scripted:scripted`, the same model as " \
+        "`single_prompt` under another sampling seed" in table3
     for name in ("table2.csv", "per_dialogue.csv", "calls.csv", "coverage_by_round.png",
-                 "metrics.json", "malformed.jsonl"):
+                 "malformed.jsonl"):
         assert (tmp_path / "reports" / name).exists(), name
     calls = stage.calls_table(run)
     assert set(calls["method"]) == {"notechat", "single_prompt", "single_prompt_strong"}
     assert {"model_calls", "cache_hits", "model_s", "wall_s"} <= set(calls.columns)
     assert stats["requests"]["notechat"] == len([t for t in run.log.trace
                                                  if t["method"] == "notechat"])
-    assert json.loads((tmp_path / "reports" / "metrics.json").read_text()) == \
-        json.loads(json.dumps(stats))
+    assert "wall_s" not in stats and 0 <= stats["notechat_sbleu_all"] <= 1
 
 
 def test_stage_on_embedded_notes_with_a_scripted_backend(tmp_path, index_dir, extractor):
@@ -451,9 +464,10 @@ def test_stage_on_embedded_notes_with_a_scripted_backend(tmp_path, index_dir, ex
 
     p = _stage_params(tmp_path, index_dir, n_notes=2, max_rounds=4)
     clients, backend = make_clients()
-    run, per_dialogue, stats = stage.run_stage(p, clients, 13, extractor)
+    run, per_dialogue, stats = stage.run_stage(p, clients, 13, extractor, _paths(tmp_path))
     _check_stage_outputs(tmp_path, p, run, stats)
-    assert len(dialogues_to_sft_examples(read_jsonl(p.output, Dialogue), "s")) >= 4
+    assert len(dialogues_to_sft_examples(read_jsonl(_paths(tmp_path)["dialogues"], Dialogue),
+                                         "s")) >= 4
     # lock-step: planning is one batch of 2, each round one batch per role
     tally = run.log.tallies
     assert (tally[("notechat", "planning")].batches, tally[("notechat", "planning")].requests) \
@@ -483,7 +497,7 @@ def test_stage_on_two_real_notes_with_a_scripted_backend(tmp_path, index_dir, ex
                       source_limit=20, sample="random", max_rounds=3, polish_iterations=1,
                       long_note_words=100)
     clients, _ = make_clients()
-    run, per_dialogue, stats = stage.run_stage(p, clients, 13, extractor)
+    run, per_dialogue, stats = stage.run_stage(p, clients, 13, extractor, _paths(tmp_path))
     assert [n.source for n in run.notes] == [source.replace("_", "-")] * 2
     _check_stage_outputs(tmp_path, p, run, stats)
     assert not per_dialogue["rouge1"].isna().any()
@@ -505,9 +519,29 @@ def test_stage_with_the_embedded_llm_on_one_note(tmp_path, index_dir, extractor,
                       baselines=[], turn_attempts=1)  # baselines: covered by scripted tests
     session = LLMSession("02_test", params.shared,
                          cache=ResponseCache(tmp_path / "cache" / "02.sqlite"))
-    run, per_dialogue, stats = stage.run_stage(p, stage.make_clients(session, p), 13, extractor)
+    run, per_dialogue, stats = stage.run_stage(p, stage.make_clients(session, p), 13, extractor,
+                                               _paths(tmp_path))
     session.close()
     assert stats["notes"] == 1 and set(per_dialogue["system"]) == {"NoteChat", "Human"}
     assert all(not math.isnan(v) for v in per_dialogue["src_rouge1"])
     assert session.ledger.totals()["total"]["calls"] >= 3  # planning, doctor, patient, ...
     assert (tmp_path / "reports" / "table3.md").exists()
+
+
+def test_run_in_the_stage_shape_with_scripted_models(tmp_path, monkeypatch, index_dir):
+    from scripted_stage import scripted_stage
+
+    from medpref.notechat import stage as notechat_stage
+
+    p = _stage_params(tmp_path, index_dir, n_notes=2, max_rounds=2, polish_iterations=1)
+    stage = scripted_stage("02_notechat", tmp_path, monkeypatch, agent_responder, section=p)
+    out = notechat_stage.run(stage)
+    assert out.metrics["notes"] == 2 and "wall_s" not in out.metrics
+    assert (tmp_path / "data/02_notechat/dialogues.jsonl").exists()
+    assert "rule-based" in out.table3_markdown or all(len(r.plays) == 1
+                                                      for r in out.run.notechat)
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    saved = json.loads((tmp_path / "reports/02_notechat/metrics.json").read_text())
+    assert saved == json.loads(json.dumps(out.metrics))
+    assert "generate" in json.loads((tmp_path / "reports/02_notechat/timings.json")
+                                    .read_text())["steps_s"]

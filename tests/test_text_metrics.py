@@ -13,6 +13,7 @@ def test_tokenize_one_token_per_han_character_and_words_otherwise():
     assert tm.tokenize("Days started", stem=True) == ["dai", "start"]  # Porter (original algorithm)
     assert tm.detect_lang("头痛") == "zh" and tm.detect_lang("headache") == "en"
     assert tm.word_count("我头痛 a lot") == 5
+    assert tm.words("Don't stop, it's 5 mg") == ["don't", "stop", "it's", "5", "mg"]
 
 
 def test_rouge_chinese_pair_at_character_level():
@@ -69,3 +70,19 @@ def test_self_bleu_is_across_the_corpus():
     assert tm.self_bleu(["only one"]) is None
     # Chinese corpus at character level
     assert tm.self_bleu(["头很痛", "头很痛"]) == pytest.approx(1.0)
+
+
+def test_fast_self_bleu_equals_sacrebleu_multi_reference_bleu():
+    """The one-pass self-BLEU is exactly the mean of each text vs all others."""
+    corpus = ["the patient has a cough", "the patient has a fever and a cough",
+              "take ibuprofen with food", "the cough started two days ago .",
+              "a cough , a fever", "the patient has a cough", "我今天头痛"]
+    slow = [tm.bleu(corpus[:i] + corpus[i + 1:], corpus[i], lang="zh")
+            for i in range(len(corpus))]
+    assert tm.self_bleu(corpus, lang="zh") == pytest.approx(sum(slow) / len(slow), abs=1e-12)
+    en = corpus[:-1]
+    slow = [tm.bleu(en[:i] + en[i + 1:], en[i]) for i in range(len(en))]
+    assert tm.self_bleu(en) == pytest.approx(sum(slow) / len(slow), abs=1e-12)
+    # a sample of hypotheses: the same per-text scores, averaged over the sample
+    part = tm.self_bleu(en, sample=3, seed=1)
+    assert min(slow) <= part <= max(slow)

@@ -10,9 +10,11 @@ source             file(s)                                ids
 ``mts-dialog``     ``mts-dialog/Correlation-Study``       ``mts-corr-s<system>-<ID:04d>``
 ``aci-bench``      ``aci-bench/challenge_data/*.csv``     ``aci-<split>-<encounter_id>``
 ``agentclinic``    ``agentclinic/*_medqa.jsonl``          ``agentclinic-<line:04d>``
+``cspt``           a CSPT folder or .zip (user supplied)  ``cspt-<department>-<NN>``
 =================  =====================================  ==============================
 
-They are read from the shared data directory (:func:`shared_data_dir`). A row that cannot be converted
+The first three are read from the shared data directory (:func:`shared_data_dir`);
+CSPT, which only users hold, from the folder or zip they name. A row that cannot be converted
 raises :class:`~medpref.contracts.ContractError` naming the file, the line where the row
 starts and the field; with ``skip_bad=True`` such rows are skipped and counted instead.
 """
@@ -29,11 +31,13 @@ from medpref.data.aci_bench import (
 from medpref.data.agentclinic import (
     AGENTCLINIC_FILE, agentclinic_cases, checklist_tests, flatten_value,
 )
+from medpref.data.cspt import CSPT_DEPARTMENTS, CsptReport, cspt_cases, load_cspt
 from medpref.data.mts_dialog import (
     MTS_COLUMNS, MTS_CORR_DIR, MTS_CORR_HUMAN_MAP, MTS_CORR_SCORES, MTS_CORR_SUMMARIES,
     MTS_DIR, MTS_SPLITS, load_mts_correlation_study, load_mts_dialog, mts_dialogues, mts_notes,
 )
 from medpref.data.readers import ENV_VAR, shared_data_dir
+from medpref.data.sp_cases import embedded_sp_cases
 from medpref.data.tagged_dialogue import DEFAULT_SPEAKERS, parse_tagged_dialogue, speaker_labels
 
 # Loaders by the name a params file uses for a source.
@@ -42,14 +46,15 @@ DIALOGUE_SOURCES: dict[str, Callable[..., list[Any]]] = {
 NOTE_SOURCES: dict[str, Callable[..., list[Any]]] = {
     "mts_dialog": mts_notes, "aci_bench": aci_notes}
 SP_CASE_SOURCES: dict[str, Callable[..., list[Any]]] = {
-    "agentclinic": agentclinic_cases}
+    "embedded": embedded_sp_cases, "agentclinic": agentclinic_cases, "cspt": cspt_cases}
 
 __all__ = [
-    "ACI_COLUMNS", "ACI_DIR", "ACI_SPLITS", "AGENTCLINIC_FILE", 
-    "DEFAULT_SPEAKERS", "DIALOGUE_SOURCES", "ENV_VAR", "MTS_COLUMNS", "MTS_CORR_DIR",
-    "MTS_CORR_HUMAN_MAP", "MTS_CORR_SCORES", "MTS_CORR_SUMMARIES", "MTS_DIR", "MTS_SPLITS",
-    "NOTE_SOURCES", "SP_CASE_SOURCES", "aci_dialogues", "aci_notes",
-    "agentclinic_cases", "checklist_tests", "flatten_value", "load_aci_bench",
-    "load_mts_correlation_study", "load_mts_dialog", "mts_dialogues", "mts_notes",
-    "parse_tagged_dialogue", "shared_data_dir", "speaker_labels", "split_note_sections",
+    "ACI_COLUMNS", "ACI_DIR", "ACI_SPLITS", "AGENTCLINIC_FILE", "CSPT_DEPARTMENTS",
+    "CsptReport", "DEFAULT_SPEAKERS", "DIALOGUE_SOURCES", "ENV_VAR", "MTS_COLUMNS",
+    "MTS_CORR_DIR", "MTS_CORR_HUMAN_MAP", "MTS_CORR_SCORES", "MTS_CORR_SUMMARIES",
+    "MTS_DIR", "MTS_SPLITS", "NOTE_SOURCES", "SP_CASE_SOURCES", "aci_dialogues",
+    "aci_notes", "agentclinic_cases", "checklist_tests", "cspt_cases", "embedded_sp_cases",
+    "flatten_value", "load_aci_bench", "load_cspt", "load_mts_correlation_study",
+    "load_mts_dialog", "mts_dialogues", "mts_notes", "parse_tagged_dialogue",
+    "shared_data_dir", "speaker_labels", "split_note_sections",
 ]

@@ -23,6 +23,8 @@ AGENTCLINIC_FILE = Path("agentclinic", "agentclinic_medqa.jsonl")
 # are result fields, not tests.
 _GROUP_WORDS = frozenset("additional analysis and basic blood imaging lab laboratory other "
                          "results screening serum special studies test tests values work".split())
+_NOT_WANTED = re.compile(r"(optional|not (indicated|required|necessary|performed|done)|n/?a\b)",
+                         re.IGNORECASE)
 _RESULT_FIELDS = frozenset("findings result results level interpretation suggestion other".split())
 
 
@@ -43,18 +45,39 @@ def flatten_value(value: Any, depth: int = 0) -> str:
     return "" if value is None else str(value).strip()
 
 
+def _leaves(value: Any) -> list[str]:
+    """Texts of a result; a key that is not a result field leads its child's text."""
+    if isinstance(value, dict):
+        return [s if k.lower() in _RESULT_FIELDS else f"{k}: {s}"
+                for k, v in value.items() for s in _leaves(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _leaves(v)]
+    return [] if value is None else [str(value)]
+
+
+def _not_wanted(value: Any) -> bool:
+    """A result that only says the test is optional or not indicated (not a key test);
+    a text with a number in it reports a value, so it counts as a result."""
+    leaves = _leaves(value)
+    return bool(leaves) and all(_NOT_WANTED.match(s.strip()) and not re.search(r"\d", s)
+                                for s in leaves)
+
+
 def checklist_tests(results: Mapping[str, Any]) -> list[str]:
-    """Names of the tests in an AgentClinic ``Test_Results`` block, deduplicated.
+    """Names of the key tests in an AgentClinic ``Test_Results`` block, deduplicated.
 
     A top-level key is a test ("Complete_Blood_Count", "Electromyography") unless it
-    only groups others ("Imaging": {"Chest_CT": ...}), when its children are used.
+    only groups others ("Imaging": {"Chest_CT": ...}), when its children are used. A
+    test whose result only says it is optional or not indicated ("MRI_Knee":
+    "Optional: ...") is left out: the doctor is not expected to order it.
     """
     names: list[str] = []
     for key, value in results.items():
         words = set(re.split(r"[_\s-]+", key.lower()))
         if isinstance(value, dict) and words <= _GROUP_WORDS:
-            names += [k for k in value if k.lower() not in _RESULT_FIELDS]
-        else:
+            names += [k for k, v in value.items()
+                      if k.lower() not in _RESULT_FIELDS and not _not_wanted(v)]
+        elif not _not_wanted(value):
             names.append(key)
     return list(dict.fromkeys(_humanise(n) for n in names))
 
@@ -100,6 +123,9 @@ def agentclinic_cases(root: str | os.PathLike | None = None, limit: int | None =
     checklist: primary + secondary symptoms, :func:`checklist_tests` of the test results,
     and the correct diagnosis. The records carry no specialty, so the department is
     ``general``; ``objective`` keeps the doctor's task. Ids use the JSONL line number.
+    ``script`` is empty: the data set has no reference dialogue, and the simulated patient
+    answers from ``patient_info`` alone (deriving question-answer pairs from the sections
+    would put our wording, not the data's, in the knowledge base).
     """
     path = data_root(root) / AGENTCLINIC_FILE
     return collect_rows(jsonl_lines(path), lambda line, raw: _agentclinic_case(line, raw, path),

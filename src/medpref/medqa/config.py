@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from medpref.params import StrictModel
+from medpref.stagekit import GuardParams
 
 #: How a configuration gets its evidence: its own distilled query, a baseline query
 #: (the whole history, or the last question: Table 3's rows), or none (closed book).
@@ -46,6 +47,8 @@ class MedQAParams(StrictModel):
     distill_fallback: Literal["last_question", "history"] = "last_question"
     history_max_turns: int = Field(8, ge=1, le=200)
     # retrieval evaluation
+    #: document level: generic_name (the paper: query vs the generic names) | best_item
+    doc_level: Literal["generic_name", "best_item"] = "generic_name"
     hr_ks: list[int] = Field(default_factory=lambda: [1, 5, 10, 50])
     # read
     models: list[ModelConfig] = Field(default_factory=_default_models)
@@ -61,13 +64,18 @@ class MedQAParams(StrictModel):
     elo_k: float = Field(32.0, gt=0, le=400)
     elo_initial: float = 1000.0
     elo_shuffles: int = Field(1000, ge=1, le=100_000)
+    #: verdict: one verdict = one game (usual) | battle: verdicts of one item and pair merged
+    elo_game: Literal["verdict", "battle"] = "verdict"
+    #: shuffled_mean: mean over elo_shuffles orders | bootstrap_median: median of replicates
+    elo_point: Literal["shuffled_mean", "bootstrap_median"] = "shuffled_mean"
+    #: E_a = 1 / (1 + base^((R_b - R_a) / scale)); the paper: 10 and 400
+    elo_scale: float = Field(400.0, gt=0)
+    elo_base: float = Field(10.0, gt=1)
     bootstrap: int = Field(1000, ge=10, le=100_000)
     ci: float = Field(0.95, gt=0.5, lt=1.0)
     bt_prior_ties: float = Field(0.5, ge=0.0, le=100.0)
     stored_verdicts: str | None = None
-    # outputs
-    output_dir: str = "data/08_medqa"
-    reports: str = "reports/08_medqa"
+    guard: GuardParams = Field(default_factory=GuardParams)
 
     @field_validator("hr_ks")
     @classmethod

@@ -3,31 +3,29 @@
 Input is any list of :class:`~medpref.contracts.PairwiseJudgement` — this stage's
 verdicts or stored ones from elsewhere.
 
-**Battles.** Verdicts are grouped by (item, unordered pair of models): one group is one
-*battle*, whatever the number of verdicts in it (normally two, one per order). Its score
-for model_a is the mean over its verdicts of S = 1 (model_a won), ½ (tie), 0 (lost).
+What the paper defines (RagPULSE appendix A.1) is the Elo update only: before a game,
+E_a = 1 / (1 + base^((R_b − R_a)/scale)) with base 10 and scale 400; after it,
+R_a ← R_a + K·(S_a − E_a) with S = 1 (win), ½ (draw), 0 (loss). It gives no K, no
+starting rating, no order of games and no intervals: ``medqa.elo`` holds ours.
 
-**Elo** (RagPULSE appendix A.1): before a battle, E_a = 1 / (1 + 10^((R_b − R_a)/400));
-after it, R_a ← R_a + K·(S_a − E_a) and R_b ← R_b − K·(S_a − E_a). Online Elo depends
-on the order of battles, so the point estimate is the mean of the final ratings over
-``n_shuffles`` seeded random orders. The CI is a percentile bootstrap: battles (not
-single verdicts, so the two orders of a battle stay together) are resampled with
-replacement and rated in the resampled (random) order.
+**Games** (``elo.game``). ``verdict`` (default, the usual convention, e.g. Chatbot
+Arena): every verdict is one game, so a pair judged in both orders plays twice.
+``battle``: verdicts sharing an item and an unordered pair are merged into one game
+whose score is their mean (a split verdict then reads as a tie: the ratings are exactly
+invariant to ties being split, which one game per verdict is not, by a term of order
+K²/scale).
+
+**Elo point estimate** (``elo.point``). Online Elo depends on the order of games:
+``shuffled_mean`` is the mean of the final ratings over ``n_shuffles`` seeded random
+orders; ``bootstrap_median`` is the median over the bootstrap replicates. The CI is a
+percentile bootstrap: games are resampled with replacement and rated in the resampled
+(random) order.
 
 **Bradley–Terry**: P(i beats j) = p_i / (p_i + p_j), fitted by Hunter's MM algorithm with
 fractional wins (a tie is half a win for each side), on the Elo scale
-R_i = initial + 400·log10(p_i) with the geometric mean of p fixed to 1 (so the mean
-rating is ``initial``). ``prior_ties`` virtual tie battles between every pair keep the
+R_i = initial + scale·log_base(p_i) with the geometric mean of p fixed to 1 (so the mean
+rating is ``initial``). ``prior_ties`` virtual tie games between every pair keep the
 estimate finite when a model wins or loses everything (0 disables it).
-
-**Invariance to ties being split** (tested). A battle enters both ratings only through
-its mean score, so a battle recorded as one tie, as a tie in both orders, or as a split
-(model_a wins in one order, model_b in the other) has the same score ½ and yields exactly
-the same ratings: the same Elo for every shuffled order (hence the same average), the
-same bootstrap replicates for a given seed, the same Bradley–Terry fit. A judge whose
-verdict flips with the order of presentation is thereby read as declaring a tie. Rating
-each verdict as its own Elo game would not have this property (a win then a loss moves
-the ratings differently from two ties, by a term of order K²/400).
 """
 
 from __future__ import annotations
@@ -46,8 +44,20 @@ _SCORE = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5}
 
 
 @dataclass(frozen=True)
+class EloScale:
+    """E_a = 1 / (1 + base^((R_b − R_a)/scale)): the paper's base 10, scale 400."""
+
+    scale: float = 400.0
+    base: float = 10.0
+
+
+PAPER_SCALE = EloScale()
+
+
+@dataclass(frozen=True)
 class Battle:
-    """One (item, pair) meeting: model_a's order-averaged score and its verdict count."""
+    """One game: model_a's score (a verdict's, or the mean of a merged battle's verdicts)
+    and the number of verdicts it stands for."""
 
     item: str
     model_a: str
@@ -56,17 +66,24 @@ class Battle:
     n_verdicts: int
 
 
-def battles_from_judgements(judgements: Sequence[PairwiseJudgement]) -> list[Battle]:
-    """Group verdicts by (item, unordered pair); model_a is the alphabetically first."""
-    groups: dict[tuple[str, str, str], list[float]] = {}
-    for j in judgements:
+def battles_from_judgements(judgements: Sequence[PairwiseJudgement],
+                            game: str = "verdict") -> list[Battle]:
+    """The games of a list of verdicts; model_a is the alphabetically first of a pair.
+
+    ``verdict``: one game per verdict. ``battle``: one game per (item, unordered pair),
+    scored by the mean of its verdicts."""
+    if game not in ("verdict", "battle"):
+        raise ValueError(f"unknown game unit '{game}' (verdict | battle)")
+    groups: dict[tuple, list[float]] = {}
+    for n, j in enumerate(judgements):
         if j.model_a == j.model_b:
             raise ValueError(f"judgement {j.id}: a model cannot battle itself ({j.model_a})")
         a, b = sorted((j.model_a, j.model_b))
         s = _SCORE[j.winner]
-        groups.setdefault((j.item, a, b), []).append(s if j.model_a == a else 1.0 - s)
-    return [Battle(item, a, b, sum(scores) / len(scores), len(scores))
-            for (item, a, b), scores in groups.items()]
+        key = (j.item, a, b) if game == "battle" else (j.item, a, b, n)
+        groups.setdefault(key, []).append(s if j.model_a == a else 1.0 - s)
+    return [Battle(key[0], key[1], key[2], sum(scores) / len(scores), len(scores))
+            for key, scores in groups.items()]
 
 
 def models_of(battles: Sequence[Battle]) -> list[str]:
@@ -75,32 +92,35 @@ def models_of(battles: Sequence[Battle]) -> list[str]:
 
 # -- Elo --------------------------------------------------------------------------------
 
-def expected_score(r_a: float, r_b: float) -> float:
-    """E_a = 1 / (1 + 10^((R_b − R_a)/400))."""
-    return 1.0 / (1.0 + 10.0 ** ((r_b - r_a) / 400.0))
+def expected_score(r_a: float, r_b: float, scale: EloScale = PAPER_SCALE) -> float:
+    """E_a = 1 / (1 + base^((R_b − R_a)/scale))."""
+    return 1.0 / (1.0 + scale.base ** ((r_b - r_a) / scale.scale))
 
 
 def elo_ratings(battles: Sequence[Battle], k: float, initial: float,
-                models: Sequence[str] | None = None) -> dict[str, float]:
-    """Online Elo over the battles in the given order."""
+                models: Sequence[str] | None = None,
+                scale: EloScale = PAPER_SCALE) -> dict[str, float]:
+    """Online Elo over the games in the given order."""
     ratings = {m: float(initial) for m in (models or models_of(battles))}
     for bt in battles:
-        delta = k * (bt.score_a - expected_score(ratings[bt.model_a], ratings[bt.model_b]))
+        delta = k * (bt.score_a - expected_score(ratings[bt.model_a], ratings[bt.model_b],
+                                                 scale))
         ratings[bt.model_a] += delta
         ratings[bt.model_b] -= delta
     return ratings
 
 
 def elo_shuffled(battles: Sequence[Battle], k: float, initial: float, n_shuffles: int,
-                 seed: int, models: Sequence[str] | None = None) -> dict[str, float]:
-    """Mean final Elo over ``n_shuffles`` seeded random orders of the battles."""
+                 seed: int, models: Sequence[str] | None = None,
+                 scale: EloScale = PAPER_SCALE) -> dict[str, float]:
+    """Mean final Elo over ``n_shuffles`` seeded random orders of the games."""
     models = list(models or models_of(battles))
     rng = random.Random(seed)
     totals = dict.fromkeys(models, 0.0)
     order = list(battles)
     for _ in range(n_shuffles):
         rng.shuffle(order)
-        for m, r in elo_ratings(order, k, initial, models).items():
+        for m, r in elo_ratings(order, k, initial, models, scale).items():
             totals[m] += r
     return {m: totals[m] / n_shuffles for m in models}
 
@@ -125,7 +145,7 @@ def _win_matrix(battles: Sequence[Battle], models: Sequence[str], prior_ties: fl
 
 def bradley_terry(battles: Sequence[Battle], initial: float, prior_ties: float = 0.5,
                   models: Sequence[str] | None = None, max_iter: int = 10_000,
-                  tol: float = 1e-10) -> dict[str, float]:
+                  tol: float = 1e-10, scale: EloScale = PAPER_SCALE) -> dict[str, float]:
     """Bradley–Terry strengths (MM algorithm) on the Elo scale."""
     models = list(models or models_of(battles))
     wins, games = _win_matrix(battles, models, prior_ties)
@@ -142,7 +162,7 @@ def bradley_terry(battles: Sequence[Battle], initial: float, prior_ties: float =
             p = new
             break
         p = new
-    return {m: initial + 400.0 * math.log10(v) for m, v in zip(models, p)}
+    return {m: initial + scale.scale * math.log(v, scale.base) for m, v in zip(models, p)}
 
 
 # -- bootstrap and the table -------------------------------------------------------------
@@ -150,18 +170,30 @@ def bradley_terry(battles: Sequence[Battle], initial: float, prior_ties: float =
 RateFn = Callable[[Sequence[Battle]], dict[str, float]]
 
 
-def bootstrap_intervals(battles: Sequence[Battle], rate: RateFn, models: Sequence[str],
-                        n_boot: int, seed: int, ci: float = 0.95
-                        ) -> dict[str, tuple[float, float]]:
-    """Percentile CI of ``rate`` over battles resampled with replacement (random order)."""
+def bootstrap_draws(battles: Sequence[Battle], rate: RateFn, models: Sequence[str],
+                    n_boot: int, seed: int) -> np.ndarray:
+    """``rate`` over games resampled with replacement (random order): n_boot × models."""
     rng = np.random.default_rng(seed)
     draws = np.empty((n_boot, len(models)))
     for b in range(n_boot):
         sample = [battles[i] for i in rng.integers(0, len(battles), len(battles))]
         rated = rate(sample)
         draws[b] = [rated[m] for m in models]
+    return draws
+
+
+def percentile_intervals(draws: np.ndarray, models: Sequence[str], ci: float = 0.95
+                         ) -> dict[str, tuple[float, float]]:
     lo, hi = np.quantile(draws, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
     return {m: (float(lo[i]), float(hi[i])) for i, m in enumerate(models)}
+
+
+def bootstrap_intervals(battles: Sequence[Battle], rate: RateFn, models: Sequence[str],
+                        n_boot: int, seed: int, ci: float = 0.95
+                        ) -> dict[str, tuple[float, float]]:
+    """Percentile CI of ``rate`` over games resampled with replacement (random order)."""
+    return percentile_intervals(bootstrap_draws(battles, rate, models, n_boot, seed),
+                                models, ci)
 
 
 def record_of(battles: Sequence[Battle], models: Sequence[str]) -> pd.DataFrame:
@@ -180,19 +212,28 @@ def record_of(battles: Sequence[Battle], models: Sequence[str]) -> pd.DataFrame:
 
 
 def rating_table(battles: Sequence[Battle], *, k: float, initial: float, n_shuffles: int,
-                 n_boot: int, ci: float, prior_ties: float, seed: int) -> pd.DataFrame:
-    """Elo (mean over shuffles, bootstrap CI) and Bradley–Terry (with CI), best first."""
+                 n_boot: int, ci: float, prior_ties: float, seed: int,
+                 point: str = "shuffled_mean", scale: EloScale = PAPER_SCALE) -> pd.DataFrame:
+    """Elo (mean over shuffles or bootstrap median; bootstrap CI) and Bradley–Terry (with
+    CI), best first."""
     if not battles:
         return pd.DataFrame(columns=["model", "elo", "elo_low", "elo_high", "elo_rank", "bt",
                                      "bt_low", "bt_high", "battles", "wins", "ties",
                                      "losses", "score"])
     models = models_of(battles)
-    elo = elo_shuffled(battles, k, initial, n_shuffles, seed, models)
-    bt = bradley_terry(battles, initial, prior_ties, models)
-    elo_ci = bootstrap_intervals(battles, lambda s: elo_ratings(s, k, initial, models),
-                                 models, n_boot, seed, ci)
-    bt_ci = bootstrap_intervals(battles, lambda s: bradley_terry(s, initial, prior_ties, models),
-                                models, n_boot, seed, ci)
+    draws = bootstrap_draws(battles, lambda s: elo_ratings(s, k, initial, models, scale),
+                            models, n_boot, seed)
+    if point == "bootstrap_median":
+        elo = dict(zip(models, np.median(draws, axis=0).tolist()))
+    elif point == "shuffled_mean":
+        elo = elo_shuffled(battles, k, initial, n_shuffles, seed, models, scale)
+    else:
+        raise ValueError(f"unknown Elo point estimate '{point}'")
+    bt = bradley_terry(battles, initial, prior_ties, models, scale=scale)
+    elo_ci = percentile_intervals(draws, models, ci)
+    bt_ci = bootstrap_intervals(
+        battles, lambda s: bradley_terry(s, initial, prior_ties, models, scale=scale),
+        models, n_boot, seed, ci)
     table = pd.DataFrame({"model": models, "elo": [elo[m] for m in models],
                           "elo_low": [elo_ci[m][0] for m in models],
                           "elo_high": [elo_ci[m][1] for m in models],

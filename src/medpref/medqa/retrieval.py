@@ -5,9 +5,11 @@ database order, so rankings are deterministic). Two rankings follow from it:
 
 * **attribute level** — the items themselves; a hit at k when one of the top-k items is
   (gold medicine, a gold attribute). An item with several gold attributes is hit by any.
-* **document level** — the medicines in the order of their best-ranked item (the tree
-  is searched through its leaves, a node ranks by its best child); a hit at k when the
-  gold medicine is among the first k medicines.
+* **document level** — a ranking of the medicines; a hit at k when the gold medicine is
+  among the first k. Two ways to rank them (``medqa.doc_level``): ``generic_name``, the
+  paper's ("only searching the generic name of the medicine"): the query against the
+  embedded generic names, the document keys K^n; or ``best_item``: the medicines in the
+  order of their best-ranked attribute item (a node ranks by its best child).
 
 HR@k is the share of questions with a hit at k. With 52 medicines, HR@50 at document
 level is ~1 whatever the query (a random ranking already scores 50/52 ≈ 0.96); it is
@@ -90,12 +92,15 @@ class RetrievalResult:
 
 
 def evaluate_ranking(item: MedicineQAItem, source: str, query: str, order: Sequence[int],
-                     item_keys: Sequence[tuple[str, str]], keep: int) -> RetrievalResult:
-    """Gold ranks at both levels for one question's item ranking; keeps the top ``keep``."""
+                     item_keys: Sequence[tuple[str, str]], keep: int,
+                     doc_order: Sequence[str] | None = None) -> RetrievalResult:
+    """Gold ranks at both levels for one question's item ranking; keeps the top ``keep``.
+    ``doc_order``: the medicines ranked by their generic names (None: by best item)."""
     medicines = [k[0] for k in item_keys]
     gold_items = {(item.gold_medicine, a) for a in item.gold_attributes}
     attr_rank = first_hit_rank([item_keys[i] for i in order], gold_items)
-    doc_rank = first_hit_rank(document_ranking(order, medicines), {item.gold_medicine})
+    docs = doc_order if doc_order is not None else document_ranking(order, medicines)
+    doc_rank = first_hit_rank(docs, {item.gold_medicine})
     return RetrievalResult(item.id, source, query, doc_rank, attr_rank,
                            tuple(int(i) for i in order[:keep]))
 

@@ -1,6 +1,6 @@
-"""Stage 06's run: Distill → Retrieve → Read on MedicineQA, then battles and ratings.
+"""Stage 08 (MedicineQA): Distill → Retrieve → Read, then battles and ratings.
 
-The notebook calls these functions in order and shows what they return:
+:func:`run` calls these steps in order and returns what the notebook shows:
 
 1. :func:`load_inputs` — the medicine tree and the questions (gold checked against it);
 2. :func:`embed_database` — item vectors (cached on disk) and the query encoder;
@@ -15,9 +15,7 @@ The notebook calls these functions in order and shows what they return:
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +30,7 @@ from medpref.medqa.database import (Encoder, MedicineTree, build_tree, embed_ite
 from medpref.medqa.distill import DistilledQuery, distill, follow_rate, resolve_tool_mode
 from medpref.medqa.judging import (BattleSlot, JudgedBattles, battle_plan, judge_battles,
                                    position_bias)
-from medpref.medqa.ratings import battles_from_judgements, rating_table
+from medpref.medqa.ratings import EloScale, battles_from_judgements, rating_table
 from medpref.medqa.read import Answer, read_answers
 from medpref.medqa.retrieval import (RetrievalResult, chance_hit_rate, check_gold,
                                      evaluate_ranking, hit_rates, history_query,
@@ -41,34 +39,6 @@ from medpref.params import repo_path
 from medpref.prompts import load_prompt
 
 HISTORY, LAST_QUESTION = "history", "last_question"
-
-
-class StepTimer:
-    """Wall time of each step, in seconds (reported in metrics.json)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t0, 2)
-
-
-def output_paths(p: MedQAParams) -> dict[str, Path]:
-    data, rep = repo_path(p.output_dir), repo_path(p.reports)
-    return {"distilled": data / "distilled.jsonl", "retrievals": data / "retrievals.jsonl",
-            "answers": data / "answers.jsonl", "verdicts": data / "verdicts.jsonl",
-            "embeddings": repo_path(p.embeddings_cache),
-            "table2": rep / "table2_models", "table3": rep / "table3_retrieval",
-            "ratings": rep / "ratings", "malformed": rep / "malformed_calls.jsonl",
-            "malformed_reasons": rep / "malformed_reasons",
-            "unparsable": rep / "unparsable_verdicts.jsonl", "hr_figure": rep / "hr_at_k.png",
-            "elo_figure": rep / "elo.png", "metrics": rep / "metrics.json",
-            "ledger": rep / "ledger.json", "provenance": rep / "provenance.json"}
 
 
 # -- 1-2: inputs and embeddings --------------------------------------------------------------
@@ -89,6 +59,11 @@ def embed_database(p: MedQAParams, tree: MedicineTree) -> tuple[Encoder, np.ndar
     model_id = f"{Path(p.embedding_model).name}:{model_fingerprint(repo_path(p.embedding_model))}"
     vecs, hit = embed_items(tree, encode, repo_path(p.embeddings_cache), model_id)
     return encode, vecs, hit
+
+
+def name_vectors(p: MedQAParams, tree: MedicineTree, encode: Encoder) -> np.ndarray | None:
+    """The generic names' vectors (document keys) when documents are ranked by name."""
+    return encode(tree.names) if p.doc_level == "generic_name" else None
 
 
 def read_subset(items: Sequence[MedicineQAItem], n: int, seed: int) -> list[MedicineQAItem]:
@@ -160,15 +135,21 @@ def query_sources(p: MedQAParams, items: Sequence[MedicineQAItem],
 
 
 def retrieve_all(sources: Mapping[str, Sequence[str]], items: Sequence[MedicineQAItem],
-                 encode: Encoder, item_vecs: np.ndarray, tree: MedicineTree, keep: int
-                 ) -> dict[str, list[RetrievalResult]]:
-    """Rank the tree's items for every query of every source and locate the gold."""
+                 encode: Encoder, item_vecs: np.ndarray, tree: MedicineTree, keep: int,
+                 name_vecs: np.ndarray | None = None) -> dict[str, list[RetrievalResult]]:
+    """Rank the tree's items for every query of every source and locate the gold.
+    ``name_vecs`` (the generic names' vectors): rank documents by name, as the paper
+    does; None ranks them by their best item."""
     keys = [it.key for it in tree.items]
+    names = tree.names
     out = {}
     for source, queries in sources.items():
-        orders = rank_items(encode(list(queries)), item_vecs)
-        out[source] = [evaluate_ranking(it, source, q, order, keys, keep)
-                       for it, q, order in zip(items, queries, orders)]
+        qvecs = encode(list(queries))
+        orders = rank_items(qvecs, item_vecs)
+        doc_orders = ([[names[i] for i in o] for o in rank_items(qvecs, name_vecs)]
+                      if name_vecs is not None else [None] * len(orders))
+        out[source] = [evaluate_ranking(it, source, q, order, keys, keep, docs)
+                       for it, q, order, docs in zip(items, queries, orders, doc_orders)]
     return out
 
 
@@ -190,8 +171,15 @@ def chance_row(items: Sequence[MedicineQAItem], tree: MedicineTree, ks: Sequence
 
 
 def retrieval_table(results: Mapping[str, Sequence[RetrievalResult]], items, tree,
-                    ks: Sequence[int], model_ids: Mapping[str, str]) -> pd.DataFrame:
-    """Table 3 layout: HR@k at document and attribute level for each query source."""
+                    ks: Sequence[int], model_ids: Mapping[str, str],
+                    distilled: Mapping[str, Sequence[DistilledQuery]] | None = None
+                    ) -> pd.DataFrame:
+    """Table 3 layout: HR@k at document and attribute level for each query source.
+
+    A malformed call falls back to the last question, so a distilled row mixes the
+    model's queries with the baseline's; each distilled row is followed by the same
+    source over its well-formed calls only, beside the Last-question row over the same
+    questions (what distillation adds where the model did call the tool)."""
     rows = [{"query": "random ranking (chance)", "model_id": "", "questions": len(items),
              **chance_row(items, tree, ks)}]
     for source, res in results.items():
@@ -200,7 +188,25 @@ def retrieval_table(results: Mapping[str, Sequence[RetrievalResult]], items, tre
             source, f"Distilled ({role})")
         rows.append({"query": label, "model_id": model_ids.get(role, ""),
                      "questions": len(res), **_hr_columns(res, ks)})
+        if role and distilled and role in distilled:
+            rows.extend(_well_formed_rows(role, res, results[LAST_QUESTION], distilled[role],
+                                          ks, model_ids.get(role, "")))
     return pd.DataFrame(rows)
+
+
+def _well_formed_rows(role: str, res: Sequence[RetrievalResult],
+                      last: Sequence[RetrievalResult], calls: Sequence[DistilledQuery],
+                      ks: Sequence[int], model_id: str) -> list[dict]:
+    ok = {q.item_id for q in calls if q.well_formed}
+    mine = [r for r in res if r.item_id in ok]
+    base = [r for r in last if r.item_id in ok]
+    if not mine:
+        return [{"query": f"Distilled ({role}), well-formed calls", "model_id": model_id,
+                 "questions": 0}]
+    return [{"query": f"Distilled ({role}), well-formed calls", "model_id": model_id,
+             "questions": len(mine), **_hr_columns(mine, ks)},
+            {"query": f"Last question, same {len(base)} questions", "model_id": "",
+             "questions": len(base), **_hr_columns(base, ks)}]
 
 
 # -- 5: read -------------------------------------------------------------------------------
@@ -246,9 +252,10 @@ def run_battles(p: MedQAParams, judge: LLMClient, subset: Sequence[MedicineQAIte
 
 def ratings_for(judgements: Sequence[PairwiseJudgement], p: MedQAParams, seed: int,
                 source: str) -> pd.DataFrame:
-    table = rating_table(battles_from_judgements(judgements), k=p.elo_k, initial=p.elo_initial,
-                         n_shuffles=p.elo_shuffles, n_boot=p.bootstrap, ci=p.ci,
-                         prior_ties=p.bt_prior_ties, seed=seed)
+    table = rating_table(battles_from_judgements(judgements, p.elo_game), k=p.elo_k,
+                         initial=p.elo_initial, n_shuffles=p.elo_shuffles, n_boot=p.bootstrap,
+                         ci=p.ci, prior_ties=p.bt_prior_ties, seed=seed, point=p.elo_point,
+                         scale=EloScale(p.elo_scale, p.elo_base))
     table.insert(0, "verdicts", source)
     return table
 
@@ -310,8 +317,8 @@ def retrieval_records(results: Mapping[str, Sequence[RetrievalResult]], tree: Me
 def stage_metrics(tree: MedicineTree, items: Sequence[MedicineQAItem],
                   subset: Sequence[MedicineQAItem],
                   distilled: Mapping[str, Sequence[DistilledQuery]],
-                  battles: BattleRun, embeddings_cached: bool, timer: StepTimer) -> dict:
-    """The numbers a reader checks first: sizes, follow rates, judge behaviour, wall time."""
+                  battles: BattleRun, game: str) -> dict:
+    """The numbers a reader checks first: sizes, follow rates, judge behaviour."""
     judgements = battles.judged.judgements
     return {"medicines": len(tree.medicines), "attribute_items": len(tree.items),
             "questions": len(items), "read_items": len(subset),
@@ -321,8 +328,125 @@ def stage_metrics(tree: MedicineTree, items: Sequence[MedicineQAItem],
             "judge_calls": len(battles.judged.raw), "verdicts": len(judgements),
             "unparsable_verdicts": len(battles.judged.unparsable),
             "skipped_slots": len(battles.skipped),
-            "battles": len(battles_from_judgements(judgements)),
+            "elo_games": len(battles_from_judgements(judgements, game)),
             "order_agreement": order_agreement(judgements),
-            "judge_positions": position_bias(battles.judged.raw),
-            "embeddings_cache_hit": embeddings_cached,
-            "wall_s": {**timer.seconds, "total": round(sum(timer.seconds.values()), 2)}}
+            "judge_positions": position_bias(battles.judged.raw)}
+
+
+# -- the stage ------------------------------------------------------------------------------
+
+@dataclass
+class MedQAOutputs:
+    """What stage 08 shows and writes."""
+
+    tree: MedicineTree
+    items: list[MedicineQAItem]
+    embeddings_cached: bool
+    distilled: dict[str, list[DistilledQuery]]
+    distill_summary: pd.DataFrame
+    malformed_reasons: pd.DataFrame
+    results: dict[str, list[RetrievalResult]]
+    table3: pd.DataFrame
+    hr_figure: object
+    subset: list[MedicineQAItem]
+    answers: list[Answer]
+    battles: BattleRun
+    ratings: pd.DataFrame
+    elo_figure: object
+    table2: pd.DataFrame
+    metrics: dict
+    models: dict[str, str]
+    prompts: dict[str, str]
+
+    def example_answers(self) -> str:
+        """The first read question and every configuration's answer, as text."""
+        one = self.subset[0]
+        lines = [f"Q ({one.id}, gold {one.gold_medicine}/{', '.join(one.gold_attributes)}): "
+                 f"{one.question}\n"]
+        lines += [f"[{a.config}] evidence {a.evidence_keys}\n  {a.text}\n"
+                  for a in self.answers if a.item_id == one.id]
+        return "\n".join(lines)
+
+
+def _retrieve(stage, p: MedQAParams, tree, items, distilled, clients):
+    from medpref.medqa import plots
+
+    with stage.step("embed_database"):
+        encode, item_vecs, cached = embed_database(p, tree)
+    with stage.step("retrieve"):
+        sources = query_sources(p, items, distilled)
+        results = retrieve_all(sources, items, encode, item_vecs, tree,
+                               keep=max(p.read_top_k, 10),
+                               name_vecs=name_vectors(p, tree, encode))
+    model_ids = {r: c.model_id for r, c in clients.items()}
+    table3 = retrieval_table(results, items, tree, p.hr_ks, model_ids, distilled)
+    labels = {HISTORY: "History", LAST_QUESTION: "Last question",
+              **{distilled_source(r): f"Distilled ({r})" for r in distilled}}
+    fig = plots.hr_curves(results, labels, len(tree.medicines), len(tree.items), p.hr_ks)
+    return cached, results, table3, fig
+
+
+def _rate(stage, p: MedQAParams, battles: BattleRun) -> pd.DataFrame:
+    with stage.step("ratings"):
+        ratings = ratings_for(battles.judged.judgements, p, stage.seed, "stage")
+        stored = stored_judgements(p)
+        if stored:
+            ratings = pd.concat([ratings, ratings_for(stored, p, stage.seed, "stored")],
+                                ignore_index=True)
+    return ratings
+
+
+def run(stage) -> MedQAOutputs:
+    """Stage 08 end to end; writes the records, tables and figures (not the metrics)."""
+    from medpref.medqa import plots
+
+    p: MedQAParams = stage.p
+    with stage.step("load"):
+        tree, items = load_inputs(p)
+    roles = list(dict.fromkeys([m.role for m in p.models] + [p.judge_role]))
+    clients = {r: stage.role(r) for r in roles}
+    with stage.step("distill"):
+        distilled = run_distill(p, clients, items)
+    cached, results, table3, hr_fig = _retrieve(stage, p, tree, items, distilled, clients)
+    subset = read_subset(items, p.n_read_items, stage.seed)
+    with stage.step("read"):
+        answers = run_read(p, clients, tree, subset, results)
+    with stage.step("judge"):
+        battles = run_battles(p, clients[p.judge_role], subset, answers)
+    stage.check_yield(sum(a.error is None for a in answers), len(answers), what="answers")
+    ratings = _rate(stage, p, battles)
+    model_ids = {r: c.model_id for r, c in clients.items()}
+    table2 = models_table(p, distilled, results, ratings[ratings["verdicts"] == "stage"],
+                          model_ids)
+    prompt_names = [p.distill_prompt, p.distill_tools_prompt, p.read_prompt,
+                    p.closed_book_prompt, p.judge_prompt]
+    out = MedQAOutputs(
+        tree, items, cached, distilled, distill_summary(distilled), malformed_reasons(distilled),
+        results, table3, hr_fig, subset, answers, battles, ratings,
+        plots.rating_intervals(ratings), table2,
+        stage_metrics(tree, items, subset, distilled, battles, p.elo_game),
+        {**model_ids, "embeddings": p.embedding_model},
+        {n: load_prompt(n).sha for n in prompt_names})
+    write_outputs(stage, out)
+    return out
+
+
+def write_outputs(stage, out: MedQAOutputs) -> None:
+    from medpref.contracts import write_jsonl
+    from medpref.reports import save_figure, write_table
+
+    calls = [q for qs in out.distilled.values() for q in qs]
+    write_jsonl(stage.data("distilled.jsonl"), [q.to_record() for q in calls])
+    write_jsonl(stage.report("malformed_calls.jsonl"),
+                [q.to_record() for q in calls if not q.well_formed])
+    write_table(out.malformed_reasons, stage.report("malformed_reasons"))
+    write_jsonl(stage.data("retrievals.jsonl"), retrieval_records(out.results, out.tree))
+    write_table(out.table3, stage.report("table3_retrieval"))
+    save_figure(out.hr_figure, stage.report("hr_at_k.png"))
+    write_jsonl(stage.data("answers.jsonl"), [a.to_record() for a in out.answers])
+    write_jsonl(stage.data("verdicts.jsonl"), out.battles.judged.judgements)
+    write_jsonl(stage.report("unparsable_verdicts.jsonl"),
+                out.battles.judged.unparsable + out.battles.skipped)
+    write_table(out.ratings, stage.report("ratings"), floatfmt=".1f")
+    save_figure(out.elo_figure, stage.report("elo.png"))
+    write_table(out.table2, stage.report("table2_models"))

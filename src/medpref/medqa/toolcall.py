@@ -5,14 +5,18 @@ Two ways a model can call it:
 * **native** — backends with tool support (OpenAI-compatible servers) get
   :data:`SEARCH_ENGINE_TOOL` in ``tools=[...]`` and answer with ``Completion.tool_calls``
   (``[{"name": ..., "arguments": "<JSON>"}]``); :func:`parse_native_calls` reads them.
-* **text** — local models write the call; :func:`parse_text_call` accepts exactly
+* **text** — local models write the call; :func:`parse_text_call` accepts
 
-  - ``search_engine(query="keywords")`` (single quotes too; ``\\"`` escapes a quote), or
-  - ``{"name": "search_engine", "arguments": {"query": "keywords"}}`` (arguments may
-    also be a JSON string, as in OpenAI's wire format),
+  - the paper's own form (RagPULSE Table 1): ``search_engine(keywords as plain text)``,
+    and the same quoted, ``search_engine("keywords")``;
+  - a named argument, ``search_engine(input="keywords")`` (the paper's schema names it
+    ``input``) or ``search_engine(query="keywords")`` (single quotes too; ``\\"``
+    escapes a quote);
+  - ``{"name": "search_engine", "arguments": {"input": "keywords"}}`` (or ``"query"``;
+    arguments may also be a JSON string, as in OpenAI's wire format),
 
   at the start of the answer and alone on its line(s); later lines are ignored. The tool
-  name is exact, the argument must be named ``query`` and be a non-empty string.
+  name is exact, the query a non-empty string.
 
 A call that breaks these rules raises :class:`ToolCallError` whose message says why; the
 share of completions that parse is the instruction-follow rate. The parsers are pure.
@@ -27,7 +31,11 @@ from typing import Any, Literal
 
 TOOL_NAME = "search_engine"
 
-#: OpenAI-style function schema (the paper's Table 1 tool, with the argument `query`).
+#: The argument's name in the paper's schema, and the other name we accept.
+ARGUMENT = "input"
+ARGUMENT_NAMES = ("input", "query")
+
+#: OpenAI-style function schema: the paper's Table 1 tool (argument ``input``).
 SEARCH_ENGINE_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -36,18 +44,20 @@ SEARCH_ENGINE_TOOL: dict[str, Any] = {
                        "the patient's question.",
         "parameters": {
             "type": "object",
-            "properties": {"query": {"type": "string",
-                                     "description": "search keywords: the medicine and "
-                                                    "what is asked about it"}},
-            "required": ["query"],
+            "properties": {ARGUMENT: {"type": "string",
+                                      "description": "search keywords: the medicine and "
+                                                     "what is asked about it"}},
+            "required": [ARGUMENT],
         },
     },
 }
 
 _QUOTED = r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\''
-_ARGS = re.compile(rf"^\s*query\s*=\s*(?P<q>{_QUOTED})\s*$")
-_POSITIONAL = re.compile(rf"^\s*(?:{_QUOTED})\s*$")
-_EXAMPLE = re.compile(rf"{TOOL_NAME}\(\s*query\s*=\s*(?P<q>{_QUOTED})\s*\)")
+_NAMES = "|".join(ARGUMENT_NAMES)
+_ARGS = re.compile(rf"^\s*(?:{_NAMES})\s*=\s*(?P<q>{_QUOTED})\s*$")
+_NAMED = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*)\s*=")
+_POSITIONAL = re.compile(rf"^\s*(?P<q>{_QUOTED})\s*$")
+_EXAMPLE = re.compile(rf"{TOOL_NAME}\(\s*(?:(?:{_NAMES})\s*=\s*)?(?P<q>{_QUOTED})\s*\)")
 
 
 class ToolCallError(ValueError):
@@ -66,15 +76,18 @@ class ToolCallError(ValueError):
 class ToolCall:
     query: str
     form: Literal["text", "json", "native"]
+    #: how the query was written: ``input`` / ``query`` (named), ``positional`` (quoted
+    #: or the paper's bare text)
+    argument: str = "query"
 
 
 def _unquote(quoted: str) -> str:
     return re.sub(r"\\(.)", r"\1", quoted[1:-1])
 
 
-def _checked_query(value: Any) -> str:
+def _checked_query(value: Any, name: str = "query") -> str:
     if not isinstance(value, str):
-        raise ToolCallError("argument 'query' must be a string", type(value).__name__)
+        raise ToolCallError(f"argument '{name}' must be a string", type(value).__name__)
     if not value.strip():
         raise ToolCallError("empty query")
     return value.strip()
@@ -113,15 +126,35 @@ def _parse_call_line(line: str) -> ToolCall:
     close_at = _call_end(line, open_at + 1)
     if close_at is None:
         raise ToolCallError("unclosed call", "missing ')' or quote; truncated?")
-    if line[close_at + 1:].strip():
+    rest = line[close_at + 1:].strip()
+    if rest and not (rest.endswith(")") and not _has_quote(line[open_at + 1:])):
         raise ToolCallError("text after the call on its line")
-    args = line[open_at + 1:close_at]
+    if rest:          # bare text with its own parentheses: "(... (Advil) dose)"
+        close_at = line.rstrip().rindex(")")
+    return _parse_arguments(line[open_at + 1:close_at])
+
+
+def _has_quote(text: str) -> bool:
+    return '"' in text or "'" in text
+
+
+def _parse_arguments(args: str) -> ToolCall:
+    """``input="..."``, ``query="..."``, ``"..."`` or the paper's bare ``keywords``."""
     match = _ARGS.match(args)
     if match:
-        return ToolCall(_checked_query(_unquote(match.group("q"))), "text")
-    if _POSITIONAL.match(args):
-        raise ToolCallError("the argument must be named query")
-    raise ToolCallError("malformed arguments, expected query=\"...\"", repr(args.strip()))
+        name = args.split("=", 1)[0].strip()
+        return ToolCall(_checked_query(_unquote(match.group("q")), name), "text", name)
+    match = _POSITIONAL.match(args)
+    if match:
+        return ToolCall(_checked_query(_unquote(match.group("q"))), "text", "positional")
+    named = _NAMED.match(args)
+    if named and named.group("name") not in ARGUMENT_NAMES:
+        raise ToolCallError(f"unknown argument, expected {' or '.join(ARGUMENT_NAMES)}",
+                            named.group("name"))
+    if named or _has_quote(args):
+        raise ToolCallError('malformed arguments, expected input="..." or plain keywords',
+                            repr(args.strip()))
+    return ToolCall(_checked_query(args), "text", "positional")
 
 
 def _arguments_of(obj: dict) -> dict:
@@ -133,18 +166,22 @@ def _arguments_of(obj: dict) -> dict:
             raise ToolCallError("arguments are not valid JSON", exc.msg) from None
     if not isinstance(args, dict):
         raise ToolCallError("the call has no 'arguments' object")
-    if "query" not in args:
-        raise ToolCallError("missing argument 'query'", f"got {sorted(args)}")
+    if not any(n in args for n in ARGUMENT_NAMES):
+        raise ToolCallError(f"missing argument '{ARGUMENT}' (or 'query')",
+                            f"got {sorted(args)}")
     return args
 
 
-def _parse_call_object(obj: Any) -> str:
+def _parse_call_object(obj: Any) -> tuple[str, str]:
+    """(query, argument name) of a JSON/native call object."""
     if not isinstance(obj, dict):
         raise ToolCallError("the JSON call must be an object")
     if obj.get("name") != TOOL_NAME:
         raise ToolCallError(f"tool name must be exactly '{TOOL_NAME}'",
                             f"found {obj.get('name')!r}")
-    return _checked_query(_arguments_of(obj)["query"])
+    args = _arguments_of(obj)
+    name = next(n for n in ARGUMENT_NAMES if n in args)
+    return _checked_query(args[name], name), name
 
 
 def _parse_json_call(text: str) -> ToolCall:
@@ -155,7 +192,11 @@ def _parse_json_call(text: str) -> ToolCall:
     rest = text[end:]
     if rest.split("\n", 1)[0].strip():
         raise ToolCallError("text after the JSON call on its line")
-    return ToolCall(_parse_call_object(obj), "json")
+    return ToolCall(*_split(_parse_call_object(obj), "json"))
+
+
+def _split(parsed: tuple[str, str], form: str) -> tuple[str, str, str]:
+    return parsed[0], form, parsed[1]
 
 
 def parse_text_call(text: str) -> ToolCall:
@@ -177,7 +218,7 @@ def parse_native_calls(tool_calls: list[dict] | None) -> ToolCall:
         raise ToolCallError("no tool call (the model answered in text)")
     if len(tool_calls) > 1:
         raise ToolCallError("more than one tool call", f"{len(tool_calls)} calls")
-    return ToolCall(_parse_call_object(tool_calls[0]), "native")
+    return ToolCall(*_split(_parse_call_object(tool_calls[0]), "native"))
 
 
 def example_queries(text: str) -> set[str]:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from medpref.params import RoleConfig, StrictModel
+from medpref.stagekit import GuardParams
 
 
 class QuickUMLSParams(StrictModel):
@@ -128,11 +129,10 @@ class NoteChatParams(StrictModel):
     # -- baselines -----------------------------------------------------------------------
     baselines: list[BaselineSpec] = Field(default_factory=_default_baselines)
     baseline_max_new_tokens: int = Field(192, ge=16, le=8192)
-    # -- outputs -------------------------------------------------------------------------
-    output: str = "data/02_notechat/dialogues.jsonl"
-    baseline_output: str = "data/02_notechat/baseline_dialogues.jsonl"
-    trace: str = "data/02_notechat/trace.jsonl"
-    reports: str = "reports/02_notechat"
+    # -- evaluation ----------------------------------------------------------------------
+    #: self-BLEU: hypotheses scored per corpus (seeded sample; None: every utterance)
+    self_bleu_sample: int | None = Field(1000, ge=2)
+    guard: GuardParams = Field(default_factory=GuardParams)
 
     @model_validator(mode="after")
     def _consistent(self) -> "NoteChatParams":

@@ -55,7 +55,6 @@ def score_dialogue(turns: Sequence[Turn], note: ClinicalNote,
     src = metrics.rouge_f1(note.note, text)
     row.update({"src_rouge1": src["rouge1"], "src_rouge2": src["rouge2"],
                 "src_rougeL": src["rougeL"]})
-    row.update(metrics.diversity(turns))
     row.update(metrics.dialogue_stats(turns, [len(ms) for ms in per_turn]))
     row["note_concept_recall"] = (100.0 * len(cuis & note_cuis) / len(note_cuis)
                                   if note_cuis else None)
@@ -79,8 +78,22 @@ def _mean(values: pd.Series) -> float:
     return sum(clean) / len(clean) if clean else float("nan")
 
 
-def table3_blocks(per_dialogue: pd.DataFrame, order: Sequence[str]) -> dict[str, pd.DataFrame]:
-    """The paper's Table 3: one frame per block, rows = systems, means over notes."""
+def system_diversity(systems: Mapping[str, Mapping[str, list[Turn]]], notes: Sequence[ClinicalNote],
+                     sample: int | None, seed: int) -> dict[str, dict[str, float | None]]:
+    """Per system: Texygen self-BLEU across all its dialogues' utterances (all/doctor/patient)."""
+    return {name: metrics.corpus_diversity([dialogues.get(n.id, []) for n in notes], sample, seed)
+            for name, dialogues in systems.items()}
+
+
+def _value(v: float | None) -> float:
+    return float("nan") if v is None else v
+
+
+def table3_blocks(per_dialogue: pd.DataFrame, order: Sequence[str],
+                  diversity: Mapping[str, Mapping[str, float | None]] | None = None
+                  ) -> dict[str, pd.DataFrame]:
+    """The paper's Table 3: one frame per block, rows = systems; means over notes, except
+    Diversity, a corpus-level score per system (``diversity``, from :func:`system_diversity`)."""
     blocks = {}
     for block, columns in TABLE3:
         rows = []
@@ -88,8 +101,13 @@ def table3_blocks(per_dialogue: pd.DataFrame, order: Sequence[str]) -> dict[str,
             if system == HUMAN and block != "Extractiveness":
                 continue
             part = per_dialogue[per_dialogue["system"] == system]
-            rows.append({block: system, **{label: _mean(part[col]) if col in part else
-                                           float("nan") for col, label in columns}})
+            if block == "Diversity":
+                div = (diversity or {}).get(system, {})
+                values = {label: _value(div.get(col)) for col, label in columns}
+            else:
+                values = {label: _mean(part[col]) if col in part else float("nan")
+                          for col, label in columns}
+            rows.append({block: system, **values})
         blocks[block] = pd.DataFrame(rows)
     return blocks
 

@@ -6,31 +6,31 @@
   generated and the reference dialogue (negation is not part of the match).
 * **Extractiveness** — ROUGE-1/2/L F1 of the generated dialogue against the note
   (src→hypo).
-* **Diversity** — self-BLEU: each utterance scored by BLEU-4 against the dialogue's
-  other utterances as references, averaged; lower is more diverse. Computed for all
-  utterances, the doctor's only and the patient's only. NLTK's BLEU with smoothing
-  method 1 (ε = 0.1 for empty n-gram counts), so short turns do not score 0 by default.
+* **Diversity** — Texygen self-BLEU (the paper's metric) across a system's whole corpus:
+  each utterance scored by BLEU-4 against every other utterance of the system's
+  dialogues, averaged; lower is more diverse. Computed for all utterances, the doctor's
+  only and the patient's only (:func:`corpus_diversity`). sacrebleu's sentence BLEU
+  (``13a`` / ``zh`` tokens, ``exp`` smoothing), via :mod:`medpref.metrics.text`.
 * **Statistics** (Table 2) — utterances, words, concept mentions per dialogue; words per
   utterance and medical-term density (concept mentions / words, %) per role.
 
-Empty inputs do not divide by zero: a score that has nothing to score is 0.0 (ROUGE,
-concepts) or None (self-BLEU of fewer than two utterances; left out of means).
+Tokens are language-aware (:mod:`medpref.metrics.text`): one per Han character, so
+Chinese dialogues are counted and compared at all. Empty inputs do not divide by zero: a
+score that has nothing to score is 0.0 (ROUGE, concepts) or None (self-BLEU of fewer
+than two utterances).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from functools import lru_cache
 
 from medpref.contracts import Turn
-
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+from medpref.metrics import text as tm
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased word tokens (BLEU tokens and word counts)."""
-    return _WORD.findall(text.lower())
+    """Words for counts: one per Han character, letter/digit runs otherwise."""
+    return tm.words(text)
 
 
 def dialogue_text(turns: Sequence[Turn]) -> str:
@@ -38,20 +38,9 @@ def dialogue_text(turns: Sequence[Turn]) -> str:
     return "\n".join(t.text for t in turns)
 
 
-@lru_cache(maxsize=1)
-def _rouge_scorer():
-    from rouge_score import rouge_scorer
-
-    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"],
-                                    use_stemmer=True)
-
-
 def rouge_f1(reference: str, prediction: str) -> dict[str, float]:
-    """ROUGE-1/2/L/Lsum F1 ×100 (0 when either side is empty)."""
-    if not reference.strip() or not prediction.strip():
-        return {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0, "rougeLsum": 0.0}
-    scores = _rouge_scorer().score(reference, prediction)
-    return {k: 100.0 * v.fmeasure for k, v in scores.items()}
+    """ROUGE-1/2/L/Lsum F1 ×100 (0 when either side is empty), language-aware tokens."""
+    return {k: 100.0 * v.f1 for k, v in tm.rouge(reference, prediction).items()}
 
 
 def concept_prf(predicted: set[str], reference: set[str]) -> dict[str, float]:
@@ -63,23 +52,14 @@ def concept_prf(predicted: set[str], reference: set[str]) -> dict[str, float]:
     return {"concept_p": 100 * p, "concept_r": 100 * r, "concept_f1": 100 * f}
 
 
-def self_bleu(utterances: Sequence[str]) -> float | None:
-    """Mean BLEU-4 of each utterance against the others (None for < 2 utterances)."""
-    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
-
-    tokens = [w for w in (words(u) for u in utterances) if w]
-    if len(tokens) < 2:
-        return None
-    smooth = SmoothingFunction().method1
-    scores = [sentence_bleu(tokens[:i] + tokens[i + 1:], hyp, smoothing_function=smooth)
-              for i, hyp in enumerate(tokens)]
-    return sum(scores) / len(scores)
-
-
-def diversity(turns: Sequence[Turn]) -> dict[str, float | None]:
-    return {"sbleu_all": self_bleu([t.text for t in turns]),
-            "sbleu_doctor": self_bleu([t.text for t in turns if t.role == "doctor"]),
-            "sbleu_patient": self_bleu([t.text for t in turns if t.role == "patient"])}
+def corpus_diversity(dialogues: Sequence[Sequence[Turn]], sample: int | None = None,
+                     seed: int = 0) -> dict[str, float | None]:
+    """Texygen self-BLEU of a system's utterances across all its dialogues (all, doctor,
+    patient); ``sample`` hypotheses per corpus (None: every utterance)."""
+    turns = [t for d in dialogues for t in d]
+    return {f"sbleu_{who}": tm.self_bleu([t.text for t in turns if who == "all" or t.role == who],
+                                         sample=sample, seed=seed)
+            for who in ("all", "doctor", "patient")}
 
 
 def dialogue_stats(turns: Sequence[Turn], mentions_per_turn: Sequence[int]) -> dict[str, float]:

@@ -1,7 +1,8 @@
-"""Stage 02's run: notes in, NoteChat and baseline dialogues out, evaluated.
+"""Stage 02 (NoteChat): notes in, NoteChat and baseline dialogues out, evaluated.
 
-The notebook ``notebooks/02_notechat.ipynb`` calls these functions step by step;
-:func:`run_stage` chains them (tests use it with a scripted backend).
+:func:`run` does the whole stage for ``notebooks/02_notechat.ipynb``; :func:`run_stage`
+chains the same steps for given clients and output folders (tests use it with a
+scripted backend).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from medpref.notechat.polish import Rubric, load_rubric
 from medpref.notechat.sections import load_soap_headings
 from medpref.params import repo_path
 from medpref.prompts import PromptTemplate, load_prompt
-from medpref.reports import save_figure, write_metrics, write_table
+from medpref.reports import save_figure, write_table
 
 
 # -- inputs ------------------------------------------------------------------------------
@@ -213,22 +214,44 @@ def calls_table(run: StageRun) -> pd.DataFrame:
     return df[cols]
 
 
-def output_paths(p: NoteChatParams) -> dict[str, Path]:
-    reports = repo_path(p.reports)
-    return {"dialogues": repo_path(p.output), "baselines": repo_path(p.baseline_output),
-            "trace": repo_path(p.trace), "malformed": reports / "malformed.jsonl",
+def output_paths(data: Path, reports: Path) -> dict[str, Path]:
+    """Where the stage writes, under its data and reports folders."""
+    return {"dialogues": data / "dialogues.jsonl", "baselines": data / "baseline_dialogues.jsonl",
+            "trace": data / "trace.jsonl", "malformed": reports / "malformed.jsonl",
             "table3": reports / "table3", "table2": reports / "table2",
             "per_dialogue": reports / "per_dialogue", "calls": reports / "calls",
             "events": reports / "malformed_summary", "coverage": reports / "coverage",
-            "figure": reports / "coverage_by_round.png", "metrics": reports / "metrics.json",
-            "ledger": reports / "ledger.json", "provenance": reports / "provenance.json"}
+            "figure": reports / "coverage_by_round.png"}
 
 
-def table3_markdown(blocks: dict[str, pd.DataFrame]) -> str:
-    """Table 3 as the paper lays it out: four blocks, one under the other."""
+def table3_notes(run: StageRun, clients: dict[str, LLMClient], p: NoteChatParams) -> list[str]:
+    """What the rows of Table 3 are, where they differ from the paper's."""
+    notes = []
+    first_of: dict[str, str] = {}
+    for b in p.baselines:
+        model = clients[b.name].model_id
+        if model in first_of:
+            notes.append(f"`{b.name}` is `{model}`, the same model as `{first_of[model]}` "
+                         f"under another sampling seed (not the paper's GPT-4; point "
+                         f"`notechat.baselines` overrides at a real backend to make it one).")
+        else:
+            first_of[model] = b.name
+            notes.append(f"`{b.name}` is a single prompt to `{model}` (the paper: ChatGPT/GPT-4).")
+    if any(len(r.plays) > 1 for r in run.notechat):
+        notes.append("NoteChat's Combine step (joining the per-SOAP-part dialogues of long "
+                     "notes) is rule-based here (medpref.notechat.sections.combine_parts), "
+                     "not the paper's LLM Combine prompt.")
+    notes.append("Diversity: Texygen self-BLEU-4 across each system's utterances over all "
+                 "its dialogues (sacrebleu 13a/zh tokens, exp smoothing); lower = more diverse.")
+    return notes
+
+
+def table3_markdown(blocks: dict[str, pd.DataFrame], notes: list[str] | None = None) -> str:
+    """Table 3 as the paper lays it out: four blocks, one under the other, then notes."""
     parts = [df.to_markdown(index=False, floatfmt=".3f" if block == "Diversity" else ".2f")
              for block, df in blocks.items()]
-    return "\n\n".join(parts) + "\n"
+    text = "\n\n".join(parts) + "\n"
+    return text + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else "")
 
 
 def table3_wide(blocks: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -239,23 +262,25 @@ def table3_wide(blocks: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 def headline_metrics(run: StageRun, blocks: dict[str, pd.DataFrame],
                      events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Scores and counts of the run (wall times go to timings.json and calls.csv)."""
     nc = blocks["Similarity"].set_index("Similarity").loc[evaluate.NOTECHAT]
+    div = blocks["Diversity"].set_index("Diversity").loc[evaluate.NOTECHAT]
     coverage = [r.checklist_coverage for r in run.notechat if r.checklist_size]
     calls = calls_table(run)
     totals = (calls[calls["step"] == "total"].set_index("method") if not calls.empty
-              else pd.DataFrame(columns=["model_calls", "requests", "model_s"]))
+              else pd.DataFrame(columns=["model_calls", "requests"]))
     total = totals["model_calls"]
     return {
         "notes": len(run.notes),
         "notechat_dialogues": sum(bool(r.turns) for r in run.notechat),
         "notechat_rouge1": round(float(nc["ROUGE1"]), 3),
+        "notechat_sbleu_all": None if pd.isna(div["all-sbleu↓"]) else round(
+            float(div["all-sbleu↓"]), 4),
         "notechat_checklist_coverage": round(sum(coverage) / max(1, len(coverage)), 4),
         "notes_without_concepts": sum(not r.checklist_size for r in run.notechat),
         "notechat_model_calls": int(total.get("notechat", 0)),
         "baseline_model_calls": int(total.drop("notechat", errors="ignore").sum()),
         "requests": {m: int(n) for m, n in totals["requests"].items()},
-        "model_s_cold": {m: round(float(s), 1) for m, s in totals["model_s"].items()},
-        "wall_s": dict(run.wall_s),
         "malformed_dropped": sum(e["action"] in ("dropped", "empty dialogue") for e in events),
         "malformed_repaired": sum(e["action"] == "repaired" for e in events),
         "polish_accepted": sum(e["action"] == "accepted" for e in events),
@@ -263,40 +288,139 @@ def headline_metrics(run: StageRun, blocks: dict[str, pd.DataFrame],
     }
 
 
+@dataclass
+class Evaluation:
+    """Scores of every system: per dialogue, corpus diversity, the tables' notes."""
+
+    per_dialogue: pd.DataFrame
+    diversity: dict[str, dict[str, float | None]]
+    notes: list[str]
+
+    def blocks(self, run: StageRun) -> dict[str, pd.DataFrame]:
+        return evaluate.table3_blocks(self.per_dialogue, list(systems(run)), self.diversity)
+
+
+def evaluate_run(run: StageRun, clients: dict[str, LLMClient], p: NoteChatParams, seed: int,
+                 extractor: ConceptExtractor) -> Evaluation:
+    dialogues = systems(run)
+    return Evaluation(evaluate.score_systems(dialogues, run.notes, extractor),
+                      evaluate.system_diversity(dialogues, run.notes, p.self_bleu_sample, seed),
+                      table3_notes(run, clients, p))
+
+
 def write_outputs(run: StageRun, clients: dict[str, LLMClient],
-                  templates: dict[str, PromptTemplate], per_dialogue: pd.DataFrame,
-                  p: NoteChatParams) -> dict[str, Any]:
-    """Dialogues, trace, tables, figure and metrics; returns the headline metrics."""
-    paths = output_paths(p)
+                  templates: dict[str, PromptTemplate], ev: Evaluation, p: NoteChatParams,
+                  paths: dict[str, Path]) -> dict[str, Any]:
+    """Dialogues, trace, tables and figure; returns the headline metrics (not written)."""
     order = list(systems(run))
-    blocks = evaluate.table3_blocks(per_dialogue, order)
+    blocks = ev.blocks(run)
     events = all_events(run)
     write_jsonl(paths["dialogues"], notechat_dialogues(run, clients, templates))
     write_jsonl(paths["baselines"], baseline_dialogues(run, clients))
     write_jsonl(paths["trace"], run.log.trace)
     write_jsonl(paths["malformed"], events)
     write_table(table3_wide(blocks), paths["table3"])
-    atomic_write_text(paths["table3"].with_suffix(".md"), table3_markdown(blocks))
-    write_table(evaluate.table2(per_dialogue, order), paths["table2"], floatfmt=".2f")
-    write_table(per_dialogue, paths["per_dialogue"])
+    atomic_write_text(paths["table3"].with_suffix(".md"), table3_markdown(blocks, ev.notes))
+    write_table(evaluate.table2(ev.per_dialogue, order), paths["table2"], floatfmt=".2f")
+    write_table(ev.per_dialogue, paths["per_dialogue"])
     write_table(calls_table(run), paths["calls"], floatfmt=".2f")
     write_table(events_summary(events), paths["events"])
     coverage = evaluate.coverage_frame({r.note.id: r.coverage_curve() for r in run.notechat
                                         if r.checklist_size})
     write_table(coverage, paths["coverage"])
     save_figure(evaluate.coverage_figure(coverage, p.max_rounds), paths["figure"])
-    stats = headline_metrics(run, blocks, events)
-    write_metrics(stats, paths["metrics"])
-    return stats
+    return headline_metrics(run, blocks, events)
 
 
-def run_stage(p: NoteChatParams, clients: dict[str, LLMClient], seed: int,
-              extractor: ConceptExtractor) -> tuple[StageRun, pd.DataFrame, dict[str, Any]]:
-    """The whole stage without a notebook: generate, evaluate, write."""
+def generate_all(p: NoteChatParams, clients: dict[str, LLMClient], seed: int,
+                 extractor: ConceptExtractor) -> tuple[StageRun, dict[str, PromptTemplate]]:
+    """Notes → NoteChat and baseline dialogues."""
     run = StageRun(load_notes(p, seed))
     templates = load_templates(p)
     run_notechat(run, clients, p, seed, extractor, templates)
     run_baselines(run, clients, p, seed)
-    per_dialogue = evaluate.score_systems(systems(run), run.notes, extractor)
-    stats = write_outputs(run, clients, templates, per_dialogue, p)
-    return run, per_dialogue, stats
+    return run, templates
+
+
+def run_stage(p: NoteChatParams, clients: dict[str, LLMClient], seed: int,
+              extractor: ConceptExtractor, paths: dict[str, Path]
+              ) -> tuple[StageRun, pd.DataFrame, dict[str, Any]]:
+    """The whole stage for given clients and output paths: generate, evaluate, write."""
+    run, templates = generate_all(p, clients, seed, extractor)
+    ev = evaluate_run(run, clients, p, seed, extractor)
+    stats = write_outputs(run, clients, templates, ev, p, paths)
+    return run, ev.per_dialogue, stats
+
+
+@dataclass
+class NoteChatOutputs:
+    """What stage 02 shows: the run, its evaluation, tables and the headline metrics."""
+
+    p: NoteChatParams
+    run: StageRun
+    extractor: ConceptExtractor
+    evaluation: Evaluation
+    paths: dict[str, Path]
+    metrics: dict[str, Any]
+    models: dict[str, str]
+    prompts: dict[str, str]
+
+    @property
+    def notes_overview(self) -> pd.DataFrame:
+        return notes_overview(self.run.notes, self.extractor, self.p)
+
+    @property
+    def first_note_mentions(self) -> pd.DataFrame:
+        return mentions_frame(self.extractor, self.run.notes[0].note)
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        return notechat_summary(self.run.notechat)
+
+    @property
+    def events(self) -> pd.DataFrame:
+        return events_summary(all_events(self.run))
+
+    @property
+    def calls(self) -> pd.DataFrame:
+        return calls_table(self.run)
+
+    def example_dialogue(self, max_turns: int = 12) -> str:
+        """The first note's checklist, coverage curve and first turns, as text."""
+        first = self.run.notechat[0]
+        lines = ["checklist: " + ", ".join(k.display() for pl in first.plays
+                                           for k in pl.checklist.initial),
+                 f"coverage by round: {[round(c, 2) for c in first.coverage_curve()]}", ""]
+        lines += [f"{t.role:>8}: {t.text}" for t in first.turns[:max_turns]]
+        for name, results in self.run.baselines.items():
+            lines += ["", f"[{name}] {results[0].note_id}"]
+            lines += [f"{t.role:>8}: {t.text}" for t in results[0].turns[:6]]
+        return "\n".join(lines)
+
+    @property
+    def table3_markdown(self) -> str:
+        return self.paths["table3"].with_suffix(".md").read_text()
+
+    @property
+    def table2_markdown(self) -> str:
+        return self.paths["table2"].with_suffix(".md").read_text()
+
+
+def run(stage) -> NoteChatOutputs:
+    """Stage 02 end to end: notes, NoteChat, baselines, evaluation; writes the outputs."""
+    p: NoteChatParams = stage.p
+    extractor = load_extractor(p)
+    clients = make_clients(stage.llm, p)
+    with stage.step("generate"):
+        gen, templates = generate_all(p, clients, stage.seed, extractor)
+    stage.check_yield(sum(bool(r.turns) for r in gen.notechat), len(gen.notes),
+                      what="NoteChat dialogues")
+    with stage.step("evaluate"):
+        ev = evaluate_run(gen, clients, p, stage.seed, extractor)
+    paths = output_paths(stage.data_dir, stage.reports_dir)
+    stats = write_outputs(gen, clients, templates, ev, p, paths)
+    rubric = load_rubric(repo_path(p.rubric))
+    return NoteChatOutputs(p, gen, extractor, ev, paths, stats,
+                           {name: c.model_id for name, c in clients.items()},
+                           {**{name: t.sha for name, t in templates.items()},
+                            "polish_rules": rubric.sha})
