@@ -93,6 +93,7 @@ SECTIONS: dict[str, str] = {
     "annotation": "medpref.annotation.config:AnnotationParams",
     "imapscore": "medpref.imap.config:ImapParams",
     "medqa": "medpref.medqa.config:MedQAParams",
+    "training": "medpref.training.config:TrainingParams",
 }
 
 
