@@ -20,8 +20,9 @@ from medpref.params import repo_path
 from medpref.training.config import SFTParams, TrainingProfile
 from medpref.training.profiles import (load_hardware_of, lora_settings, optimizer_steps,
                                        trainer_kwargs)
-from medpref.training.runs import FitResult, finish_checkpoints, fit, run_key, file_digest
-from medpref.training.sft import load_base, portable_path, save_adapter, with_lora
+from medpref.training.runs import (FitResult, file_digest, finish_checkpoints, fit, run_key,
+                                   save_trained_adapter)
+from medpref.training.sft import load_base, portable_path, with_lora
 from medpref.training.sft_data import dialogues_to_sft_examples, split_target
 
 
@@ -109,7 +110,7 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
                        out_dir: str | Path, ckpt_dir: str | Path, profile: TrainingProfile,
                        seed: int, keep_checkpoints: bool = False,
                        task_card: dict[str, Any] | None = None,
-                       callbacks: tuple = ()) -> SFTRun:
+                       callbacks: tuple = (), check_yield=None) -> SFTRun:
     """LoRA SFT with ``SFTTrainer`` (completion-only loss); the adapter goes to
     ``out_dir``. A killed run resumes from its last checkpoint in ``ckpt_dir``."""
     from datasets import Dataset
@@ -119,6 +120,8 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
     set_seed(seed)
     tok, base = load_base(base_path, load_hardware_of(profile))
     data, dropped = drop_too_long(tok, examples, profile.max_length, ("completion",))
+    if check_yield is not None:  # the stage's guard: too many dropped fails before training
+        check_yield(len(data), len(examples))
     if not data:
         raise ValueError(f"no SFT example fits max_length={profile.max_length}")
     model = with_lora(base, lora_settings(profile, base.config.model_type))
@@ -133,6 +136,7 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
     model.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     card = {"kind": "policy_sft", "examples": len(data), "dropped_too_long": dropped,
             "steps": result.steps, **(task_card or {})}
-    save_adapter(model, out_dir, card)
-    finish_checkpoints(ckpt_dir, keep_checkpoints)
+    save_trained_adapter(trainer, model, out_dir, card)
+    if trainer.is_world_process_zero():
+        finish_checkpoints(ckpt_dir, keep_checkpoints)
     return SFTRun(Path(out_dir), len(data), dropped, result, card)

@@ -25,8 +25,8 @@ from medpref.training.dialogue_sft import drop_too_long
 from medpref.training.profiles import (load_hardware_of, lora_settings, optimizer_steps,
                                        trainer_kwargs)
 from medpref.training.runs import (FitResult, file_digest, finish_checkpoints, fit,
-                                   last_logged, run_key)
-from medpref.training.sft import load_base, portable_path, save_adapter
+                                   last_logged, run_key, save_trained_adapter)
+from medpref.training.sft import load_base, portable_path
 from medpref.training.sft_data import turns_to_chat
 
 #: the DPO numbers a run reports (trl's names)
@@ -114,7 +114,8 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
               examples: list[dict[str, Any]], out_dir: str | Path, ckpt_dir: str | Path,
               profile: TrainingProfile, *, beta: float, loss_type: str, seed: int,
               eval_pairs: int | None = None, keep_checkpoints: bool = False,
-              task_card: dict[str, Any] | None = None, callbacks: tuple = ()) -> DPORun:
+              task_card: dict[str, Any] | None = None, callbacks: tuple = (),
+              check_yield=None) -> DPORun:
     """Train one DPO policy on conversational ``examples`` and save its adapter to
     ``out_dir``; resumes from the last checkpoint in ``ckpt_dir`` of the same run."""
     from transformers import set_seed
@@ -122,6 +123,8 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
     set_seed(seed)
     tok, model = policy_model(base_path, sft_adapter, profile)
     data, dropped = drop_too_long(tok, examples, profile.max_length, ("chosen", "rejected"))
+    if check_yield is not None:  # the stage's guard: too many dropped fails before training
+        check_yield(len(data), len(examples))
     if not data:
         raise ValueError(f"no pair fits max_length={profile.max_length}")
     eval_data = data[:eval_pairs] if eval_pairs is not None else data
@@ -135,15 +138,17 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
     result = fit(trainer, ckpt_dir, key)
     evaluation = {k.removeprefix("eval_"): v for k, v in trainer.evaluate().items()
                   if k.removeprefix("eval_") in REWARD_KEYS}
-    policy = trainer.model
-    if "ref" in policy.peft_config:
-        policy.delete_adapter("ref")
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    if "ref" in policy.peft_config and not (trainer.is_deepspeed_enabled
+                                            or trainer.is_fsdp_enabled):
+        policy.delete_adapter("ref")  # the frozen SFT copy is not part of the policy
     policy.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     card = {"kind": "policy_dpo", "pairs": len(data), "dropped_too_long": dropped,
             "steps": result.steps, "beta": beta, "loss_type": loss_type,
             "sft_adapter": portable_path(sft_adapter) if sft_adapter else None,
             **(task_card or {})}
-    save_adapter(policy, out_dir, card)
-    finish_checkpoints(ckpt_dir, keep_checkpoints)
+    save_trained_adapter(trainer, policy, out_dir, card)
+    if trainer.is_world_process_zero():
+        finish_checkpoints(ckpt_dir, keep_checkpoints)
     return DPORun(Path(out_dir), len(data), dropped, result,
                   last_logged(result.train_logs(), REWARD_KEYS), evaluation, card)

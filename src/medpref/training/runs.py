@@ -81,13 +81,41 @@ class FitResult:
 
 
 def fit(trainer, ckpt_dir: str | Path, key: str) -> FitResult:
-    """Train, resuming from the newest checkpoint of the same run when there is one."""
-    resume = prepare_checkpoints(ckpt_dir, key)
+    """Train, resuming from the newest checkpoint of the same run when there is one.
+    Under a distributed launch the main process prepares the folder first."""
+    with trainer.accelerator.main_process_first():
+        resume = prepare_checkpoints(ckpt_dir, key)
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)
     resumed = int(Path(resume).name.split("-")[-1]) if resume else None
     return FitResult(trainer.state.global_step, resumed, time.perf_counter() - t0,
                      list(trainer.state.log_history))
+
+
+def save_trained_adapter(trainer, model, out_dir: str | Path, card: dict[str, Any]) -> None:
+    """Save the trained ``default`` adapter (and its task card) to ``out_dir``, once.
+
+    Single process and DDP: the main process saves with ``sft.save_adapter`` (atomic swap).
+    DeepSpeed / FSDP shard the weights, so every process takes part in the trainer's
+    ``save_model`` (which gathers them) into a staging folder that the main process then
+    swaps in; trl's frozen ``ref`` adapter copy is left out.
+    """
+    from medpref.training.sft import TASK_CARD, save_adapter
+
+    if not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled):
+        if trainer.is_world_process_zero():
+            save_adapter(model, out_dir, card)
+        return
+    out_dir = Path(out_dir)
+    staging = out_dir.with_name(f".{out_dir.name}-staging")
+    trainer.save_model(str(staging))
+    if trainer.is_world_process_zero():
+        shutil.rmtree(staging / "ref", ignore_errors=True)
+        (staging / TASK_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n",
+                                         encoding="utf-8")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        staging.rename(out_dir)
 
 
 def finish_checkpoints(ckpt_dir: str | Path, keep: bool) -> None:
