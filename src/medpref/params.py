@@ -94,6 +94,7 @@ SECTIONS: dict[str, str] = {
     "imapscore": "medpref.imap.config:ImapParams",
     "medqa": "medpref.medqa.config:MedQAParams",
     "simulation": "medpref.simulation.config:SimulationParams",
+    "training": "medpref.training.config:TrainingParams",
 }
 
 
