@@ -140,7 +140,7 @@ def make_setup(patient, rounds=5):
     kbs = build_knowledge_bases(cases, toy_encode, 128)
     return cases, consult.SimulationSetup(
         patient=patient, patient_template=load_prompt("sp_patient"),
-        doctor_template=load_prompt("sp_doctor"), kbs=kbs, encode=toy_encode, rounds=rounds,
+        doctor_template=load_prompt("policy_doctor"), kbs=kbs, encode=toy_encode, rounds=rounds,
         top_k=4, query_rounds=2, end_marker=END, max_sentences=2, patient_max_new_tokens=32,
         doctor_max_new_tokens=32)
 
@@ -181,7 +181,7 @@ def test_lockstep_simulation_respects_the_round_cap_and_the_end_marker():
 
 
 def test_doctor_messages_alternate_roles():
-    msgs = consult.doctor_messages(load_prompt("sp_doctor"), [
+    msgs = consult.doctor_messages(load_prompt("policy_doctor"), [
         Turn(role="patient", text="a"), Turn(role="patient", text="b"),
         Turn(role="doctor", text="c")])
     assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
@@ -303,9 +303,9 @@ def test_next_turn_items_cut_before_answering_doctor_turns():
 
 def test_table3_grid_reads_cells_from_policy_names():
     t2 = pd.DataFrame([{"doctor": "base", "ALL Sym.": 1.0, "ALL Test": 2.0, "ALL Dis.": 3.0},
-                       {"doctor": "dpo/cai_avg_1", "ALL Sym.": 10.0, "ALL Test": 20.0, "ALL Dis.": 30.0},
-                       {"doctor": "dpo/cai_dep_3", "ALL Sym.": 11.0, "ALL Test": 21.0, "ALL Dis.": 31.0}])
-    grid = tables.table3_grid(t2, r"(?P<weighting>avg|dep)[_-]?(?P<trajectory>\d+)")
+                       {"doctor": "grid_avg_1", "ALL Sym.": 10.0, "ALL Test": 20.0, "ALL Dis.": 30.0},
+                       {"doctor": "grid_dep_3", "ALL Sym.": 11.0, "ALL Test": 21.0, "ALL Dis.": 31.0}])
+    grid = tables.table3_grid(t2, r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)")
     avg_sym = grid[(grid.weighting == "avg") & (grid.metric == "Sym.")].iloc[0]
     assert avg_sym["k=1"] == 10.0 and np.isnan(avg_sym["k=3"])
     assert set(grid.weighting) == {"avg", "dep"}
@@ -319,7 +319,7 @@ def test_next_turn_scores_chinese_by_character_and_judges_implication():
     items = nextturn.next_turn_items([d], 1, 0, 8)
     doctor = client(lambda r: "医生：有没有发烧和呕吐？", "doc")
     judge = grading.Judge(client(lambda r: "B. partially", "judge"), mode="generate")
-    res = nextturn.evaluate_next_turn(items, doctor, "doc", load_prompt("sp_doctor"), judge,
+    res = nextturn.evaluate_next_turn(items, doctor, "doc", load_prompt("policy_doctor"), judge,
                                       load_prompt("sp_gpt_distance"), 32)
     row = res.items[0]
     assert row["prediction"] == "有没有发烧和呕吐？"
@@ -329,21 +329,19 @@ def test_next_turn_scores_chinese_by_character_and_judges_implication():
     assert row["implication"] == "partially" and res.summary["gpd"] == pytest.approx(1.0)
 
 
-def test_case_subset_spans_departments_and_policies_are_discovered(tmp_path):
+def test_case_subset_spans_departments_and_doctors_add_trained_policies():
     from medpref.simulation.config import DoctorConfig
-    from medpref.simulation.doctors import all_doctors
+    from medpref.simulation.doctors import all_doctors, grid_cell
     from medpref.simulation.stage import select_cases
 
     cases = [case("a1", "im"), case("a2", "im"), case("b1", "surgery"), case("c1", "peds")]
     assert [c.id for c in select_cases(cases, 3, None)] == ["a1", "b1", "c1"]
     assert [c.id for c in select_cases(cases, None, ["a2"])] == ["a2"]
-    for name in ("sft", "dpo/cai_avg_1", "dpo/cai_avg_1/checkpoint-2"):
-        (tmp_path / name).mkdir(parents=True)
-        (tmp_path / name / "adapter_config.json").write_text("{}")
-    docs = all_doctors([DoctorConfig(name="base")], tmp_path, "policy")
-    assert [d.name for d in docs] == ["base", "dpo/cai_avg_1", "sft"]
-    assert docs[1].adapter == str(tmp_path / "dpo/cai_avg_1")
-    assert all_doctors([DoctorConfig(name="base")], tmp_path / "missing", "policy")[0].name == "base"
+    trained = [DoctorConfig(name="sft", adapter="x/sft"), DoctorConfig(name="base", adapter="y")]
+    docs = all_doctors([DoctorConfig(name="base")], trained)
+    assert [(d.name, d.adapter) for d in docs] == [("base", None), ("sft", "x/sft")]
+    pattern = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
+    assert grid_cell("grid_dep_3", pattern) == ("dep", 3) and grid_cell("cai_dep", pattern) is None
 
 
 def test_grader_validation_agreement_table():

@@ -76,12 +76,11 @@ class SimulationParams(StrictModel):
     n_cases: int | None = Field(3, ge=1)              # a seeded subset, one per department first
     case_ids: list[str] | None = None                 # overrides n_cases
     rounds: int = Field(3, ge=1, le=50)               # paper: 5
-    doctor_prompt: str = "sp_doctor"
+    doctor_prompt: str = "policy_doctor"                # the prompt the policies trained with
     doctor_max_new_tokens: int = Field(96, ge=4, le=4096)
     doctor_temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
     doctors: list[DoctorConfig] = Field(default_factory=lambda: [DoctorConfig(name="base")])
-    policies_dir: str | None = "data/05_training"     # every LoRA adapter below it is a doctor
-    policies_role: str = "policy"
+    trained_policies: bool = True      # add stage 05's trained policies (SFT, each DPO run)
     embedding_model: str = "models/all-minilm-l6-v2"
     patient: PatientParams = Field(default_factory=PatientParams)
     grader: GraderParams = Field(default_factory=GraderParams)
@@ -91,7 +90,7 @@ class SimulationParams(StrictModel):
     rem_role: str = "rem"
     rules: str = "configs/rules/plpf_flowchart.yaml"
     rem_icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
-    grid_pattern: str = r"(?P<weighting>avg|dep)[_-]?(?P<trajectory>\d+)"
+    grid_pattern: str = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
     table6_policies: dict[str, str] = Field(default_factory=lambda: {
         "GPT4": "gpt4_rank", "Rethinker": "agent_norerank", "Rethinker+GPT4": "agent"})
     guard: GuardParams = Field(default_factory=GuardParams)

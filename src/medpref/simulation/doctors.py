@@ -1,39 +1,33 @@
 """Which doctors the SP test evaluates: the configured roles plus every trained policy.
 
-A trained policy is a LoRA adapter folder (it holds ``adapter_config.json``) under
-``simulation.policies_dir``; it is evaluated as the policy role's base model + that
-adapter, named by its path below the folder (``dpo/cai_dep_3`` …). The PLPF Table 3
-cell of a policy (weighting × trajectory length) is read from its name.
+Trained policies come from stage 05 (:func:`medpref.training.policies.trained_policies`:
+the SFT run and each DPO run that trained); each is the policy role's base model + that
+run's LoRA adapter, named by its run (``sft``, ``cai_dep``, ``grid_avg_1`` …). The PLPF
+Table 3 cell of a policy (weighting × trajectory length) is read from its name.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from pathlib import Path
 
 from medpref.simulation.config import DoctorConfig
 
 
-def discover_policies(root: Path, role: str) -> list[DoctorConfig]:
-    """Every adapter folder below ``root`` (sorted; none when ``root`` is absent)."""
-    if not root.is_dir():
-        return []
-    found = sorted(p.parent for p in root.rglob("adapter_config.json")
-                   if not any(part.startswith("checkpoint-") for part in p.parts))
-    return [DoctorConfig(name=str(p.relative_to(root)).replace("\\", "/"), role=role,
-                         adapter=str(p)) for p in found]
+def trained_doctors(params) -> list[DoctorConfig]:
+    """Stage 05's trained policies as doctors (none before stage 05 has run)."""
+    from medpref.training.policies import trained_policies
+
+    base_role = params.training.base_role
+    return [DoctorConfig(name=p.run, role=base_role, adapter=p.adapter)
+            for p in trained_policies(params)]
 
 
-def all_doctors(configured: Sequence[DoctorConfig], root: Path | None,
-                role: str) -> list[DoctorConfig]:
-    """The configured doctors, then discovered policies not already configured."""
+def all_doctors(configured: Sequence[DoctorConfig], trained: Sequence[DoctorConfig]
+                ) -> list[DoctorConfig]:
+    """The configured doctors, then trained policies not already configured by name."""
     names = {d.name for d in configured}
-    adapters = {str(Path(d.adapter).resolve()) for d in configured if d.adapter}
-    extra = [] if root is None else [d for d in discover_policies(root, role)
-                                     if d.name not in names
-                                     and str(Path(d.adapter).resolve()) not in adapters]
-    return [*configured, *extra]
+    return [*configured, *[d for d in trained if d.name not in names]]
 
 
 def grid_cell(name: str, pattern: str) -> tuple[str, int] | None:
@@ -43,5 +37,5 @@ def grid_cell(name: str, pattern: str) -> tuple[str, int] | None:
 
 
 def table6_policy(name: str, wanted: str) -> bool:
-    """Whether a policy's last path part is the one Table 6 names (exact match)."""
-    return name.rsplit("/", 1)[-1] == wanted
+    """Whether a policy is the one a Table 6 column names (its run name, exactly)."""
+    return name == wanted

@@ -1,7 +1,9 @@
 """Stage 06's run: the Standardized Patient test and the next-turn evaluation.
 
 :func:`run` does, for every doctor under test (the configured roles and every trained
-policy found under ``simulation.policies_dir``):
+policy found under ``simulation.trained_policies``):
+
+(stage 05's trained policies: SFT and each DPO run)
 
 1. the SP consultations on the case subset, in lock-step across cases
    (:func:`medpref.simulation.consult.simulate`), and the patient's honesty counts;
@@ -29,7 +31,7 @@ from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
 from medpref.simulation import consult, grading, nextturn, tables
 from medpref.simulation.config import DoctorConfig, SimulationParams
-from medpref.simulation.doctors import all_doctors
+from medpref.simulation.doctors import all_doctors, trained_doctors
 from medpref.simulation.knowledge import build_knowledge_bases
 from medpref.simulation.patient import patient_fidelity
 from medpref.simulation.validation import validate_grader
@@ -201,8 +203,7 @@ def run(stage) -> SimulationOutputs:
         items = nextturn.next_turn_items(held_out_dialogues(p), p.next_turn.cuts_per_dialogue,
                                          stage.seed, p.next_turn.history_max_turns)
     gpd_judge = make_judge(stage, p, p.next_turn.gpd_role)
-    doctors = all_doctors(p.doctors, repo_path(p.policies_dir) if p.policies_dir else None,
-                          p.policies_role)
+    doctors = all_doctors(p.doctors, trained_doctors(stage.params) if p.trained_policies else [])
     scorer = flowchart = None
     if p.rem_radar:
         scorer, flowchart, rem_mode = rem_scorer(stage, p)
