@@ -178,6 +178,12 @@ def test_lockstep_simulation_respects_the_round_cap_and_the_end_marker():
     assert by_id["sp-a"].turns[2].text == "I had a fever. Also something."   # two sentences
     step = by_id["sp-a"].steps[1]
     assert step["speaker"] == "patient" and len(step["chunks"]) == 4
+    assert step["query"].startswith("Patient: sp-a: cough")         # round 1: opening + D1
+    q3 = by_id["sp-a"].steps[5]["query"]                               # round 3: D2, P2, D3
+    assert q3.splitlines()[0] == "Doctor: Question 2: any fever?" and "sp-a: cough" not in q3
+    assert q3.splitlines()[-1] == "Doctor: Question 3: any fever?"
+    prompt = patient.backend.requests[-1].messages[-1]["content"]      # what the patient saw
+    assert "Doctor: Question 5: any fever?" in prompt and "[4] " in prompt
 
 
 def test_doctor_messages_alternate_roles():

@@ -71,7 +71,7 @@ class NextTurnParams(StrictModel):
 class SimulationParams(StrictModel):
     cases: str = "data/embedded/sp_cases.jsonl"       # contract "SP case" (source embedded)
     source: Literal["embedded", "agentclinic", "cspt"] = "embedded"
-    source_root: str | None = None                    # adapters: None = ../shared/data
+    source_root: str | None = None    # agentclinic: None = ../shared/data; cspt: its folder/zip
     source_limit: int | None = Field(None, ge=1)      # adapters: records read
     n_cases: int | None = Field(3, ge=1)              # a seeded subset, one per department first
     case_ids: list[str] | None = None                 # overrides n_cases

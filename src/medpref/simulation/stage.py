@@ -88,7 +88,10 @@ def load_cases(p: SimulationParams) -> list[SPCase]:
     if p.source == "agentclinic":
         return adapters.agentclinic_cases(p.source_root, p.source_limit)
     if p.source == "cspt":
-        return adapters.cspt_cases(p.source_root, p.source_limit)
+        if not p.source_root:
+            raise ValueError("simulation.source 'cspt' needs simulation.source_root (the "
+                             "CSPT folder or zip)")
+        return adapters.cspt_cases(repo_path(p.source_root))[:p.source_limit]
     return read_jsonl(repo_path(p.cases), SPCase)
 
 
