@@ -216,6 +216,8 @@ def keyword_judge(req):
     if "How many different candidate diseases" in text:
         turn = text.split("Doctor's reply: ")[1].split("\n")[0]
         return str(len(re.findall(r"pneumonia|bronchitis|asthma|lung cancer", turn)))
+    if "Predicted reply:" in text:
+        return "C"
     item = re.search(r"Checklist item \([^)]*\): (.+)", text).group(1).strip()
     doctor_lines = [ln for ln in text.splitlines() if ln.startswith("Doctor:")]
     if item == "phlegm":
@@ -370,3 +372,61 @@ def test_grader_validation_agreement_table():
     assert table.loc["diseases", "accuracy"] == 1.0
     # gold T F T F T vs predicted T F T F F: p_o = .8, p_e = .6·.4 + .4·.6 = .48
     assert table.loc["all", "kappa"] == pytest.approx((0.8 - 0.48) / 0.52)
+
+
+def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
+    import json
+
+    from medpref.contracts import write_jsonl
+    from medpref.medqa import database
+    from medpref.params import parse_params
+    from medpref.simulation import stage as sim_stage
+    from medpref.stagekit import Stage, StageFailed
+
+    cases = [case("sp-a", "internal_medicine"), case("sp-b", "surgery", tests=())]
+    write_jsonl(tmp_path / "cases.jsonl", cases)
+    params = parse_params({"simulation": {
+        "cases": str(tmp_path / "cases.jsonl"), "n_cases": None, "rounds": 2,
+        "trained_policies": False, "rem_radar": False, "grader": {"mode": "generate",
+                                                                 "graded_items": None},
+        "next_turn": {"n_dialogues": 2},
+        "doctors": [{"name": "base", "role": "policy"}, {"name": "silent", "role": "mute"}]}})
+
+    def doctor(req):
+        n = sum(m["role"] == "assistant" for m in req.messages)
+        return ["Do you have a fever?", "This is pneumonia. Get a chest X-ray."][min(n, 1)]
+
+    clients = {"policy": client(doctor, "policy"), "mute": client(lambda r: "", "mute"),
+               "patient": client(lambda r: "Yes, since Monday.", "patient"),
+               "judge": client(keyword_judge, "judge")}
+
+    class TmpStage(Stage):
+        data_dir = property(lambda self: tmp_path / "data")
+        reports_dir = property(lambda self: tmp_path / "reports")
+
+        def role(self, name, **overrides):
+            return clients[name]
+
+    monkeypatch.setattr(database, "load_encoder", lambda *a, **k: toy_encode)
+    st = TmpStage(name="06_simulation", params=params)
+    out = sim_stage.run(st)
+    t2 = out.table2.set_index("doctor")
+    assert t2.loc["base", "ALL Sym."] == 50.0          # each case: fever asked, phlegm not
+    assert t2.loc["base", "ALL Test"] == 100.0 and t2.loc["base", "ALL Dis."] == 100.0
+    assert t2.loc["base", "surgery empty"] == "Test 1"
+    assert t2.loc["silent", "ALL Sym."] == 0.0
+    assert set(out.next_turn["doctor"]) == {"base", "silent"}
+    lines = (tmp_path / "data" / "transcripts.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[0])["rounds"] == 2
+    assert (tmp_path / "reports" / "table2.md").exists()
+    assert out.metrics["sp/base"]["Sym."] == 50.0
+    # a doctor whose every call fails produces nothing: the guard stops the stage
+    failing = ScriptedBackend(lambda r: "")
+    failing.generate = lambda reqs, cb=None: [
+        (cb and cb(i, c)) or c for i, c in enumerate(
+            __import__("medpref.llm.types", fromlist=["Completion"]).Completion(
+                text="", error="boom") for _ in reqs)]
+    clients["policy"] = LLMClient("policy", failing, GenerationParams(), ledger=Ledger("t"))
+    clients["mute"] = clients["policy"]
+    with pytest.raises(StageFailed):
+        sim_stage.run(TmpStage(name="06_simulation", params=params))

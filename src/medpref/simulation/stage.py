@@ -174,12 +174,27 @@ def compliance_of(consults, scorer, flowchart) -> pd.DataFrame:
 
 # -- the run -------------------------------------------------------------------------------
 
-def run(stage) -> SimulationOutputs:
-    p: SimulationParams = stage.p
+@dataclass
+class Harness:
+    """What every doctor's evaluation shares: cases, knowledge bases, judges, templates."""
+
+    cases: list[SPCase]
+    encode: Any
+    kbs: dict
+    templates: dict
+    setup: consult.SimulationSetup
+    grading: grading.GradingSetup
+    gpd_judge: grading.Judge
+    items: list[nextturn.NextTurnItem]
+    scorer: Any = None
+    flowchart: Any = None
+    rem_mode: str = ""
+
+
+def build_harness(stage, p: SimulationParams) -> Harness:
     from medpref.medqa.database import load_encoder
 
     cases = select_cases(load_cases(p), p.n_cases, p.case_ids)
-    case_map = {c.id: c for c in cases}
     with stage.step("knowledge bases"):
         encode = load_encoder(repo_path(p.embedding_model))
         kbs = build_knowledge_bases(cases, encode, p.patient.chunk_tokens)
@@ -201,44 +216,65 @@ def run(stage) -> SimulationOutputs:
         encode=encode if p.grader.fallback == "embedding" else None,
         pass_threshold=p.grader.pass_threshold, max_candidates=p.grader.max_candidates,
         fallback_threshold=p.grader.fallback_threshold)
-    items = []
-    if p.next_turn.enabled:
-        items = nextturn.next_turn_items(held_out_dialogues(p), p.next_turn.cuts_per_dialogue,
-                                         stage.seed, p.next_turn.history_max_turns)
-    gpd_judge = make_judge(stage, p, p.next_turn.gpd_role)
-    doctors = all_doctors(p.doctors, trained_doctors(stage.params) if p.trained_policies else [])
-    scorer = flowchart = None
+    items = (nextturn.next_turn_items(held_out_dialogues(p), p.next_turn.cuts_per_dialogue,
+                                      stage.seed, p.next_turn.history_max_turns)
+             if p.next_turn.enabled else [])
+    h = Harness(cases, encode, kbs, templates, setup, gsetup,
+                make_judge(stage, p, p.next_turn.gpd_role), items)
     if p.rem_radar:
-        scorer, flowchart, rem_mode = rem_scorer(stage, p)
+        h.scorer, h.flowchart, h.rem_mode = rem_scorer(stage, p)
+    return h
 
-    consults_all, grades_all, fid_rows, nt_rows, nt_items, comp = [], [], [], [], [], {}
-    model_ids = {}
+
+@dataclass
+class DoctorResult:
+    consults: list[consult.Consultation]
+    grades: list[grading.ItemGrade]
+    fidelity: list[dict]
+    next_turn: nextturn.NextTurnResult | None
+    compliance: pd.DataFrame | None
+
+
+def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, client
+                    ) -> DoctorResult:
+    """One doctor: SP consultations, checklist grades, patient honesty, next turn, REM."""
+    consults = consult.simulate(h.cases, client, d.name, h.setup)
+    grades = grading.grade_consultations(consults, {c.id: c for c in h.cases}, h.grading)
+    fid = consult_rows(consults, h.kbs, h.encode, p)
+    nt = None
+    if h.items:
+        nt = nextturn.evaluate_next_turn(h.items, client, d.name, h.templates[p.doctor_prompt],
+                                         h.gpd_judge, h.templates[p.next_turn.gpd_prompt],
+                                         p.next_turn.max_new_tokens)
+    comp = compliance_of(consults, h.scorer, h.flowchart) if h.scorer is not None else None
+    return DoctorResult(consults, grades, fid, nt, comp)
+
+
+def doctors_of(stage, p: SimulationParams) -> list[DoctorConfig]:
+    trained = []
+    if p.trained_policies and "training" in stage.params.raw:
+        trained = trained_doctors(stage.params)
+    return all_doctors(p.doctors, trained)
+
+
+def run(stage) -> SimulationOutputs:
+    p: SimulationParams = stage.p
+    h = build_harness(stage, p)
+    doctors = doctors_of(stage, p)
+    results, model_ids = {}, {}
     for d in doctors:
         client = doctor_client(stage, d)
         model_ids[d.name] = client.model_id
         with stage.step(f"doctor {d.name}"):
-            consults = consult.simulate(cases, client, d.name, setup)
-            grades = grading.grade_consultations(consults, case_map, gsetup)
-            fid_rows += consult_rows(consults, kbs, encode, p)
-            if items:
-                res = nextturn.evaluate_next_turn(items, client, d.name,
-                                                  templates[p.doctor_prompt], gpd_judge,
-                                                  templates[p.next_turn.gpd_prompt],
-                                                  p.next_turn.max_new_tokens)
-                nt_rows.append(res.summary)
-                nt_items += res.items
-            if scorer is not None:
-                comp[d.name] = compliance_of(consults, scorer, flowchart)
-        consults_all += consults
-        grades_all += grades
-
+            results[d.name] = evaluate_doctor(stage, p, h, d, client)
     with stage.step("grader validation"):
-        validation = grader_validation(p, gsetup)
-    produced = sum(1 for c in consults_all if c.doctor_turns)
-    stage.check_yield(produced, len(cases) * len(doctors), what="consultations")
-    out = assemble(p, consults_all, grades_all, fid_rows, nt_rows, comp, validation, doctors,
-                   model_ids, templates)
-    write_outputs(stage, out, nt_items)
+        validation = grader_validation(p, h.grading)
+    consults = [c for r in results.values() for c in r.consults]
+    stage.check_yield(sum(1 for c in consults if c.doctor_turns), len(h.cases) * len(doctors),
+                      what="consultations")
+    out = assemble(p, results, validation, doctors, model_ids, h)
+    write_outputs(stage, out, [row for r in results.values() if r.next_turn
+                               for row in r.next_turn.items])
     return out
 
 
@@ -249,25 +285,29 @@ def grader_validation(p: SimulationParams, gsetup) -> pd.DataFrame:
     return validate_grader(read_jsonl(path, SPGradedItem), gsetup)
 
 
-def assemble(p, consults, grades, fid_rows, nt_rows, comp, validation, doctors, model_ids,
-             templates) -> SimulationOutputs:
+def assemble(p, results: dict[str, DoctorResult], validation, doctors, model_ids,
+             h: Harness) -> SimulationOutputs:
+    consults = [c for r in results.values() for c in r.consults]
+    grades = [g for r in results.values() for g in r.grades]
     per_case = pd.DataFrame(per_case_rows(consults, grades))
     t2 = tables.table2(per_case.to_dict("records"))
-    nt = pd.DataFrame(nt_rows)
-    comp_long = pd.concat([t.assign(doctor=d) for d, t in comp.items() if not t.empty],
-                          ignore_index=True) if comp else pd.DataFrame()
+    nt = pd.DataFrame([r.next_turn.summary for r in results.values() if r.next_turn])
+    comp = {d: r.compliance for d, r in results.items()
+            if r.compliance is not None and not r.compliance.empty}
+    comp_long = (pd.concat([t.assign(doctor=d, rem=h.rem_mode) for d, t in comp.items()],
+                           ignore_index=True) if comp else pd.DataFrame())
     out = SimulationOutputs(
         consultations=consults, grades=grades, table2=t2, per_case=per_case,
-        fidelity=tables.fidelity_table(fid_rows), next_turn=nt, compliance=comp_long,
-        grid=tables.table3_grid(t2, p.grid_pattern), table6=tables.table6(t2, nt, p.table6_policies),
-        grader_validation=validation, doctors=doctors, model_ids=model_ids,
-        prompts={n: t.sha for n, t in templates.items()})
+        fidelity=tables.fidelity_table([f for r in results.values() for f in r.fidelity]),
+        next_turn=nt, compliance=comp_long, grid=tables.table3_grid(t2, p.grid_pattern),
+        table6=tables.table6(t2, nt, p.table6_policies), grader_validation=validation,
+        doctors=doctors, model_ids=model_ids,
+        prompts={n: t.sha for n, t in h.templates.items()})
     out.metrics = metrics_of(out)
     if comp:
         from medpref.rem.compliance import radar_plot
 
-        usable = {d: t for d, t in comp.items() if not t.empty}
-        out.radar = radar_plot(usable, title="Rule compliance of SP transcripts") if usable else None
+        out.radar = radar_plot(comp, title=f"Rule compliance of SP transcripts (REM: {h.rem_mode})")
     return out
 
 
