@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from medpref.contracts import Dialogue, Turn
-from medpref.data.build_unlabeled import build_unlabeled
-from medpref.data.sampling import (ContinuationError, SamplingParams, parse_continuation,
-                                   sample_splits, split_at, split_points)
+from medpref.sampling.build import build_unlabeled
+from medpref.sampling.config import SamplingParams
+from medpref.sampling.trajectory import (ContinuationError, parse_continuation, sample_splits,
+                                         split_at, split_points)
 
 
 def _dialogue(did: str, rounds: int, style: str = "collect_then_diagnose") -> Dialogue:
@@ -122,3 +123,58 @@ def test_build_unlabeled_records_malformed_retries_and_drops(scripted_client):
     assert gen.source == "generated" and gen.response == "Any red flags?"
     assert [t.role for t in gen.future] == ["patient", "doctor"]
     assert item.meta["exemplar_id"] != item.meta["dialogue_id"]
+
+
+# -- the stage: yield guard before any output --------------------------------------------
+def _stage(tmp_path, monkeypatch, scripted_client, responder, **update):
+    from medpref.params import load_params
+    from medpref.stagekit import Stage
+
+    monkeypatch.setattr(Stage, "data_dir", property(lambda self: tmp_path / "data"))
+    monkeypatch.setattr(Stage, "reports_dir", property(lambda self: tmp_path / "reports"))
+    params = load_params()
+    params._sections["sampling"] = params.sampling.model_copy(
+        update={"n_items": 4, "future_rounds": 2, **update})
+    stage = Stage(name="01_sampling", params=params)
+    client = scripted_client(responder, role="annotator")
+
+    class _Session:
+        ledger = client.ledger
+
+        def role(self, name, **overrides):
+            return client
+
+        def write_ledger(self, path):
+            return self.ledger.write(path)
+
+        def close(self):
+            pass
+
+    stage._llm = _Session()
+    return stage
+
+
+def test_stage_writes_the_items_and_reports(tmp_path, monkeypatch, scripted_client):
+    from medpref.sampling import stage as sampling_stage
+
+    stage = _stage(tmp_path, monkeypatch, scripted_client,
+                   lambda r: "Any red flags? Patient: none\nDoctor: Then we watch and wait.")
+    out = sampling_stage.run(stage)
+    assert len(out.items) == 4 and out.metrics["items_written"] == 4
+    written = (tmp_path / "data" / "unlabeled.jsonl").read_text().splitlines()
+    assert len(written) == 4
+    assert (tmp_path / "reports" / "summary.csv").exists()
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    assert (tmp_path / "reports" / "timings.json").exists()
+    assert "wall_s" not in (tmp_path / "reports" / "metrics.json").read_text()
+
+
+def test_stage_with_too_few_items_fails_and_writes_nothing(tmp_path, monkeypatch,
+                                                          scripted_client):
+    from medpref.sampling import stage as sampling_stage
+    from medpref.stagekit import StageFailed
+
+    stage = _stage(tmp_path, monkeypatch, scripted_client, lambda r: "Patient: I feel worse.")
+    with pytest.raises(StageFailed, match=r"stage sampling failed: 0 of 4 items produced"):
+        sampling_stage.run(stage)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "reports").exists()

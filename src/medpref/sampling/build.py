@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 
 from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl
-from medpref.data.sampling import (ContinuationError, SamplingParams, Split, choose_exemplar,
-                                   continuation_messages, make_item, parse_continuation,
-                                   sample_splits)
+from medpref.sampling.config import SamplingParams
+from medpref.sampling.trajectory import (ContinuationError, Split, choose_exemplar,
+                                         continuation_messages, make_item, parse_continuation,
+                                         sample_splits)
 from medpref.llm.client import LLMClient
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
@@ -100,10 +100,3 @@ def metrics(result: UnlabeledSet, n_requested: int) -> dict:
     return {"items_requested": n_requested, "items_written": len(result.items),
             "items_dropped": dropped, "malformed_continuations": len(result.rejected),
             "yield": round(len(result.items) / max(1, n_requested), 4)}
-
-
-def output_paths(p: SamplingParams) -> dict[str, Path]:
-    reports = repo_path(p.reports)
-    return {"items": repo_path(p.output), "rejected": reports / "rejected.jsonl",
-            "summary": reports / "summary.md", "metrics": reports / "metrics.json",
-            "ledger": reports / "ledger.json", "provenance": reports / "provenance.json"}
