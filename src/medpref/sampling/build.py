@@ -8,6 +8,8 @@ import pandas as pd
 
 from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl
 from medpref.sampling.config import SamplingParams
+from medpref.sampling.rounds import (RoundSettings, Trajectory, complete_rounds,
+                                     extend_trajectories)
 from medpref.sampling.trajectory import (ContinuationError, Split, choose_exemplar,
                                          continuation_messages, make_item, parse_continuation,
                                          sample_splits)
@@ -34,11 +36,17 @@ class UnlabeledSet:
     items: list[UnlabeledItem]
     rejected: list[dict] = field(default_factory=list)
     prompt_sha: str = ""
+    round_records: list[dict] = field(default_factory=list)  # round-by-round raw answers
+    short: list[dict] = field(default_factory=list)  # items whose futures fall short
+    prompt_shas: dict[str, str] = field(default_factory=dict)
 
 
 def build_unlabeled(p: SamplingParams, client: LLMClient, seed: int,
-                    dialogues: list[Dialogue], pool: list[Dialogue]) -> UnlabeledSet:
-    """Every split gets a generated candidate, or is recorded as rejected and dropped."""
+                    dialogues: list[Dialogue], pool: list[Dialogue],
+                    round_clients: dict[str, LLMClient] | None = None) -> UnlabeledSet:
+    """Every split gets a generated candidate, or is recorded as rejected and dropped;
+    generated futures shorter than ``future_rounds`` are then continued round by round
+    (``round_clients``: the patient and doctor roles; default: ``client`` plays both)."""
     template = load_prompt(p.prompt)
     splits = sample_splits(dialogues, p.n_items, p.future_rounds, p.min_future_rounds, seed)
     pending: dict[int, Split] = dict(enumerate(splits))
@@ -70,10 +78,72 @@ def build_unlabeled(p: SamplingParams, client: LLMClient, seed: int,
                 continue
             accepted[i] = (cont, {"exemplar_id": exemplars[i].id, "attempt": attempt,
                                   "generator": client.model_id, "prompt_sha": template.sha,
-                                  "parse_notes": cont.notes})
+                                  "parse_notes": cont.notes}, exemplars[i])
             del pending[i]
-    items = [make_item(n + 1, splits[i], *accepted[i]) for n, i in enumerate(sorted(accepted))]
-    return UnlabeledSet(items, rejected, template.sha)
+    rounds = complete_futures(p, accepted, splits, round_clients or
+                              {"patient": client, "doctor": client}, seed)
+    items = [make_item(n + 1, splits[i], *accepted[i][:2])
+             for n, i in enumerate(sorted(accepted))]
+    short = short_futures(items, p.future_rounds)
+    return UnlabeledSet(items, rejected, template.sha, rounds.records, short,
+                        {template.name: template.sha, **rounds.prompt_shas})
+
+
+@dataclass
+class CompletedFutures:
+    records: list[dict] = field(default_factory=list)
+    prompt_shas: dict[str, str] = field(default_factory=dict)
+
+
+def complete_futures(p: SamplingParams, accepted: dict[int, tuple], splits: list[Split],
+                     clients: dict[str, LLMClient], seed: int) -> CompletedFutures:
+    """Continue the accepted generated futures to ``future_rounds`` complete rounds (in
+    place: each continuation's future and meta are updated)."""
+    trajectories = [Trajectory(i, splits[i].history, cont.response, cont.future, exemplar)
+                    for i, (cont, _, exemplar) in sorted(accepted.items())]
+    out = CompletedFutures()
+    if p.rounds.enabled:
+        prompts = {"patient": load_prompt(p.rounds.patient_prompt),
+                   "doctor": load_prompt(p.rounds.doctor_prompt)}
+        settings = RoundSettings(rounds=p.future_rounds, max_new_tokens=p.rounds.max_new_tokens,
+                                 retries=p.rounds.retries,
+                                 retry_temperature=p.rounds.retry_temperature,
+                                 history_max_turns=p.history_max_turns,
+                                 exemplar_max_turns=p.exemplar_max_turns, seed=seed)
+        out.records = extend_trajectories(trajectories, clients, prompts, settings).records
+        out.prompt_shas = {t.name: t.sha for t in prompts.values()}
+    for t in trajectories:
+        cont, meta, _ = accepted[t.key]
+        cont.future = t.future
+        meta.update(one_shot_rounds=t.one_shot_rounds,
+                    round_by_round_turns=len(t.future) - 2 * t.one_shot_rounds,
+                    round_by_round_failure=t.failed)
+    return out
+
+
+def short_futures(items: list[UnlabeledItem], rounds: int) -> list[dict]:
+    """Every candidate with fewer complete future rounds than asked (kept, and reported)."""
+    return [{"item_id": item.id, "source": c.source, "complete_rounds":
+             complete_rounds(c.future), "requested": rounds,
+             "failure": (item.meta or {}).get("round_by_round_failure")
+             if c.source == "generated" else "the real dialogue ends"}
+            for item in items for c in item.candidates if complete_rounds(c.future) < rounds]
+
+
+def rounds_distribution(result: UnlabeledSet, rounds: int) -> pd.DataFrame:
+    """Candidates per number of complete future rounds: sampled, generated after the
+    one-shot continuation, and generated after round-by-round completion."""
+    counts: dict[str, list[int]] = {"sampled": [], "generated (one-shot)": [],
+                                    "generated": []}
+    for item in result.items:
+        for c in item.candidates:
+            counts[c.source].append(complete_rounds(c.future))
+            if c.source == "generated":
+                counts["generated (one-shot)"].append(
+                    (item.meta or {}).get("one_shot_rounds", complete_rounds(c.future)))
+    rows = [{"complete_rounds": r, **{k: v.count(r) for k, v in counts.items()}}
+            for r in range(rounds + 1)]
+    return pd.DataFrame(rows)
 
 
 def summarise(result: UnlabeledSet, n_requested: int) -> pd.DataFrame:
@@ -95,8 +165,16 @@ def summarise(result: UnlabeledSet, n_requested: int) -> pd.DataFrame:
     return table.reset_index()
 
 
-def metrics(result: UnlabeledSet, n_requested: int) -> dict:
+def metrics(result: UnlabeledSet, n_requested: int, rounds: int | None = None) -> dict:
     dropped = n_requested - len(result.items)
-    return {"items_requested": n_requested, "items_written": len(result.items),
-            "items_dropped": dropped, "malformed_continuations": len(result.rejected),
-            "yield": round(len(result.items) / max(1, n_requested), 4)}
+    out = {"items_requested": n_requested, "items_written": len(result.items),
+           "items_dropped": dropped, "malformed_continuations": len(result.rejected),
+           "yield": round(len(result.items) / max(1, n_requested), 4)}
+    if rounds is not None:
+        n = max(1, len(result.items))
+        short_items = {s["item_id"] for s in result.short}
+        generated_short = {s["item_id"] for s in result.short if s["source"] == "generated"}
+        out.update(future_rounds_requested=rounds,
+                   items_with_full_futures=len(result.items) - len(short_items),
+                   generated_full_rounds_share=round(1 - len(generated_short) / n, 4))
+    return out

@@ -18,7 +18,8 @@ import pandas as pd
 from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl, write_jsonl
 from medpref.params import repo_path
 from medpref.reports import write_table
-from medpref.sampling.build import build_unlabeled, load_source_dialogues, metrics, summarise
+from medpref.sampling.build import (build_unlabeled, load_source_dialogues, metrics,
+                                    rounds_distribution, summarise)
 from medpref.stagekit import Stage
 
 ITEMS = "unlabeled.jsonl"
@@ -32,6 +33,8 @@ class SamplingOutputs:
     rejected: list[dict]
     summary: pd.DataFrame
     metrics: dict[str, Any]
+    rounds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    short: list[dict] = field(default_factory=list)
     models: dict[str, str] = field(default_factory=dict)
     prompts: dict[str, str] = field(default_factory=dict)
     n_dialogues: int = 0
@@ -45,15 +48,24 @@ def run(stage: Stage) -> SamplingOutputs:
         dialogues = load_source_dialogues(p)
         pool = read_jsonl(repo_path(p.exemplar_pool), Dialogue)
     annotator = stage.role(p.role, max_new_tokens=p.max_new_tokens)
+    speakers = {"patient": stage.role(p.rounds.patient_role),
+                "doctor": stage.role(p.rounds.doctor_role)}
     with stage.step("generate"):
-        result = build_unlabeled(p, annotator, stage.seed, dialogues, pool)
+        result = build_unlabeled(p, annotator, stage.seed, dialogues, pool, speakers)
     stage.check_yield(len(result.items), p.n_items)
     with stage.step("write"):
         write_jsonl(stage.data(ITEMS), result.items)
+        write_jsonl(stage.data("round_answers.jsonl"), result.round_records)
         write_jsonl(stage.report("rejected.jsonl"), result.rejected)
+        write_jsonl(stage.report("short_futures.jsonl"), result.short)
         summary = summarise(result, p.n_items)
         write_table(summary, stage.report("summary"))
-    return SamplingOutputs(result.items, result.rejected, summary, metrics(result, p.n_items),
-                           models={p.role: annotator.model_id},
-                           prompts={p.prompt: result.prompt_sha},
+        rounds = rounds_distribution(result, p.future_rounds)
+        write_table(rounds, stage.report("future_rounds"))
+    models = {p.role: annotator.model_id}
+    if p.rounds.enabled:
+        models.update({f"{k}_rounds": c.model_id for k, c in speakers.items()})
+    return SamplingOutputs(result.items, result.rejected, summary,
+                           metrics(result, p.n_items, p.future_rounds), rounds, result.short,
+                           models=models, prompts=result.prompt_shas,
                            n_dialogues=len(dialogues), n_exemplars=len(pool))
