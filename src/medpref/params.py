@@ -87,7 +87,7 @@ class SharedParams(StrictModel):
 #: section name → "module:Class" of its model. A section not listed is an unknown key.
 SECTIONS: dict[str, str] = {
     "shared": "medpref.params:SharedParams",
-    "sampling": "medpref.data.sampling:SamplingParams",
+    "sampling": "medpref.sampling.config:SamplingParams",
     "notechat": "medpref.notechat.config:NoteChatParams",
     "rem": "medpref.rem.config:RemParams",
     "annotation": "medpref.annotation.config:AnnotationParams",

@@ -233,3 +233,55 @@ def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
         scorer.name = "finetuned"
         return scorer
     raise ValueError(f"unknown REM scorer mode '{mode}' (known: {', '.join(SCORER_MODES)})")
+
+
+def scorer_from_settings(name: str, settings, llm, rem, flowchart: Flowchart,
+                         seed: int) -> PromptedScorer:
+    """The REM scorer named ``name`` in ``rem.scorers``: the one builder stages 03 and 04
+    share, so the scorer that annotates is exactly a row of Table 5.
+
+    ``settings`` is a :class:`medpref.rem.config.RemScorerSettings`, ``rem`` the ``rem``
+    params section (prompt, role, in-context examples, adapter folder), ``llm`` the
+    stage's :class:`medpref.llm.LLMSession`. A ``finetuned`` scorer reads stage 03's
+    adapter the way its task card says it was trained.
+    """
+    from medpref.contracts import RemAnnotation, read_jsonl
+    from medpref.params import repo_path
+
+    if settings.mode == "finetuned":
+        adapter = repo_path(rem.train.adapter_dir)
+        if not adapter.exists():
+            raise FileNotFoundError(f"REM scorer '{name}': no adapter at {adapter} "
+                                    f"(stage 03 trains it: dvc repro rem)")
+        client = llm.role(rem.role, adapter=rem.train.adapter_dir)
+        scorer = build_scorer("finetuned", client, flowchart, [], seed=seed,
+                              max_new_tokens=settings.max_new_tokens, prompt=rem.prompt,
+                              **finetuned_settings(adapter))
+    else:
+        examples = (read_jsonl(repo_path(rem.icl_examples), RemAnnotation)
+                    if settings.n_examples else [])
+        scorer = build_scorer(settings.mode, llm.role(rem.role), flowchart, examples,
+                              settings.k, seed, n_examples=settings.n_examples,
+                              temperature=settings.temperature,
+                              max_new_tokens=settings.max_new_tokens,
+                              comment=settings.comment, prompt=rem.prompt,
+                              detail=settings.detail)
+    scorer.name = name
+    return scorer
+
+
+def describe_settings(settings, adapter_card: dict | None = None) -> str:
+    """One line on how a scorer reads the model (Table 5's ``method`` column)."""
+    if settings.mode == "finetuned":
+        card = adapter_card or {}
+        order = card.get("answer_order", "comment_first")
+        return (f"LoRA REM, zero-shot, {card.get('rule_detail', 'short')} rule, "
+                + ("greedy comment, then" if order == "comment_first" else "score first, one pass;")
+                + " label = argmax p(s)")
+    shots = f"{settings.n_examples}-shot" if settings.n_examples else "zero-shot"
+    detail = settings.detail or "full"
+    if settings.mode == "sampled":
+        return (f"in-context ({shots}, {detail} rule), k={settings.k} samples at "
+                f"T={settings.temperature:g}; label = rounded mean")
+    return (f"in-context ({shots}, {detail} rule), one pass"
+            + (" after a greedy comment" if settings.comment else "") + "; label = argmax p(s)")
