@@ -279,13 +279,15 @@ def test_disease_rule_and_kappa():
 def test_options_mode_judge_reads_p_yes_and_drops_low_mass():
     def options(prompt, opts, prefix):
         text = prompt[-1]["content"]
-        return {" yes": 0.9, " no": 0.1} if "fever" in text else {" yes": 0.2, " no": 0.8}
+        if "fever" in text:
+            return {" yes": 0.5, " Yes": 0.4, " no": 0.1, " No": 0.0}
+        return {" yes": 0.2, " Yes": 0.0, " no": 0.7, " No": 0.1}
 
     backend = ScriptedBackend(lambda r: "", option_responder=options)
     judge = grading.Judge(LLMClient("judge", backend, GenerationParams(), ledger=Ledger("t")))
     res = judge.yes_probability([[{"role": "user", "content": "fever"}],
                                  [{"role": "user", "content": "other"}]])
-    assert [r[0] for r in res] == [0.9, 0.2]
+    assert [r[0] for r in res] == [pytest.approx(0.9), pytest.approx(0.2)]
 
 
 # -- next turn and GPD ----------------------------------------------------------------------

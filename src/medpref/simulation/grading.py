@@ -29,7 +29,7 @@ CATEGORIES = ("symptoms", "tests", "diseases")
 CATEGORY_NOUN = {"symptoms": "symptom or history item", "tests": "medical test",
                  "diseases": "disease"}
 ANSWER_PREFIX = "Answer:"
-YES_NO = (" yes", " no")
+YES_NO = (" yes", " Yes", " no", " No")     # either case; p(yes) sums the yes forms
 COUNT_OPTIONS = tuple(f" {n}" for n in range(10))
 GPD_OPTIONS = (" A", " B", " C")
 
@@ -160,9 +160,12 @@ class Judge:
             return []
         if self.mode == "options":
             scores = self.client.option_scores(list(prompts), YES_NO, ANSWER_PREFIX)
-            return [(s.probs[" yes"] if s.mass >= self.min_mass else None,
-                     [{"p_yes": round(s.probs[" yes"], 4), "mass": round(s.mass, 4)}])
-                    for s in scores]
+            out = []
+            for s in scores:
+                p_yes = s.probs[" yes"] + s.probs[" Yes"]
+                out.append((p_yes if s.mass >= self.min_mass else None,
+                            [{"p_yes": round(p_yes, 4), "mass": round(s.mass, 4)}]))
+            return out
         out = []
         for raws in self._generate(prompts):
             votes = [v for v in (parse_yes_no(r) for r in raws) if v is not None]
