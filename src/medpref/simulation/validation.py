@@ -41,7 +41,7 @@ def agreement_table(items: Sequence[SPGradedItem], grades: Sequence[ItemGrade]) 
         pred = [p.passed for _, p in chosen]
         rows.append({"category": cat, "items": len(chosen),
                      "accuracy": sum(a == b for a, b in zip(gold, pred)) / len(chosen),
-                     "kappa": cohen_kappa(gold, pred), "gold_pass": sum(gold),
+                     "kappa": round(cohen_kappa(gold, pred), 6), "gold_pass": sum(gold),
                      "predicted_pass": sum(pred),
                      "fallback": sum(p.method != "judge" for _, p in chosen)})
     return pd.DataFrame(rows)
