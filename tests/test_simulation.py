@@ -432,3 +432,18 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     clients["mute"] = clients["policy"]
     with pytest.raises(StageFailed):
         sim_stage.run(TmpStage(name="06_simulation", params=params))
+
+
+def test_embedding_only_grading_applies_the_four_disease_rule():
+    c = case("sp-e")
+    turns = [Turn(role="patient", text="cough"),
+             Turn(role="doctor", text="pneumonia, bronchitis, asthma or lung cancer"),
+             Turn(role="patient", text="ok"), Turn(role="doctor", text="do you have fever")]
+    setup = grading_setup(None)
+    setup.judge, setup.fallback_threshold = None, 0.3
+    grades = grading.grade_consultations(
+        [consult.Consultation("sp-e", "im", "en", "doc", "m", turns)], {"sp-e": c}, setup)
+    g = {x.item: x for x in grades}
+    assert g["fever"].passed and g["fever"].method == "embedding"
+    assert g["pneumonia"].turns_named == [0] and g["pneumonia"].candidates == [4]
+    assert not g["pneumonia"].passed and not g["chest X-ray"].passed

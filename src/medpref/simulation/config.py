@@ -37,7 +37,9 @@ class GraderParams(StrictModel):
     """Checklist grading (Eq. 6) by a judge role with an embedding fallback."""
 
     role: str = "judge"
-    mode: Literal["options", "generate"] = "options"   # p(yes) from one pass | k sampled answers
+    # options: p(yes) from one pass | generate: k sampled answers | embedding: no judge,
+    # MiniLM similarity of item and doctor turns (the fallback alone)
+    mode: Literal["options", "generate", "embedding"] = "options"
     prompts: list[str] = Field(default_factory=lambda: ["sp_grade_turns_first",
                                                          "sp_grade_item_first"])
     count_prompt: str = "sp_count_diseases"

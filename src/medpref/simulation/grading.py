@@ -207,7 +207,7 @@ class ItemGrade:
 
 @dataclass
 class GradingSetup:
-    judge: Judge
+    judge: Judge | None             # None: grade by embedding similarity only
     templates: list[PromptTemplate]
     count_template: PromptTemplate
     encode: Encoder | None
@@ -233,11 +233,16 @@ def _mean_or_none(values: Sequence[float | None]) -> float | None:
     return float(np.mean(usable)) if usable else None
 
 
-def _fallback(setup: GradingSetup, item: str, texts: Sequence[str]) -> bool | None:
-    if setup.encode is None or setup.fallback_threshold is None or not texts:
+def _similar_turns(setup: GradingSetup, item: str, texts: Sequence[str]) -> list[int] | None:
+    """Indices of the doctor turns whose MiniLM cosine with the item reaches the fallback
+    threshold (None when the fallback is off)."""
+    if setup.encode is None or setup.fallback_threshold is None:
         return None
+    if not texts:
+        return []
     vecs = setup.encode([item, *texts])
-    return bool(float((vecs[1:] @ vecs[0]).max()) >= setup.fallback_threshold)
+    sims = vecs[1:] @ vecs[0]
+    return [i for i, s in enumerate(sims) if float(s) >= setup.fallback_threshold]
 
 
 def grade_consultations(consults, cases: dict[str, SPCase], setup: GradingSetup
@@ -256,7 +261,8 @@ def grade_consultations(consults, cases: dict[str, SPCase], setup: GradingSetup
                 else:
                     questions += [(ci, cat, item, None, render_item_prompt(tp, c.turns, cat, item))
                                   for tp in setup.templates]
-    answers = setup.judge.yes_probability([q[4] for q in questions])
+    answers = (setup.judge.yes_probability([q[4] for q in questions]) if setup.judge
+               else [(None, [])] * len(questions))   # no judge: the embedding grade decides
     by_key: dict[tuple, list[tuple[float | None, list]]] = {}
     for (ci, cat, item, t, _), ans in zip(questions, answers):
         by_key.setdefault((ci, cat, item, t), []).append(ans)
@@ -289,6 +295,8 @@ def _disease_turns(by_key, setup: GradingSetup) -> dict[tuple[int, str], list[in
 def _candidate_counts(consults, named_turns, setup: GradingSetup) -> dict[tuple[int, int], int]:
     """Candidate diseases in each doctor turn that names a checklist disease."""
     wanted = sorted({(ci, t) for (ci, _), ts in named_turns.items() for t in ts or []})
+    if setup.judge is None:
+        return {}
     prompts = [setup.count_template.render(turn=consults[ci].doctor_turns[t]) for ci, t in wanted]
     answers = setup.judge.choose(prompts, COUNT_OPTIONS, parse_count)
     out = {}
@@ -317,9 +325,17 @@ def _grade_item(ci, c, cat, item, by_key, named_turns, counts, setup) -> ItemGra
 
 
 def _fallback_grade(c, cat, item, setup, raw) -> ItemGrade:
-    verdict = _fallback(setup, item, c.doctor_turns)
-    return ItemGrade(c.case_id, c.doctor, cat, item, bool(verdict),
-                     "embedding" if verdict is not None else "none", raw=raw)
+    """The embedding grade: a doctor turn close enough to the item; for a disease, such a
+    turn must also name fewer than ``max_candidates`` candidates (list heuristic)."""
+    turns = _similar_turns(setup, item, c.doctor_turns)
+    if turns is None:
+        return ItemGrade(c.case_id, c.doctor, cat, item, False, "none", raw=raw)
+    if cat != "diseases":
+        return ItemGrade(c.case_id, c.doctor, cat, item, bool(turns), "embedding", raw=raw)
+    cands = [heuristic_disease_count(c.doctor_turns[t], item) for t in turns]
+    return ItemGrade(c.case_id, c.doctor, cat, item,
+                     disease_passes(list(range(len(turns))), cands, setup.max_candidates),
+                     "embedding", None, turns, cands, raw)
 
 
 def case_scores(grades: Sequence[ItemGrade], case_ids: Sequence[str]

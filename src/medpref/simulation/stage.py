@@ -210,10 +210,11 @@ def build_harness(stage, p: SimulationParams) -> Harness:
         doctor_max_new_tokens=p.doctor_max_new_tokens, doctor_temperature=p.doctor_temperature,
         seed=stage.seed)
     gsetup = grading.GradingSetup(
-        judge=make_judge(stage, p, p.grader.role),
+        judge=None if p.grader.mode == "embedding" else make_judge(stage, p, p.grader.role),
         templates=[templates[n] for n in p.grader.prompts],
         count_template=templates[p.grader.count_prompt],
-        encode=encode if p.grader.fallback == "embedding" else None,
+        encode=encode if p.grader.fallback == "embedding" or p.grader.mode == "embedding"
+        else None,
         pass_threshold=p.grader.pass_threshold, max_candidates=p.grader.max_candidates,
         fallback_threshold=p.grader.fallback_threshold)
     items = (nextturn.next_turn_items(held_out_dialogues(p), p.next_turn.cuts_per_dialogue,
