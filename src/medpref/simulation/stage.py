@@ -17,6 +17,8 @@ grader's agreement with the hand-graded items (accuracy, Cohen's κ).
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,10 +282,18 @@ def run(stage) -> SimulationOutputs:
 
 
 def grader_validation(p: SimulationParams, gsetup) -> pd.DataFrame:
+    """Agreement with the hand-graded items of the configured grader and, beside it, of
+    the embedding grade alone (no model calls), so the judge can be compared with it."""
     path = repo_path(p.grader.graded_items) if p.grader.graded_items else None
     if path is None or not path.exists():
         return pd.DataFrame()
-    return validate_grader(read_jsonl(path, SPGradedItem), gsetup)
+    items = read_jsonl(path, SPGradedItem)
+    tables_ = [validate_grader(items, gsetup).assign(grader=p.grader.mode)]
+    if gsetup.judge is not None and gsetup.encode is not None:
+        plain = dataclasses.replace(gsetup, judge=None)
+        tables_.append(validate_grader(items, plain).assign(grader="embedding"))
+    out = pd.concat(tables_, ignore_index=True)
+    return out[["grader", *[c for c in out.columns if c != "grader"]]]
 
 
 def assemble(p, results: dict[str, DoctorResult], validation, doctors, model_ids,
@@ -322,11 +332,11 @@ def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
     for _, row in out.next_turn.iterrows():
         m[f"next_turn/{row['doctor']}"] = {k: (None if pd.isna(row[k]) else round(float(row[k]), 3))
                                           for k in ("bleu4", "rougeL_f1", "rougeL_r", "gpd")}
-    if not out.grader_validation.empty:
-        all_row = out.grader_validation[out.grader_validation["category"] == "all"].iloc[0]
-        m["grader"] = {"accuracy": round(float(all_row["accuracy"]), 3),
-                       "kappa": None if pd.isna(all_row["kappa"]) else round(float(all_row["kappa"]), 3),
-                       "items": int(all_row["items"])}
+    gv = out.grader_validation
+    for _, row in (gv[gv["category"] == "all"] if not gv.empty else gv).iterrows():
+        m[f"grader/{row['grader']}"] = {
+            "accuracy": round(float(row["accuracy"]), 3), "items": int(row["items"]),
+            "kappa": None if pd.isna(row["kappa"]) else round(float(row["kappa"]), 3)}
     return m
 
 
