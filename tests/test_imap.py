@@ -518,6 +518,38 @@ def test_sampled_extraction_keeps_the_pairs_that_repeat(cache):
     assert "Constraint-age-60" in [pr.line() for pr in q.parsed.pairs]
 
 
+def test_sampled_relations_keep_the_relation_that_repeats(cache):
+    from medpref.llm.client import LLMClient
+    from medpref.llm.ledger import Ledger
+    from medpref.llm.scripted import ScriptedBackend
+    from medpref.llm.types import GenerationParams
+
+    # seeds 13, 14, 15: containment twice -> kept; for the reverse pair three different
+    # answers -> nothing repeats -> no relation (unmatched on the judge path)
+    answers = {("amlodipine", "ACE inhibitor"): {13: "containment", 14: "exact",
+                                                 15: "Relation: containment"},
+               ("ACE inhibitor", "amlodipine"): {13: "exact", 14: "belonging",
+                                                 15: "unmatched"}}
+
+    def responder(req):
+        user = req.messages[-1]["content"]
+        label, response = re.findall(r"L: (.*?)\. R: (.*?)\. Relation:$", user)[-1]
+        return answers[(label, response)][req.params.seed]
+
+    client = LLMClient("judge", ScriptedBackend(responder), GenerationParams(), cache=cache,
+                       ledger=Ledger("t"))
+    p = ImapParams(relation_mode="generate", extraction={"mode": "sampled"})
+    label = [ImapPair("Inform", "treatment", v) for v in ("amlodipine", "ACE inhibitor")]
+    im = ev.ItemImaps(ev.load_scored_qa(p)[0], [], label, label,
+                      {"treatment": ["amlodipine", "ACE inhibitor"]},
+                      {"treatment": ["amlodipine", "ACE inhibitor"]})
+    judged = ev.relate_by_judge(p, client, [im], seed=13)
+    by_pair = {(k[2], k[3]): j for k, j in judged.items()}
+    assert by_pair[("amlodipine", "ACE inhibitor")].relation is C
+    assert by_pair[("ACE inhibitor", "amlodipine")].relation is None
+    assert len(client.backend.requests) == 2 * 3
+
+
 def test_extraction_mode_auto_is_sampled_for_a_served_judge(scripted_client):
     client = scripted_client()
     assert ex.resolve_mode("auto", client) == "greedy"          # scripted / hf: greedy
@@ -579,3 +611,46 @@ def test_embedded_judge_extracts_and_the_parse_never_raises(embedded_llm_path, c
         assert e.error is None and e.raw.strip()
         assert e.prefix in ("Query-",) or e.prefix.startswith("Inform-")
         assert all(pair.component in ("Query", "Constraint", "Inform") for pair in e.parsed.pairs)
+
+
+def test_run_in_the_stage_shape_with_a_scripted_judge(tmp_path, monkeypatch):
+    from scripted_stage import scripted_stage
+
+    monkeypatch.setattr(ev, "load_encoder", lambda path: _fake_encode)
+    monkeypatch.setattr(ev, "load_bertscore",
+                        lambda path, layer: lambda refs, hyps: [0.5] * len(refs))
+    p = ImapParams(link_min_similarity=None, relation_mode="generate", lambda_reading="count")
+    stage = scripted_stage("07_imapscore", tmp_path, monkeypatch, scripted_judge, section=p)
+    out = ev.run(stage)
+    assert out.extraction_mode == "greedy"            # an hf (here scripted) judge
+    assert "BERTScore-F1 (MiniLM)" in out.table2["Metric"].tolist()
+    assert "λ read as a count" in out.caption
+    assert "wall_seconds" not in out.metrics and out.metrics["items"] == len(out.items)
+    assert (tmp_path / "data/07_imapscore/extractions.jsonl").exists()
+    assert (tmp_path / "reports/07_imapscore/correlations.md").exists()
+
+
+def test_run_fails_before_writing_when_the_judge_extracts_nothing(tmp_path, monkeypatch):
+    from scripted_stage import scripted_stage
+
+    from medpref.stagekit import StageFailed
+
+    monkeypatch.setattr(ev, "load_encoder", lambda path: _fake_encode)
+    p = ImapParams(link_min_similarity=None, relation_mode="generate", bertscore_layer=None)
+    stage = scripted_stage("07_imapscore", tmp_path, monkeypatch, lambda req: "\n\nsorry",
+                           section=p)
+    with pytest.raises(StageFailed, match="stage imapscore failed: 0 of"):
+        ev.run(stage)
+    assert not (tmp_path / "data/07_imapscore/extractions.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_bertscore_on_the_embedded_minilm():
+    from medpref.imap.textmetrics import load_bertscore
+    from medpref.params import repo_path
+
+    score = load_bertscore(repo_path("models/all-minilm-l6-v2"), 6)
+    same, close, far = score(["Take ibuprofen with food."] * 3,
+                             ["Take ibuprofen with food.", "Take the ibuprofen after meals.",
+                              "The weather is sunny today."])
+    assert same == pytest.approx(1.0, abs=1e-4) and same > close > far

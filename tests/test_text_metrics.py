@@ -16,6 +16,13 @@ def test_tokenize_one_token_per_han_character_and_words_otherwise():
     assert tm.words("Don't stop, it's 5 mg") == ["don't", "stop", "it's", "5", "mg"]
 
 
+def test_clip_words_counts_a_chinese_character_as_a_word():
+    assert tm.clip_words("one two three four", 2) == "one two ..."
+    assert tm.clip_words("one two.", 2) == "one two."             # nothing cut: no marker
+    assert tm.clip_words("我今天头很痛。", 3) == "我今天 ..."
+    assert tm.clip_words("Take 5 mg, twice", 3) == "Take 5 mg ..."
+
+
 def test_rouge_chinese_pair_at_character_level():
     # ref 我今天头痛 / hyp 今天头很痛: unigrams 4 of 5 both ways; bigrams {今天, 天头}
     # 2 of 4; LCS 今天头痛 = 4 -> P = R = F = 0.8 / 0.5 / 0.8.
@@ -86,3 +93,41 @@ def test_fast_self_bleu_equals_sacrebleu_multi_reference_bleu():
     # a sample of hypotheses: the same per-text scores, averaged over the sample
     part = tm.self_bleu(en, sample=3, seed=1)
     assert min(slow) <= part <= max(slow)
+
+
+def test_correlations_with_human_scores_on_a_chinese_set(tmp_path):
+    """A Chinese set where more shared characters = higher human score: the character-level
+    metrics rank it perfectly; none of the records scores 0 (the old [a-z0-9]+ tokens
+    gave every record 0, so no correlation at all)."""
+    import json
+
+    from medpref.metrics.human import (NGRAM_SCORERS, correlation_table, read_records,
+                                       score_records)
+
+    ref = "布洛芬饭后服用每日三次"
+    hyps = ["饭后服用", "布洛芬饭后服用", "布洛芬饭后服用每日", "布洛芬饭后服用每日三次"]
+    path = tmp_path / "zh.jsonl"
+    path.write_text("\n".join(json.dumps({"question": "怎么吃？", "reference": ref,
+                                          "prediction": h, "human": {"acc": k, "cmp": k}},
+                                         ensure_ascii=False)
+                              for k, h in enumerate(hyps)) + "\n", encoding="utf-8")
+    scores = score_records(read_records(path), NGRAM_SCORERS)
+    table = correlation_table(scores, list(NGRAM_SCORERS)).set_index("metric")
+    assert table.loc["ROUGE-1", "acc rho pooled"] == 100.0
+    assert table.loc["BLEU-4", "cmp tau pooled"] == 100.0
+    assert (table["zero_share"] == 0.0).all()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"reference": "x", "human": {"acc": 1}}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        read_records(bad)
+
+
+def test_fast_self_bleu_equals_sacrebleu_on_random_corpora():
+    import random
+
+    rng = random.Random(5)
+    vocab = "a b c d e f g h".split()
+    for _ in range(3):
+        corpus = [" ".join(rng.choices(vocab, k=rng.randint(1, 9))) for _ in range(25)]
+        slow = [tm.bleu(corpus[:i] + corpus[i + 1:], corpus[i]) for i in range(len(corpus))]
+        assert tm.self_bleu(corpus) == pytest.approx(sum(slow) / len(slow), abs=1e-12)

@@ -9,6 +9,9 @@ Two modes (``imapscore.extraction.mode``):
   keys them apart.
 * **greedy** — one greedy pass (what a small local model needs: its samples rarely agree).
 
+In sampled mode the judge's generated value relations are sampled the same way and kept
+when they repeat (:func:`medpref.imap.stage.relate_by_judge`).
+
 ``auto`` picks sampled when the judge is a served model (an ``openai`` backend, or a
 replay of one) and greedy otherwise. ``force_query_term`` starts each answer as
 ``Inform-<first Query term>-`` (a nudge for small models; the paper does not).
@@ -32,6 +35,7 @@ from medpref.imap.structure import (ANSWER_COMPONENTS, QUESTION_COMPONENTS, Imap
                                     ParsedImap, format_imap, parse_imap, query_terms)
 from medpref.llm.client import LLMClient
 from medpref.llm.types import ChatRequest
+from medpref.metrics import text as tm
 from medpref.params import StrictModel
 from medpref.prompts import load_prompt
 
@@ -62,8 +66,8 @@ def text_key(*texts: str) -> str:
 
 
 def clip_words(text: str, max_words: int) -> str:
-    words = text.split()
-    return text.strip() if len(words) <= max_words else " ".join(words[:max_words]) + " ..."
+    """Long inputs cut to ``max_words`` words (a Chinese character counts as one)."""
+    return tm.clip_words(text, max_words)
 
 
 @dataclass

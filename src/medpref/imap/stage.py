@@ -142,10 +142,12 @@ def relation_pairs(imaps: Sequence[ItemImaps]) -> list[PairKey]:
             for lv in im.label[t] for rv in im.response[t]]
 
 
-def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps]
-                    ) -> dict[PairKey, RelationJudgement] | None:
+def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps],
+                    seed: int = 0) -> dict[PairKey, RelationJudgement] | None:
     """One judgement per value pair, all in one batch; None when ``judge_relations`` is
-    off (the ontology path needs no judge). Same-text pairs are exact without a call."""
+    off (the ontology path needs no judge). Same-text pairs are exact without a call.
+    In the sampled extraction mode a generated relation is asked ``samples`` times and
+    kept when it repeats ``min_agree`` times (the paper's rule for relations too)."""
     if not p.judge_relations:
         return None
     template = load_prompt(p.relation_prompt)
@@ -156,12 +158,36 @@ def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps]
         return {k: RelationJudgement(*k, None, {o: round(v, 6) for o, v in s.probs.items()},
                                      None, relation_from_options(s.probs), None)
                 for k, s in zip(jobs, scored)}
-    comps = client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation)
+    if resolve_mode(p.extraction.mode, client) == "sampled":
+        return _sampled_relations(p, client, jobs, msgs, seed)
+    comps = client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation, temperature=0.0)
     out = {}
     for key, comp in zip(jobs, comps):
-        rel, reason = parse_relation(comp.text) if comp.ok else (None, f"model call failed: "
-                                                                      f"{comp.error}")
+        rel, reason = _parse_comp(comp)
         out[key] = RelationJudgement(*key, comp.text, None, comp.error, rel, reason)
+    return out
+
+
+def _parse_comp(comp) -> tuple[Relation | None, str | None]:
+    return parse_relation(comp.text) if comp.ok else (None, f"model call failed: {comp.error}")
+
+
+def _sampled_relations(p: ImapParams, client: LLMClient, jobs: list[PairKey], msgs: list,
+                       seed: int) -> dict[PairKey, RelationJudgement]:
+    ep = p.extraction
+    samples = [client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation,
+                                temperature=ep.temperature, top_p=ep.top_p, seed=seed + k)
+               for k in range(ep.samples)]
+    out = {}
+    for j, key in enumerate(jobs):
+        comps = [s[j] for s in samples]
+        parsed = [_parse_comp(c)[0] for c in comps]
+        votes = Counter(r for r in parsed if r is not None).most_common(1)
+        rel = votes[0][0] if votes and votes[0][1] >= ep.min_agree else None
+        reason = None if rel else f"no relation in >= {ep.min_agree} of {ep.samples} samples"
+        out[key] = RelationJudgement(*key, "\n---\n".join(c.text for c in comps), None,
+                                     next((c.error for c in comps if not c.ok), None),
+                                     rel, reason)
     return out
 
 
@@ -245,6 +271,26 @@ def score_items(imaps: Sequence[ItemImaps], matcher: OntologyMatcher,
     return pd.concat([base, raw, on_imap, ours], axis=1)
 
 
+def run_metrics(items: Sequence[ItemImaps], extractions: Sequence[Extraction],
+                judged: dict | None, links: dict, scores: pd.DataFrame) -> dict:
+    """Counts, parse rates, link coverage and mean scores of a run (scores only)."""
+    n = max(1, len(extractions))
+    return {
+        "items": len(items), "systems": int(scores["system"].nunique()),
+        "extraction_calls": len(extractions),
+        "extractions_with_pairs": sum(bool(e.parsed.pairs) for e in extractions),
+        "extraction_parse_rate": round(sum(bool(e.parsed.pairs) for e in extractions) / n, 4),
+        "items_with_shared_terms": int((scores["shared_terms"] > 0).sum()),
+        "value_pairs": len(relation_pairs(items)),
+        "relation_calls": len(judged) if judged is not None else 0,
+        "relation_answers_parsed": sum(j.relation is not None for j in (judged or {}).values()),
+        "judge_relations": dict(Counter(j.relation.value if j.relation else "unparsed"
+                                        for j in (judged or {}).values())),
+        "value_links": count_links(links.values()),
+        "mean_scores": {c: round(float(scores[c].mean()), 4)
+                        for c in scores.columns if c.startswith("imapScore")}}
+
+
 def table_caption(p: ImapParams, n_items: int, extraction_mode: str) -> str:
     """What the correlation table shows, including what "human" means for the source."""
     if p.source == "embedded":
@@ -309,7 +355,7 @@ def _relate_and_score(stage, p: ImapParams, judge: LLMClient, imaps: list[ItemIm
         matcher = build_matcher(p, encode)
         links = link_values(matcher, imaps)
     with stage.step("judge_relations"):
-        judged = relate_by_judge(p, judge, imaps)
+        judged = relate_by_judge(p, judge, imaps, stage.seed)
     with stage.step("scores"):
         bert = (load_bertscore(repo_path(p.embedding_model), p.bertscore_layer)
                 if p.bertscore_layer is not None else None)
@@ -330,8 +376,9 @@ def run(stage) -> ImapOutputs:
     imaps = assemble_imaps(p, items, questions, answers)
     extractions = [*questions.values(), *answers.values()]
     links, link_rows, judged, scores = _relate_and_score(stage, p, judge, imaps)
-    stage.check_yield(sum(bool(e.parsed.pairs) for e in extractions), len(extractions),
-                      what="imaps with pairs")
+    # an explicit "Inform-None" is an answer too; an unreadable completion is not
+    stage.check_yield(sum(bool(e.parsed.pairs) or e.parsed.none for e in extractions),
+                      len(extractions), what="readable imaps")
     order = metric_order(p.judge_relations, p.bertscore_layer is not None)
     long = correlations(scores, order)
     wide = table2(long, order)

@@ -21,8 +21,10 @@ An empty side scores 0.
 
 from __future__ import annotations
 
+import bisect
 import random
 import re
+from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Literal, NamedTuple
@@ -86,6 +88,17 @@ def words(text: str) -> list[str]:
 def word_count(text: str) -> int:
     """Words of :func:`words` (a Chinese character counts as one word)."""
     return len(_WORD_RE.findall(text))
+
+
+def clip_words(text: str, max_words: int, marker: str = " ...") -> str:
+    """The text up to its ``max_words``-th word (:func:`words`, so a Chinese character is
+    a word), original spelling kept, ``marker`` appended when something was cut."""
+    text = text.strip()
+    for n, m in enumerate(_WORD_RE.finditer(text), start=1):
+        if n == max_words:
+            rest = text[m.end():]
+            return text if not _WORD_RE.search(rest) else text[:m.end()] + marker
+    return text
 
 
 class _RougeTokenizer:
@@ -167,7 +180,7 @@ def self_bleu(texts: Sequence[str], *, lang: Lang | str | None = "auto", max_n: 
     scorer = _bleu(bleu_tokenizer(resolve_lang(lang, *corpus)), smooth, max_n)
     stats = [extract_all_word_ngrams(scorer._preprocess_segment(t), 1, max_n) for t in corpus]
     top = _top_two_counts([ng for ng, _ in stats])
-    lengths = [n for _, n in stats]
+    lengths = _Lengths([n for _, n in stats])
     idx = list(range(len(corpus)))
     if sample is not None and sample < len(idx):
         idx = sorted(random.Random(seed).sample(idx, sample))
@@ -179,7 +192,7 @@ def self_bleu(texts: Sequence[str], *, lang: Lang | str | None = "auto", max_n: 
             c1, owner, c2 = top[gram]
             total[len(gram) - 1] += count
             correct[len(gram) - 1] += min(count, c2 if owner == i else c1)
-        ref_len = _closest_other_length(hyp_len, lengths, i)
+        ref_len = _closest_other_length(hyp_len, lengths, hyp_len)
         scores.append(scorer.compute_bleu(correct, total, hyp_len, ref_len, smooth_method=smooth,
                                           effective_order=True, max_ngram_order=max_n).score)
     return sum(scores) / len(scores) / 100.0
@@ -198,13 +211,28 @@ def _top_two_counts(counters: Sequence) -> dict:
     return top
 
 
-def _closest_other_length(hyp_len: int, lengths: Sequence[int], skip: int) -> int:
-    """sacrebleu's closest reference length (ties: the shorter) among the other texts."""
-    best_diff, best = -1, -1
-    for j, n in enumerate(lengths):
-        if j == skip:
-            continue
-        diff = abs(hyp_len - n)
-        if best_diff == -1 or diff < best_diff or (diff == best_diff and n < best):
-            best_diff, best = diff, n
-    return best
+def _closest_other_length(hyp_len: int, lengths: _Lengths, own: int) -> int:
+    """sacrebleu's closest reference length (ties: the shorter) among the other texts:
+    ``lengths`` holds every text's length once; ``own`` (the hypothesis's) is left out
+    once."""
+    def available(n: int) -> bool:
+        return lengths.count[n] - (n == own) > 0
+
+    pos = bisect.bisect_left(lengths.sorted, hyp_len)
+    below = next((lengths.sorted[i] for i in range(pos - 1, -1, -1)
+                  if available(lengths.sorted[i])), None)
+    above = next((lengths.sorted[i] for i in range(pos, len(lengths.sorted))
+                  if available(lengths.sorted[i])), None)
+    if below is None:
+        return above
+    if above is None or hyp_len - below <= above - hyp_len:
+        return below
+    return above
+
+
+class _Lengths:
+    """Text lengths: their counts and the distinct values in order."""
+
+    def __init__(self, lengths: Sequence[int]):
+        self.count = Counter(lengths)
+        self.sorted = sorted(self.count)

@@ -131,7 +131,7 @@ class NoteChatParams(StrictModel):
     baseline_max_new_tokens: int = Field(192, ge=16, le=8192)
     # -- evaluation ----------------------------------------------------------------------
     #: self-BLEU: hypotheses scored per corpus (seeded sample; None: every utterance)
-    self_bleu_sample: int | None = Field(1000, ge=2)
+    self_bleu_sample: int | None = Field(None, ge=2)
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @model_validator(mode="after")

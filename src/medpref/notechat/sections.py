@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from medpref.contracts import ClinicalNote, Turn
+from medpref.metrics.text import word_count
 from medpref.notechat.turns import merge_same_role, normalise
 
 SOAP_PARTS = ("Subjective", "Objective", "Assessment", "Plan")
@@ -71,7 +72,7 @@ def group_sections(sections: dict[str, str], headings: dict[str, list[str]]) -> 
 def note_segments(note: ClinicalNote, headings: dict[str, list[str]],
                   long_note_words: int) -> list[Segment]:
     """The whole note, or its SOAP parts when it is long and has headed sections."""
-    long = len(note.note.split()) > long_note_words
+    long = word_count(note.note) > long_note_words
     if long and note.sections:
         parts = group_sections(note.sections, headings)
         if len(parts) > 1:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from medpref.contracts import ClinicalNote, Dialogue, atomic_write_text, read_jsonl, write_jsonl
 from medpref.llm.client import LLMClient
+from medpref.metrics.text import word_count
 from medpref.notechat import evaluate
 from medpref.notechat.baseline import BaselineResult, baseline_events, single_prompt_dialogues
 from medpref.notechat.calls import CallLog
@@ -62,7 +63,7 @@ def notes_overview(notes: list[ClinicalNote], extractor: ConceptExtractor,
     headings = load_soap_headings(repo_path(p.soap_headings))
     rows = []
     for note, mentions in zip(notes, extractor.mentions_many([n.note for n in notes])):
-        rows.append({"note_id": note.id, "words": len(note.note.split()),
+        rows.append({"note_id": note.id, "words": word_count(note.note),
                      "sections": len(note.sections or {}),
                      "reference_turns": len(note.reference_dialogue or []),
                      "concepts": len({m.cui for m in mentions}),
@@ -237,10 +238,11 @@ def table3_notes(run: StageRun, clients: dict[str, LLMClient], p: NoteChatParams
         else:
             first_of[model] = b.name
             notes.append(f"`{b.name}` is a single prompt to `{model}` (the paper: ChatGPT/GPT-4).")
-    if any(len(r.plays) > 1 for r in run.notechat):
-        notes.append("NoteChat's Combine step (joining the per-SOAP-part dialogues of long "
-                     "notes) is rule-based here (medpref.notechat.sections.combine_parts), "
-                     "not the paper's LLM Combine prompt.")
+    split = sum(len(r.plays) > 1 for r in run.notechat)
+    notes.append(f"NoteChat's Combine step (joining the per-SOAP-part dialogues of notes over "
+                 f"{p.long_note_words} words; {split} of {len(run.notechat)} notes here) is "
+                 f"rule-based (medpref.notechat.sections.combine_parts), not the paper's LLM "
+                 f"Combine prompt.")
     notes.append("Diversity: Texygen self-BLEU-4 across each system's utterances over all "
                  "its dialogues (sacrebleu 13a/zh tokens, exp smoothing); lower = more diverse.")
     return notes
