@@ -5,7 +5,6 @@ min_pairs skips, profiles → trainer arguments, the trained-policy registry."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
@@ -289,10 +288,12 @@ def test_profile_sets_precision_checkpointing_and_progress_from_the_hardware(tmp
 def test_steps_follow_epochs_and_the_cap():
     from medpref.training.profiles import optimizer_steps
 
-    tiny = load_params().training.profiles["tiny"]  # batch 2 × accumulation 1, cap 4
-    assert optimizer_steps(3, tiny, 1.0, None) == 2
-    assert optimizer_steps(100, tiny, 1.0, tiny.dpo_max_steps) == tiny.dpo_max_steps
-    assert optimizer_steps(8, tiny, 1.0, None, world_size=2) == math.ceil(8 / 4)
+    prof = load_params().training.profiles["tiny"].model_copy(
+        update={"per_device_batch_size": 2, "grad_accumulation": 3})  # 6 pairs a step
+    assert optimizer_steps(7, prof, 1.0, None) == 2
+    assert optimizer_steps(7, prof, 2.0, None) == 4
+    assert optimizer_steps(100, prof, 1.0, 5) == 5
+    assert optimizer_steps(12, prof, 1.0, None, world_size=2) == 1
 
 
 # -- the real model --------------------------------------------------------------------------

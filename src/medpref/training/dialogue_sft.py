@@ -73,14 +73,24 @@ def token_length(tokenizer, messages: list[dict[str, str]]) -> int:
                ["input_ids"])
 
 
+def clip_history(messages: list[dict[str, str]], max_turns: int | None) -> list[dict[str, str]]:
+    """The system message (if any) and the last ``max_turns`` turns (``None``: all)."""
+    if max_turns is None:
+        return list(messages)
+    head = messages[:1] if messages and messages[0]["role"] == "system" else []
+    return head + messages[len(head):][-max_turns:]
+
+
 def sft_examples(dialogues: list[Dialogue], system_prompt: str, max_examples: int | None,
-                 seed: int) -> list[dict[str, list[dict[str, str]]]]:
+                 seed: int, history_max_turns: int | None = None
+                 ) -> list[dict[str, list[dict[str, str]]]]:
     """trl prompt-completion examples, one per answering doctor turn (a seeded subset of
-    ``max_examples`` when set): ``{"prompt": [messages], "completion": [assistant]}``."""
+    ``max_examples`` when set): ``{"prompt": [messages], "completion": [assistant]}``;
+    the context is the last ``history_max_turns`` turns."""
     examples = []
     for ex in dialogues_to_sft_examples(dialogues, system_prompt):
         context, target = split_target(ex)
-        examples.append({"prompt": context,
+        examples.append({"prompt": clip_history(context, history_max_turns),
                          "completion": [{"role": "assistant", "content": target}]})
     if max_examples is not None and len(examples) > max_examples:
         examples = random.Random(seed).sample(examples, max_examples)
