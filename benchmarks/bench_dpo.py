@@ -11,8 +11,9 @@ In one run, on the same pairs, model, LoRA and trainer settings, it times
 
 Throughput is trl's own count of non-padding training tokens (``num_tokens``) over the
 trainer's ``train_runtime``; the runs alternate (stage, plain, stage, ...) and the median
-of ``--repeats`` is shown with the ratio (goal ≥ 0.9). CPU seconds are printed too: they
-do not depend on how busy a shared machine is. The model is built from a config (small)
+of ``--repeats`` is shown with the ratio (goal ≥ 0.9). CPU seconds of each whole run
+(loading, tokenizing, training; the stage also checkpoints, evaluates one pair and saves
+its adapter) are printed too: they do not depend on how busy a shared machine is. The model is built from a config (small)
 unless ``--model`` names a folder (e.g. models/smollm2-135m-instruct).
 
 Usage: .venv/bin/python benchmarks/bench_dpo.py [--model PATH] [--pairs 16] [--steps 4]
@@ -86,7 +87,7 @@ def throughput(logs: list[dict]) -> tuple[float, float, float]:
 def run_stage(model_path, adapter, data, profile, work: Path) -> dict:
     t0 = time.process_time()
     run = train_dpo(model_path, adapter, data, work / "out", work / "ckpt", profile,
-                    beta=0.1, loss_type="sigmoid", seed=0, eval_pairs=None)
+                    beta=0.1, loss_type="sigmoid", seed=0, eval_pairs=1)
     tokens, secs, rate = throughput(run.fit.log_history)
     return {"tokens": tokens, "train_s": secs, "tokens_per_s": rate,
             "cpu_s": time.process_time() - t0}
