@@ -116,6 +116,21 @@ class SFTRun:
     card: dict[str, Any] = field(default_factory=dict)
 
 
+def sft_config(profile: TrainingProfile, ckpt_dir: str | Path, steps: int, seed: int):
+    from trl import SFTConfig
+
+    return SFTConfig(**trainer_kwargs(profile, ckpt_dir, steps, seed), packing=False,
+                     completion_only_loss=True)  # loss on the doctor turn (the completion)
+
+
+def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: tuple = ()):
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
+                      processing_class=tok, callbacks=list(callbacks))
+
+
 def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
                        out_dir: str | Path, ckpt_dir: str | Path, profile: TrainingProfile,
                        seed: int, keep_checkpoints: bool = False,
@@ -123,9 +138,7 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
                        callbacks: tuple = (), check_yield=None) -> SFTRun:
     """LoRA SFT with ``SFTTrainer`` (completion-only loss); the adapter goes to
     ``out_dir``. A killed run resumes from its last checkpoint in ``ckpt_dir``."""
-    from datasets import Dataset
     from transformers import set_seed
-    from trl import SFTConfig, SFTTrainer
 
     set_seed(seed)
     tok, base = load_base(base_path, load_hardware_of(profile))
@@ -136,10 +149,8 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
         raise ValueError(f"no SFT example fits max_length={profile.max_length}")
     model = with_lora(base, lora_settings(profile, base.config.model_type))
     steps = optimizer_steps(len(data), profile, profile.sft_epochs, profile.sft_max_steps)
-    args = SFTConfig(**trainer_kwargs(profile, ckpt_dir, steps, seed),
-                     packing=False, completion_only_loss=True)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
-                         processing_class=tok, callbacks=list(callbacks))
+    trainer = build_sft_trainer(model, tok, data, sft_config(profile, ckpt_dir, steps, seed),
+                                callbacks)
     key = run_key(kind="sft", profile=profile.model_dump(), seed=seed, data=data,
                   base=file_digest(Path(base_path) / "config.json"))
     result = fit(trainer, ckpt_dir, key)
