@@ -5,7 +5,6 @@ min_pairs skips, profiles → trainer arguments, the trained-policy registry."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
@@ -289,10 +288,12 @@ def test_profile_sets_precision_checkpointing_and_progress_from_the_hardware(tmp
 def test_steps_follow_epochs_and_the_cap():
     from medpref.training.profiles import optimizer_steps
 
-    tiny = load_params().training.profiles["tiny"]  # batch 2 × accumulation 1, cap 4
-    assert optimizer_steps(3, tiny, 1.0, None) == 2
-    assert optimizer_steps(100, tiny, 1.0, tiny.dpo_max_steps) == tiny.dpo_max_steps
-    assert optimizer_steps(8, tiny, 1.0, None, world_size=2) == math.ceil(8 / 4)
+    prof = load_params().training.profiles["tiny"].model_copy(
+        update={"per_device_batch_size": 2, "grad_accumulation": 3})  # 6 pairs a step
+    assert optimizer_steps(7, prof, 1.0, None) == 2
+    assert optimizer_steps(7, prof, 2.0, None) == 4
+    assert optimizer_steps(100, prof, 1.0, 5) == 5
+    assert optimizer_steps(12, prof, 1.0, None, world_size=2) == 1
 
 
 # -- the real model --------------------------------------------------------------------------
@@ -314,3 +315,46 @@ def test_dpo_on_the_embedded_model_moves_every_weight_and_raises_the_margin(tmp_
     dpo_model, _ = _load_policy(base, tmp_path / "dpo")
     assert _mean_margin(dpo_model, tok, examples) > _mean_margin(sft_model, tok, examples)
     assert run.evaluation["rewards/margins"] > 0
+
+
+# -- SFT on dialogues ------------------------------------------------------------------------
+
+def test_sft_learns_only_the_doctor_turn(tiny_model_dir, profile, tmp_path):
+    from medpref.training.dialogue_sft import build_sft_trainer, sft_config
+    from medpref.training.profiles import load_hardware_of, lora_settings
+    from medpref.training.sft import load_base, with_lora
+
+    dialogue = Dialogue(id="d", turns=[Turn(role="patient", text="My knee hurts."),
+                                       Turn(role="doctor", text="Since when?"),
+                                       Turn(role="patient", text="Two days."),
+                                       Turn(role="doctor", text="Did you fall?")])
+    examples = sft_examples([dialogue], SYSTEM, None, 0, history_max_turns=2)
+    assert [ex["completion"][0]["content"] for ex in examples] == ["Since when?", "Did you fall?"]
+    assert [m["role"] for m in examples[1]["prompt"]] == ["system", "assistant", "user"]
+    tok, base = load_base(tiny_model_dir, load_hardware_of(profile))
+    model = with_lora(base, lora_settings(profile, "llama"))
+    trainer = build_sft_trainer(model, tok, examples, sft_config(profile, tmp_path, 1, 0))
+    row = trainer.train_dataset[1]
+    batch = trainer.data_collator([row])  # what the loss sees: -100 outside the answer
+    ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
+    learned = [t for t, lab in zip(ids, labels) if lab != -100]
+    assert tok.decode(learned) == "Did you fall?<|im_end|>\n"
+    assert tok.decode(row["input_ids"]).count("<|im_start|>system") == 1
+
+
+def test_sft_corpus_notes_a_missing_file_and_reads_real_sets_when_present(tmp_path):
+    from medpref.data.adapters import shared_data_dir
+    from medpref.training.config import RealDialogues
+    from medpref.training.dialogue_sft import load_dialogues
+
+    p = load_params().training.sft.model_copy(update={
+        "dialogues": ["data/embedded/dialogues.jsonl", str(tmp_path / "absent.jsonl")]})
+    dialogues, sources = load_dialogues(p)
+    assert sources[0].dialogues == len(dialogues) > 0
+    assert sources[1].dialogues == 0 and sources[1].note.startswith("absent")
+    if shared_data_dir() is None:
+        pytest.skip("../shared/data is absent")
+    real = p.model_copy(update={"dialogues": [], "real": [
+        RealDialogues(source="mts_dialog", split="train", limit=5)]})
+    dialogues, sources = load_dialogues(real)
+    assert len(dialogues) == 5 and sources[0].name == "mts_dialog:train"

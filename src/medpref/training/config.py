@@ -34,6 +34,7 @@ class TrainingProfile(StrictModel):
     dpo_epochs: float = Field(gt=0.0, le=100.0)
     dpo_max_steps: int | None = Field(ge=1)
     max_length: int = Field(ge=16, le=131072)     # tokens of prompt + answer
+    history_max_turns: int | None = Field(ge=1)   # context turns kept before an answer (null: all)
     bf16: Literal["auto"] | bool                  # auto: on where the GPU supports it
     gradient_checkpointing: bool
     precompute_ref_log_probs: bool                # DPO: reference log-probs once, up front

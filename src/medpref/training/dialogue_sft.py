@@ -73,14 +73,24 @@ def token_length(tokenizer, messages: list[dict[str, str]]) -> int:
                ["input_ids"])
 
 
+def clip_history(messages: list[dict[str, str]], max_turns: int | None) -> list[dict[str, str]]:
+    """The system message (if any) and the last ``max_turns`` turns (``None``: all)."""
+    if max_turns is None:
+        return list(messages)
+    head = messages[:1] if messages and messages[0]["role"] == "system" else []
+    return head + messages[len(head):][-max_turns:]
+
+
 def sft_examples(dialogues: list[Dialogue], system_prompt: str, max_examples: int | None,
-                 seed: int) -> list[dict[str, list[dict[str, str]]]]:
+                 seed: int, history_max_turns: int | None = None
+                 ) -> list[dict[str, list[dict[str, str]]]]:
     """trl prompt-completion examples, one per answering doctor turn (a seeded subset of
-    ``max_examples`` when set): ``{"prompt": [messages], "completion": [assistant]}``."""
+    ``max_examples`` when set): ``{"prompt": [messages], "completion": [assistant]}``;
+    the context is the last ``history_max_turns`` turns."""
     examples = []
     for ex in dialogues_to_sft_examples(dialogues, system_prompt):
         context, target = split_target(ex)
-        examples.append({"prompt": context,
+        examples.append({"prompt": clip_history(context, history_max_turns),
                          "completion": [{"role": "assistant", "content": target}]})
     if max_examples is not None and len(examples) > max_examples:
         examples = random.Random(seed).sample(examples, max_examples)
@@ -106,6 +116,21 @@ class SFTRun:
     card: dict[str, Any] = field(default_factory=dict)
 
 
+def sft_config(profile: TrainingProfile, ckpt_dir: str | Path, steps: int, seed: int):
+    from trl import SFTConfig
+
+    return SFTConfig(**trainer_kwargs(profile, ckpt_dir, steps, seed), packing=False,
+                     completion_only_loss=True)  # loss on the doctor turn (the completion)
+
+
+def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: tuple = ()):
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
+                      processing_class=tok, callbacks=list(callbacks))
+
+
 def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
                        out_dir: str | Path, ckpt_dir: str | Path, profile: TrainingProfile,
                        seed: int, keep_checkpoints: bool = False,
@@ -113,9 +138,7 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
                        callbacks: tuple = (), check_yield=None) -> SFTRun:
     """LoRA SFT with ``SFTTrainer`` (completion-only loss); the adapter goes to
     ``out_dir``. A killed run resumes from its last checkpoint in ``ckpt_dir``."""
-    from datasets import Dataset
     from transformers import set_seed
-    from trl import SFTConfig, SFTTrainer
 
     set_seed(seed)
     tok, base = load_base(base_path, load_hardware_of(profile))
@@ -126,10 +149,8 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
         raise ValueError(f"no SFT example fits max_length={profile.max_length}")
     model = with_lora(base, lora_settings(profile, base.config.model_type))
     steps = optimizer_steps(len(data), profile, profile.sft_epochs, profile.sft_max_steps)
-    args = SFTConfig(**trainer_kwargs(profile, ckpt_dir, steps, seed),
-                     packing=False, completion_only_loss=True)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
-                         processing_class=tok, callbacks=list(callbacks))
+    trainer = build_sft_trainer(model, tok, data, sft_config(profile, ckpt_dir, steps, seed),
+                                callbacks)
     key = run_key(kind="sft", profile=profile.model_dump(), seed=seed, data=data,
                   base=file_digest(Path(base_path) / "config.json"))
     result = fit(trainer, ckpt_dir, key)

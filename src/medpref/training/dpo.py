@@ -21,7 +21,7 @@ from typing import Any
 
 from medpref.contracts import PreferencePair, read_jsonl
 from medpref.training.config import TrainingProfile
-from medpref.training.dialogue_sft import drop_too_long
+from medpref.training.dialogue_sft import clip_history, drop_too_long
 from medpref.training.profiles import (load_hardware_of, lora_settings, optimizer_steps,
                                        trainer_kwargs)
 from medpref.training.runs import (FitResult, file_digest, finish_checkpoints, fit,
@@ -34,10 +34,12 @@ REWARD_KEYS = ["loss", "rewards/chosen", "rewards/rejected", "rewards/margins",
                "rewards/accuracies", "logps/chosen", "logps/rejected"]
 
 
-def pair_to_conversation(pair: PreferencePair, system_prompt: str) -> dict[str, Any]:
-    """``{"prompt": [messages], "chosen": [assistant], "rejected": [assistant]}``."""
+def pair_to_conversation(pair: PreferencePair, system_prompt: str,
+                         history_max_turns: int | None = None) -> dict[str, Any]:
+    """``{"prompt": [messages], "chosen": [assistant], "rejected": [assistant]}``; the
+    prompt keeps the last ``history_max_turns`` turns of the pair's history."""
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return {"prompt": system + turns_to_chat(pair.prompt),
+    return {"prompt": clip_history(system + turns_to_chat(pair.prompt), history_max_turns),
             "chosen": [{"role": "assistant", "content": pair.chosen}],
             "rejected": [{"role": "assistant", "content": pair.rejected}]}
 

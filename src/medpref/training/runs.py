@@ -142,10 +142,12 @@ def write_json(path: str | Path, data: Any) -> Path:
 
 
 def write_run_logs(report_dir: str | Path, logs: list[dict[str, Any]]) -> None:
-    """``log_history.json`` (everything the trainer logged) and ``log_history.csv``."""
+    """``log_history.json`` (everything the trainer logged) and ``log_history.csv`` (the
+    training steps only: the plot source)."""
     report_dir = Path(report_dir)
     write_json(report_dir / "log_history.json", logs)
-    atomic_write_text(report_dir / "log_history.csv", log_history_csv(logs))
+    steps = [h for h in logs if "loss" in h and "train_runtime" not in h]
+    atomic_write_text(report_dir / "log_history.csv", log_history_csv(steps))
 
 
 def write_skipped(out_dir: str | Path, report_dir: str | Path, run: str, reason: str,

@@ -77,6 +77,13 @@ def run(stage: RunStage) -> TrainingOutputs:
     return run_dpo(stage, stage.part_dir.split("/", 1)[1])
 
 
+def is_main_process() -> bool:
+    """Under a distributed launch only the main process writes cards and reports."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
 def _base_model(stage: Stage) -> str:
     return stage.params.shared.llm.roles[stage.p.base_role].model
 
@@ -97,7 +104,8 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
     prompt = load_prompt(p.sft.system_prompt)
     with stage.step("load"):
         dialogues, sources = load_dialogues(p.sft)
-        examples = sft_examples(dialogues, prompt.system.strip(), p.sft.max_examples, stage.seed)
+        examples = sft_examples(dialogues, prompt.system.strip(), p.sft.max_examples, stage.seed,
+                                p.active_profile().history_max_turns)
     out_dir = repo_path(p.sft.output_dir)
     with stage.step("train"):
         result = train_dialogue_sft(
@@ -110,10 +118,11 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
             "dropped_too_long": result.n_dropped, "steps": result.fit.steps,
             "resumed_from": result.fit.resumed_from, "runtime_s": round(result.fit.runtime_s, 1),
             "adapter": policies.portable_path(out_dir / "adapter"), **_hardware(stage)}
-    write_json(out_dir / RUN_CARD, card)
-    write_run_logs(stage.reports_dir, result.fit.log_history)
     table = pd.DataFrame([vars(s) for s in sources])
-    write_table(table, stage.report("sources"))
+    if is_main_process():
+        write_json(out_dir / RUN_CARD, card)
+        write_run_logs(stage.reports_dir, result.fit.log_history)
+        write_table(table, stage.report("sources"))
     metrics = {"examples": result.n_examples, "dropped_too_long": result.n_dropped,
                "steps": result.fit.steps, "dialogues": len(dialogues),
                "loss_first": logs[0]["loss"] if logs else None,
@@ -139,16 +148,20 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
             else None
     reason = skip_reason(pairs_path, None if pairs is None else len(pairs), p.dpo.min_pairs)
     if reason is not None:
-        card = write_skipped(out_dir, stage.reports_dir, name, reason,
-                             pairs=0 if pairs is None else len(pairs),
-                             pairs_file=p.dpo.runs[name])
-        return TrainingOutputs(pd.DataFrame([card]), {"trained": 0, "pairs": card["pairs"]},
+        card = {"run": name, "status": "skipped", "reason": reason}
+        if is_main_process():
+            card = write_skipped(out_dir, stage.reports_dir, name, reason,
+                                 pairs=0 if pairs is None else len(pairs),
+                                 pairs_file=p.dpo.runs[name])
+        return TrainingOutputs(pd.DataFrame([card]),
+                               {"trained": 0, "pairs": 0 if pairs is None else len(pairs)},
                                extra={"card": card})
     sft_adapter = policies.adapter_dir(stage.params, policies.SFT_RUN)
     if not sft_adapter.exists():
         raise FileNotFoundError(f"{sft_adapter}: no SFT adapter; run stage training_sft first")
     prompt = load_prompt(p.sft.system_prompt)
-    examples = [pair_to_conversation(pair, prompt.system.strip()) for pair in pairs]
+    examples = [pair_to_conversation(pair, prompt.system.strip(),
+                                     p.active_profile().history_max_turns) for pair in pairs]
     with stage.step("train"):
         result = train_dpo(
             repo_path(_base_model(stage)), sft_adapter, examples, out_dir / "adapter",
@@ -164,8 +177,9 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
             "strategies": sorted({pair.strategy for pair in pairs}),
             "adapter": policies.portable_path(out_dir / "adapter"),
             "role": policies.role_name(stage.params, name), **_hardware(stage)}
-    write_json(out_dir / RUN_CARD, card)
-    write_run_logs(stage.reports_dir, result.fit.log_history)
+    if is_main_process():
+        write_json(out_dir / RUN_CARD, card)
+        write_run_logs(stage.reports_dir, result.fit.log_history)
     metrics = {"trained": 1, "pairs": result.n_pairs, "steps": result.fit.steps,
                "train": _slashless(result.final), "eval": _slashless(result.evaluation)}
     row = {**card, **{f"eval_{k}": v for k, v in result.evaluation.items()}}
@@ -250,3 +264,30 @@ def run_summary(stage: RunStage) -> TrainingOutputs:
                "skipped": int((table["status"] == "skipped").sum()),
                "policies": len(trained)}
     return TrainingOutputs(table, metrics, extra={"policies": trained, "curves": curves})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one part without papermill, for launchers (one process per device)::
+
+        accelerate launch --config_file configs/hardware/accelerate/multi_gpu_ddp.yaml \\
+            -m medpref.training.stage --part dpo --run cai_dep
+    """
+    import argparse
+
+    from medpref.stagekit import open_stage
+
+    ap = argparse.ArgumentParser(description="stage 05 (training): one part")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--part", choices=PARTS, required=True)
+    ap.add_argument("--run", default="")
+    args = ap.parse_args(argv)
+    stage = open_part(open_stage("05_training", args.params), args.part, args.run)
+    out = run(stage)
+    if is_main_process():
+        print(stage.finish(out.metrics, models=out.models, prompts=out.prompts,
+                           sections=("shared",)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
