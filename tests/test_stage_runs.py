@@ -175,6 +175,7 @@ def test_stage_04_scores_with_stage_03s_finetuned_rem_on_every_item(
     stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",))
     metrics = json.loads((tmp_path / "reports/04_annotation/metrics.json").read_text())
     assert metrics["cai_dep"]["pairs"] == 5 and metrics["rem"]["scorer"] == "finetuned"
+    assert metrics["gpt4_rank"]["pairs"] == 5 and "gpt4_rank_both_orders" in metrics
     assert "wall_s" not in json.dumps(metrics) and "model_calls" not in json.dumps(metrics)
     for name in ("gpt4_rank", "cai_avg", "cai_dep", "agent"):
         assert (tmp_path / f"data/04_annotation/pairs/{name}.jsonl").exists()
