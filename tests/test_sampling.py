@@ -146,6 +146,8 @@ def test_parse_turn_cuts_prompt_echoes_and_rejects_repeats():
 
     raw = ' I feel tired. The patient\'s next message is: "I feel tired.'
     assert parse_turn(raw, "patient", "Patient:") == "I feel tired."
+    raw = " I feel tired today. Your next patient message could be: I feel tired."
+    assert parse_turn(raw, "patient", "Patient:") == "I feel tired today."
     earlier = ["I'm glad you reached out. Can you tell me about your knee?"]
     echo = " I'm glad you reached out. Can you tell me about your knee?"
     assert parse_turn(echo, "patient", "Patient:", earlier, 0.6) is None

@@ -25,8 +25,8 @@ from medpref.sampling.trajectory import _drop_repeated_sentences, _speaker_lines
 
 PREFIX = {"doctor": "Doctor:", "patient": "Patient:"}
 #: Where a turn runs on into the prompt's own wording ("The patient's next message is: ...").
-_SCAFFOLD = re.compile(r"\b(?:the\s+)?(?:patient|doctor)'?s?\s+next\s+(?:message|reply|turn)\b"
-                       r"|\byour next reply\b", re.IGNORECASE)
+_SCAFFOLD = re.compile(r"\b(?:the\s+|your\s+)?(?:(?:patient|doctor)'?s?\s+)?next\s+"
+                       r"(?:patient\s+|doctor\s+)?(?:message|reply|turn)\b", re.IGNORECASE)
 
 
 def parse_turn(text: str, role: str, prefix: str = "", previous: Sequence[str] = (),
