@@ -290,6 +290,21 @@ def test_near_constant_scorer_is_flagged():
     assert label_spread([None], 0.9)["top_label"] is None
 
 
+def test_state_value_label_is_the_greedy_score_expected_the_mean():
+    from medpref.rem.scorers import expected_judgement
+
+    class Scores:
+        probs, mass = {"0": 0.3, "1": 0.25, "2": 0.45}, 0.9
+
+        def expected(self):
+            return sum(int(k) * v for k, v in self.probs.items())
+
+    assert expected_judgement("A", Scores(), None).score == pytest.approx(1.15)
+    label = expected_judgement("A", Scores(), None, "label")
+    assert label.score == 2.0 and label.label == 2 and label.samples == [2.0]
+    assert expected_judgement("A", None, None, "label").score is None
+
+
 def test_match_metrics_on_given_labels():
     golds, preds = [0, 2, 1], [0.96, 1.04, 1.0]
     assert match_metrics(golds, preds)["exact"] == pytest.approx(1 / 3)   # all round to 1
@@ -339,6 +354,9 @@ def test_rem_params_reject_unknown_keys_and_bad_values():
     with pytest.raises(ParamsError, match="'rem.scorers.expected'"):  # k is for sampling
         parse_params({"rem": {**raw, "scorers": {**raw["scorers"], "expected": {
             "mode": "expected", "k": 5}}}})
+    with pytest.raises(ParamsError, match="'rem.scorers.sampled'"):  # v = mean of samples
+        parse_params({"rem": {**raw, "scorers": {**raw["scorers"], "sampled": {
+            "mode": "sampled", "k": 2, "state_value": "label"}}}})
     with pytest.raises(ParamsError, match="compliance_scorers"):
         parse_params({"rem": {**raw, "compliance_scorers": ["greedy"]}})
     assert list(parse_params({"rem": raw}).rem.scorers) == ["sampled", "expected", "finetuned"]

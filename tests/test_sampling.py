@@ -141,22 +141,40 @@ def test_parse_turn_golden(text, role, expected):
     assert parse_turn(text, role, PREFIX[role]) == expected
 
 
+def test_parse_turn_cuts_prompt_echoes_and_rejects_repeats():
+    from medpref.sampling.rounds import parse_turn
+
+    raw = ' I feel tired. The patient\'s next message is: "I feel tired.'
+    assert parse_turn(raw, "patient", "Patient:") == "I feel tired."
+    raw = " I feel tired today. Your next patient message could be: I feel tired."
+    assert parse_turn(raw, "patient", "Patient:") == "I feel tired today."
+    earlier = ["I'm glad you reached out. Can you tell me about your knee?"]
+    echo = " I'm glad you reached out. Can you tell me about your knee?"
+    assert parse_turn(echo, "patient", "Patient:", earlier, 0.6) is None
+    assert parse_turn(" It hurts when I climb stairs.", "patient", "Patient:", earlier,
+                      0.6) == "It hurts when I climb stairs."
+
+
 def _round_responder(one_shot: str, unreadable_first_doctor: bool = False):
     """One-shot answers ``one_shot``; the round prompts answer by speaker, numbered."""
     seen = {"doctor": 0}
+    patient = ["It started on Monday morning.", "The pain is worse when walking.",
+               "No fever at all, thankfully.", "I took two tablets of paracetamol."]
+    doctor = ["When did it begin exactly?", "Does anything make it worse?",
+              "Have you had a temperature?", "Which medicines have you tried so far?"]
 
     def respond(req):
         system = " ".join(req.messages[0]["content"].split())
         if "realistic doctor-patient consultations" in system:
             return one_shot
-        n = req.messages[-1]["content"].count("\nDoctor:") + 1
+        n = req.messages[-1]["content"].count("\nDoctor:") % 4
         if "play the patient" in system:
-            return f" It still hurts, day {n}."
+            return f" {patient[n]}"
         if "play the doctor" in system:
             seen["doctor"] += 1
             if unreadable_first_doctor and seen["doctor"] == 1 and req.params.temperature == 0:
                 return " ok"  # unreadable: asked again, sampled
-            return f" Tell me more about day {n}, please."
+            return f" {doctor[n]}"
         raise AssertionError(system[:60])
     return respond
 
@@ -250,7 +268,10 @@ def test_stage_writes_the_items_and_reports(tmp_path, monkeypatch, scripted_clie
     assert (tmp_path / "reports" / "summary.csv").exists()
     assert (tmp_path / "reports" / "future_rounds.csv").exists()
     assert (tmp_path / "reports" / "short_futures.jsonl").exists()
-    assert out.metrics["items_with_full_futures"] == 4
+    # the scripted model answers every round prompt with the same lines: echoes, so each
+    # generated future stays at its one-shot round, and every item is reported short
+    assert out.metrics["items_with_full_futures"] == 0 and len(out.short) == 4
+    assert all(s["source"] == "generated" and "no readable" in s["failure"] for s in out.short)
     stage.finish(out.metrics, models=out.models, prompts=out.prompts)
     assert (tmp_path / "reports" / "timings.json").exists()
     assert "wall_s" not in (tmp_path / "reports" / "metrics.json").read_text()

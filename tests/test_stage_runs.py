@@ -175,6 +175,7 @@ def test_stage_04_scores_with_stage_03s_finetuned_rem_on_every_item(
     stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",))
     metrics = json.loads((tmp_path / "reports/04_annotation/metrics.json").read_text())
     assert metrics["cai_dep"]["pairs"] == 5 and metrics["rem"]["scorer"] == "finetuned"
+    assert metrics["gpt4_rank"]["pairs"] == 5 and "gpt4_rank_both_orders" in metrics
     assert "wall_s" not in json.dumps(metrics) and "model_calls" not in json.dumps(metrics)
     for name in ("gpt4_rank", "cai_avg", "cai_dep", "agent"):
         assert (tmp_path / f"data/04_annotation/pairs/{name}.jsonl").exists()
@@ -207,3 +208,54 @@ def test_stage_04_needs_a_scorer_table5_evaluated(raw_params, tmp_path, monkeypa
     stage = _stage04(raw_params, tmp_path, monkeypatch)
     with pytest.raises(ValueError, match="no row for REM scorer 'zero_shot'"):
         annotation_stage.run(stage)
+
+
+# -- the notebooks themselves, cell by cell, on the scripted backends ---------------------------
+def _run_notebook(name: str, **parameters) -> dict:
+    """Execute a pipeline notebook's code cells in order (the parameters cell's values
+    replaced), as papermill would; returns the namespace."""
+    nb = json.loads((REPO_ROOT / "notebooks" / name).read_text())
+    namespace: dict = {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        exec(compile("".join(cell["source"]), f"{name}", "exec"), namespace)
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            namespace.update(parameters)
+    return namespace
+
+
+def test_notebooks_03_04_and_the_grid_run_in_order(raw_params, tmp_path, monkeypatch,
+                                                   scripted_models):
+    raw = raw_params
+    raw["rem"]["eval_per_rule"] = 1
+    raw["rem"]["compliance_n"] = 1
+    raw["rem"]["reports"] = str(tmp_path / "reports" / "03_rem")
+    unlabeled = tmp_path / "unlabeled.jsonl"
+    write_jsonl(unlabeled, _items(4))
+    raw["annotation"].update(input=str(unlabeled), reports=str(tmp_path / "reports" /
+                                                                "04_annotation"),
+                             rem_table5=str(tmp_path / "reports" / "03_rem" / "table5.csv"))
+    raw["annotation"]["grid"].update(output_dir=str(tmp_path / "data" / "grid"),
+                                     reports=str(tmp_path / "reports" / "04_annotation" /
+                                                 "grid"))
+    params_path = tmp_path / "params.yaml"
+    params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    _fake_training(monkeypatch, tmp_path)
+    monkeypatch.setattr(Stage, "data_dir", property(lambda s: tmp_path / "data" / s.name))
+    monkeypatch.setattr(Stage, "reports_dir", property(lambda s: tmp_path / "reports" / s.name))
+    monkeypatch.setattr("matplotlib.pyplot.show", lambda *a, **k: None)
+
+    ns = _run_notebook("03_rem.ipynb", params_path=str(params_path))
+    assert set(ns["out"].table5["scorer"]) == {"sampled", "expected", "finetuned"}
+    ns = _run_notebook("04_annotation.ipynb", params_path=str(params_path))
+    assert ns["out"].items == 4 and ns["out"].rem_row["scorer"] == "finetuned"
+    for w in ("avg", "dep"):
+        for n in (1, 2, 3):
+            cell = _run_notebook("04_annotation_grid.ipynb", params_path=str(params_path),
+                                 weighting=w, trajectory=n)
+            assert cell["out"].row["items"] == 4
+    ns = _run_notebook("04_annotation_grid_table.ipynb", params_path=str(params_path))
+    table = ns["out"].table
+    assert len(table) == 6 and table["model_calls"].sum() == 0  # cells hit the cache
+    assert (tmp_path / "reports/04_annotation/grid_table/metrics.json").exists()

@@ -29,9 +29,11 @@ from medpref.rules import Flowchart, load_rules
 from medpref.stagekit import Stage
 
 STRATEGIES = ("gpt4_rank", "cai_avg", "cai_dep", "agent")
-#: The summary row of the gpt4_rank reading whose pairs are not written.
+#: The summary row of the gpt4_rank reading whose pairs are not written, and its metrics key.
 ALTERNATIVE = {"one": "gpt4_rank (one order: follow-up)",
                "both": "gpt4_rank (both orders: ours)"}
+METRICS_KEY = {ALTERNATIVE["one"]: "gpt4_rank_one_order",
+               ALTERNATIVE["both"]: "gpt4_rank_both_orders"}
 
 
 @dataclass
@@ -280,7 +282,7 @@ def stage_metrics(out: AnnotationOutputs, states_scored: int) -> dict[str, Any]:
     for row in out.summary.to_dict("records"):
         if row["strategy"].startswith("PLPF"):
             continue
-        metrics[row["strategy"]] = {k: _native(row[k]) for k in (
+        metrics[METRICS_KEY.get(row["strategy"], row["strategy"])] = {k: _native(row[k]) for k in (
             "pairs", "decisive", "ties", "unusable", "tie_ratio", "sampled_wins",
             "generated_wins", "margin_median")}
     return metrics

@@ -52,9 +52,15 @@ class RemScorerSettings(StrictModel):
     detail: Literal["full", "short"] | None = None  # rule text; null: the mode's default
     comment: bool | None = None                     # expected: greedy comment first?
     max_new_tokens: int = Field(80, ge=8, le=1024)  # a sampled answer / a greedy comment
+    # what a state's rule score v is (expected/finetuned): Σ s·p(s), or the most probable
+    # score (the score a greedy REM writes: Eq. 2 with k = 1); sampled: the mean of k samples
+    state_value: Literal["expected", "label"] = "expected"
 
     @model_validator(mode="after")
     def _fits_the_mode(self) -> "RemScorerSettings":
+        if self.mode == "sampled" and self.state_value != "expected":
+            raise ValueError("a sampled scorer's v is the mean of its k samples: "
+                             "leave state_value 'expected'")
         if self.mode == "finetuned" and (self.n_examples or self.detail or
                                          self.comment is not None):
             raise ValueError("a finetuned scorer reads its adapter's task card: leave "

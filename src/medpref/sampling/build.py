@@ -108,6 +108,7 @@ def complete_futures(p: SamplingParams, accepted: dict[int, tuple], splits: list
         settings = RoundSettings(rounds=p.future_rounds, max_new_tokens=p.rounds.max_new_tokens,
                                  retries=p.rounds.retries,
                                  retry_temperature=p.rounds.retry_temperature,
+                                 max_copied_share=p.rounds.max_copied_share,
                                  history_max_turns=p.history_max_turns,
                                  exemplar_max_turns=p.exemplar_max_turns, seed=seed)
         out.records = extend_trajectories(trajectories, clients, prompts, settings).records

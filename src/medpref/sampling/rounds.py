@@ -5,32 +5,48 @@ model writes the doctor's reply and one or no further exchange. Every generated 
 that falls short is continued here, one turn at a time, with the ``patient`` and
 ``doctor`` roles (prompts ``configs/prompts/trajectory_{patient,doctor}.yaml``; the doctor
 keeps the item's style exemplar). Each step is one batched call over every item that needs
-that speaker next. An unreadable turn is asked again (``retries``, sampled with a seed);
-an item that still falls short keeps what it has and is reported, never silently cut.
+that speaker next. An unreadable turn — empty, the other speaker's, or an echo of an
+earlier turn (small models repeat the conversation back) — is asked again (``retries``,
+sampled with a seed); an item that still falls short keeps what it has and is reported,
+never silently cut.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from medpref.contracts import Dialogue, Turn
 from medpref.llm.client import LLMClient
+from medpref.notechat.turns import copied_share
 from medpref.prompts import PromptTemplate, format_dialogue
 from medpref.sampling.trajectory import _drop_repeated_sentences, _speaker_lines
 
 PREFIX = {"doctor": "Doctor:", "patient": "Patient:"}
+#: Where a turn runs on into the prompt's own wording ("The patient's next message is: ...").
+_SCAFFOLD = re.compile(r"\b(?:the\s+|your\s+)?(?:(?:patient|doctor)'?s?\s+)?next\s+"
+                       r"(?:patient\s+|doctor\s+)?(?:message|reply|turn)\b", re.IGNORECASE)
 
 
-def parse_turn(text: str, role: str, prefix: str = "") -> str | None:
+def parse_turn(text: str, role: str, prefix: str = "", previous: Sequence[str] = (),
+               max_copied: float = 1.0) -> str | None:
     """One turn of ``role`` from a raw answer (the answer was started with ``prefix``):
-    the first speaker's text, loops removed; None when it is empty, shorter than two
-    words, or spoken by the other role."""
+    the first speaker's text, cut where it echoes the prompt's wording, loops removed.
+    None when it is empty, shorter than two words, spoken by the other role, or an echo:
+    a share of at least ``max_copied`` of its word pairs found in one earlier turn
+    (``previous``)."""
     lines = _speaker_lines(f"{prefix} {text}" if prefix else text)
     if not lines or lines[0][0] != role:
         return None
-    body = _drop_repeated_sentences(lines[0][1]).strip().strip('"')
-    return body if len(body.split()) >= 2 else None
+    body = lines[0][1]
+    leak = _SCAFFOLD.search(body)
+    body = _drop_repeated_sentences(body[:leak.start()] if leak else body).strip().strip('"')
+    if len(body.split()) < 2:
+        return None
+    if previous and copied_share(body, list(previous)) >= max_copied:
+        return None
+    return body
 
 
 def complete_rounds(future: Sequence[Turn]) -> int:
@@ -75,6 +91,7 @@ class RoundSettings:
     max_new_tokens: int
     retries: int
     retry_temperature: float
+    max_copied_share: float
     history_max_turns: int
     exemplar_max_turns: int
     seed: int
@@ -107,7 +124,9 @@ def _ask_turns(batch: list[Trajectory], role: str, client: LLMClient,
                                    **sampled)
         unread = []
         for t, comp in zip(batch, answers):
-            text = parse_turn(comp.text, role, PREFIX[role]) if comp.ok else None
+            previous = [turn.text for turn in t.so_far()]
+            text = (parse_turn(comp.text, role, PREFIX[role], previous, s.max_copied_share)
+                    if comp.ok else None)
             records.append({"key": t.key, "role": role, "turn": len(t.future),
                             "attempt": attempt, "raw": comp.text, "error": comp.error,
                             "parsed": text})
