@@ -95,6 +95,9 @@ class SimulationParams(StrictModel):
     grid_pattern: str = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
     table6_policies: dict[str, str] = Field(default_factory=lambda: {
         "GPT4": "gpt4_rank", "Rethinker": "agent_norerank", "Rethinker+GPT4": "agent"})
+    # torch CPU threads for this stage's local models; on a shared, busy CPU one thread runs
+    # the 135M model several times faster than two (spinning threads); None: torch's default
+    torch_threads: int | None = Field(1, ge=1, le=256)
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @model_validator(mode="after")

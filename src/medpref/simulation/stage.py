@@ -262,6 +262,10 @@ def doctors_of(stage, p: SimulationParams) -> list[DoctorConfig]:
 
 def run(stage) -> SimulationOutputs:
     p: SimulationParams = stage.p
+    if p.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(p.torch_threads)
     h = build_harness(stage, p)
     doctors = doctors_of(stage, p)
     results, model_ids = {}, {}
