@@ -311,6 +311,9 @@ def assemble(p, results: dict[str, DoctorResult], validation, doctors, model_ids
             if r.compliance is not None and not r.compliance.empty}
     comp_long = (pd.concat([t.assign(doctor=d, rem=h.rem_mode) for d, t in comp.items()],
                            ignore_index=True) if comp else pd.DataFrame())
+    if not comp_long.empty:   # PLPF Fig. 3 ranks the models per rule (1 = most compliant)
+        comp_long["rank"] = comp_long.groupby("rule")["mean"].rank(ascending=False,
+                                                                     method="min")
     out = SimulationOutputs(
         consultations=consults, grades=grades, table2=t2, per_case=per_case,
         fidelity=tables.fidelity_table([f for r in results.values() for f in r.fidelity]),
