@@ -418,6 +418,8 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     assert t2.loc["base", "surgery empty"] == "Test 1"
     assert t2.loc["silent", "ALL Sym."] == 0.0
     assert set(out.next_turn["doctor"]) == {"base", "silent"}
+    row = out.per_case.set_index(["doctor", "case"]).loc[("base", "sp-a")]
+    assert row["rounds"] == 2 and row["sentences"] == 2 and row["ended_by"] == "rounds"
     lines = (tmp_path / "data" / "transcripts.jsonl").read_text().splitlines()
     assert len(lines) == 4 and json.loads(lines[0])["rounds"] == 2
     assert (tmp_path / "reports" / "table2.md").exists()

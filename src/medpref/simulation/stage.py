@@ -304,7 +304,12 @@ def assemble(p, results: dict[str, DoctorResult], validation, doctors, model_ids
              h: Harness) -> SimulationOutputs:
     consults = [c for r in results.values() for c in r.consults]
     grades = [g for r in results.values() for g in r.grades]
+    fid_rows = [f for r in results.values() for f in r.fidelity]
     per_case = pd.DataFrame(per_case_rows(consults, grades))
+    if fid_rows:   # the patient's honesty per case, beside the case's scores
+        honesty = pd.DataFrame(fid_rows)[["doctor", "case", "rounds", "ended_by", "sentences",
+                                          "volunteered", "unsupported"]]
+        per_case = per_case.merge(honesty, on=["doctor", "case"], how="left")
     t2 = tables.table2(per_case.to_dict("records"))
     nt = pd.DataFrame([r.next_turn.summary for r in results.values() if r.next_turn])
     comp = {d: r.compliance for d, r in results.items()
@@ -316,7 +321,7 @@ def assemble(p, results: dict[str, DoctorResult], validation, doctors, model_ids
                                                                      method="min")
     out = SimulationOutputs(
         consultations=consults, grades=grades, table2=t2, per_case=per_case,
-        fidelity=tables.fidelity_table([f for r in results.values() for f in r.fidelity]),
+        fidelity=tables.fidelity_table(fid_rows),
         next_turn=nt, compliance=comp_long, grid=tables.table3_grid(t2, p.grid_pattern),
         table6=tables.table6(t2, nt, p.table6_policies), grader_validation=validation,
         doctors=doctors, model_ids=model_ids,
