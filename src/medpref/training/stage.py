@@ -26,11 +26,25 @@ from medpref.reports import save_figure, write_table
 from medpref.stagekit import Stage
 from medpref.training import policies
 from medpref.training.config import TrainingParams
-from medpref.training.dialogue_sft import load_dialogues, sft_examples, train_dialogue_sft
-from medpref.training.dpo import load_pairs, pair_to_conversation, skip_reason, train_dpo
+from medpref.training.dialogue_sft import (
+    load_dialogues,
+    sft_examples,
+    train_dialogue_sft,
+)
+from medpref.training.dpo import (
+    load_pairs,
+    pair_to_conversation,
+    skip_reason,
+    train_dpo,
+)
 from medpref.training.profiles import resolve_bf16
-from medpref.training.runs import (RUN_CARD, read_run_card, write_json, write_run_logs,
-                                   write_skipped)
+from medpref.training.runs import (
+    RUN_CARD,
+    read_run_card,
+    write_json,
+    write_run_logs,
+    write_skipped,
+)
 
 PARTS = ("sft", "dpo", "summary")
 
