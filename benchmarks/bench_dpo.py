@@ -33,7 +33,7 @@ from medpref import REPO_ROOT
 from medpref.contracts import Dialogue, read_jsonl
 from medpref.params import load_params
 from medpref.training.dpo import train_dpo
-from medpref.training.profiles import load_hardware_of, lora_settings, trainer_kwargs
+from medpref.training.profiles import load_hardware_of, lora_settings
 from medpref.training.sft import load_base, save_adapter, with_lora
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"

@@ -12,8 +12,13 @@ from medpref import REPO_ROOT
 from medpref.contracts import Dialogue, PreferencePair, Turn, read_jsonl, write_jsonl
 from medpref.params import load_params
 from medpref.training.dialogue_sft import sft_examples, train_dialogue_sft
-from medpref.training.dpo import (build_dpo_trainer, dpo_config, pair_to_conversation,
-                                  policy_model, train_dpo)
+from medpref.training.dpo import (
+    build_dpo_trainer,
+    dpo_config,
+    pair_to_conversation,
+    policy_model,
+    train_dpo,
+)
 from medpref.training.runs import read_run_card
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
@@ -161,7 +166,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(tiny_model_dir, sft_adapter
                 raise _Killed("killed at step 3")
 
     examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(4)]
-    kw = dict(beta=0.1, loss_type="sigmoid", seed=0)
+    kw = {"beta": 0.1, "loss_type": "sigmoid", "seed": 0}
     with pytest.raises(_Killed):
         train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "a", tmp_path / "ckpt",
                   profile, callbacks=(KillAfter(),), **kw)

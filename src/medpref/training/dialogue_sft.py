@@ -18,10 +18,20 @@ from typing import Any
 from medpref.contracts import Dialogue, read_jsonl
 from medpref.params import repo_path
 from medpref.training.config import SFTParams, TrainingProfile
-from medpref.training.profiles import (load_hardware_of, lora_settings, optimizer_steps,
-                                       trainer_kwargs)
-from medpref.training.runs import (FitResult, file_digest, finish_checkpoints, fit, run_key,
-                                   save_trained_adapter)
+from medpref.training.profiles import (
+    load_hardware_of,
+    lora_settings,
+    optimizer_steps,
+    trainer_kwargs,
+)
+from medpref.training.runs import (
+    FitResult,
+    file_digest,
+    finish_checkpoints,
+    fit,
+    run_key,
+    save_trained_adapter,
+)
 from medpref.training.sft import load_base, portable_path, with_lora
 from medpref.training.sft_data import dialogues_to_sft_examples, split_target
 

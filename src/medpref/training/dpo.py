@@ -22,10 +22,21 @@ from typing import Any
 from medpref.contracts import PreferencePair, read_jsonl
 from medpref.training.config import TrainingProfile
 from medpref.training.dialogue_sft import clip_history, drop_too_long
-from medpref.training.profiles import (load_hardware_of, lora_settings, optimizer_steps,
-                                       trainer_kwargs)
-from medpref.training.runs import (FitResult, file_digest, finish_checkpoints, fit,
-                                   last_logged, run_key, save_trained_adapter)
+from medpref.training.profiles import (
+    load_hardware_of,
+    lora_settings,
+    optimizer_steps,
+    trainer_kwargs,
+)
+from medpref.training.runs import (
+    FitResult,
+    file_digest,
+    finish_checkpoints,
+    fit,
+    last_logged,
+    run_key,
+    save_trained_adapter,
+)
 from medpref.training.sft import load_base, portable_path
 from medpref.training.sft_data import turns_to_chat
 

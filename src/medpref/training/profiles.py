@@ -70,20 +70,20 @@ def trainer_kwargs(profile: TrainingProfile, output_dir: str | Path, max_steps: 
     """
     import torch
 
-    return dict(
-        output_dir=str(output_dir), max_steps=max_steps, use_cpu=not torch.cuda.is_available(),
-        per_device_train_batch_size=profile.per_device_batch_size,
-        per_device_eval_batch_size=profile.per_device_batch_size,
-        gradient_accumulation_steps=profile.grad_accumulation,
-        learning_rate=profile.learning_rate, warmup_steps=profile.warmup_ratio,  # < 1: a ratio
-        lr_scheduler_type="linear", bf16=resolve_bf16(profile), fp16=False,
+    return {
+        "output_dir": str(output_dir), "max_steps": max_steps, "use_cpu": not torch.cuda.is_available(),
+        "per_device_train_batch_size": profile.per_device_batch_size,
+        "per_device_eval_batch_size": profile.per_device_batch_size,
+        "gradient_accumulation_steps": profile.grad_accumulation,
+        "learning_rate": profile.learning_rate, "warmup_steps": profile.warmup_ratio,  # < 1: a ratio
+        "lr_scheduler_type": "linear", "bf16": resolve_bf16(profile), "fp16": False,
         # transformers 5 renamed it; trl reads the old name, which mirrors the new one
-        activation_checkpointing=profile.gradient_checkpointing,
-        gradient_checkpointing=profile.gradient_checkpointing,
-        logging_steps=profile.logging_steps, logging_first_step=True,
-        save_strategy="steps", save_steps=profile.save_steps,
-        save_total_limit=profile.save_total_limit, save_only_model=False,
-        report_to=[], seed=seed, data_seed=seed, dataloader_num_workers=0,
-        disable_tqdm=False, max_length=profile.max_length, dataset_num_proc=None,
+        "activation_checkpointing": profile.gradient_checkpointing,
+        "gradient_checkpointing": profile.gradient_checkpointing,
+        "logging_steps": profile.logging_steps, "logging_first_step": True,
+        "save_strategy": "steps", "save_steps": profile.save_steps,
+        "save_total_limit": profile.save_total_limit, "save_only_model": False,
+        "report_to": [], "seed": seed, "data_seed": seed, "dataloader_num_workers": 0,
+        "disable_tqdm": False, "max_length": profile.max_length, "dataset_num_proc": None,
         # DDP + LoRA: frozen base weights get no gradient; without this DDP waits for them
-        ddp_find_unused_parameters=False)
+        "ddp_find_unused_parameters": False}

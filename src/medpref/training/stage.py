@@ -26,11 +26,25 @@ from medpref.reports import save_figure, write_table
 from medpref.stagekit import Stage
 from medpref.training import policies
 from medpref.training.config import TrainingParams
-from medpref.training.dialogue_sft import load_dialogues, sft_examples, train_dialogue_sft
-from medpref.training.dpo import load_pairs, pair_to_conversation, skip_reason, train_dpo
+from medpref.training.dialogue_sft import (
+    load_dialogues,
+    sft_examples,
+    train_dialogue_sft,
+)
+from medpref.training.dpo import (
+    load_pairs,
+    pair_to_conversation,
+    skip_reason,
+    train_dpo,
+)
 from medpref.training.profiles import resolve_bf16
-from medpref.training.runs import (RUN_CARD, read_run_card, write_json, write_run_logs,
-                                   write_skipped)
+from medpref.training.runs import (
+    RUN_CARD,
+    read_run_card,
+    write_json,
+    write_run_logs,
+    write_skipped,
+)
 
 PARTS = ("sft", "dpo", "summary")
 
@@ -146,7 +160,8 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
     with stage.step("load"):
         pairs = load_pairs(pairs_path, p.dpo.max_pairs, stage.seed) if pairs_path.exists() \
             else None
-    reason = skip_reason(pairs_path, None if pairs is None else len(pairs), p.dpo.min_pairs)
+    reason = skip_reason(Path(p.dpo.runs[name]), None if pairs is None else len(pairs),
+                         p.dpo.min_pairs)
     if reason is not None:
         card = {"run": name, "status": "skipped", "reason": reason}
         if is_main_process():
@@ -251,6 +266,7 @@ def run_summary(stage: RunStage) -> TrainingOutputs:
     p: TrainingParams = stage.p
     rows = [_summary_row(stage, name) for name in p.dpo.runs]
     table = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
+    table[["reason", "role"]] = table[["reason", "role"]].fillna("")
     trained = policies.trained_policies(stage.params)
     write_json(stage.report("policies.json"),
                {pol.role: {"run": pol.run, **policies.policy_role(stage.params, pol)
