@@ -16,8 +16,13 @@ from medpref.llm.scripted import ScriptedBackend
 from medpref.llm.types import GenerationParams
 from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, nextturn, tables
-from medpref.simulation.knowledge import (build_chunks, build_knowledge_bases, chunk_text,
-                                          count_tokens, retrieval_query)
+from medpref.simulation.knowledge import (
+    build_chunks,
+    build_knowledge_bases,
+    chunk_text,
+    count_tokens,
+    retrieval_query,
+)
 from medpref.simulation.patient import parse_patient_answer, patient_fidelity
 
 END = "(End of Conversation)"

@@ -101,7 +101,7 @@ class SimulationParams(StrictModel):
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @model_validator(mode="after")
-    def _distinct_doctors(self) -> "SimulationParams":
+    def _distinct_doctors(self) -> SimulationParams:
         names = [d.name for d in self.doctors]
         if len(set(names)) != len(names):
             raise ValueError(f"simulation.doctors: names must be distinct, got {names}")

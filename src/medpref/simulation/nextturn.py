@@ -21,7 +21,7 @@ from medpref.contracts import Dialogue, Turn
 from medpref.llm import LLMClient
 from medpref.prompts import PromptTemplate
 from medpref.simulation.consult import doctor_messages, parse_doctor_answer
-from medpref.simulation.grading import GPD_OPTIONS, GPD_LABELS, Judge, parse_implication
+from medpref.simulation.grading import GPD_LABELS, GPD_OPTIONS, Judge, parse_implication
 
 
 @dataclass(frozen=True)

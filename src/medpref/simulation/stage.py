@@ -18,16 +18,20 @@ grader's agreement with the hand-graded items (accuracy, Cohen's κ).
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from medpref.contracts import (Dialogue, RemAnnotation, SPCase, SPGradedItem, read_jsonl,
-                               write_jsonl)
+from medpref.contracts import (
+    Dialogue,
+    RemAnnotation,
+    SPCase,
+    SPGradedItem,
+    read_jsonl,
+    write_jsonl,
+)
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table

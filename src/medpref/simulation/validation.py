@@ -14,8 +14,13 @@ import pandas as pd
 
 from medpref.contracts import SPCase, SPGradedItem
 from medpref.simulation.consult import Consultation
-from medpref.simulation.grading import (CATEGORIES, GradingSetup, ItemGrade, cohen_kappa,
-                                        grade_consultations)
+from medpref.simulation.grading import (
+    CATEGORIES,
+    GradingSetup,
+    ItemGrade,
+    cohen_kappa,
+    grade_consultations,
+)
 
 
 def _as_consultation(g: SPGradedItem) -> tuple[Consultation, SPCase]:
