@@ -56,3 +56,4 @@ notebooks-check:  ## fail when a notebook and its py:percent pair differ
 
 plots:  ## every curve and score table of dvc.yaml's plots section, as HTML (dvc_plots/index.html)
 	$(BIN)/dvc plots show
+	$(BIN)/python benchmarks/bench_dpo.py

@@ -69,12 +69,17 @@ def main() -> None:
     args = ap.parse_args()
 
     params = load_params()
-    overrides = {"k": args.k}
+    common = {}  # rem.scorers' sampled and expected settings, changed alike
     if args.n_examples is not None:
-        overrides["n_examples"] = args.n_examples
+        common["n_examples"] = args.n_examples
     if args.max_new_tokens is not None:
-        overrides["max_new_tokens"] = args.max_new_tokens
-    p = params.rem.model_copy(update=overrides)
+        common["max_new_tokens"] = args.max_new_tokens
+    scorers = dict(params.rem.scorers)
+    scorers["sampled"] = scorers["sampled"].model_copy(update={**common, "k": args.k})
+    scorers["expected"] = scorers["expected"].model_copy(update=common)
+    p = params.rem.model_copy(update={"scorers": scorers})
+    k = args.k
+    n_examples, max_new = scorers["sampled"].n_examples, scorers["sampled"].max_new_tokens
     seed = params.shared.seed
     inputs = load_inputs(p)
     pairs = candidate_pairs(inputs, args.pairs_per_rule, seed)
@@ -91,7 +96,7 @@ def main() -> None:
         print(f"{mode:>8}: {len(states)} scorings in {wall:7.1f} s wall ({cpu:7.1f} s CPU) "
               f"-> {len(states) / wall:.3f} scorings/s", flush=True)
 
-    replica_seed = seed + 1000 * p.k    # its seeds are disjoint from the first run's
+    replica_seed = seed + 1000 * k    # its seeds are disjoint from the first run's
     replica, _, _ = timed_scores("sampled", llm, p, inputs, states, replica_seed)
     replica_scores = dict(zip((a.id for a in states), replica))
 
@@ -109,8 +114,8 @@ def main() -> None:
         gold_exp += pe == gold
         gold_smp += ps == gold
     n = len(pairs)
-    print(f"\nsettings: k={p.k}, in-context examples/rule={p.n_examples}, "
-          f"max_new_tokens={p.max_new_tokens}, pairs={n}, states={len(states)}")
+    print(f"\nsettings: k={k}, in-context examples/rule={n_examples}, "
+          f"max_new_tokens={max_new}, pairs={n}, states={len(states)}")
     print(f"speed-up of expected over sampled: {ratio_wall:.1f}x wall, {ratio_cpu:.1f}x CPU "
           "(goal >= 10x)")
     print(f"agreement on the better candidate: {agree}/{n} = {100 * agree / n:.0f}% "
@@ -118,7 +123,7 @@ def main() -> None:
           f"{agree_decisive}/{decisive or 1}")
     print(f"agreement with the gold order: expected {gold_exp}/{n}, sampled {gold_smp}/{n}")
     self_agree = agreement(pairs, smp_s, replica_scores)
-    print(f"ceiling: sampled (k={p.k}) agrees with a second sampled run on "
+    print(f"ceiling: sampled (k={k}) agrees with a second sampled run on "
           f"{self_agree}/{n} = {100 * self_agree / n:.0f}%; expected agrees with that "
           f"second run on {agreement(pairs, exp_s, replica_scores)}/{n}")
     llm.close()

@@ -9,18 +9,27 @@ import pytest
 from medpref.annotation import agent as agent_mod
 from medpref.annotation import analysis, cai, grid
 from medpref.annotation.config import AnnotationParams, ScoringConfig
-from medpref.annotation.judging import (combine_orders, judge_both_orders, parse_choice,
-                                        to_item_frame)
+from medpref.annotation.judging import (combine_orders, judge_both_orders, judge_items,
+                                        one_order, parse_choice, shown_order, to_item_frame)
 from medpref.annotation.pairs import Decision
-from medpref.annotation.run import load_items
+from medpref.annotation.stage import load_items
 from medpref.contracts import ContractError, UnlabeledItem
-from medpref.params import ParamsError, parse_params
+from medpref.params import ParamsError, load_params, parse_params
 from medpref.prompts import load_prompt
 from medpref.rem.base import RuleJudgement
 from medpref.rules import load_rules
 from medpref import REPO_ROOT
 
 FLOWCHART = load_rules(REPO_ROOT / "configs/rules/plpf_flowchart.yaml")
+P = load_params().annotation  # the repository's params (the only home of their values)
+
+
+def scoring(**changes) -> ScoringConfig:
+    return P.scoring.model_copy(update=changes)
+
+
+def annotation_params(**changes) -> AnnotationParams:
+    return P.model_copy(update=changes)
 
 
 def make_item(iid: str, c1: str, c2: str, rounds: int = 2) -> UnlabeledItem:
@@ -68,6 +77,50 @@ def test_both_orders_combine():
 
 
 JUDGE = load_prompt("annotation_judge")
+
+
+def test_one_order_drops_equal():
+    assert one_order("1") == "1" and one_order("2") == "2"
+    assert one_order("equal") == "tie" and one_order(None) == "unparsable"
+
+
+def test_single_order_gpt4_rank_asks_once_and_drops_equal(scripted_client):
+    """The follow-up's reading: one question per item; "equal" gives no pair."""
+    from medpref.annotation.judging import gpt4_rank_pairs
+
+    def respond(req):
+        user = req.messages[-1]["content"]
+        first = user.split("Possible reply 1:")[1].split("Possible reply 2:")[0]
+        if "fever" in first:
+            return "Response 1"
+        return "Equal, both are fine." if "rest" in first else "Response 2"
+    client = scripted_client(respond)
+    items = [make_item(f"u-{i}", "Take rest." if i % 2 else "Drink water.", "Any fever?")
+             for i in range(12)]
+    judged = judge_items(items, client, JUDGE, 8, "gpt4_rank", reading="one", seed=5)
+    assert set(judged) == {"one"}
+    one = judged["one"]
+    assert len(one.records) == len(items)  # one call per item
+    for item, d in zip(items, one.decisions):
+        order = shown_order(item.id, 5)
+        assert d.detail["order"] == order
+        rest_first = item.id in {f"u-{i}" for i in range(1, 12, 2)} and order == "ab"
+        # the fever reply wins whenever the judge reads it; "rest" shown first → equal → tie
+        assert d.outcome == ("tie" if rest_first else "2")
+    pairs = gpt4_rank_pairs(items, one.decisions)
+    assert len(pairs) == sum(d.outcome == "2" for d in one.decisions) < len(items)
+    assert all(p.chosen == "Any fever?" for p in pairs)
+    assert {r["order"] for r in one.records} == {"ab", "ba"}  # the seeded order varies
+
+
+def test_both_readings_share_one_batch_of_answers(scripted_client):
+    client = scripted_client(lambda r: "Response 1, clearly.")  # a position-biased judge
+    items = [make_item(f"u-{i}", "Any fever?", "Take rest.") for i in range(6)]
+    judged = judge_items(items, client, JUDGE, 8, "gpt4_rank", reading="one", seed=5,
+                         also=["both"])
+    assert len(judged["one"].records) == 2 * len(items) and judged["both"].records == []
+    assert all(d.outcome == "tie" for d in judged["both"].decisions)  # ours: bias → tie
+    assert all(d.outcome in ("1", "2") for d in judged["one"].decisions)  # paper: a pick
 
 
 def test_position_bias_becomes_a_tie(scripted_client):
@@ -139,8 +192,8 @@ def test_cai_scores_ties_and_top_n():
     states = cai.collect_states(items, trajectory=1)
     judgements = cai.score_unique_states(scorer, FLOWCHART, states)
     assert scorer.calls == 1 and len(judgements) == 8  # one scorer call for every state
-    scoring = ScoringConfig(top_n=1)
-    decisions = cai.cai_decisions(states, judgements, FLOWCHART, scoring, "avg", "cai_avg")
+    decisions = cai.cai_decisions(states, judgements, FLOWCHART, scoring(top_n=1), "avg",
+                                  "cai_avg")
     assert [d.outcome for d in decisions] == ["tie", "2", "1", "unscored"]
     assert decisions[1].margin == pytest.approx(5.0)
     pairs = cai.cai_pairs(items, decisions, top_n=1)
@@ -160,18 +213,19 @@ def test_cai_dep_uses_the_trajectory_and_the_common_length():
     j = cai.score_unique_states(ScriptedScorer(table), FLOWCHART, states)
     assert len(j) == 6  # a state shared by two items is scored once
     states = states[:1]
-    d = cai.cai_decisions(states, j, FLOWCHART, ScoringConfig(), "dep", "cai_dep")[0]
+    d = cai.cai_decisions(states, j, FLOWCHART, scoring(), "dep", "cai_dep")[0]
     # c1: state 0 dep = A 2 + B 0 + C 0 + γ·6 = 2.6 ; later states: 2+2+2+0.6 = 6.6
     assert d.detail["state_scores"][0] == pytest.approx([2.6, 6.6, 6.6])
     assert d.detail["scores"][0] == pytest.approx(2.6 + 0.65 * 6.6 + 0.65 ** 2 * 6.6)
     assert d.outcome == "1"
-    rows = cai.state_score_rows(states, j, FLOWCHART, ScoringConfig())
+    rows = cai.state_score_rows(states, j, FLOWCHART, scoring())
     assert len(rows) == 6 and rows[0]["avg_score"] == pytest.approx(8.0)
     assert rows[0]["dep_score"] == pytest.approx(2.6)
 
 
 # -- the agent on a scripted backend ---------------------------------------------------------
-def agent_responder(rank_answer: str, rerank_answer: str = "Response 1"):
+def agent_responder(rank_answer: str, rerank_answer: str = "Response 1",
+                    need_answer: str = "Yes"):
     def respond(req):
         system = " ".join(req.messages[0]["content"].split())
         if "plans a consultation" in system:
@@ -180,6 +234,8 @@ def agent_responder(rank_answer: str, rerank_answer: str = "Response 1"):
             return "Ask whether the patient has a fever."
         if "picks the reply" in system:
             return rank_answer
+        if "checks whether the draft replies" in system:
+            return need_answer
         if "write one reply" in system:
             return "Do you have a fever, and since when?\nPatient: yes"
         if "reviewing an online consultation" in system:
@@ -190,14 +246,18 @@ def agent_responder(rank_answer: str, rerank_answer: str = "Response 1"):
     return respond
 
 
-def _agent_setup(scripted_client, responder, rerank=True):
+def _agent_setup(scripted_client, responder, rerank=True, reading="both"):
     base = scripted_client(responder)
     clients = agent_mod.AgentClients(base, base, base, base)
-    p = AnnotationParams().agent
+    a = P.agent
     prompts = agent_mod.AgentPrompts(*(load_prompt(n) for n in (
-        p.long_plan_prompt, p.short_plan_prompt, p.rank_prompt, p.rethink_prompt,
-        "annotation_judge")))
-    return clients, prompts, agent_mod.AgentSettings(rerank=rerank, seed=3)
+        a.long_plan_prompt, a.short_plan_prompt, a.rank_prompt, a.need_prompt,
+        a.rethink_prompt, "annotation_judge")))
+    settings = agent_mod.AgentSettings(
+        history_max_turns=8, plan_tokens=a.plan_tokens, objective_tokens=a.objective_tokens,
+        rank_tokens=a.rank_tokens, need_tokens=a.need_tokens, rethink_tokens=a.rethink_tokens,
+        rerank=rerank, judge_prefix="Answer:", judge_reading=reading, seed=3)
+    return clients, prompts, settings
 
 
 def test_agent_tie_gives_three_pairs(scripted_client):
@@ -211,8 +271,40 @@ def test_agent_tie_gives_three_pairs(scripted_client):
     assert c3.chosen == "Do you have a fever, and since when?"  # the patient line is cut
     assert c3.chosen_source == "rethinker" and c3.rejected == "Take rest and fluids."
     assert by_id["p-agent-u-1-rerank"].chosen == "Take rest and fluids."  # judge: rest wins
-    assert {r["step"] for r in res.records} == {"long_plan", "short_plan", "rank", "rethink",
-                                                "rerank"}
+    assert {r["step"] for r in res.records} == {"long_plan", "short_plan", "rank", "need",
+                                                "rethink", "rerank"}
+    assert res.decisions[0].detail["better_needed"] == "yes"
+
+
+def test_rethinker_no_gives_no_c3(scripted_client):
+    """The Rethinker's Yes/No comes first: "No" (a draft already does it) writes no c3."""
+    clients, prompts, s = _agent_setup(scripted_client, agent_responder("Equal",
+                                                                         need_answer="No."))
+    res = agent_mod.agent_rank([make_item("u-1", "Take rest and fluids.", "See a doctor.")],
+                               clients, prompts, s)
+    assert [d.outcome for d in res.decisions] == ["tie"]
+    assert [p.id for p in res.pairs] == ["p-agent-u-1-rerank"]  # only the re-rank pair
+    assert not any(r["step"] == "rethink" for r in res.records)
+    assert res.decisions[0].detail["better_needed"] == "no"
+    assert res.decisions[0].detail["rethinker_reply"] is False
+
+
+def test_rerank_uses_the_configured_gpt4_reading(scripted_client):
+    """With the follow-up's one-order reading, the re-rank asks the judge once."""
+    clients, prompts, s = _agent_setup(scripted_client, agent_responder("Equal"),
+                                       reading="one")
+    res = agent_mod.agent_rank([make_item("u-1", "Take rest.", "See a doctor.")],
+                               clients, prompts, s)
+    assert sum(r["step"] == "rerank" for r in res.records) == 1
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Yes", "yes"), ("No.", "no"), ("**No**, reply 1 does it.", "no"),
+    ("Yes, neither asks about the fever.\nNo other issue.", "yes"),
+    ("Yes or no?", None), ("Maybe.", None), ("", None),
+])
+def test_parse_yes_no_golden(text, expected):
+    assert agent_mod.parse_yes_no(text) == expected
 
 
 def test_agent_rerank_off_reproduces_rethinker_only(scripted_client):
@@ -276,22 +368,43 @@ def test_load_items_names_bad_candidates_and_subsamples(tmp_path):
     three = dict(good, id="u-2", candidates=good["candidates"] * 2)
     path = tmp_path / "unlabeled.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in (good, three)) + "\n")
-    p = AnnotationParams(input=str(path))
+    p = annotation_params(input=str(path))
     with pytest.raises(ContractError, match=r"unlabeled.jsonl:2: field 'candidates'"):
         load_items(p)
     path.write_text("\n".join(json.dumps(dict(good, id=f"u-{i}")) for i in range(5)) + "\n")
-    assert [i.id for i in load_items(AnnotationParams(input=str(path), max_items=2))] == \
+    assert [i.id for i in load_items(annotation_params(input=str(path), max_items=2))] == \
         ["u-0", "u-1"]
+    assert len(load_items(annotation_params(input=str(path)))) == 5  # default: every item
+
+
+def _raw_with(dotted: str, value) -> dict:
+    """The repository's params.yaml with one key set (or added)."""
+    import copy
+
+    import yaml
+    raw = copy.deepcopy(yaml.safe_load((REPO_ROOT / "params.yaml").read_text()))
+    node, *path, last = [raw, *dotted.split(".")]
+    for part in path:
+        node = node[part]
+    node[last] = value
+    return raw
 
 
 def test_params_are_strict():
     with pytest.raises(ParamsError, match="annotation.scoring.gama"):
-        parse_params({"annotation": {"scoring": {"gama": 0.1}}})
+        parse_params(_raw_with("annotation.scoring.gama", 0.1))
     with pytest.raises(ParamsError, match="annotation.scoring.alpha"):
-        parse_params({"annotation": {"scoring": {"alpha": 1.0}}})  # V_α needs α < 1
+        parse_params(_raw_with("annotation.scoring.alpha", 1.0))  # V_α needs α < 1
+    with pytest.raises(ParamsError, match="annotation.scoring.predecessors"):
+        parse_params(_raw_with("annotation.scoring.predecessors", "closure"))
+    with pytest.raises(ParamsError, match="annotation.judge.orders"):
+        parse_params(_raw_with("annotation.judge.orders", "two"))
     with pytest.raises(ParamsError, match="annotation.grid.trajectories"):
-        parse_params({"annotation": {"grid": {"trajectories": [1, 5]}}})
-    assert parse_params({"annotation": {"rem": {"mode": "sampled", "k": 3}}}).annotation.rem.k == 3
+        parse_params(_raw_with("annotation.grid.trajectories", [1, 5]))
+    # Eq. 4's constants have one home: params.yaml (no defaults in the code)
+    scoring_raw = _raw_with("annotation.scoring", {"alpha": 0.1})
+    with pytest.raises(ParamsError, match="annotation.scoring.beta"):
+        parse_params(scoring_raw)
 
 
 def _decisions():
@@ -316,42 +429,48 @@ def test_summary_counts_and_plpf_reference_row():
 
 
 def test_grid_cells_follow_params():
-    p = AnnotationParams()
     assert grid.cell_stage("dep", 2) == "04_annotation_grid_dep_2"
-    assert grid.cell_paths(p, "avg", 3)["summary"].parts[-2:] == ("avg_3", "summary.json")
+    stage = grid.open_cell("params.yaml", "avg", 3)
+    assert stage.key == "annotation" and stage.name == "04_annotation_grid_avg_3"
+    assert stage.report("metrics.json").parts[-4:] == ("04_annotation", "grid", "avg_3",
+                                                       "metrics.json")
+    assert stage.data("pairs.jsonl").parts[-3:] == ("grid", "avg_3", "pairs.jsonl")
+    assert grid.open_table("params.yaml").reports_dir.parts[-2:] == ("04_annotation",
+                                                                     "grid_table")
     with pytest.raises(ValueError, match="not in annotation.grid"):
-        grid.check_cell(p, "dep", 4)
+        grid.check_cell(P, "dep", 4)
 
 
 # -- the real REM scorer, small (loads the embedded model) --------------------------------------
 @pytest.mark.slow
 def test_cai_with_embedded_rem_scores_once_then_hits_the_cache(tmp_path, embedded_llm_path):
-    from medpref.annotation.run import build_rem_scorer, run_cai, score_states
-    from medpref.llm import LLMSession
+    from medpref.annotation.stage import rem_scorer, run_cai, score_states
+    from medpref.stagekit import Stage
 
-    raw = {"shared": {"llm": {"cache_dir": str(tmp_path / "cache"), "roles": {
-        "rem": {"backend": "hf", "model": str(embedded_llm_path), "batch_size": 4}}}},
-        "annotation": {"rem": {"n_examples": 0, "detail": "short"}}}  # short prompts: fast
+    raw = _raw_with("shared.llm.cache_dir", str(tmp_path / "cache"))
+    raw["shared"]["llm"]["roles"]["rem"] = {"backend": "hf", "model": str(embedded_llm_path),
+                                            "batch_size": 4}
+    raw["rem"]["scorers"]["zero_shot"] = {"mode": "expected", "detail": "short"}  # fast
+    raw["annotation"]["rem_scorer"] = "zero_shot"
     params = parse_params(raw)
-    p = params.annotation
     items = [make_item("u-1", "How long have you had the cough, and any fever?",
                        "It is a cold, take rest.", rounds=1)]
 
-    def run_once(stage):
-        llm = LLMSession.for_stage(stage, params)
-        scorer = build_rem_scorer(llm, p, FLOWCHART, seed=1)
+    def run_once(name):
+        stage = Stage(name=name, params=params)
+        scorer = rem_scorer(stage, FLOWCHART)
         scored = score_states(items, scorer, FLOWCHART, trajectory=1)
-        result = run_cai(items, scored, FLOWCHART, p, "dep")
-        ledger = llm.ledger.totals()["total"]
-        llm.close()
+        result = run_cai(items, scored, FLOWCHART, stage.p, "dep")
+        ledger = stage.llm.ledger.totals()["total"]
+        stage.close()
         return scored, result, ledger
 
-    scored, result, cold = run_once("cold")
+    scored, result, cold = run_once("04_annotation")
     assert len(scored.judgements) == 2  # 2 candidates × 1 state
     assert all(0.0 <= j.score <= 2.0 for js in scored.judgements.values() for j in js.values())
     assert result.decisions[0].outcome in ("1", "2", "tie")
     assert cold["calls"] == 2 * len(FLOWCHART) and cold["cache_hits"] == 0
-    _, again, warm = run_once("warm")  # another stage's file, same cache folder
+    _, again, warm = run_once("04_annotation_grid_dep_1")  # another file, same folder
     assert warm["calls"] == 0 and warm["cache_hits"] == 2 * len(FLOWCHART)
     assert again.decisions[0].detail["scores"] == result.decisions[0].detail["scores"]
 

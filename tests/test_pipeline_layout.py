@@ -45,6 +45,7 @@ def test_every_notebook_is_a_stage_and_every_stage_notebook_exists():
 
 
 def _outs(stage) -> list[str]:
+    stage = stage.get("do", stage)  # a foreach stage keeps its definition under `do`
     out = []
     for key in ("outs", "metrics", "plots"):
         for o in stage.get(key, []) or []:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -12,7 +13,7 @@ from medpref.contracts import RemAnnotation, Turn, read_jsonl
 from medpref.llm.client import LLMClient
 from medpref.llm.scripted import ScriptedBackend
 from medpref.llm.types import GenerationParams
-from medpref.params import parse_params
+from medpref.params import load_params, parse_params
 from medpref.prompts import load_prompt
 from medpref.rem.compliance import cut_at_final_doctor_turn, rule_compliance
 from medpref.rem.evaluation import confusion, match_metrics, to_label
@@ -264,6 +265,46 @@ def test_labels_sampled_round_the_mean_probability_scorers_take_the_argmax():
     assert ExpectedJudgement("A", None, probs={}).label is None
 
 
+def test_fuzzy_over_gold_0_and_2_hand_labels():
+    """Over all items a gold 1 is always fuzzy-correct; fuzzy02 keeps gold 0/2 only."""
+    golds = [1, 1, 1, 1, 2, 2, 0, 0]
+    labels = [0, 2, 1, None, 0, 1, 1, 2]
+    # fuzzy errors: none (gold 1), 2→0, 0→2 → 5/8; over gold 0/2 (4 items): 2→0, 0→2 → 2/4
+    m = match_metrics(golds, [None if lab is None else float(lab) for lab in labels], labels)
+    assert m["fuzzy"] == pytest.approx(5 / 8)
+    assert m["n02"] == 4 and m["fuzzy02"] == pytest.approx(2 / 4)
+    assert math.isnan(match_metrics([1, 1], [1.0, 1.0])["fuzzy02"])  # no gold 0/2 item
+
+
+def test_near_constant_scorer_is_flagged():
+    from medpref.rem.evaluation import label_spread
+
+    golds = [0, 2, 1, 0, 2, 1, 1, 0, 2, 1, 2]
+    ones = [1] * 10 + [2]  # one label on 10 of 11 items
+    m = match_metrics(golds, [float(x) for x in ones], ones)
+    assert m["fuzzy"] == 1.0 and m["fuzzy02"] == 1.0  # why the flag is needed
+    spread = label_spread(ones, 0.9)
+    assert spread["top_label"] == 1 and spread["top_label_share"] == pytest.approx(10 / 11)
+    assert spread["near_constant"] is True
+    assert label_spread([0, 1, 2, 1, None], 0.9)["near_constant"] is False
+    assert label_spread([None], 0.9)["top_label"] is None
+
+
+def test_state_value_label_is_the_greedy_score_expected_the_mean():
+    from medpref.rem.scorers import expected_judgement
+
+    class Scores:
+        probs, mass = {"0": 0.3, "1": 0.25, "2": 0.45}, 0.9
+
+        def expected(self):
+            return sum(int(k) * v for k, v in self.probs.items())
+
+    assert expected_judgement("A", Scores(), None).score == pytest.approx(1.15)
+    label = expected_judgement("A", Scores(), None, "label")
+    assert label.score == 2.0 and label.label == 2 and label.samples == [2.0]
+    assert expected_judgement("A", None, None, "label").score is None
+
+
 def test_match_metrics_on_given_labels():
     golds, preds = [0, 2, 1], [0.96, 1.04, 1.0]
     assert match_metrics(golds, preds)["exact"] == pytest.approx(1 / 3)   # all round to 1
@@ -302,11 +343,23 @@ def test_rule_compliance_is_the_per_rule_mean(flowchart, icl):
 def test_rem_params_reject_unknown_keys_and_bad_values():
     from medpref.params import ParamsError
 
+    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["rem"]
     with pytest.raises(ParamsError, match="unknown key 'rem.kk'"):
-        parse_params({"rem": {"kk": 3}})
+        parse_params({"rem": {**raw, "kk": 3}})
     with pytest.raises(ParamsError, match="'rem.train.lora_r'"):
-        parse_params({"rem": {"train": {"lora_r": 0}}})
-    assert parse_params({"rem": {}}).rem.scorers == ["sampled", "expected", "finetuned"]
+        parse_params({"rem": {**raw, "train": {"lora_r": 0}}})
+    with pytest.raises(ParamsError, match="'rem.scorers.finetuned'"):  # the card decides
+        parse_params({"rem": {**raw, "scorers": {**raw["scorers"], "finetuned": {
+            "mode": "finetuned", "detail": "full"}}}})
+    with pytest.raises(ParamsError, match="'rem.scorers.expected'"):  # k is for sampling
+        parse_params({"rem": {**raw, "scorers": {**raw["scorers"], "expected": {
+            "mode": "expected", "k": 5}}}})
+    with pytest.raises(ParamsError, match="'rem.scorers.sampled'"):  # v = mean of samples
+        parse_params({"rem": {**raw, "scorers": {**raw["scorers"], "sampled": {
+            "mode": "sampled", "k": 2, "state_value": "label"}}}})
+    with pytest.raises(ParamsError, match="compliance_scorers"):
+        parse_params({"rem": {**raw, "compliance_scorers": ["greedy"]}})
+    assert list(parse_params({"rem": raw}).rem.scorers) == ["sampled", "expected", "finetuned"]
 
 
 def test_embedded_annotations_cover_every_rule_and_split(flowchart):
@@ -338,7 +391,7 @@ def test_stage_eval_subset_and_sft_examples():
     from medpref.rem.build_rem import load_inputs, sft_examples
     from medpref.rem.config import RemParams
 
-    inputs = load_inputs(RemParams())
+    inputs = load_inputs(load_params().rem)
     subset = inputs.split("test", per_rule=3)
     assert len(subset) == 18 and all(getattr(a, "split") == "test" for a in subset)
     for rule in "ABCDEF":
@@ -354,10 +407,11 @@ def test_stage_eval_subset_and_sft_examples():
 
 @pytest.mark.parametrize("order, comment_calls", [("comment_first", 1), ("score_first", 0)])
 def test_stage_finetuned_scorer_follows_the_trained_answer_order(flowchart, order,
-                                                                  comment_calls):
-    """A REM trained score-first is read in one pass; comment-first writes a comment."""
+                                                                  comment_calls, tmp_path):
+    """A REM trained score-first is read in one pass; comment-first writes a comment. The
+    order comes from the adapter's task card, as in stage 04 (one builder for both)."""
     from medpref.rem.build_rem import RemInputs, make_scorer
-    from medpref.rem.config import RemParams, RemTrainParams
+    from medpref.training.sft import TASK_CARD
 
     prefixes = []
 
@@ -366,17 +420,37 @@ def test_stage_finetuned_scorer_follows_the_trained_answer_order(flowchart, orde
         return {"0": 0.0, "1": 0.0, "2": 1.0}
 
     client, backend = _client(lambda r: " asks about the fever.\nScore: 2", options)
+    adapters = []
 
     class Session:  # what make_scorer needs of an LLMSession
         def role(self, name, adapter=None):
+            adapters.append(adapter)
             return client
 
-    p = RemParams(train=RemTrainParams(answer_order=order))
+    adapter = tmp_path / "rem_lora"
+    adapter.mkdir()
+    (adapter / TASK_CARD).write_text(json.dumps({"answer_order": order,
+                                                 "rule_detail": "short"}))
+    p = load_params().rem
+    p = p.model_copy(update={"train": p.train.model_copy(update={"adapter_dir": str(adapter)})})
     scorer = make_scorer("finetuned", Session(), p, RemInputs(flowchart, [], []), seed=0)
+    assert scorer.name == "finetuned" and adapters == [str(adapter)]
     j = scorer.score_states([STATE], [flowchart["A"]])[0]["A"]
     assert j.score == 2.0 and len(backend.requests) == comment_calls
     assert prefixes == (["Score: "] if order == "score_first"
                         else ["Comment: asks about the fever.\nScore: "])
+    with pytest.raises(KeyError, match="no REM scorer 'greedy'"):
+        make_scorer("greedy", Session(), p, RemInputs(flowchart, [], []), seed=0)
+
+
+def test_stage_scorer_without_adapter_is_an_error_naming_it(flowchart, tmp_path):
+    from medpref.rem.build_rem import RemInputs, make_scorer
+
+    p = load_params().rem
+    p = p.model_copy(update={"train": p.train.model_copy(
+        update={"adapter_dir": str(tmp_path / "missing")})})
+    with pytest.raises(FileNotFoundError, match="no adapter at .*missing"):
+        make_scorer("finetuned", None, p, RemInputs(flowchart, [], []), seed=0)
 
 
 def test_annotation_with_unknown_rule_is_an_error_naming_it(tmp_path):
@@ -386,4 +460,4 @@ def test_annotation_with_unknown_rule_is_an_error_naming_it(tmp_path):
     bad = tmp_path / "ann.jsonl"
     bad.write_text('{"id": "r-9", "rule": "Z", "history": [], "score": 1, "comment": "x"}\n')
     with pytest.raises(ValueError, match=r"record 'r-9': unknown rule 'Z'"):
-        load_inputs(RemParams(annotations=str(bad)))
+        load_inputs(load_params().rem.model_copy(update={"annotations": str(bad)}))

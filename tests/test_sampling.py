@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from medpref.contracts import Dialogue, Turn
-from medpref.data.build_unlabeled import build_unlabeled
-from medpref.data.sampling import (ContinuationError, SamplingParams, parse_continuation,
-                                   sample_splits, split_at, split_points)
+from medpref.sampling.build import build_unlabeled
+from medpref.sampling.config import SamplingParams
+from medpref.sampling.trajectory import (ContinuationError, parse_continuation, sample_splits,
+                                         split_at, split_points)
 
 
 def _dialogue(did: str, rounds: int, style: str = "collect_then_diagnose") -> Dialogue:
@@ -109,7 +110,8 @@ def test_build_unlabeled_records_malformed_retries_and_drops(scripted_client):
         return "Any red flags? Patient: none\nDoctor: Then we watch and wait."
 
     client = scripted_client(responder, role="annotator")
-    p = SamplingParams(n_items=6, max_attempts=2, future_rounds=2)
+    p = SamplingParams(n_items=6, max_attempts=2, future_rounds=2,
+                       rounds={"enabled": False})  # the one-shot continuation alone
     out = build_unlabeled(p, client, seed=1, dialogues=dialogues, pool=dialogues)
     assert len(out.items) == 5
     assert len(out.rejected) == 2 and {r["attempt"] for r in out.rejected} == {0, 1}
@@ -122,3 +124,165 @@ def test_build_unlabeled_records_malformed_retries_and_drops(scripted_client):
     assert gen.source == "generated" and gen.response == "Any red flags?"
     assert [t.role for t in gen.future] == ["patient", "doctor"]
     assert item.meta["exemplar_id"] != item.meta["dialogue_id"]
+
+
+# -- round-by-round completion of generated futures -----------------------------------------
+@pytest.mark.parametrize("text,role,expected", [
+    ("I feel worse at night.", "patient", "I feel worse at night."),
+    ("Since Monday. Doctor: any fever?", "patient", "Since Monday."),
+    ("Any fever? Any fever?\nPatient: no", "doctor", "Any fever?"),
+    ("Doctor: take rest.", "patient", None),  # the other speaker's line
+    ("Ok.", "patient", None),                   # too short
+    ("", "doctor", None),
+])
+def test_parse_turn_golden(text, role, expected):
+    from medpref.sampling.rounds import PREFIX, parse_turn
+
+    assert parse_turn(text, role, PREFIX[role]) == expected
+
+
+def test_parse_turn_cuts_prompt_echoes_and_rejects_repeats():
+    from medpref.sampling.rounds import parse_turn
+
+    raw = ' I feel tired. The patient\'s next message is: "I feel tired.'
+    assert parse_turn(raw, "patient", "Patient:") == "I feel tired."
+    raw = " I feel tired today. Your next patient message could be: I feel tired."
+    assert parse_turn(raw, "patient", "Patient:") == "I feel tired today."
+    earlier = ["I'm glad you reached out. Can you tell me about your knee?"]
+    echo = " I'm glad you reached out. Can you tell me about your knee?"
+    assert parse_turn(echo, "patient", "Patient:", earlier, 0.6) is None
+    assert parse_turn(" It hurts when I climb stairs.", "patient", "Patient:", earlier,
+                      0.6) == "It hurts when I climb stairs."
+
+
+def _round_responder(one_shot: str, unreadable_first_doctor: bool = False):
+    """One-shot answers ``one_shot``; the round prompts answer by speaker, numbered."""
+    seen = {"doctor": 0}
+    patient = ["It started on Monday morning.", "The pain is worse when walking.",
+               "No fever at all, thankfully.", "I took two tablets of paracetamol."]
+    doctor = ["When did it begin exactly?", "Does anything make it worse?",
+              "Have you had a temperature?", "Which medicines have you tried so far?"]
+
+    def respond(req):
+        system = " ".join(req.messages[0]["content"].split())
+        if "realistic doctor-patient consultations" in system:
+            return one_shot
+        n = req.messages[-1]["content"].count("\nDoctor:") % 4
+        if "play the patient" in system:
+            return f" {patient[n]}"
+        if "play the doctor" in system:
+            seen["doctor"] += 1
+            if unreadable_first_doctor and seen["doctor"] == 1 and req.params.temperature == 0:
+                return " ok"  # unreadable: asked again, sampled
+            return f" {doctor[n]}"
+        raise AssertionError(system[:60])
+    return respond
+
+
+def test_round_by_round_reaches_the_requested_rounds(scripted_client):
+    """A one-shot continuation with no future is completed to 3 rounds, 2 calls a round,
+    each step one batch over all items."""
+    dialogues = [_dialogue(f"d{i}", 6, style) for i, style in
+                 enumerate(["collect_then_diagnose", "hypothesis_then_verify"] * 2)]
+    client = scripted_client(_round_responder("Any red flags?"), role="annotator")
+    backend = client.backend
+    p = SamplingParams(n_items=4, future_rounds=3, min_future_rounds=3, max_attempts=1)
+    out = build_unlabeled(p, client, seed=1, dialogues=dialogues, pool=dialogues)
+    assert len(out.items) == 4
+    for item in out.items:
+        for cand in item.candidates:
+            assert [t.role for t in cand.future] == ["patient", "doctor"] * 3
+        assert item.meta["one_shot_rounds"] == 0 and item.meta["round_by_round_turns"] == 6
+    assert out.short == []
+    assert len(out.round_records) == 4 * 6
+    assert len(backend.requests) == 4 + 4 * 6
+    from medpref.sampling.build import rounds_distribution
+    table = rounds_distribution(out, 3).set_index("complete_rounds")
+    assert table.loc[3, "generated"] == 4 and table.loc[0, "generated (one-shot)"] == 4
+    assert table.loc[3, "sampled"] == 4
+
+
+def test_round_by_round_retries_then_reports_what_stays_short(scripted_client):
+    dialogues = [_dialogue(f"d{i}", 6, style) for i, style in
+                 enumerate(["collect_then_diagnose", "hypothesis_then_verify"])]
+    one_shot = "Any red flags? Patient: no\nDoctor: Good, and any fever?"
+    client = scripted_client(_round_responder(one_shot, unreadable_first_doctor=True),
+                             role="annotator")
+    p = SamplingParams(n_items=2, future_rounds=2, min_future_rounds=2, max_attempts=1)
+    out = build_unlabeled(p, client, seed=1, dialogues=dialogues, pool=dialogues)
+    assert all(i.meta["one_shot_rounds"] == 1 for i in out.items)
+    assert all(len(c.future) == 4 for i in out.items for c in i.candidates)
+    assert [r["attempt"] for r in out.round_records if r["parsed"] is None] == [0]
+
+    def never_a_doctor(req):
+        system = " ".join(req.messages[0]["content"].split())
+        if "realistic doctor-patient consultations" in system:
+            return one_shot
+        return " It still hurts a lot." if "play the patient" in system else " ok"
+    client = scripted_client(never_a_doctor, role="annotator")
+    out = build_unlabeled(p, client, seed=2, dialogues=dialogues, pool=dialogues)
+    assert len(out.items) == 2  # kept, not dropped, and not silently shortened:
+    assert {s["item_id"] for s in out.short} == {i.id for i in out.items}
+    assert all(s["complete_rounds"] == 1 and s["requested"] == 2 and
+               "no readable doctor turn" in s["failure"] for s in out.short)
+
+
+# -- the stage: yield guard before any output --------------------------------------------
+def _stage(tmp_path, monkeypatch, scripted_client, responder, **update):
+    from medpref.params import load_params
+    from medpref.stagekit import Stage
+
+    monkeypatch.setattr(Stage, "data_dir", property(lambda self: tmp_path / "data"))
+    monkeypatch.setattr(Stage, "reports_dir", property(lambda self: tmp_path / "reports"))
+    params = load_params()
+    params._sections["sampling"] = params.sampling.model_copy(
+        update={"n_items": 4, "future_rounds": 2, **update})
+    stage = Stage(name="01_sampling", params=params)
+    client = scripted_client(responder, role="annotator")
+
+    class _Session:
+        ledger = client.ledger
+
+        def role(self, name, **overrides):
+            return client
+
+        def write_ledger(self, path):
+            return self.ledger.write(path)
+
+        def close(self):
+            pass
+
+    stage._llm = _Session()
+    return stage
+
+
+def test_stage_writes_the_items_and_reports(tmp_path, monkeypatch, scripted_client):
+    from medpref.sampling import stage as sampling_stage
+
+    stage = _stage(tmp_path, monkeypatch, scripted_client,
+                   lambda r: "Any red flags? Patient: none\nDoctor: Then we watch and wait.")
+    out = sampling_stage.run(stage)
+    assert len(out.items) == 4 and out.metrics["items_written"] == 4
+    written = (tmp_path / "data" / "unlabeled.jsonl").read_text().splitlines()
+    assert len(written) == 4
+    assert (tmp_path / "reports" / "summary.csv").exists()
+    assert (tmp_path / "reports" / "future_rounds.csv").exists()
+    assert (tmp_path / "reports" / "short_futures.jsonl").exists()
+    # the scripted model answers every round prompt with the same lines: echoes, so each
+    # generated future stays at its one-shot round, and every item is reported short
+    assert out.metrics["items_with_full_futures"] == 0 and len(out.short) == 4
+    assert all(s["source"] == "generated" and "no readable" in s["failure"] for s in out.short)
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    assert (tmp_path / "reports" / "timings.json").exists()
+    assert "wall_s" not in (tmp_path / "reports" / "metrics.json").read_text()
+
+
+def test_stage_with_too_few_items_fails_and_writes_nothing(tmp_path, monkeypatch,
+                                                          scripted_client):
+    from medpref.sampling import stage as sampling_stage
+    from medpref.stagekit import StageFailed
+
+    stage = _stage(tmp_path, monkeypatch, scripted_client, lambda r: "Patient: I feel worse.")
+    with pytest.raises(StageFailed, match=r"stage sampling failed: 0 of 4 items produced"):
+        sampling_stage.run(stage)
+    assert not (tmp_path / "data").exists() and not (tmp_path / "reports").exists()

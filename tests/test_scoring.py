@@ -6,8 +6,8 @@ import pytest
 
 from medpref.contracts import Candidate, Turn
 from medpref.rules.flowchart import parse_rules
-from medpref.scoring.formulas import (mean_rule_score, rule_weights, state_score, step_value,
-                                      trajectory_score)
+from medpref.scoring.formulas import (DepSettings, mean_rule_score, predecessors_of,
+                                      rule_weights, state_score, step_value, trajectory_score)
 from medpref.scoring.selection import compare_scores, top_n_by_margin
 from medpref.scoring.trajectory import (candidate_states, complete_rounds, pair_length,
                                         states_available)
@@ -30,16 +30,47 @@ def worked_flowchart():
 V = {"A": 2, "B": 1, "C": 0, "D": 0.5, "E": 2, "F": 1.5}
 
 
+def dep(t=1.0, predecessors="direct", **kw) -> DepSettings:
+    """PLPF App. C's constants (the worked example), spelled out: there are no defaults."""
+    values = dict(alpha=0.1, beta=0.8, gamma=0.1, t1=t, t2=t, predecessors=predecessors)
+    return DepSettings(**{**values, **kw})
+
+
 def test_worked_example_dep_weights():
-    w = rule_weights(worked_flowchart(), V, "dep", alpha=0.1, beta=0.8, gamma=0.1, t1=1.0, t2=1.0)
+    w = rule_weights(worked_flowchart(), V, "dep", dep())
     assert w == pytest.approx({"A": 1, "B": 0.8, "C": 0.8, "D": 0.1, "E": 0.1, "F": 0.1})
 
 
 def test_worked_example_dep_and_avg_state_scores():
     fc = worked_flowchart()
-    dep = rule_weights(fc, V, "dep", 0.1, 0.8, 0.1, 1.0, 1.0)
-    assert state_score(V, dep) == pytest.approx(3.2)
+    assert state_score(V, rule_weights(fc, V, "dep", dep())) == pytest.approx(3.2)
     assert state_score(V, rule_weights(fc, V, "avg")) == pytest.approx(7.0)
+    # every predecessor is met in the worked example: the transitive reading agrees
+    assert state_score(V, rule_weights(fc, V, "dep", dep(predecessors="transitive"))) == \
+        pytest.approx(3.2)
+
+
+def test_transitive_predecessors_count_a_for_c_direct_do_not():
+    """A unmet, B met: directly only B is penalised; transitively C is too (A ≺ B ≺ C)."""
+    fc = worked_flowchart()
+    v = {"A": 0, "B": 2, "C": 1, "D": 2, "E": 2, "F": 2}  # every constraint met
+    assert predecessors_of(fc, "C", "direct") == ["B"]
+    assert predecessors_of(fc, "C", "transitive") == ["B", "A"]
+    direct = rule_weights(fc, v, "dep", dep())
+    transitive = rule_weights(fc, v, "dep", dep(predecessors="transitive"))
+    assert direct == pytest.approx({"A": 1, "B": 0.1, "C": 1, "D": 0.1, "E": 0.1, "F": 0.1})
+    assert transitive == pytest.approx({"A": 1, "B": 0.1, "C": 0.1, "D": 0.1, "E": 0.1,
+                                        "F": 0.1})
+    # Eq. 3 by hand: 0·1 + 2·0.1 + 1·w_C + 0.1·(2+2+2)
+    assert state_score(v, direct) == pytest.approx(1.8)
+    assert state_score(v, transitive) == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="predecessor reading"):
+        predecessors_of(fc, "C", "closure")
+
+
+def test_dep_weighting_needs_its_settings():
+    with pytest.raises(ValueError, match="annotation.scoring"):
+        rule_weights(worked_flowchart(), V, "dep")
 
 
 def test_worked_example_trajectory_score():
@@ -50,11 +81,11 @@ def test_worked_example_trajectory_score():
 def test_unmet_predecessor_and_threshold_edges():
     fc = worked_flowchart()
     v = dict(V, A=0.9, D=1.0)  # A just below t1 → B gets α; D exactly at t2 → met
-    w = rule_weights(fc, v, "dep", 0.1, 0.8, 0.1, 1.0, 1.0)
+    w = rule_weights(fc, v, "dep", dep())
     assert w["B"] == pytest.approx(0.1)
     assert w["C"] == pytest.approx(1.0)
     # the follow-up's t = 0.5: A = 0.9 now counts as met
-    assert rule_weights(fc, v, "dep", 0.1, 0.8, 0.1, 0.5, 0.5)["B"] == pytest.approx(1.0)
+    assert rule_weights(fc, v, "dep", dep(t=0.5))["B"] == pytest.approx(1.0)
     assert step_value(1.0, 1.0, 0.3) == 1.0 and step_value(0.99, 1.0, 0.3) == 0.3
 
 

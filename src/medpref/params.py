@@ -87,13 +87,15 @@ class SharedParams(StrictModel):
 #: section name → "module:Class" of its model. A section not listed is an unknown key.
 SECTIONS: dict[str, str] = {
     "shared": "medpref.params:SharedParams",
-    "sampling": "medpref.data.sampling:SamplingParams",
+    "sampling": "medpref.sampling.config:SamplingParams",
     "notechat": "medpref.notechat.config:NoteChatParams",
     "rem": "medpref.rem.config:RemParams",
     "annotation": "medpref.annotation.config:AnnotationParams",
     "imapscore": "medpref.imap.config:ImapParams",
     "medqa": "medpref.medqa.config:MedQAParams",
     "tables": "medpref.papertables.config:TablesParams",
+    "simulation": "medpref.simulation.config:SimulationParams",
+    "training": "medpref.training.config:TrainingParams",
 }
 
 

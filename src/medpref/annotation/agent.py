@@ -5,9 +5,11 @@
 2. **Ranker** — which candidate carries out the objectives: 1, 2 or equal. Candidates are
    shown in a seeded order per item, so a judge's position bias does not turn into a
    bias for one candidate source.
-3. **Rethinker** — for "equal": a better reply c3, giving c3 ≻ c1 and c3 ≻ c2, plus (the
-   ``rerank`` switch) the judge's both-order re-rank of c1 vs c2 as a third pair. With
-   ``rerank`` off only the two c3 pairs are made (the follow-up's Table 6 "Rethinker").
+3. **Rethinker** — for "equal": first the follow-up's Yes/No, asked here as "is a better
+   reply needed?"; "Yes" → a better reply c3, giving c3 ≻ c1 and c3 ≻ c2; "No" (one of the
+   drafts already does it) → no c3. Then (the ``rerank`` switch) GPT-4 Ranking of c1 vs c2,
+   in the reading ``annotation.judge.orders`` names, as a further pair. With ``rerank``
+   off only the c3 pairs are made (the follow-up's Table 6 "Rethinker").
 
 Each step is one batched call over all items still in play. Answers that cannot be read
 are recorded and the item is skipped at that step.
@@ -15,13 +17,13 @@ are recorded and the item is skipped at that step.
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from medpref.annotation.judging import (Choice, JudgedItems, judge_both_orders, parse_choice,
+from medpref.annotation.judging import (Choice, Reading, judge_items, parse_choice,
                                         to_item_frame)
+from medpref.annotation.judging import shown_order as _judge_order
 from medpref.annotation.pairs import (Decision, decision_for, pair_from_candidates,
                                       pair_from_winner, pair_over_candidate)
 from medpref.contracts import PreferencePair, UnlabeledItem
@@ -56,6 +58,17 @@ def parse_reply(text: str, min_words: int = 3) -> str | None:
     return body if len(body.split()) >= min_words else None
 
 
+_YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+
+
+def parse_yes_no(text: str) -> str | None:
+    """"yes" / "no" from the Rethinker's first answer, read in its first line; None when
+    that line has neither word, or both ("yes or no" is no answer)."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    words = {m.group(1).lower() for m in _YES_NO.finditer(lines[0])} if lines else set()
+    return words.pop() if len(words) == 1 else None
+
+
 def self_report(item: UnlabeledItem) -> str:
     """The patient's opening message: what the long-term plan is made from."""
     return next(t.text for t in item.history if t.role == "patient")
@@ -63,7 +76,7 @@ def self_report(item: UnlabeledItem) -> str:
 
 def shown_order(item_id: str, seed: int) -> str:
     """"ab" or "ba": the seeded order the Ranker sees the candidates in."""
-    return "ab" if random.Random(f"{seed}:{item_id}:rank").random() < 0.5 else "ba"
+    return _judge_order(item_id, seed, tag="rank")
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -80,24 +93,29 @@ class AgentPrompts:
     long_plan: PromptTemplate
     short_plan: PromptTemplate
     rank: PromptTemplate
+    need: PromptTemplate
     rethink: PromptTemplate
     judge: PromptTemplate
 
     def shas(self) -> dict[str, str]:
         return {t.name: t.sha for t in (self.long_plan, self.short_plan, self.rank,
-                                        self.rethink, self.judge)}
+                                        self.need, self.rethink, self.judge)}
 
 
 @dataclass
 class AgentSettings:
-    history_max_turns: int = 8
-    plan_tokens: int = 96
-    objective_tokens: int = 64
-    rank_tokens: int = 24
-    rethink_tokens: int = 96
-    rerank: bool = True
-    judge_prefix: str = "Answer:"
-    seed: int = 0
+    """The agent strategy's knobs (``annotation.agent`` and ``annotation.judge``)."""
+
+    history_max_turns: int
+    plan_tokens: int
+    objective_tokens: int
+    rank_tokens: int
+    need_tokens: int
+    rethink_tokens: int
+    rerank: bool
+    judge_prefix: str
+    judge_reading: Reading
+    seed: int
 
 
 @dataclass
@@ -165,15 +183,24 @@ def rank(items, objectives, clients, prompts, s, records) -> dict[str, Choice]:
     return {iid: to_item_frame(c, orders[iid]) for iid, c in shown.items()}
 
 
-def rethink(items, objectives, clients, prompts, s, records) -> dict[str, str]:
-    """Rethinker: item id → a better doctor reply c3 (for items ranked "equal")."""
+def _draft_variables(objectives, s):
     def variables(i):
         first, second = _pair_texts(i, "ab")
         return {"history": _dialogue(i, s), "objectives": objectives[i.id],
                 "response_1": first, "response_2": second}
+    return variables
 
-    return _ask(clients.rethinker, prompts.rethink, items, variables, "rethink",
-                s.rethink_tokens, parse_reply, records, prefix="Doctor:")
+
+def need_better(items, objectives, clients, prompts, s, records) -> dict[str, str]:
+    """Rethinker, first step: item id → "yes" (a better reply is needed) or "no"."""
+    return _ask(clients.rethinker, prompts.need, items, _draft_variables(objectives, s),
+                "need", s.need_tokens, parse_yes_no, records, prefix=s.judge_prefix)
+
+
+def rethink(items, objectives, clients, prompts, s, records) -> dict[str, str]:
+    """Rethinker, second step: item id → a better doctor reply c3 (items that need one)."""
+    return _ask(clients.rethinker, prompts.rethink, items, _draft_variables(objectives, s),
+                "rethink", s.rethink_tokens, parse_reply, records, prefix="Doctor:")
 
 
 def agent_rank(items: Sequence[UnlabeledItem], clients: AgentClients, prompts: AgentPrompts,
@@ -184,11 +211,13 @@ def agent_rank(items: Sequence[UnlabeledItem], clients: AgentClients, prompts: A
     planned = [i for i in items if i.id in objectives]
     choices = rank(planned, objectives, clients, prompts, s, records)
     ties = [i for i in planned if choices.get(i.id) == "equal"]
-    better = rethink(ties, objectives, clients, prompts, s, records) if ties else {}
+    need = need_better(ties, objectives, clients, prompts, s, records) if ties else {}
+    needed = [i for i in ties if need.get(i.id) == "yes"]
+    better = rethink(needed, objectives, clients, prompts, s, records) if needed else {}
     reranked = _rerank(ties, clients, prompts, s, records)
     decisions, pairs = [], []
     for item in items:
-        d, ps = _decide(item, choices.get(item.id), better.get(item.id),
+        d, ps = _decide(item, choices.get(item.id), need.get(item.id), better.get(item.id),
                         reranked.get(item.id), item.id in objectives, s.rerank)
         decisions.append(d)
         pairs += ps
@@ -198,14 +227,14 @@ def agent_rank(items: Sequence[UnlabeledItem], clients: AgentClients, prompts: A
 def _rerank(ties, clients, prompts, s, records) -> dict[str, Decision]:
     if not (s.rerank and ties):
         return {}
-    judged: JudgedItems = judge_both_orders(ties, clients.judge, prompts.judge,
-                                            s.history_max_turns, STRATEGY,
-                                            prefix=s.judge_prefix, step="rerank")
+    judged = judge_items(ties, clients.judge, prompts.judge, s.history_max_turns, STRATEGY,
+                         reading=s.judge_reading, seed=s.seed, prefix=s.judge_prefix,
+                         step="rerank")[s.judge_reading]
     records += judged.records
     return {d.item_id: d for d in judged.decisions}
 
 
-def _decide(item: UnlabeledItem, choice: Choice | None, c3: str | None,
+def _decide(item: UnlabeledItem, choice: Choice | None, need: str | None, c3: str | None,
             rerank: Decision | None, planned: bool,
             rerank_on: bool) -> tuple[Decision, list[PreferencePair]]:
     """The item's decision and pairs: one for a ranked winner, up to three for a tie."""
@@ -223,7 +252,8 @@ def _decide(item: UnlabeledItem, choice: Choice | None, c3: str | None,
         win = int(rerank.outcome) - 1
         pairs.append(pair_from_candidates(item, STRATEGY, win, 1 - win, "-rerank",
                                           step="rerank"))
-    detail = {"n_pairs": len(pairs), "rethinker_reply": c3 is not None,
+    detail = {"n_pairs": len(pairs), "better_needed": need,
+              "rethinker_reply": c3 is not None,
               "rerank": rerank.outcome if rerank is not None else
               ("off" if not rerank_on else None)}
     return decision_for(item, STRATEGY, "tie", **detail), pairs

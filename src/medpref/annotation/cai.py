@@ -29,11 +29,17 @@ Judgements = dict[str, dict[str, RuleJudgement]]  # state key → rule id → ju
 
 @dataclass
 class ItemStates:
-    """An item with the states of each candidate (the same number for both)."""
+    """An item with the states of each candidate (the same number for both); ``requested``
+    is the trajectory length asked for, ``n_states`` what both candidates' futures allow."""
 
     item: UnlabeledItem
     n_states: int
     states: list[list[list[Turn]]]  # candidate → state → turns
+    requested: int = 1
+
+    @property
+    def shortened(self) -> bool:
+        return self.n_states < self.requested
 
 
 def state_key(turns: Sequence[Turn]) -> str:
@@ -47,8 +53,21 @@ def collect_states(items: Sequence[UnlabeledItem], trajectory: int) -> list[Item
     for item in items:
         n = pair_length(item.candidates, trajectory)
         out.append(ItemStates(item, n, [candidate_states(item.history, c, n)
-                                        for c in item.candidates]))
+                                        for c in item.candidates], trajectory))
     return out
+
+
+def length_coverage(item_states: Sequence[ItemStates]) -> dict:
+    """How many items (and candidates) are scored over the full requested length, and
+    which are shortened because a candidate's future has fewer complete rounds."""
+    full = [its for its in item_states if not its.shortened]
+    return {"items": len(item_states), "full_length_items": len(full),
+            "full_length_share": round(len(full) / len(item_states), 4) if item_states else None,
+            "candidates": sum(len(its.states) for its in item_states),
+            "full_length_candidates": sum(len(its.states) for its in full),
+            "shortened_items": [{"item_id": its.item.id, "requested": its.requested,
+                                 "scored": its.n_states} for its in item_states
+                                if its.shortened]}
 
 
 def score_unique_states(scorer: RuleScorer, flowchart: Flowchart,
@@ -76,8 +95,7 @@ def rule_scores(judgements: dict[str, RuleJudgement], flowchart: Flowchart) -> d
 def weighted_state_score(scores: dict[str, float], flowchart: Flowchart,
                          scoring: ScoringConfig, weighting: Weighting) -> float:
     """Eqs. 3-4 with the params' α, β, γ, t1, t2."""
-    weights = rule_weights(flowchart, scores, weighting, scoring.alpha, scoring.beta,
-                           scoring.gamma, scoring.t1, scoring.t2)
+    weights = rule_weights(flowchart, scores, weighting, scoring.dep_settings())
     return state_score(scores, weights)
 
 
@@ -111,7 +129,8 @@ def cai_decisions(item_states: Sequence[ItemStates], judgements: Judgements,
                                 scores=[round(s1, 6), round(s2, 6)],
                                 state_scores=[[round(x, 6) for x in v1],
                                               [round(x, 6) for x in v2]],
-                                n_states=its.n_states, weighting=weighting))
+                                n_states=its.n_states, requested=its.requested,
+                                weighting=weighting))
     return out
 
 

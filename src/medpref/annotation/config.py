@@ -1,8 +1,10 @@
 """Params of stage 04 (section ``annotation`` of params.yaml), validated strictly.
 
-Defaults are the papers' values: PLPF Appendix C (α 0.1, β 0.8, γ 0.1, d 0.65, t1 = t2 = 1.0,
-k 5, ties below a score difference of 1, the top 2k pairs kept); the follow-up sets
-t1 = t2 = 0.5 (`dvc exp run -S annotation.scoring.t1=0.5 -S annotation.scoring.t2=0.5`).
+The REM that scores candidates is not configured here: ``rem_scorer`` names one entry of
+``rem.scorers`` (stage 03's Table 5 rows), built by the same function there and here.
+The Eq. 1-4 constants (``scoring``) have their one home in params.yaml: PLPF Appendix C
+uses α 0.1, β 0.8, γ 0.1, d 0.65, t1 = t2 = 1.0, ties below a difference of 1, the top 2k
+pairs kept; the follow-up sets t1 = t2 = 0.5.
 """
 
 from __future__ import annotations
@@ -12,44 +14,28 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from medpref.params import StrictModel
+from medpref.scoring.formulas import DepSettings
+from medpref.stagekit import GuardParams
 
 WeightingName = Literal["avg", "dep"]
 
 
-class RemConfig(StrictModel):
-    """Which REM scores the states (stage 03's scorers, through the `rem` role)."""
-
-    mode: Literal["sampled", "expected", "finetuned"] = "expected"
-    k: int = Field(5, ge=1, le=50)  # samples per judgement, `sampled` mode only (Eq. 2)
-    temperature: float = Field(0.7, gt=0.0, le=2.0)  # `sampled` mode only
-    max_new_tokens: int = Field(64, ge=4, le=1024)  # sampled answers / greedy comments
-    # The embedded default is zero-shot with the short rule statement: prompts ~3x shorter
-    # than the follow-up's 5-shot full rules, which a 2-core CPU cannot afford per state.
-    n_examples: int = Field(0, ge=0, le=20)  # in-context examples per rule (follow-up: 5)
-    detail: Literal["full", "short"] | None = "short"  # rule text (None: the mode's default)
-    icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
-    adapter: str | None = None  # `finetuned` mode: stage 03's LoRA adapter folder
-    role: str = "rem"
-
-    @field_validator("adapter")
-    @classmethod
-    def _adapter_not_blank(cls, v: str | None) -> str | None:
-        if v is not None and not v.strip():
-            raise ValueError("adapter must be a folder path or null")
-        return v
-
-
 class ScoringConfig(StrictModel):
-    """PLPF Eqs. 1-4 and the pair selection (Appendix C)."""
+    """PLPF Eqs. 1-4 and the pair selection (Appendix C); every value comes from params.yaml."""
 
-    alpha: float = Field(0.1, ge=0.0, lt=1.0)  # V_α: an unmet predecessor
-    beta: float = Field(0.8, ge=0.0, lt=1.0)  # V_β: an unmet constraint
-    gamma: float = Field(0.1, ge=0.0, le=1.0)  # weight of every constraint rule
-    discount: float = Field(0.65, gt=0.0, le=1.0)  # d of Eq. 1
-    t1: float = Field(1.0, ge=0.0, le=2.0)  # "predecessor met" threshold
-    t2: float = Field(1.0, ge=0.0, le=2.0)  # "constraint met" threshold
-    tie_threshold: float = Field(1.0, ge=0.0)  # |s1 - s2| below this is a tie
-    top_n: int | None = Field(2000, ge=1)  # keep the N widest margins (None: all)
+    alpha: float = Field(ge=0.0, lt=1.0)  # V_α: an unmet predecessor
+    beta: float = Field(ge=0.0, lt=1.0)  # V_β: an unmet constraint
+    gamma: float = Field(ge=0.0, le=1.0)  # weight of every constraint rule
+    discount: float = Field(gt=0.0, le=1.0)  # d of Eq. 1
+    t1: float = Field(ge=0.0, le=2.0)  # "predecessor met" threshold
+    t2: float = Field(ge=0.0, le=2.0)  # "constraint met" threshold
+    predecessors: Literal["direct", "transitive"]  # which r' ≺ r Eq. 4 multiplies over
+    tie_threshold: float = Field(ge=0.0)  # |s1 - s2| below this is a tie
+    top_n: int | None = Field(ge=1)  # keep the N widest margins (None: all)
+
+    def dep_settings(self) -> DepSettings:
+        return DepSettings(alpha=self.alpha, beta=self.beta, gamma=self.gamma, t1=self.t1,
+                           t2=self.t2, predecessors=self.predecessors)
 
 
 class CaiConfig(StrictModel):
@@ -59,9 +45,17 @@ class CaiConfig(StrictModel):
 
 
 class JudgeConfig(StrictModel):
-    """gpt4_rank: a judge picks response 1, response 2 or equal, in both orders."""
+    """gpt4_rank: a judge picks response 1, response 2 or equal.
+
+    ``orders: one`` is the follow-up's GPT-4 Ranking: one question per item (candidates
+    shown in a seeded order), "equal" answers dropped. ``both`` is this project's addition:
+    the item is asked in both orders and only an answer that survives the swap counts
+    (disagreement = tie). ``report_both``: also run the other one and show it in the
+    summary (its pairs are not written)."""
 
     role: str = "judge"
+    orders: Literal["one", "both"] = "one"
+    report_both: bool = True
     prompt: str = "annotation_judge"
     max_new_tokens: int = Field(24, ge=1, le=1024)
     answer_prefix: str = "Answer:"
@@ -76,12 +70,14 @@ class AgentConfig(StrictModel):
     long_plan_prompt: str = "annotation_long_plan"
     short_plan_prompt: str = "annotation_short_plan"
     rank_prompt: str = "annotation_agent_rank"
+    need_prompt: str = "annotation_rethink_need"  # Rethinker: is a better reply needed?
     rethink_prompt: str = "annotation_rethink"
     plan_tokens: int = Field(96, ge=8, le=2048)
     objective_tokens: int = Field(64, ge=8, le=2048)
     rank_tokens: int = Field(24, ge=1, le=1024)
+    need_tokens: int = Field(8, ge=1, le=1024)
     rethink_tokens: int = Field(96, ge=8, le=2048)
-    rerank: bool = True  # re-rank c1 vs c2 with the judge on ties (off: Table 6 "Rethinker")
+    rerank: bool = True  # re-rank c1 vs c2 with gpt4_rank on ties (off: Table 6 "Rethinker")
 
 
 class GridConfig(StrictModel):
@@ -111,13 +107,15 @@ class GridConfig(StrictModel):
 class AnnotationParams(StrictModel):
     input: str = "data/01_sampling/unlabeled.jsonl"
     rules: str = "configs/rules/plpf_flowchart.yaml"
-    max_items: int | None = Field(8, ge=1)  # the first N items (None: all)
+    max_items: int | None = Field(None, ge=1)  # the first N items (None: all)
     history_max_turns: int = Field(8, ge=1, le=400)  # history shown to judge and agents
     output_dir: str = "data/04_annotation"
     reports: str = "reports/04_annotation"
-    rem: RemConfig = Field(default_factory=RemConfig)
-    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    rem_scorer: str = "finetuned"  # a name in rem.scorers (a row of stage 03's Table 5)
+    rem_table5: str = "reports/03_rem/table5.csv"  # where that row is read from
+    scoring: ScoringConfig
     cai: CaiConfig = Field(default_factory=CaiConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     grid: GridConfig = Field(default_factory=GridConfig)
+    guard: GuardParams = Field(default_factory=GuardParams)

@@ -1,25 +1,39 @@
-"""The weighting × trajectory-length ablation (PLPF Table 3, the follow-up's Fig. 10).
+"""The weighting × trajectory-length ablation grid (the axes of PLPF Table 3 and the
+follow-up's Fig. 10).
 
 Each cell (``avg``/``dep`` × length 1/2/3) is its own DVC stage (a ``matrix:`` stage in
-dvc.yaml) that writes its pairs and a summary; a last stage gathers the summaries into
-one table and figure. Cells score their states through the same REM scorer and the
-shared LLM cache folder, so a state scored by the main stage (or another cell) is a
-cache hit — the cell's ledger shows it.
+dvc.yaml) that writes its pairs and decisions; a last stage gathers the cells into one
+table and figure. These are **annotation statistics** per cell (pairs, ties, margins,
+which source wins) — the papers' Table 3 / Fig. 10 report the SP-test scores of a policy
+trained on each cell's pairs, which a later stage produces; hence the report names
+``grid_annotation_stats``. Cells score their states through stage 04's REM scorer and the
+shared LLM cache folder, so a state scored by the main stage (or another cell) is a cache
+hit — the cell's ledger shows it.
+
+A cell is a :class:`medpref.stagekit.Stage` whose params section is ``annotation`` and whose
+folders are the cell's own (``annotation.grid.output_dir``/``reports`` + ``<w>_<n>``).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
+from medpref.annotation import cai
 from medpref.annotation.analysis import strategy_row
 from medpref.annotation.config import AnnotationParams
-from medpref.contracts import atomic_write_text
-from medpref.params import repo_path
+from medpref.contracts import write_jsonl
+from medpref.params import load_params, repo_path
+from medpref.reports import save_figure, write_table
+from medpref.rules import load_rules
+from medpref.stagekit import Stage
 
 STAGE_PREFIX = "04_annotation_grid"
+TABLE_STEM = "grid_annotation_stats"
 
 
 def cell_name(weighting: str, trajectory: int) -> str:
@@ -39,47 +53,131 @@ def check_cell(p: AnnotationParams, weighting: str, trajectory: int) -> None:
                          f"trajectories {p.grid.trajectories}")
 
 
-def cell_paths(p: AnnotationParams, weighting: str, trajectory: int) -> dict[str, Path]:
-    name = cell_name(weighting, trajectory)
-    data, rep = repo_path(p.grid.output_dir) / name, repo_path(p.grid.reports) / name
-    return {"pairs": data / "pairs.jsonl", "decisions": data / "decisions.jsonl",
-            "summary": rep / "summary.json", "ledger": rep / "ledger.json",
-            "provenance": rep / "provenance.json"}
+@dataclass
+class GridStage(Stage):
+    """A grid stage (a cell, or the table): params section ``annotation``, own folders."""
+
+    folder: str = ""          # a cell: <w>_<n> under the grid's folders
+    table: bool = False       # the table: reports/04_annotation/grid_table
+
+    @property
+    def key(self) -> str:
+        return "annotation"
+
+    @property
+    def data_dir(self) -> Path:
+        return repo_path(self.p.grid.output_dir) / self.folder
+
+    @property
+    def reports_dir(self) -> Path:
+        if self.table:
+            return repo_path(self.p.reports) / "grid_table"
+        return repo_path(self.p.grid.reports) / self.folder
 
 
-def cell_summary(weighting: str, trajectory: int, result, ledger: dict,
-                 states_scored: int) -> dict:
-    """The cell's row of the grid table, with its model use."""
-    row = strategy_row(result.name, result.decisions, len(result.pairs))
-    rem = ledger.get("total", {})
-    return {"weighting": weighting, "trajectory": trajectory, **row,
-            "states_scored": states_scored, "model_calls": rem.get("calls", 0),
-            "cache_hits": rem.get("cache_hits", 0)}
+def open_cell(params_path: str | Path, weighting: str, trajectory: int) -> GridStage:
+    """The stage of one grid cell (its LLM cache file is ``04_annotation_grid_<w>_<n>``)."""
+    stage = GridStage(name=cell_stage(weighting, trajectory),
+                      params=load_params(repo_path(params_path)),
+                      folder=cell_name(weighting, trajectory))
+    check_cell(stage.p, weighting, trajectory)
+    return stage
 
 
-def write_cell_summary(path: Path, summary: dict) -> None:
-    atomic_write_text(path, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+def open_table(params_path: str | Path) -> GridStage:
+    """The stage that gathers the cells (writes to ``reports/04_annotation/grid_table``)."""
+    return GridStage(name=f"{STAGE_PREFIX}_table", params=load_params(repo_path(params_path)),
+                     table=True)
+
+
+@dataclass
+class CellOutputs:
+    weighting: str
+    trajectory: int
+    row: dict[str, Any]
+    coverage: dict[str, Any]
+    metrics: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    prompts: dict[str, str] = field(default_factory=dict)
+
+
+def run_cell(stage: GridStage, weighting: str, trajectory: int) -> CellOutputs:
+    """CAI ranking of every item with one weighting over one trajectory length."""
+    from medpref.annotation import stage as s04
+
+    p: AnnotationParams = stage.p
+    items = s04.load_items(p)
+    flowchart = load_rules(repo_path(p.rules))
+    with stage.step("cai_states"):
+        scorer = s04.rem_scorer(stage, flowchart)
+        scored = s04.score_states(items, scorer, flowchart, trajectory)
+    result = s04.run_cai(items, scored, flowchart, p, weighting)
+    stage.check_yield(sum(d.outcome in ("1", "2", "tie") for d in result.decisions),
+                      len(items), what="items scored")
+    coverage = cai.length_coverage(scored.item_states)
+    row = {"weighting": weighting, "trajectory": trajectory,
+           **strategy_row(result.name, result.decisions, len(result.pairs)),
+           "states_scored": len(scored.judgements),
+           "full_length_share": coverage["full_length_share"]}
+    write_jsonl(stage.data("pairs.jsonl"), result.pairs)
+    write_jsonl(stage.data("decisions.jsonl"), [d.to_record() for d in result.decisions])
+    return CellOutputs(weighting, trajectory, row, coverage, metrics=dict(row),
+                       models={"rem": scorer.client.model_id},
+                       prompts={scorer.prompt.name: scorer.prompt.sha})
+
+
+def cell_reports(p: AnnotationParams, weighting: str, trajectory: int) -> Path:
+    return repo_path(p.grid.reports) / cell_name(weighting, trajectory)
 
 
 def grid_table(p: AnnotationParams) -> pd.DataFrame:
-    """Every cell's summary, in grid order; a missing cell is an error naming its file."""
+    """Every cell's metrics and model use, in grid order; a missing cell is an error naming
+    its file."""
     rows = []
     for w in p.grid.weightings:
         for n in p.grid.trajectories:
-            path = cell_paths(p, w, n)["summary"]
+            folder = cell_reports(p, w, n)
+            path = folder / "metrics.json"
             if not path.exists():
                 raise FileNotFoundError(f"{path}: grid cell {cell_name(w, n)} has not run "
                                         f"(stage annotation_grid@{w}-{n})")
-            rows.append(json.loads(path.read_text(encoding="utf-8")))
-    cols = ["weighting", "trajectory", "items", "decisive", "ties", "unusable", "tie_ratio",
-            "pairs", "sampled_wins", "generated_wins", "win_ratio_sampled_generated",
-            "margin_mean", "margin_median", "states_scored", "model_calls", "cache_hits"]
+            row = json.loads(path.read_text(encoding="utf-8"))
+            ledger = folder / "ledger.json"
+            total = (json.loads(ledger.read_text(encoding="utf-8")).get("total", {})
+                     if ledger.exists() else {})
+            rows.append({**row, "model_calls": total.get("calls"),
+                         "cache_hits": total.get("cache_hits")})
+    cols = ["weighting", "trajectory", "items", "full_length_share", "decisive", "ties",
+            "unusable", "tie_ratio", "pairs", "sampled_wins", "generated_wins",
+            "win_ratio_sampled_generated", "margin_mean", "margin_median", "states_scored",
+            "model_calls", "cache_hits"]
     return pd.DataFrame(rows)[cols]
 
 
 def reference_rows(summary: pd.DataFrame, strategies=("gpt4_rank", "agent")) -> pd.DataFrame:
     """The main stage's length-free strategies, drawn as flat lines (as in Fig. 10)."""
     return summary[summary["strategy"].isin(strategies)].reset_index(drop=True)
+
+
+@dataclass
+class TableOutputs:
+    table: pd.DataFrame
+    figure: Path
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def run_table(stage: GridStage) -> TableOutputs:
+    """Gather the cells into one table and figure (no model call)."""
+    p: AnnotationParams = stage.p
+    table = grid_table(p)
+    summary = pd.read_csv(repo_path(p.reports) / "summary.csv")
+    write_table(table, stage.report(TABLE_STEM))
+    figure = save_figure(plot_grid(table, reference_rows(summary)),
+                         stage.report(f"{TABLE_STEM}.png"))
+    metrics = {f"{r['weighting']}_{r['trajectory']}": {"pairs": int(r["pairs"]),
+                                                       "ties": int(r["ties"])}
+               for r in table.to_dict("records")}
+    return TableOutputs(table, figure, metrics)
 
 
 def plot_grid(table: pd.DataFrame, references: pd.DataFrame | None = None):
@@ -98,12 +196,15 @@ def plot_grid(table: pd.DataFrame, references: pd.DataFrame | None = None):
         for ax, (col, _) in zip(axes, panels):
             ax.plot(rows["trajectory"], rows[col], marker="o", label=w)
     if references is not None:
-        refs = references.assign(sampled_share=references["sampled_wins"]
-                                 / references["decisive"].where(references["decisive"] > 0))
+        refs = references.assign(
+            sampled_share=pd.to_numeric(references["sampled_wins"], errors="coerce")
+            / pd.to_numeric(references["decisive"], errors="coerce").where(
+                lambda d: d > 0))
         for _, ref in refs.iterrows():
             for ax, (col, _) in zip(axes, panels):
-                if col != "margin_mean" and pd.notna(ref[col]):
-                    ax.axhline(ref[col], linestyle="--", linewidth=1, color="grey" if
+                value = pd.to_numeric(ref[col], errors="coerce")
+                if col != "margin_mean" and pd.notna(value):
+                    ax.axhline(value, linestyle="--", linewidth=1, color="grey" if
                                ref["strategy"] == "gpt4_rank" else "green",
                                label=ref["strategy"])
     for ax, (col, title) in zip(axes, panels):
@@ -114,7 +215,7 @@ def plot_grid(table: pd.DataFrame, references: pd.DataFrame | None = None):
         ax.legend(fontsize=8)
     axes[1].set_ylim(0, 1.05)
     axes[3].set_ylim(0, 1.05)
-    fig.suptitle("Weighting × trajectory length (cf. PLPF Table 3, follow-up Fig. 10)",
-                 fontsize=11)
+    fig.suptitle("Annotation statistics per weighting × trajectory length (the axes of "
+                 "PLPF Table 3 / follow-up Fig. 10; not its SP scores)", fontsize=10)
     fig.tight_layout()
     return fig

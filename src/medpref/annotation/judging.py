@@ -1,13 +1,22 @@
 """GPT-4 ranking (the follow-up's baseline): a judge picks response 1, response 2 or equal.
 
-Each item is judged twice, with the candidates in both orders. Both answers must name
-the same candidate for a preference; any disagreement (position bias, one "equal") is a
-tie, and ties are dropped. An answer the parser cannot read is recorded and the item is
-skipped — never guessed.
+Two readings (``annotation.judge.orders``):
+
+* ``one`` — the follow-up's: one single-choice question per item, "equal" answers dropped.
+  The candidates are shown in a seeded order per item (:func:`shown_order`): the first
+  candidate of every item is the sampled one, so a fixed order would turn the judge's
+  position bias into a bias for one candidate source.
+* ``both`` — this project's addition: the item is asked in both orders and only a choice
+  that survives the swap counts; any disagreement (position bias, one "equal") is a tie.
+
+Both readings are computed from the same answers (the seeded order's answer is one of
+the two), so reporting both costs one extra call per item. An answer the parser cannot
+read is recorded and the item is skipped — never guessed.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +30,13 @@ from medpref.prompts import PromptTemplate, format_dialogue
 Choice = Literal["1", "2", "equal"]
 Order = Literal["ab", "ba"]
 ORDERS: tuple[Order, Order] = ("ab", "ba")
+Reading = Literal["one", "both"]
+READINGS: tuple[Reading, Reading] = ("one", "both")
+
+
+def shown_order(item_id: str, seed: int, tag: str = "judge") -> Order:
+    """"ab" or "ba": the seeded order one question shows the candidates in."""
+    return "ab" if random.Random(f"{seed}:{item_id}:{tag}").random() < 0.5 else "ba"
 
 # -- reading a judge's answer (pure) ---------------------------------------------------------
 _NUMBERED = re.compile(r"\b(?:response|reply|candidate|option|answer)\s*#?\s*([12])\b")
@@ -63,6 +79,14 @@ def to_item_frame(choice: Choice | None, order: Order) -> Choice | None:
     return "2" if choice == "1" else "1"
 
 
+def one_order(choice: Choice | None) -> str:
+    """One question's choice (item frame) → "1" / "2" / "tie" ("equal", dropped) /
+    "unparsable"."""
+    if choice is None:
+        return "unparsable"
+    return "tie" if choice == "equal" else choice
+
+
 def combine_orders(ab: Choice | None, ba: Choice | None) -> str:
     """Both orders' choices (item frame) → "1" / "2" / "tie" / "unparsable"."""
     if ab is None or ba is None:
@@ -93,11 +117,12 @@ class JudgedItems:
     records: list[dict] = field(default_factory=list)
 
 
-def judge_both_orders(items: Sequence[UnlabeledItem], client: LLMClient,
-                      template: PromptTemplate, history_max_turns: int, strategy: str,
-                      prefix: str = "", step: str = "judge") -> JudgedItems:
-    """Judge every item in both orders (one batch) and combine the two answers."""
-    jobs = [(item, order) for item in items for order in ORDERS]
+def ask_judge(items: Sequence[UnlabeledItem], client: LLMClient, template: PromptTemplate,
+              history_max_turns: int, strategy: str, orders: dict[str, list[Order]],
+              prefix: str = "", step: str = "judge"):
+    """Ask the judge every (item, order) listed (one batch); → the choices in the item's
+    frame by (item id, order), and one record per raw answer."""
+    jobs = [(item, order) for item in items for order in orders[item.id]]
     answers = client.chat_many([judge_messages(template, i, o, history_max_turns)
                                 for i, o in jobs], prefix=prefix)
     records, frame = [], {}
@@ -108,16 +133,52 @@ def judge_both_orders(items: Sequence[UnlabeledItem], client: LLMClient,
                         "order": order, "raw": comp.text, "error": comp.error,
                         "parsed": shown, "model": client.model_id,
                         "prompt_sha": template.sha})
-    decisions = [decision_for(item, strategy, combine_orders(frame[item.id, "ab"],
-                                                              frame[item.id, "ba"]),
-                              ab=frame[item.id, "ab"], ba=frame[item.id, "ba"])
-                 for item in items]
-    return JudgedItems(decisions, records)
+    return frame, records
+
+
+def decide(items: Sequence[UnlabeledItem], frame: dict, reading: Reading, seed: int,
+           strategy: str) -> list[Decision]:
+    """Each item's decision under one reading, from the judge's answers in ``frame``."""
+    out = []
+    for item in items:
+        if reading == "one":
+            order = shown_order(item.id, seed)
+            choice = frame[item.id, order]
+            out.append(decision_for(item, strategy, one_order(choice), order=order,
+                                    choice=choice, reading="one"))
+        else:
+            ab, ba = frame[item.id, "ab"], frame[item.id, "ba"]
+            out.append(decision_for(item, strategy, combine_orders(ab, ba), ab=ab, ba=ba,
+                                    reading="both"))
+    return out
+
+
+def judge_items(items: Sequence[UnlabeledItem], client: LLMClient, template: PromptTemplate,
+                history_max_turns: int, strategy: str, *, reading: Reading, seed: int,
+                also: Sequence[Reading] = (), prefix: str = "",
+                step: str = "judge") -> dict[str, JudgedItems]:
+    """Judge every item under ``reading`` (and the readings in ``also``) from one batch of
+    answers: the orders any of them needs are asked once each."""
+    readings = list(dict.fromkeys([reading, *also]))
+    orders = {i.id: (list(ORDERS) if "both" in readings else [shown_order(i.id, seed)])
+              for i in items}
+    frame, records = ask_judge(items, client, template, history_max_turns, strategy,
+                               orders, prefix, step)
+    return {r: JudgedItems(decide(items, frame, r, seed, strategy),
+                           records if r == reading else []) for r in readings}
+
+
+def judge_both_orders(items: Sequence[UnlabeledItem], client: LLMClient,
+                      template: PromptTemplate, history_max_turns: int, strategy: str,
+                      prefix: str = "", step: str = "judge") -> JudgedItems:
+    """Judge every item in both orders (one batch) and combine the two answers."""
+    return judge_items(items, client, template, history_max_turns, strategy, reading="both",
+                       seed=0, prefix=prefix, step=step)["both"]
 
 
 def gpt4_rank_pairs(items: Sequence[UnlabeledItem],
                     decisions: Sequence[Decision]) -> list[PreferencePair]:
-    """One pair per decisive item; ties and unparsable items give none."""
+    """One pair per decisive item; ties ("equal") and unparsable items give none."""
     by_id = {i.id: i for i in items}
-    return [pair_from_winner(by_id[d.item_id], d, judge_orders="ab+ba")
+    return [pair_from_winner(by_id[d.item_id], d, judge_reading=d.detail.get("reading"))
             for d in decisions if d.outcome in ("1", "2")]

@@ -20,8 +20,8 @@ from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.rem.base import RuleJudgement
 from medpref.rem.config import RemParams
-from medpref.rem.evaluation import confusion, match_metrics, per_rule_metrics
-from medpref.rem.scorers import PromptedScorer, build_scorer
+from medpref.rem.evaluation import confusion, label_spread, match_metrics, per_rule_metrics
+from medpref.rem.scorers import PromptedScorer, describe_settings, scorer_from_settings
 from medpref.rem.task import build_messages, format_answer, select_examples
 from medpref.rules import Flowchart, load_rules
 from medpref.training.hardware import load_hardware
@@ -61,7 +61,7 @@ def output_paths(p: RemParams) -> dict[str, Path]:
     names = {"flowchart": "flowchart.png", "table5": "table5", "per_rule": "per_rule",
              "confusion": "confusion.png", "predictions": "predictions.jsonl",
              "training": "training", "compliance": "compliance", "radar": "compliance_radar.png",
-             "metrics": "metrics.json", "ledger": "ledger.json",
+             "metrics": "metrics.json", "ledger": "ledger.json", "timings": "timings.json",
              "provenance": "provenance.json"}
     return {k: root / v for k, v in names.items()} | {"adapter": repo_path(p.train.adapter_dir)}
 
@@ -117,19 +117,12 @@ def training_table(result: TrainResult) -> pd.DataFrame:
 
 
 # -- scoring and evaluation ---------------------------------------------------------------
-def make_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
+def make_scorer(name: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
                 seed: int) -> PromptedScorer:
-    """A scorer for the stage's params; ``finetuned`` loads the trained adapter."""
-    if mode == "finetuned":
-        client = llm.role(p.role, adapter=p.train.adapter_dir)
-        return build_scorer(mode, client, inputs.flowchart, [], p.k, seed,
-                            max_new_tokens=p.max_new_tokens, prompt=p.prompt,
-                            detail=p.train.rule_detail,
-                            comment=p.train.answer_order == "comment_first")
-    return build_scorer(mode, llm.role(p.role), inputs.flowchart, inputs.icl_examples, p.k,
-                        seed, n_examples=p.n_examples, temperature=p.temperature,
-                        max_new_tokens=p.max_new_tokens, prompt=p.prompt,
-                        comment=p.expected_comment if mode == "expected" else None)
+    """The scorer ``rem.scorers[name]`` (the builder stage 04 uses too)."""
+    if name not in p.scorers:
+        raise KeyError(f"no REM scorer '{name}' in rem.scorers (known: {sorted(p.scorers)})")
+    return scorer_from_settings(name, p.scorers[name], llm, p, inputs.flowchart, seed)
 
 
 def score_annotations(scorer, annotations: Sequence[RemAnnotation],
@@ -185,23 +178,27 @@ def run_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
 
 
 def table5(runs: Sequence[ScorerRun], p: RemParams) -> pd.DataFrame:
-    """Exact/fuzzy match of the labels per scorer on the evaluation split (PLPF Table 5);
-    ``mae`` is the mean absolute error of the continuous scores."""
+    """Exact/fuzzy match of the labels per scorer on the evaluation split (PLPF Table 5).
+
+    ``fuzzy02_%`` is the fuzzy match over the items whose gold is 0 or 2 (a gold 1 always
+    counts as fuzzy-correct); ``top_label_share`` and ``near_constant`` flag a scorer
+    that gives one label to more than ``rem.near_constant_share`` of the items, whose
+    fuzzy match is high whatever it tells apart. ``mae``: mean absolute error of the
+    continuous scores."""
+    from medpref.training.sft import read_task_card
+
+    card = read_task_card(repo_path(p.train.adapter_dir))
     rows = []
     for run in runs:
         golds, preds, labels = _columns(run)
-        how = {"sampled": f"in-context ({p.n_examples}/rule), k={p.k} samples; "
-                          "label = rounded mean",
-               "expected": f"in-context ({p.n_examples}/rule), one pass"
-                           + (" after a greedy comment" if p.expected_comment else "")
-                           + "; label = argmax p(s)",
-               "finetuned": ("LoRA REM, greedy comment, then" if
-                             p.train.answer_order == "comment_first"
-                             else "LoRA REM (score first), one pass;")
-                            + " label = argmax p(s)"}[run.mode]
         m = match_metrics(golds, preds, labels)
-        rows.append({"scorer": run.mode, "method": how, "n": m["n"],
-                     "exact_%": 100 * m["exact"], "fuzzy_%": 100 * m["fuzzy"],
+        spread = label_spread(labels, p.near_constant_share)
+        rows.append({"scorer": run.mode, "method": describe_settings(p.scorers[run.mode], card),
+                     "n": m["n"], "exact_%": 100 * m["exact"], "fuzzy_%": 100 * m["fuzzy"],
+                     "fuzzy02_%": 100 * m["fuzzy02"], "n02": m["n02"],
+                     "top_label": spread["top_label"],
+                     "top_label_share": spread["top_label_share"],
+                     "near_constant": spread["near_constant"],
                      "coverage_%": 100 * m["coverage"], "mae": m["mae"],
                      "wall_s": run.wall_s, "model_calls": run.usage.get("calls", 0),
                      "cache_hits": run.usage.get("cache_hits", 0)})
@@ -214,10 +211,10 @@ def per_rule_table(runs: Sequence[ScorerRun]) -> pd.DataFrame:
         t = per_rule_metrics([r["rule"] for r in run.records], *_columns(run))
         frames.append(t.assign(scorer=run.mode))
     out = pd.concat(frames, ignore_index=True)
-    out[["exact", "fuzzy", "coverage"]] *= 100
-    return out.rename(columns={"exact": "exact_%", "fuzzy": "fuzzy_%",
+    out[["exact", "fuzzy", "fuzzy02", "coverage"]] *= 100
+    return out.rename(columns={"exact": "exact_%", "fuzzy": "fuzzy_%", "fuzzy02": "fuzzy02_%",
                                "coverage": "coverage_%"})[
-        ["scorer", "rule", "n", "exact_%", "fuzzy_%", "coverage_%", "mae"]]
+        ["scorer", "rule", "n", "exact_%", "fuzzy_%", "fuzzy02_%", "coverage_%", "mae"]]
 
 
 def confusion_tables(runs: Sequence[ScorerRun]) -> dict[str, pd.DataFrame]:
@@ -238,7 +235,8 @@ def baseline_majority(eval_set: Sequence[RemAnnotation],
         scores = [a.score for a in train_set if a.rule == rule]
         majority[rule] = max((0, 1, 2), key=lambda s: (scores.count(s), s))
     m = match_metrics([a.score for a in eval_set], [majority.get(a.rule) for a in eval_set])
-    return {"exact_%": 100 * m["exact"], "fuzzy_%": 100 * m["fuzzy"]}
+    return {"exact_%": 100 * m["exact"], "fuzzy_%": 100 * m["fuzzy"],
+            "fuzzy02_%": 100 * m["fuzzy02"]}
 
 
 # -- compliance ---------------------------------------------------------------------------
@@ -247,25 +245,27 @@ def compliance_dialogues(p: RemParams) -> list[Dialogue]:
     return read_jsonl(repo_path(p.compliance_dialogues), Dialogue)[:p.compliance_n]
 
 
-def compliance_tables(modes: Sequence[str], llm: LLMSession, p: RemParams, inputs: RemInputs,
+def compliance_tables(names: Sequence[str], llm: LLMSession, p: RemParams, inputs: RemInputs,
                       states, seed: int) -> dict[str, pd.DataFrame]:
     """Per-rule compliance of the states under each listed scorer (radar input)."""
     from medpref.rem.compliance import rule_compliance
 
-    return {mode: rule_compliance(states, make_scorer(mode, llm, p, inputs, seed),
-                                  inputs.flowchart.rules) for mode in modes}
+    return {name: rule_compliance(states, make_scorer(name, llm, p, inputs, seed),
+                                  inputs.flowchart.rules) for name in names}
 
 
 def stage_metrics(runs: Sequence[ScorerRun], p: RemParams, train: TrainResult | None,
                   majority: dict[str, float]) -> dict[str, Any]:
-    """The stage's DVC metrics: Table 5 per scorer, the baseline, and training."""
+    """The stage's DVC metrics (scores only): Table 5 per scorer, the baseline, and the
+    training loss. Wall times and model use go to timings.json and ledger.json."""
     out: dict[str, Any] = {"eval_n": len(runs[0].records) if runs else 0,
                            "majority_baseline": majority}
     for row in table5(runs, p).to_dict("records"):
-        out[row["scorer"]] = {k: row[k] for k in ("exact_%", "fuzzy_%", "coverage_%", "mae",
-                                                  "wall_s", "model_calls")}
+        out[row["scorer"]] = {k: row[k] for k in ("exact_%", "fuzzy_%", "fuzzy02_%",
+                                                  "coverage_%", "mae", "top_label_share",
+                                                  "near_constant")}
     if train is not None:
         out["training"] = {"steps": train.steps, "n_train": train.n_train,
-                           "n_dropped": train.n_dropped, "runtime_s": train.runtime_s,
+                           "n_dropped": train.n_dropped,
                            "final_loss": train.losses[-1]["loss"] if train.losses else None}
     return out

@@ -1,12 +1,19 @@
-"""Params of stage 03_rem (section ``rem`` of params.yaml): rules, REM scorers, training."""
+"""Params of stage 03_rem (section ``rem`` of params.yaml): rules, REM scorers, training.
+
+``rem.scorers`` is the one definition of how a REM is read: every entry is a row of
+Table 5, and stage 04 scores its candidates with one of them by name
+(``annotation.rem_scorer``), built by the same function
+(:func:`medpref.rem.scorers.scorer_from_settings`).
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from medpref.params import StrictModel
+from medpref.stagekit import GuardParams
 
 
 class RemTrainParams(StrictModel):
@@ -30,6 +37,39 @@ class RemTrainParams(StrictModel):
     adapter_dir: str = "data/03_rem/rem_lora"
 
 
+class RemScorerSettings(StrictModel):
+    """How one REM scorer reads the model (one row of Table 5).
+
+    ``sampled``: k sampled answers averaged (Eq. 2); ``expected``: Σ s·p(s) of the score
+    token; ``finetuned``: the LoRA REM of ``rem.train.adapter_dir``, read the way its task
+    card says it was trained (``detail`` and ``comment`` must then stay null).
+    """
+
+    mode: Literal["sampled", "expected", "finetuned"]
+    k: int = Field(1, ge=1, le=50)                  # samples per judgement (sampled)
+    temperature: float = Field(0.7, gt=0.0, le=2.0)  # sampled
+    n_examples: int = Field(0, ge=0, le=20)         # in-context examples per rule
+    detail: Literal["full", "short"] | None = None  # rule text; null: the mode's default
+    comment: bool | None = None                     # expected: greedy comment first?
+    max_new_tokens: int = Field(80, ge=8, le=1024)  # a sampled answer / a greedy comment
+    # what a state's rule score v is (expected/finetuned): Σ s·p(s), or the most probable
+    # score (the score a greedy REM writes: Eq. 2 with k = 1); sampled: the mean of k samples
+    state_value: Literal["expected", "label"] = "expected"
+
+    @model_validator(mode="after")
+    def _fits_the_mode(self) -> "RemScorerSettings":
+        if self.mode == "sampled" and self.state_value != "expected":
+            raise ValueError("a sampled scorer's v is the mean of its k samples: "
+                             "leave state_value 'expected'")
+        if self.mode == "finetuned" and (self.n_examples or self.detail or
+                                         self.comment is not None):
+            raise ValueError("a finetuned scorer reads its adapter's task card: leave "
+                             "n_examples 0 and detail/comment null")
+        if self.mode != "sampled" and self.k != 1:
+            raise ValueError(f"k applies to sampled scorers only (mode {self.mode})")
+        return self
+
+
 class RemParams(StrictModel):
     rules: str = "configs/rules/plpf_flowchart.yaml"
     annotations: str = "data/embedded/rem/annotations.jsonl"
@@ -38,23 +78,26 @@ class RemParams(StrictModel):
     role: str = "rem"
     eval_split: str = "test"
     eval_per_rule: int | None = Field(None, ge=1)  # per rule, every score first; None: all
-    scorers: list[Literal["sampled", "expected", "finetuned"]] = Field(
-        default_factory=lambda: ["sampled", "expected", "finetuned"])
-    k: int = Field(2, ge=1, le=50)                 # samples per judgement (Eq. 2)
-    temperature: float = Field(0.7, gt=0.0, le=2.0)
-    n_examples: int = Field(3, ge=0, le=20)        # in-context examples per rule
-    max_new_tokens: int = Field(80, ge=8, le=1024)  # a sampled answer / a greedy comment
-    expected_comment: bool = False                 # expected mode: greedy comment first?
+    scorers: dict[str, RemScorerSettings]          # Table 5's rows, by name
+    near_constant_share: float = Field(0.9, gt=0.0, le=1.0)  # flag: one label on > this share
     train: RemTrainParams = Field(default_factory=RemTrainParams)
     compliance_dialogues: str = "data/embedded/dialogues.jsonl"
     compliance_n: int = Field(3, ge=1, le=10_000)  # dialogues, each cut at its last doctor turn
-    compliance_scorers: list[Literal["sampled", "expected", "finetuned"]] = Field(
-        default_factory=lambda: ["expected", "finetuned"])
+    compliance_scorers: list[str]                  # names in `scorers`
     reports: str = "reports/03_rem"
+    guard: GuardParams = Field(default_factory=GuardParams)
 
-    @field_validator("scorers", "compliance_scorers")
+    @field_validator("scorers")
     @classmethod
-    def _distinct(cls, scorers: list[str]) -> list[str]:
-        if not scorers or len(set(scorers)) != len(scorers):
-            raise ValueError("list one or more distinct scorer modes")
+    def _some_scorers(cls, scorers: dict) -> dict:
+        if not scorers:
+            raise ValueError("list one or more REM scorers")
         return scorers
+
+    @model_validator(mode="after")
+    def _compliance_scorers_are_known(self) -> "RemParams":
+        unknown = [s for s in self.compliance_scorers if s not in self.scorers]
+        if unknown or len(set(self.compliance_scorers)) != len(self.compliance_scorers):
+            raise ValueError(f"compliance_scorers must name distinct entries of rem.scorers "
+                             f"({sorted(self.scorers)}), got {self.compliance_scorers}")
+        return self

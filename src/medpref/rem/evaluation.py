@@ -5,7 +5,11 @@
   token of the probability-based scorers (``RuleJudgement.label``); given bare scores,
   they are rounded;
 * fuzzy match — only the confusions that swap good and bad (a 2 scored 0, a 0 scored 2)
-  count as errors: it measures whether the REM tells good from bad responses.
+  count as errors: it measures whether the REM tells good from bad responses. Over all
+  items a gold 1 always counts as correct, so ``fuzzy02`` gives the same match over the
+  items whose gold is 0 or 2 only (PLPF's wording: how often a 2 is scored 0 and vice
+  versa). A predicted 1 is never a swap either, so a scorer that answers 1 everywhere
+  still scores 100 % on both: :func:`label_spread` flags such near-constant scorers.
 
 A prediction of ``None`` (no usable judgement) counts as an error in both and lowers
 ``coverage``; it is never read as a 0.
@@ -20,7 +24,8 @@ import pandas as pd
 
 from medpref.rem.base import to_label
 
-__all__ = ["LABELS", "UNUSABLE", "confusion", "match_metrics", "per_rule_metrics", "to_label"]
+__all__ = ["LABELS", "UNUSABLE", "confusion", "label_spread", "match_metrics",
+           "per_rule_metrics", "to_label"]
 
 LABELS = (0, 1, 2)
 UNUSABLE = "none"
@@ -46,8 +51,12 @@ def match_metrics(golds: Sequence[int], preds: Sequence[float | None],
     scored = [(g, p) for g, p in zip(golds, preds) if p is not None]
     exact = sum(1 for g, lab in zip(golds, labels) if lab is not None and lab == g)
     fuzzy = sum(1 for g, lab in zip(golds, labels) if lab is not None and abs(lab - g) < 2)
+    extremes = [(g, lab) for g, lab in zip(golds, labels) if g in (0, 2)]
+    fuzzy02 = sum(1 for g, lab in extremes if lab is not None and abs(lab - g) < 2)
     return {"n": n, "exact": exact / n if n else math.nan,
             "fuzzy": fuzzy / n if n else math.nan,
+            "n02": len(extremes),
+            "fuzzy02": fuzzy02 / len(extremes) if extremes else math.nan,
             "coverage": len(scored) / n if n else math.nan,
             "mae": sum(abs(g - p) for g, p in scored) / len(scored) if scored else math.nan}
 
@@ -74,3 +83,16 @@ def per_rule_metrics(rules: Sequence[str], golds: Sequence[int],
                                                    [preds[i] for i in idx],
                                                    [labels[i] for i in idx])})
     return pd.DataFrame(rows)
+
+
+def label_spread(labels: Sequence[int | None], near_constant_share: float) -> dict:
+    """How a scorer's usable labels spread: the most frequent one, its share, and whether
+    that share exceeds ``near_constant_share`` (a near-constant scorer, whose fuzzy match
+    says nothing about telling good from bad)."""
+    usable = [lab for lab in labels if lab is not None]
+    if not usable:
+        return {"top_label": None, "top_label_share": math.nan, "near_constant": False}
+    top = max(LABELS, key=lambda lab: (usable.count(lab), -lab))
+    share = usable.count(top) / len(usable)
+    return {"top_label": top, "top_label_share": share,
+            "near_constant": share > near_constant_share}

@@ -35,6 +35,8 @@ from medpref.rules import Flowchart, Rule
 
 ScorerMode = Literal["sampled", "expected", "finetuned"]
 SCORER_MODES: tuple[str, ...] = ("sampled", "expected", "finetuned")
+StateValue = Literal["expected", "label"]
+STATE_VALUES: tuple[str, ...] = ("expected", "label")
 
 
 @dataclass
@@ -133,9 +135,13 @@ class ExpectedScorer(PromptedScorer):
 
     name = "expected"
 
-    def __init__(self, *args, comment: bool, max_new_tokens: int, **kwargs):
+    def __init__(self, *args, comment: bool, max_new_tokens: int,
+                 state_value: StateValue = "expected", **kwargs):
         super().__init__(*args, **kwargs)
+        if state_value not in STATE_VALUES:
+            raise ValueError(f"state_value must be one of {STATE_VALUES}, got '{state_value}'")
         self.comment = comment
+        self.state_value = state_value
         self.max_new_tokens = max_new_tokens
 
     def score_states(self, states: Sequence[Sequence[Turn]],
@@ -157,20 +163,29 @@ class ExpectedScorer(PromptedScorer):
         by_job = dict(zip(ok, scored))
         out: list[dict[str, RuleJudgement]] = [{} for _ in states]
         for n, (i, rule, _) in enumerate(jobs):
-            out[i][rule.id] = expected_judgement(rule.id, by_job.get(n), comments[n])
+            out[i][rule.id] = expected_judgement(rule.id, by_job.get(n), comments[n],
+                                                 self.state_value)
         return out
 
 
-def expected_judgement(rule_id: str, scores, comment: str | None) -> ExpectedJudgement:
+def expected_judgement(rule_id: str, scores, comment: str | None,
+                       state_value: StateValue = "expected") -> ExpectedJudgement:
     """A judgement from option probabilities; ``None`` scores (the comment call failed)
-    or zero option mass (a remote answer never reached the score) give an unusable one."""
+    or zero option mass (a remote answer never reached the score) give an unusable one.
+
+    ``state_value`` is what ``score`` (the v of Eq. 2-3) holds: ``expected`` — Σ s·p(s);
+    ``label`` — the most probable score, i.e. the score the REM writes when decoded
+    greedily (Eq. 2 with k = 1)."""
     if scores is None or scores.mass <= 0:  # failed comment call / no option was read
         return ExpectedJudgement(rule=rule_id, score=None, samples=[None], unparsable=1,
                                  mass=None if scores is None else scores.mass)
-    value = scores.expected()
-    return ExpectedJudgement(rule=rule_id, score=value, samples=[value],
-                             comments=[comment] if comment is not None else [],
-                             probs=dict(scores.probs), mass=scores.mass)
+    judgement = ExpectedJudgement(rule=rule_id, score=scores.expected(), samples=[],
+                                  comments=[comment] if comment is not None else [],
+                                  probs=dict(scores.probs), mass=scores.mass)
+    if state_value == "label":
+        judgement.score = float(judgement.label)
+    judgement.samples = [judgement.score]
+    return judgement
 
 
 def finetuned_settings(adapter_dir) -> dict[str, object]:
@@ -188,7 +203,8 @@ def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
                  icl_examples: Sequence[Example], k: int = 5, seed: int = 0, *,
                  n_examples: int = 5, temperature: float = 0.7, max_new_tokens: int = 64,
                  comment: bool | None = None, prompt: str | PromptTemplate = "rem_judge",
-                 detail: RuleDetail | None = None) -> PromptedScorer:
+                 detail: RuleDetail | None = None,
+                 state_value: StateValue = "expected") -> PromptedScorer:
     """A REM scorer by mode; all three offer ``score_states(states, rules)``.
 
     Args:
@@ -210,6 +226,9 @@ def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
         prompt: prompt name under configs/prompts (or a loaded template).
         detail: ``"full"`` rule with criteria and notes (default for in-context modes) or
             ``"short"`` statement only (default for ``finetuned``, as it was trained).
+        state_value: for the probability modes, what a judgement's ``score`` holds:
+            Σ s·p(s) (``"expected"``) or the most probable score (``"label"``, the score a
+            greedy REM writes). ``sampled`` always averages its samples.
 
     A state is a list of turns ending with a doctor turn. ``score`` in each judgement is
     in [0, 2] or None (unusable); see :class:`RuleJudgement`.
@@ -223,13 +242,73 @@ def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
         with_comment = bool(comment)
         return ExpectedScorer(client, flowchart, icl_examples, n_examples, template,
                               detail or "full",
-                               "comment_first" if with_comment else "score_first",
-                              comment=with_comment, max_new_tokens=max_new_tokens)
+                              "comment_first" if with_comment else "score_first",
+                              comment=with_comment, max_new_tokens=max_new_tokens,
+                              state_value=state_value)
     if mode == "finetuned":
         with_comment = True if comment is None else comment
         scorer = ExpectedScorer(client, flowchart, [], 0, template, detail or "short",
                                 "comment_first" if with_comment else "score_first",
-                                comment=with_comment, max_new_tokens=max_new_tokens)
+                                comment=with_comment, max_new_tokens=max_new_tokens,
+                                state_value=state_value)
         scorer.name = "finetuned"
         return scorer
     raise ValueError(f"unknown REM scorer mode '{mode}' (known: {', '.join(SCORER_MODES)})")
+
+
+def scorer_from_settings(name: str, settings, llm, rem, flowchart: Flowchart,
+                         seed: int) -> PromptedScorer:
+    """The REM scorer named ``name`` in ``rem.scorers``: the one builder stages 03 and 04
+    share, so the scorer that annotates is exactly a row of Table 5.
+
+    ``settings`` is a :class:`medpref.rem.config.RemScorerSettings`, ``rem`` the ``rem``
+    params section (prompt, role, in-context examples, adapter folder), ``llm`` the
+    stage's :class:`medpref.llm.LLMSession`. A ``finetuned`` scorer reads stage 03's
+    adapter the way its task card says it was trained.
+    """
+    from medpref.contracts import RemAnnotation, read_jsonl
+    from medpref.params import repo_path
+
+    if settings.mode == "finetuned":
+        adapter = repo_path(rem.train.adapter_dir)
+        if not adapter.exists():
+            raise FileNotFoundError(f"REM scorer '{name}': no adapter at {adapter} "
+                                    f"(stage 03 trains it: dvc repro rem)")
+        client = llm.role(rem.role, adapter=rem.train.adapter_dir)
+        scorer = build_scorer("finetuned", client, flowchart, [], seed=seed,
+                              max_new_tokens=settings.max_new_tokens, prompt=rem.prompt,
+                              state_value=settings.state_value,
+                              **finetuned_settings(adapter))
+    else:
+        examples = (read_jsonl(repo_path(rem.icl_examples), RemAnnotation)
+                    if settings.n_examples else [])
+        scorer = build_scorer(settings.mode, llm.role(rem.role), flowchart, examples,
+                              settings.k, seed, n_examples=settings.n_examples,
+                              temperature=settings.temperature,
+                              max_new_tokens=settings.max_new_tokens,
+                              comment=settings.comment, prompt=rem.prompt,
+                              detail=settings.detail, state_value=settings.state_value)
+    scorer.name = name
+    return scorer
+
+
+def describe_settings(settings, adapter_card: dict | None = None) -> str:
+    """One line on how a scorer reads the model (Table 5's ``method`` column)."""
+    if settings.mode == "finetuned":
+        card = adapter_card or {}
+        order = card.get("answer_order", "comment_first")
+        return (f"LoRA REM, zero-shot, {card.get('rule_detail', 'short')} rule, "
+                + ("greedy comment, then" if order == "comment_first" else "score first, one pass;")
+                + " label = argmax p(s); " + _value_text(settings))
+    shots = f"{settings.n_examples}-shot" if settings.n_examples else "zero-shot"
+    detail = settings.detail or "full"
+    if settings.mode == "sampled":
+        return (f"in-context ({shots}, {detail} rule), k={settings.k} samples at "
+                f"T={settings.temperature:g}; label = rounded mean")
+    return (f"in-context ({shots}, {detail} rule), one pass"
+            + (" after a greedy comment" if settings.comment else "") + "; label = argmax p(s); "
+            + _value_text(settings))
+
+
+def _value_text(settings) -> str:
+    return "v = label" if settings.state_value == "label" else "v = Σ s·p(s)"

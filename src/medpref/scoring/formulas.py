@@ -5,23 +5,41 @@
 * Eq. 4 — rule weights. ``avg``: every rule weighs 1 (the ablation "w_r = 1").
   ``dep``: a goal rule's weight is Π_{r'≺r} V_α^{t1}(v^{r'}) · Π_{r'→r} V_β^{t2}(v^{r'}),
   a constraint rule weighs γ: :func:`rule_weights`.
-  Predecessors are the goal's *direct* predecessors as the flowchart lists them (the
-  paper's r' ≺ r); a gap two steps back is already felt through the direct predecessor.
+  Which r' ≺ r count is :attr:`DepSettings.predecessors`: ``direct`` — the predecessors
+  the flowchart lists (the paper's example names only the direct link, "Rule A is a
+  predecessor rule to Rule B"); ``transitive`` — every goal reachable backwards through
+  them (A ≺ B ≺ C counts A for C too).
 * Eq. 3 — a state's score is Σ_r w_r · v^r: :func:`state_score`.
 * Eq. 1 — a candidate's score is v(h,c) + Σ_{i=1..n} d^i · v(h,c,…,u_i,a_i) over the states
   along its trajectory: :func:`trajectory_score`.
 
 Everything here is deterministic arithmetic; the worked example of the issue is a test.
+α, β, γ, t1, t2 and the predecessor reading have no defaults here: their one home is the
+``annotation.scoring`` section of params.yaml.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from medpref.rules import Flowchart
 
 Weighting = Literal["avg", "dep"]
+Predecessors = Literal["direct", "transitive"]
+
+
+@dataclass(frozen=True)
+class DepSettings:
+    """The constants of Eq. 4 (``annotation.scoring`` in params.yaml)."""
+
+    alpha: float        # V_α: weight factor of an unmet predecessor
+    beta: float         # V_β: weight factor of an unmet constraint
+    gamma: float        # weight of every constraint rule
+    t1: float           # a predecessor is met at v >= t1
+    t2: float           # a constraint is met at v >= t2
+    predecessors: Predecessors
 
 
 def step_value(x: float, threshold: float, below: float) -> float:
@@ -38,28 +56,46 @@ def mean_rule_score(samples: Sequence[float | None]) -> float | None:
     return sum(usable) / len(usable) if usable else None
 
 
+def predecessors_of(flowchart: Flowchart, rule_id: str, reading: Predecessors) -> list[str]:
+    """The r' ≺ r of one goal: as listed (``direct``) or their closure (``transitive``),
+    in first-reached order."""
+    if reading == "direct":
+        return list(flowchart[rule_id].predecessors)
+    if reading != "transitive":
+        raise ValueError(f"unknown predecessor reading '{reading}' (direct | transitive)")
+    seen: list[str] = []
+    stack = list(flowchart[rule_id].predecessors)
+    while stack:
+        pred = stack.pop(0)
+        if pred not in seen:
+            seen.append(pred)
+            stack += flowchart[pred].predecessors
+    return seen
+
+
 def goal_weight(flowchart: Flowchart, rule_id: str, scores: Mapping[str, float],
-                alpha: float, beta: float, t1: float, t2: float) -> float:
+                s: DepSettings) -> float:
     """Eq. 4 for one goal rule: penalised by unmet predecessors (α) and constraints (β)."""
-    rule = flowchart[rule_id]
     weight = 1.0
-    for pred in rule.predecessors:
-        weight *= step_value(scores[pred], t1, alpha)
-    for constraint in rule.constrained_by:
-        weight *= step_value(scores[constraint], t2, beta)
+    for pred in predecessors_of(flowchart, rule_id, s.predecessors):
+        weight *= step_value(scores[pred], s.t1, s.alpha)
+    for constraint in flowchart[rule_id].constrained_by:
+        weight *= step_value(scores[constraint], s.t2, s.beta)
     return weight
 
 
 def rule_weights(flowchart: Flowchart, scores: Mapping[str, float], weighting: Weighting,
-                 alpha: float = 0.1, beta: float = 0.8, gamma: float = 0.1,
-                 t1: float = 1.0, t2: float = 1.0) -> dict[str, float]:
-    """w_r for every rule of the flowchart, given the state's rule scores."""
+                 settings: DepSettings | None = None) -> dict[str, float]:
+    """w_r for every rule of the flowchart, given the state's rule scores (``dep`` needs
+    the Eq. 4 settings; ``avg`` ignores them)."""
     if weighting == "avg":
         return {r.id: 1.0 for r in flowchart.rules}
     if weighting != "dep":
         raise ValueError(f"unknown weighting '{weighting}' (avg | dep)")
-    return {r.id: (goal_weight(flowchart, r.id, scores, alpha, beta, t1, t2)
-                   if r.kind == "goal" else gamma)
+    if settings is None:
+        raise ValueError("dep weighting needs the Eq. 4 settings (annotation.scoring)")
+    return {r.id: (goal_weight(flowchart, r.id, scores, settings)
+                   if r.kind == "goal" else settings.gamma)
             for r in flowchart.rules}
 
 

@@ -39,6 +39,12 @@ def _chat_messages(dialogue: Dialogue) -> list[dict[str, str]]:
     return messages
 
 
+def turns_to_chat(turns: Iterable[Any]) -> list[dict[str, str]]:
+    """Contract turns (patient/doctor) as alternating chat messages (user/assistant), e.g.
+    the history of a preference pair as the prompt a DPO trainer sees."""
+    return _chat_messages(Dialogue(id="-", turns=list(turns)))
+
+
 def dialogues_to_sft_examples(dialogues: Iterable[Dialogue | dict[str, Any]],
                               system_prompt: str) -> list[dict[str, list[dict[str, str]]]]:
     """One ``{"messages": [system, ..., assistant target]}`` per answering doctor turn.

@@ -1,4 +1,4 @@
-"""Stage 01: the unlabeled preference set D = ⟨H, C1, F1, C2, F2⟩ (PLPF §2.3.2).
+"""Stage 01's pure parts: the unlabeled preference set D = ⟨H, C1, F1, C2, F2⟩ (PLPF §2.3.2).
 
 Two ways to get a candidate response with its future trajectory:
 
@@ -9,8 +9,8 @@ Two ways to get a candidate response with its future trajectory:
   another dialogue (a one-shot style exemplar), giving C2 and F2.
 
 Continuations are parsed by a pure function; malformed ones are recorded with the reason
-and the raw text, retried with another exemplar, and dropped if they stay malformed —
-they never stop the stage.
+and the raw text, retried with another exemplar, and dropped if they stay malformed; the stage fails only
+when too few items come out (its ``guard``).
 """
 
 from __future__ import annotations
@@ -18,32 +18,9 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Literal
-
-from pydantic import Field
 
 from medpref.contracts import Candidate, Dialogue, Turn, UnlabeledItem
-from medpref.params import StrictModel
 from medpref.prompts import PromptTemplate, format_dialogue
-
-
-class SamplingParams(StrictModel):
-    source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
-    dialogues: str = "data/embedded/dialogues.jsonl"
-    source_split: str = "train"
-    source_limit: int | None = Field(200, ge=1)
-    n_items: int = Field(32, ge=1, le=100_000)
-    future_rounds: int = Field(3, ge=1, le=10)
-    min_future_rounds: int = Field(1, ge=0, le=10)
-    exemplar_pool: str = "data/embedded/dialogues.jsonl"
-    exemplar_max_turns: int = Field(12, ge=2, le=200)
-    history_max_turns: int = Field(12, ge=1, le=400)
-    max_attempts: int = Field(2, ge=1, le=5)
-    role: str = "annotator"
-    prompt: str = "trajectory_continuation"
-    max_new_tokens: int = Field(256, ge=16, le=4096)
-    output: str = "data/01_sampling/unlabeled.jsonl"
-    reports: str = "reports/01_sampling"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,288 @@
+"""Stage 04_annotation: label every unlabeled item of stage 01 with four strategies.
+
+``run(stage)`` loads the items, runs gpt4_rank, cai_avg / cai_dep (stage 03's REM, by
+name from ``rem.scorers``) and agent, checks the yield, writes pairs, decisions and raw
+answers, and returns the tables the notebook shows. Each step is a function of its own
+(also used by the grid cells, :mod:`medpref.annotation.grid`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from medpref.annotation import agent as agent_mod
+from medpref.annotation import analysis, cai
+from medpref.annotation.config import AnnotationParams
+from medpref.annotation.judging import READINGS, gpt4_rank_pairs, judge_items
+from medpref.annotation.pairs import Decision
+from medpref.contracts import (ContractError, PreferencePair, UnlabeledItem, read_jsonl,
+                               write_jsonl)
+from medpref.params import repo_path
+from medpref.prompts import load_prompt
+from medpref.reports import save_figure, write_table
+from medpref.rules import Flowchart, load_rules
+from medpref.stagekit import Stage
+
+STRATEGIES = ("gpt4_rank", "cai_avg", "cai_dep", "agent")
+#: The summary row of the gpt4_rank reading whose pairs are not written, and its metrics key.
+ALTERNATIVE = {"one": "gpt4_rank (one order: follow-up)",
+               "both": "gpt4_rank (both orders: ours)"}
+METRICS_KEY = {ALTERNATIVE["one"]: "gpt4_rank_one_order",
+               ALTERNATIVE["both"]: "gpt4_rank_both_orders"}
+
+
+@dataclass
+class StrategyResult:
+    """One strategy's output: a decision per item, the pairs kept, the raw model answers."""
+
+    name: str
+    decisions: list[Decision]
+    pairs: list[PreferencePair]
+    records: list[dict] = field(default_factory=list)
+    prompts: dict[str, str] = field(default_factory=dict)
+
+
+# -- inputs ---------------------------------------------------------------------------------
+def load_items(p: AnnotationParams) -> list[UnlabeledItem]:
+    """The unlabeled items (stage 01), each with exactly two candidates; the first
+    ``max_items`` when set (a prefix, so a larger N keeps the same first items)."""
+    path = repo_path(p.input)
+    items = read_jsonl(path, UnlabeledItem)
+    for line, item in enumerate(items, start=1):
+        if len(item.candidates) != 2:
+            raise ContractError(path, line, "candidates",
+                                f"pairwise annotation needs 2 candidates, got "
+                                f"{len(item.candidates)}")
+    return items[:p.max_items] if p.max_items else items
+
+
+def rem_table5_row(p: AnnotationParams) -> dict[str, Any]:
+    """Stage 03's Table 5 row of the scorer this stage uses (its exact configuration);
+    an error when Table 5 has no such row."""
+    path = repo_path(p.rem_table5)
+    table = pd.read_csv(path)
+    row = table[table["scorer"] == p.rem_scorer]
+    if row.empty:
+        raise ValueError(f"{path}: no row for REM scorer '{p.rem_scorer}' "
+                         f"(annotation.rem_scorer; Table 5 has {list(table['scorer'])})")
+    return row.iloc[0].to_dict()
+
+
+# -- gpt4_rank ------------------------------------------------------------------------------
+def run_gpt4_rank(stage: Stage, items: Sequence[UnlabeledItem]) -> list[StrategyResult]:
+    """gpt4_rank in ``judge.orders``'s reading (pairs written), and with ``report_both``
+    the other reading from the same batch of answers (shown, not written)."""
+    p: AnnotationParams = stage.p
+    template = load_prompt(p.judge.prompt)
+    client = stage.role(p.judge.role, max_new_tokens=p.judge.max_new_tokens)
+    other = [r for r in READINGS if r != p.judge.orders] if p.judge.report_both else []
+    judged = judge_items(items, client, template, p.history_max_turns, "gpt4_rank",
+                         reading=p.judge.orders, seed=stage.seed, also=other,
+                         prefix=p.judge.answer_prefix)
+    out = [StrategyResult("gpt4_rank", judged[p.judge.orders].decisions,
+                          gpt4_rank_pairs(items, judged[p.judge.orders].decisions),
+                          judged[p.judge.orders].records, {template.name: template.sha})]
+    for reading in other:
+        out.append(StrategyResult(ALTERNATIVE[reading], judged[reading].decisions,
+                                  gpt4_rank_pairs(items, judged[reading].decisions)))
+    return out
+
+
+# -- cai_avg / cai_dep ----------------------------------------------------------------------
+def rem_scorer(stage: Stage, flowchart: Flowchart):
+    """Stage 03's scorer ``rem.scorers[annotation.rem_scorer]``, built as stage 03 builds it."""
+    from medpref.rem.scorers import scorer_from_settings
+
+    p: AnnotationParams = stage.p
+    rem = stage.params.rem
+    if p.rem_scorer not in rem.scorers:
+        raise ValueError(f"annotation.rem_scorer '{p.rem_scorer}' is not in rem.scorers "
+                         f"({sorted(rem.scorers)})")
+    return scorer_from_settings(p.rem_scorer, rem.scorers[p.rem_scorer], stage.llm, rem,
+                                flowchart, stage.seed)
+
+
+@dataclass
+class ScoredStates:
+    item_states: list[cai.ItemStates]
+    judgements: cai.Judgements
+
+
+def score_states(items: Sequence[UnlabeledItem], scorer, flowchart: Flowchart,
+                 trajectory: int) -> ScoredStates:
+    item_states = cai.collect_states(items, trajectory)
+    return ScoredStates(item_states, cai.score_unique_states(scorer, flowchart, item_states))
+
+
+def run_cai(items: Sequence[UnlabeledItem], scored: ScoredStates, flowchart: Flowchart,
+            p: AnnotationParams, weighting: str) -> StrategyResult:
+    """cai_avg or cai_dep from already scored states (no model call here)."""
+    name = f"cai_{weighting}"
+    decisions = cai.cai_decisions(scored.item_states, scored.judgements, flowchart,
+                                  p.scoring, weighting, name)  # type: ignore[arg-type]
+    return StrategyResult(name, decisions, cai.cai_pairs(items, decisions, p.scoring.top_n))
+
+
+# -- agent ----------------------------------------------------------------------------------
+def run_agent(stage: Stage, items: Sequence[UnlabeledItem]) -> StrategyResult:
+    p: AnnotationParams = stage.p
+    a = p.agent
+    prompts = agent_mod.AgentPrompts(
+        long_plan=load_prompt(a.long_plan_prompt), short_plan=load_prompt(a.short_plan_prompt),
+        rank=load_prompt(a.rank_prompt), need=load_prompt(a.need_prompt),
+        rethink=load_prompt(a.rethink_prompt), judge=load_prompt(p.judge.prompt))
+    clients = agent_mod.AgentClients(
+        planner=stage.role(a.planner_role), ranker=stage.role(a.ranker_role),
+        rethinker=stage.role(a.rethinker_role),
+        judge=stage.role(p.judge.role, max_new_tokens=p.judge.max_new_tokens))
+    settings = agent_mod.AgentSettings(
+        history_max_turns=p.history_max_turns, plan_tokens=a.plan_tokens,
+        objective_tokens=a.objective_tokens, rank_tokens=a.rank_tokens,
+        need_tokens=a.need_tokens, rethink_tokens=a.rethink_tokens, rerank=a.rerank,
+        judge_prefix=p.judge.answer_prefix, judge_reading=p.judge.orders, seed=stage.seed)
+    result = agent_mod.agent_rank(items, clients, prompts, settings)
+    return StrategyResult("agent", result.decisions, result.pairs, result.records,
+                          prompts.shas())
+
+
+# -- the run --------------------------------------------------------------------------------
+@dataclass
+class AnnotationOutputs:
+    """What stage 04 produced; ``results`` are the four written strategies, ``shown``
+    also the gpt4_rank reading that is only reported."""
+
+    items: int
+    results: dict[str, StrategyResult]
+    shown: list[StrategyResult]
+    rem_row: dict[str, Any]
+    coverage: dict[str, Any]
+    summary: pd.DataFrame
+    preferences: pd.DataFrame
+    margins: pd.DataFrame
+    sweep: pd.DataFrame
+    unparsable: pd.DataFrame
+    examples: list[str]
+    figures: dict[str, Path] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    prompts: dict[str, str] = field(default_factory=dict)
+
+
+def usable_items(result: StrategyResult) -> int:
+    """Items the strategy reached a verdict on (a winner or a tie)."""
+    return sum(d.outcome in ("1", "2", "tie") for d in result.decisions)
+
+
+def run(stage: Stage) -> AnnotationOutputs:
+    """All four strategies on every item; fails before writing when the REM gave a verdict
+    (a winner or a tie) on too few items, or a role's calls failed too often
+    (``annotation.guard``)."""
+    p: AnnotationParams = stage.p
+    items = load_items(p)
+    flowchart = load_rules(repo_path(p.rules))
+    rem_row = rem_table5_row(p)
+    with stage.step("gpt4_rank"):
+        judged = run_gpt4_rank(stage, items)
+    with stage.step("cai_states"):
+        scorer = rem_scorer(stage, flowchart)
+        scored = score_states(items, scorer, flowchart, p.cai.trajectory)
+    cai_results = [run_cai(items, scored, flowchart, p, w) for w in ("avg", "dep")]
+    with stage.step("agent"):
+        agent = run_agent(stage, items)
+    results = {r.name: r for r in (judged[0], *cai_results, agent)}
+    # the guard reads the REM-scored strategy (PLPF's); the judge's and the agents'
+    # unreadable answers are counted per strategy in the summary instead
+    stage.check_yield(usable_items(results["cai_dep"]), len(items),
+                      what="items the REM scored (cai_dep verdicts)")
+
+    shown = [judged[0], *judged[1:], *cai_results, agent]
+    out = AnnotationOutputs(
+        items=len(items), results=results, shown=shown, rem_row=rem_row,
+        coverage=cai.length_coverage(scored.item_states),
+        summary=analysis.summary_table(shown), preferences=analysis.source_preferences(shown),
+        margins=analysis.margin_table(shown, p.scoring.tie_threshold),
+        sweep=analysis.threshold_sweep(shown),
+        unparsable=pd.DataFrame(unparsable_records(results.values()),
+                                columns=["strategy", "step", "item_id", "raw"]),
+        examples=example_pairs(results.values()))
+    out.metrics = stage_metrics(out, len(scored.judgements))
+    out.models = {"judge": stage.role(p.judge.role).model_id, "rem": scorer.client.model_id,
+                  "planner": stage.role(p.agent.planner_role).model_id}
+    out.prompts = {k: v for r in results.values() for k, v in r.prompts.items()}
+    out.prompts[scorer.prompt.name] = scorer.prompt.sha
+    write_outputs(stage, out, cai.state_score_rows(scored.item_states, scored.judgements,
+                                                   flowchart, p.scoring))
+    return out
+
+
+# -- writing --------------------------------------------------------------------------------
+def unparsable_records(results) -> list[dict]:
+    """Every model answer that could not be read (the item was skipped at that step)."""
+    return [r for res in results for r in res.records if r.get("parsed") is None]
+
+
+def example_pairs(results, width: int = 160) -> list[str]:
+    """One pair per strategy, as short lines to print."""
+    lines = []
+    for res in results:
+        if res.pairs:
+            pair = res.pairs[0]
+            lines += [f"[{res.name}] {pair.id}  margin={pair.margin}",
+                      f"  patient : {pair.prompt[-1].text[:width]}",
+                      f"  chosen  ({pair.chosen_source}): {pair.chosen[:width]}",
+                      f"  rejected({pair.rejected_source}): {pair.rejected[:width]}", ""]
+    return lines
+
+
+def write_outputs(stage: Stage, out: AnnotationOutputs, state_rows: list[dict]) -> None:
+    """Pairs per strategy, all decisions and raw answers, the report tables and figures."""
+    for res in out.results.values():
+        write_jsonl(stage.data(f"pairs/{res.name}.jsonl"), res.pairs)
+    write_jsonl(stage.data("decisions.jsonl"),
+                [d.to_record() for res in out.shown for d in res.decisions])
+    write_jsonl(stage.data("raw_answers.jsonl"),
+                [r for res in out.results.values() for r in res.records])
+    write_jsonl(stage.data("state_scores.jsonl"), state_rows)
+    write_jsonl(stage.report("unparsable.jsonl"), unparsable_records(out.results.values()))
+    for name in ("summary", "margins"):
+        write_table(getattr(out, name), stage.report(name))
+    write_table(out.preferences, stage.report("source_preferences"))
+    write_table(out.sweep, stage.report("threshold_sweep"))
+    tie = stage.p.scoring.tie_threshold
+    out.figures = {
+        "preferences": save_figure(analysis.plot_source_preferences(out.preferences),
+                                   stage.report("source_preferences.png")),
+        "margins": save_figure(analysis.plot_margins(out.shown, tie),
+                               stage.report("margins.png"))}
+
+
+def _native(value: Any) -> Any:
+    """A JSON-ready value: numpy scalars as Python numbers, NaN and "" as None."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if value == "" or (isinstance(value, float) and value != value):
+        return None
+    return value
+
+
+def stage_metrics(out: AnnotationOutputs, states_scored: int) -> dict[str, Any]:
+    """Scores only: pairs, ties and wins per strategy (and the reported gpt4_rank reading),
+    full-length coverage of the trajectories, and the REM's Table 5 row."""
+    metrics: dict[str, Any] = {
+        "items": out.items, "states_scored": states_scored,
+        "full_length_share": out.coverage["full_length_share"],
+        "rem": {"scorer": out.rem_row["scorer"],
+                **{k: _native(out.rem_row.get(k)) for k in ("exact_%", "fuzzy_%", "fuzzy02_%",
+                                                            "near_constant")}}}
+    for row in out.summary.to_dict("records"):
+        if row["strategy"].startswith("PLPF"):
+            continue
+        metrics[METRICS_KEY.get(row["strategy"], row["strategy"])] = {k: _native(row[k]) for k in (
+            "pairs", "decisive", "ties", "unusable", "tie_ratio", "sampled_wins",
+            "generated_wins", "margin_median")}
+    return metrics

@@ -1,0 +1,71 @@
+"""Stage 01's run: sample splits, predict trajectories, check the yield, write the set.
+
+The notebook ``notebooks/01_sampling.ipynb`` is::
+
+    stage = open_stage("01_sampling", params_path)
+    out = sampling_stage.run(stage)
+    ...                                   # show out.summary, an item, out.rejected
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl, write_jsonl
+from medpref.params import repo_path
+from medpref.reports import write_table
+from medpref.sampling.build import (build_unlabeled, load_source_dialogues, metrics,
+                                    rounds_distribution, summarise)
+from medpref.stagekit import Stage
+
+ITEMS = "unlabeled.jsonl"
+
+
+@dataclass
+class SamplingOutputs:
+    """What stage 01 made: the items, the recorded rejections and their summaries."""
+
+    items: list[UnlabeledItem]
+    rejected: list[dict]
+    summary: pd.DataFrame
+    metrics: dict[str, Any]
+    rounds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    short: list[dict] = field(default_factory=list)
+    models: dict[str, str] = field(default_factory=dict)
+    prompts: dict[str, str] = field(default_factory=dict)
+    n_dialogues: int = 0
+    n_exemplars: int = 0
+
+
+def run(stage: Stage) -> SamplingOutputs:
+    """Build the unlabeled set; fail before writing anything when too little came out."""
+    p = stage.p
+    with stage.step("load"):
+        dialogues = load_source_dialogues(p)
+        pool = read_jsonl(repo_path(p.exemplar_pool), Dialogue)
+    annotator = stage.role(p.role, max_new_tokens=p.max_new_tokens)
+    speakers = {"patient": stage.role(p.rounds.patient_role),
+                "doctor": stage.role(p.rounds.doctor_role)}
+    with stage.step("generate"):
+        result = build_unlabeled(p, annotator, stage.seed, dialogues, pool, speakers)
+    stage.check_yield(len(result.items), p.n_items)
+    with stage.step("write"):
+        write_jsonl(stage.data(ITEMS), result.items)
+        write_jsonl(stage.data("round_answers.jsonl"), result.round_records)
+        write_jsonl(stage.report("rejected.jsonl"), result.rejected)
+        write_jsonl(stage.report("short_futures.jsonl"), result.short)
+        summary = summarise(result, p.n_items)
+        write_table(summary, stage.report("summary"))
+        rounds = rounds_distribution(result, p.future_rounds)
+        write_table(rounds, stage.report("future_rounds"))
+    models = {p.role: annotator.model_id}
+    if p.rounds.enabled:
+        models.update({f"{k}_rounds": c.model_id for k, c in speakers.items()})
+    return SamplingOutputs(result.items, result.rejected, summary,
+                           metrics(result, p.n_items, p.future_rounds), rounds, result.short,
+                           models=models, prompts=result.prompt_shas,
+                           n_dialogues=len(dialogues), n_exemplars=len(pool))

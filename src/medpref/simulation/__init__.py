@@ -1,0 +1,1 @@
+"""Stage 06_simulation: the Standardized Patient test and next-turn evaluation."""

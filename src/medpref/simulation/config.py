@@ -1,0 +1,108 @@
+"""Params of stage 06_simulation (section ``simulation`` of params.yaml)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from medpref.params import StrictModel
+from medpref.stagekit import GuardParams
+
+
+class DoctorConfig(StrictModel):
+    """One doctor under test: a role (any backend), optionally with a LoRA adapter."""
+
+    name: str
+    role: str = "policy"
+    adapter: str | None = None        # base + adapter (a trained policy)
+
+
+class PatientParams(StrictModel):
+    """The simulated patient (PLPF App. B.2): retrieval over its knowledge base + a prompt."""
+
+    role: str = "patient"
+    prompt: str = "sp_patient"
+    chunk_tokens: int = Field(128, ge=8, le=4096)     # a chunk's size cap (Han chars count 1 each)
+    top_k: int = Field(4, ge=1, le=50)                # chunks retrieved per turn
+    query_rounds: int = Field(2, ge=1, le=10)         # the query: the last N rounds
+    max_new_tokens: int = Field(64, ge=4, le=2048)
+    max_sentences: int | None = Field(2, ge=1)        # answers cut to N sentences (None: raw)
+    end_marker: str = "(End of Conversation)"
+    support_threshold: float = Field(0.45, ge=-1.0, le=1.0)   # a sentence this close to a chunk is grounded
+    relevance_threshold: float = Field(0.25, ge=-1.0, le=1.0)  # ... and this close to the question is asked-for
+
+
+class GraderParams(StrictModel):
+    """Checklist grading (Eq. 6) by a judge role with an embedding fallback."""
+
+    role: str = "judge"
+    # options: p(yes) from one pass | generate: k sampled answers | embedding: no judge,
+    # MiniLM similarity of item and doctor turns (the fallback alone)
+    mode: Literal["options", "generate", "embedding"] = "options"
+    prompts: list[str] = Field(default_factory=lambda: ["sp_grade_turns_first",
+                                                         "sp_grade_item_first"])
+    count_prompt: str = "sp_count_diseases"
+    k: int = Field(1, ge=1, le=20)                  # generate mode: samples per prompt
+    temperature: float = Field(0.7, ge=0.0, le=2.0)  # generate mode with k > 1
+    max_new_tokens: int = Field(8, ge=1, le=256)
+    pass_threshold: float = Field(0.5, ge=0.0, le=1.0)   # mean p(yes) / yes-vote share to pass
+    min_mass: float = Field(0.05, ge=0.0, le=1.0)   # options mode: below this the judge did not answer
+    max_candidates: int = Field(4, ge=2, le=20)     # naming this many diseases at once fails Dis.
+    fallback: Literal["embedding", "none"] = "embedding"
+    fallback_threshold: float = Field(0.6, ge=-1.0, le=1.0)   # cosine(item, doctor turn) to pass
+    graded_items: str | None = "data/embedded/sp_graded.jsonl"  # hand-graded items (validation)
+
+
+class NextTurnParams(StrictModel):
+    """Next-turn evaluation on held-out dialogues (PLPF Tables 4 and 6, Fig. 4)."""
+
+    enabled: bool = True
+    dialogues: str = "data/embedded/dialogues.jsonl"
+    source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
+    source_split: str = "test1"
+    dialogue_ids: list[str] | None = None      # None: the last n_dialogues of the file
+    n_dialogues: int = Field(4, ge=1)
+    cuts_per_dialogue: int = Field(1, ge=1, le=50)  # seeded doctor turns predicted per dialogue
+    history_max_turns: int = Field(8, ge=1, le=200)
+    max_new_tokens: int = Field(64, ge=4, le=2048)
+    gpd_prompt: str = "sp_gpt_distance"
+    gpd_role: str = "judge"
+
+
+class SimulationParams(StrictModel):
+    cases: str = "data/embedded/sp_cases.jsonl"       # contract "SP case" (source embedded)
+    source: Literal["embedded", "agentclinic", "cspt"] = "embedded"
+    source_root: str | None = None    # agentclinic: None = ../shared/data; cspt: its folder/zip
+    source_limit: int | None = Field(None, ge=1)      # adapters: records read
+    n_cases: int | None = Field(3, ge=1)              # a seeded subset, one per department first
+    case_ids: list[str] | None = None                 # overrides n_cases
+    rounds: int = Field(3, ge=1, le=50)               # paper: 5
+    doctor_prompt: str = "policy_doctor"                # the prompt the policies trained with
+    doctor_max_new_tokens: int = Field(96, ge=4, le=4096)
+    doctor_temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
+    doctors: list[DoctorConfig] = Field(default_factory=lambda: [DoctorConfig(name="base")])
+    trained_policies: bool = True      # add stage 05's trained policies (SFT, each DPO run)
+    embedding_model: str = "models/all-minilm-l6-v2"
+    patient: PatientParams = Field(default_factory=PatientParams)
+    grader: GraderParams = Field(default_factory=GraderParams)
+    next_turn: NextTurnParams = Field(default_factory=NextTurnParams)
+    rem_radar: bool = True
+    rem_adapter: str | None = "data/03_rem/rem_lora"   # finetuned REM; absent → in-context expected
+    rem_role: str = "rem"
+    rules: str = "configs/rules/plpf_flowchart.yaml"
+    rem_icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
+    grid_pattern: str = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
+    table6_policies: dict[str, str] = Field(default_factory=lambda: {
+        "GPT4": "gpt4_rank", "Rethinker": "agent_norerank", "Rethinker+GPT4": "agent"})
+    # torch CPU threads for this stage's local models; on a shared, busy CPU one thread runs
+    # the 135M model several times faster than two (spinning threads); None: torch's default
+    torch_threads: int | None = Field(1, ge=1, le=256)
+    guard: GuardParams = Field(default_factory=GuardParams)
+
+    @model_validator(mode="after")
+    def _distinct_doctors(self) -> SimulationParams:
+        names = [d.name for d in self.doctors]
+        if len(set(names)) != len(names):
+            raise ValueError(f"simulation.doctors: names must be distinct, got {names}")
+        return self

@@ -1,0 +1,130 @@
+"""The simulated patient's knowledge base (PLPF App. B.2): chunks, embeddings, retrieval.
+
+Each case's patient information (one unit per section) and dialogue script (one unit per
+question–answer pair) are split into chunks of at most ``chunk_tokens`` tokens, counted
+by the shared text metrics (``medpref.metrics.text.word_count``: a Han character is one
+token, any other run of letters/digits is one). Chunks are embedded once; each patient turn's query is the text of
+the last two rounds (the previous doctor–patient exchange and the doctor's new turn),
+and the ``top_k`` most similar chunks go into the patient's prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from medpref.contracts import SPCase, Turn
+from medpref.metrics.text import word_count
+
+Encoder = Callable[[Sequence[str]], np.ndarray]
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")   # the spans medpref.metrics.text counts
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens as the shared text metrics count them (one per Han character)."""
+    return word_count(text)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences cut after . ! ? ; and their full-width forms (the marks are kept)."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def _hard_split(text: str, limit: int) -> list[str]:
+    """Cut a text with no usable sentence break into pieces of ``limit`` tokens."""
+    spans = [m.span() for m in _TOKEN.finditer(text)]
+    pieces = []
+    for start in range(0, len(spans), limit):
+        group = spans[start:start + limit]
+        pieces.append(text[group[0][0]:group[-1][1]].strip())
+    return [p for p in pieces if p]
+
+
+def chunk_text(text: str, limit: int) -> list[str]:
+    """A unit of text as chunks of ≤ ``limit`` tokens: whole sentences packed greedily,
+    a sentence longer than the limit cut by tokens. The title line (before the first
+    ``:``) is repeated on every chunk of a split unit so each chunk says what it is."""
+    text = text.strip()
+    if count_tokens(text) <= limit:
+        return [text] if text else []
+    head, sep, body = text.partition(": ")
+    title = f"{head}: " if sep and count_tokens(head) < limit // 4 else ""
+    body = body if title else text
+    room = limit - count_tokens(title)
+    chunks, current = [], ""
+    for sentence in split_sentences(body):
+        pieces = [sentence] if count_tokens(sentence) <= room else _hard_split(sentence, room)
+        for piece in pieces:
+            joined = f"{current} {piece}".strip() if current else piece
+            if current and count_tokens(joined) > room:
+                chunks.append(title + current)
+                current = piece
+            else:
+                current = joined
+    if current:
+        chunks.append(title + current)
+    return chunks
+
+
+def knowledge_units(case: SPCase) -> list[str]:
+    """The case's knowledge as units: each information section, each script Q–A pair."""
+    units = [f"{key}: {value}" for key, value in case.patient_info.items() if str(value).strip()]
+    for pair in case.script:
+        q, a = pair.get("doctor", "").strip(), pair.get("patient", "").strip()
+        if a:
+            units.append(f"Doctor: {q}\nPatient: {a}" if q else f"Patient: {a}")
+    return units
+
+
+def build_chunks(case: SPCase, limit: int) -> list[str]:
+    return [c for unit in knowledge_units(case) for c in chunk_text(unit, limit)]
+
+
+@dataclass
+class KnowledgeBase:
+    """One case's chunks and their (L2-normalised) vectors."""
+
+    case_id: str
+    chunks: list[str]
+    vectors: np.ndarray
+
+    def top(self, query_vec: np.ndarray, k: int) -> list[int]:
+        """Indices of the ``k`` chunks most similar to the query, best first."""
+        sims = self.vectors @ query_vec
+        return [int(i) for i in np.argsort(-sims, kind="stable")[:k]]
+
+    def best_similarity(self, vecs: np.ndarray) -> np.ndarray:
+        """Each row's highest cosine similarity to any chunk."""
+        if len(self.chunks) == 0 or len(vecs) == 0:
+            return np.full(len(vecs), -1.0)
+        return (vecs @ self.vectors.T).max(axis=1)
+
+
+def build_knowledge_bases(cases: Sequence[SPCase], encode: Encoder,
+                          limit: int) -> dict[str, KnowledgeBase]:
+    """Every case's knowledge base, embedded in one batch."""
+    chunks = {c.id: build_chunks(c, limit) for c in cases}
+    flat = [t for c in cases for t in chunks[c.id]]
+    vecs = encode(flat) if flat else np.zeros((0, 1), dtype=np.float32)
+    out, start = {}, 0
+    for c in cases:
+        n = len(chunks[c.id])
+        out[c.id] = KnowledgeBase(c.id, chunks[c.id], vecs[start:start + n])
+        start += n
+    return out
+
+
+def retrieval_query(turns: Sequence[Turn], rounds: int = 2) -> str:
+    """The text of the last ``rounds`` rounds: the doctor's new turn and the
+    ``2·rounds − 2`` turns before it (a round is a doctor turn and the patient's answer)."""
+    if not turns or turns[-1].role != "doctor":
+        raise ValueError("the retrieval query is built when the doctor has just spoken")
+    last = turns[-(2 * rounds - 1):]
+    names = {"doctor": "Doctor", "patient": "Patient"}
+    return "\n".join(f"{names[t.role]}: {t.text}" for t in last)

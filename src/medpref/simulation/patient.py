@@ -1,0 +1,118 @@
+"""The simulated patient's turn: its prompt, the parser of its answer, and its honesty.
+
+The prompt (``configs/prompts/sp_patient.yaml``) carries PLPF's five behaviours in our
+words. :func:`parse_patient_answer` is pure: it drops a speaker label the model may
+write, cuts where the model starts writing the doctor's part, detects the end marker
+and keeps at most ``max_sentences`` sentences. :func:`patient_fidelity` counts, per
+patient sentence, whether it was asked for and whether the knowledge base supports it
+(embedding similarity: a cheap check beyond the paper, named as such in the reports).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from medpref.contracts import Turn
+from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.simulation.knowledge import Encoder, KnowledgeBase, split_sentences
+
+_LABEL = re.compile(r"^\s*(?:patient|患者|病人)\s*[:：]\s*", re.IGNORECASE)
+_PROMPT_ECHO = re.compile(r"\n?\s*your (?:answer|response|reply)[^\n:]*:.*$", re.IGNORECASE | re.DOTALL)
+_DOCTOR_START = re.compile(r"\n\s*(?:doctor|医生|dr\.?)\s*[:：]|(?:^|\s)(?:doctor|医生)\s*[:：]",
+                           re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class PatientAnswer:
+    text: str          # what goes into the transcript
+    ended: bool        # the end marker was written
+    empty: bool        # nothing usable was left (counted; the turn says so)
+
+
+def _normalise_marker(marker: str) -> str:
+    return re.sub(r"[\s()（）]", "", marker).lower()
+
+
+def parse_patient_answer(raw: str, end_marker: str, max_sentences: int | None) -> PatientAnswer:
+    """The patient's turn from a raw completion (pure): speaker label and an echoed
+    "Your answer as ...:" line dropped, cut where a doctor turn starts, end marker
+    detected and removed, repeated sentences kept once, at most ``max_sentences``."""
+    text = _PROMPT_ECHO.sub("", _LABEL.sub("", raw or "")).strip()
+    cut = _DOCTOR_START.search(text)
+    if cut:
+        text = text[:cut.start()].strip()
+    core = _normalise_marker(end_marker)
+    pattern = r"[\s(（]*".join(re.escape(ch) for ch in core) if core else None
+    ended = False
+    if pattern:
+        found = re.search(r"[(（]?\s*" + pattern + r"\s*[)）]?", text, re.IGNORECASE)
+        if found:
+            ended = True
+            text = text[:found.start()].strip()
+    sentences = list(dict.fromkeys(split_sentences(text)))   # a repeated sentence once
+    text = " ".join(sentences[:max_sentences] if max_sentences is not None else sentences)
+    return PatientAnswer(text=text, ended=ended, empty=not text)
+
+
+def render_patient_prompt(template: PromptTemplate, chunks: Sequence[str],
+                          history: Sequence[Turn], question: str, end_marker: str
+                          ) -> list[dict[str, str]]:
+    """The patient's prompt: knowledge chunks, the conversation before the doctor's new
+    turn, and that turn."""
+    knowledge = "\n".join(f"[{i + 1}] {c}" for i, c in enumerate(chunks))
+    return template.render(knowledge=knowledge, history=format_dialogue(history) or "(none)",
+                           question=question, end_marker=end_marker)
+
+
+@dataclass
+class Fidelity:
+    """Per case: patient sentences that answered nothing asked, or that its knowledge
+    base does not support."""
+
+    sentences: int = 0
+    volunteered: int = 0
+    unsupported: int = 0
+    examples: list[dict] = field(default_factory=list)
+
+
+def patient_fidelity(turns: Sequence[Turn], kb: KnowledgeBase, encode: Encoder,
+                     support: float, relevance: float, keep_examples: int = 3) -> Fidelity:
+    """Check every patient sentence after the opening one.
+
+    Unsupported: no knowledge chunk reaches ``support`` similarity. Volunteered: grounded
+    in the knowledge base, but neither the sentence nor the chunk it comes from reaches
+    ``relevance`` similarity to the doctor turn it answers (a fact nobody asked for).
+    Questions the patient asks are skipped.
+    """
+    pairs = [(turns[i - 1].text, s) for i in range(1, len(turns))
+             if turns[i].role == "patient" and turns[i - 1].role == "doctor"
+             for s in split_sentences(turns[i].text) if not s.rstrip().endswith(("?", "？"))]
+    out = Fidelity(sentences=len(pairs))
+    if not pairs:
+        return out
+    sent_vecs = encode([s for _, s in pairs])
+    q_vecs = encode([q for q, _ in pairs])
+    grounded = kb.best_similarity(sent_vecs)
+    # asked-for: the sentence, or the chunk it comes from (a script pair holds its
+    # question), is close to the doctor's turn
+    asked = np.sum(sent_vecs * q_vecs, axis=1)
+    if len(kb.chunks):
+        source = kb.vectors[np.argmax(sent_vecs @ kb.vectors.T, axis=1)]
+        asked = np.maximum(asked, np.sum(source * q_vecs, axis=1))
+    for (q, s), g, a in zip(pairs, grounded, asked):
+        kind = None
+        if g < support:
+            out.unsupported += 1
+            kind = "unsupported"
+        elif a < relevance:
+            out.volunteered += 1
+            kind = "volunteered"
+        if kind and len(out.examples) < keep_examples:
+            out.examples.append({"kind": kind, "doctor": q, "patient": s,
+                                 "kb_similarity": round(float(g), 3),
+                                 "question_similarity": round(float(a), 3)})
+    return out

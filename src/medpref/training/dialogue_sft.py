@@ -1,0 +1,173 @@
+"""SFT of the policy (the doctor) on dialogues, with the loss on doctor turns only.
+
+PLPF's first training step (§2.4): fine-tune the base model on medical dialogues before
+preference learning; NoteChat (§3.2) trains only on the physician's utterances. Each
+doctor turn that answers a patient becomes one trl *prompt-completion* example (the
+earlier turns as chat messages → the doctor turn), and ``SFTTrainer`` with
+``completion_only_loss`` learns the completion alone. LoRA wraps the modules the profile
+names for the architecture; the adapter is what DPO starts from and uses as reference.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medpref.contracts import Dialogue, read_jsonl
+from medpref.params import repo_path
+from medpref.training.config import SFTParams, TrainingProfile
+from medpref.training.profiles import (
+    load_hardware_of,
+    lora_settings,
+    optimizer_steps,
+    trainer_kwargs,
+)
+from medpref.training.runs import (
+    FitResult,
+    file_digest,
+    finish_checkpoints,
+    fit,
+    run_key,
+    save_trained_adapter,
+)
+from medpref.training.sft import load_base, portable_path, with_lora
+from medpref.training.sft_data import dialogues_to_sft_examples, split_target
+
+
+@dataclass
+class DialogueSource:
+    """One place dialogues came from and how many (or why none)."""
+
+    name: str
+    dialogues: int
+    note: str = ""
+
+
+def _real_dialogues(source: str, split: str, limit: int | None) -> list[Dialogue]:
+    from medpref.data import adapters
+
+    read = {"mts_dialog": adapters.mts_dialogues, "aci_bench": adapters.aci_dialogues}[source]
+    return read(split, limit=limit)
+
+
+def load_dialogues(p: SFTParams) -> tuple[list[Dialogue], list[DialogueSource]]:
+    """The SFT corpus: every listed contract file that exists (NoteChat's output exists
+    once stage 02 ran) and the licensed sets in ``p.real`` (when ../shared/data has them)."""
+    dialogues: list[Dialogue] = []
+    sources: list[DialogueSource] = []
+    for path in p.dialogues:
+        full = repo_path(path)
+        if not full.exists():
+            sources.append(DialogueSource(path, 0, "absent: skipped"))
+            continue
+        rows = read_jsonl(full, Dialogue)
+        dialogues += rows
+        sources.append(DialogueSource(path, len(rows)))
+    for real in p.real:
+        name = f"{real.source}:{real.split}"
+        try:
+            rows = _real_dialogues(real.source, real.split, real.limit)
+        except FileNotFoundError as exc:
+            sources.append(DialogueSource(name, 0, f"absent: {exc}"))
+            continue
+        dialogues += rows
+        sources.append(DialogueSource(name, len(rows)))
+    return dialogues, sources
+
+
+def token_length(tokenizer, messages: list[dict[str, str]]) -> int:
+    """Tokens of a conversation in the model's chat template."""
+    return len(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)
+               ["input_ids"])
+
+
+def clip_history(messages: list[dict[str, str]], max_turns: int | None) -> list[dict[str, str]]:
+    """The system message (if any) and the last ``max_turns`` turns (``None``: all)."""
+    if max_turns is None:
+        return list(messages)
+    head = messages[:1] if messages and messages[0]["role"] == "system" else []
+    return head + messages[len(head):][-max_turns:]
+
+
+def sft_examples(dialogues: list[Dialogue], system_prompt: str, max_examples: int | None,
+                 seed: int, history_max_turns: int | None = None
+                 ) -> list[dict[str, list[dict[str, str]]]]:
+    """trl prompt-completion examples, one per answering doctor turn (a seeded subset of
+    ``max_examples`` when set): ``{"prompt": [messages], "completion": [assistant]}``;
+    the context is the last ``history_max_turns`` turns."""
+    examples = []
+    for ex in dialogues_to_sft_examples(dialogues, system_prompt):
+        context, target = split_target(ex)
+        examples.append({"prompt": clip_history(context, history_max_turns),
+                         "completion": [{"role": "assistant", "content": target}]})
+    if max_examples is not None and len(examples) > max_examples:
+        examples = random.Random(seed).sample(examples, max_examples)
+    return examples
+
+
+def drop_too_long(tokenizer, examples: list[dict[str, Any]], max_length: int,
+                  parts: tuple[str, ...]) -> tuple[list[dict[str, Any]], int]:
+    """Examples whose prompt plus longest answer fits ``max_length`` tokens; truncating
+    would cut the learned answer, so longer ones are dropped (and counted)."""
+    kept = [ex for ex in examples
+            if max(token_length(tokenizer, ex["prompt"] + ex[part]) for part in parts)
+            <= max_length]
+    return kept, len(examples) - len(kept)
+
+
+@dataclass
+class SFTRun:
+    adapter_dir: Path
+    n_examples: int
+    n_dropped: int
+    fit: FitResult
+    card: dict[str, Any] = field(default_factory=dict)
+
+
+def sft_config(profile: TrainingProfile, ckpt_dir: str | Path, steps: int, seed: int):
+    from trl import SFTConfig
+
+    return SFTConfig(**trainer_kwargs(profile, ckpt_dir, steps, seed), packing=False,
+                     completion_only_loss=True)  # loss on the doctor turn (the completion)
+
+
+def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: tuple = ()):
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
+                      processing_class=tok, callbacks=list(callbacks))
+
+
+def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
+                       out_dir: str | Path, ckpt_dir: str | Path, profile: TrainingProfile,
+                       seed: int, keep_checkpoints: bool = False,
+                       task_card: dict[str, Any] | None = None,
+                       callbacks: tuple = (), check_yield=None) -> SFTRun:
+    """LoRA SFT with ``SFTTrainer`` (completion-only loss); the adapter goes to
+    ``out_dir``. A killed run resumes from its last checkpoint in ``ckpt_dir``."""
+    from transformers import set_seed
+
+    set_seed(seed)
+    tok, base = load_base(base_path, load_hardware_of(profile))
+    data, dropped = drop_too_long(tok, examples, profile.max_length, ("completion",))
+    if check_yield is not None:  # the stage's guard: too many dropped fails before training
+        check_yield(len(data), len(examples))
+    if not data:
+        raise ValueError(f"no SFT example fits max_length={profile.max_length}")
+    model = with_lora(base, lora_settings(profile, base.config.model_type))
+    steps = optimizer_steps(len(data), profile, profile.sft_epochs, profile.sft_max_steps)
+    trainer = build_sft_trainer(model, tok, data, sft_config(profile, ckpt_dir, steps, seed),
+                                callbacks)
+    key = run_key(kind="sft", profile=profile.model_dump(), seed=seed, data=data,
+                  base=file_digest(Path(base_path) / "config.json"))
+    result = fit(trainer, ckpt_dir, key)
+    model.peft_config["default"].base_model_name_or_path = portable_path(base_path)
+    card = {"kind": "policy_sft", "examples": len(data), "dropped_too_long": dropped,
+            "steps": result.steps, **(task_card or {})}
+    save_trained_adapter(trainer, model, out_dir, card)
+    if trainer.is_world_process_zero():
+        finish_checkpoints(ckpt_dir, keep_checkpoints)
+    return SFTRun(Path(out_dir), len(data), dropped, result, card)

@@ -1,0 +1,70 @@
+"""The trained policies as backend roles: base model + adapter, evaluated through ``hf``.
+
+Stage 05 writes one folder per run (``<dpo.output_dir>/<run>/``) holding the adapter and
+``run.json``, or ``skipped.json`` when the run could not train. A later stage (the
+simulation) asks :func:`trained_policies` what exists and registers them with
+:func:`register_policy_roles`; then ``stage.role("policy_cai_dep")`` is the ``policy``
+role's model with that run's adapter, with its own cache identity (the adapter's hash).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from medpref.params import Params, RoleConfig, repo_path
+from medpref.training.runs import read_run_card
+from medpref.training.sft import portable_path
+
+SFT_RUN = "sft"
+
+
+@dataclass(frozen=True)
+class TrainedPolicy:
+    run: str            # "sft" or a key of training.dpo.runs
+    role: str           # the role name it is registered under: policy_<run>
+    adapter: str        # repo-relative adapter folder
+
+
+def run_dir(params: Params, run: str) -> Path:
+    """Where a run writes its adapter and card."""
+    p = params.training
+    if run == SFT_RUN:
+        return repo_path(p.sft.output_dir)
+    return repo_path(p.dpo.output_dir) / run
+
+
+def adapter_dir(params: Params, run: str) -> Path:
+    return run_dir(params, run) / "adapter"
+
+
+def role_name(params: Params, run: str) -> str:
+    return f"{params.training.base_role}_{run}"
+
+
+def trained_policies(params: Params, include_sft: bool = True) -> list[TrainedPolicy]:
+    """Every run that trained (skipped and not-yet-run ones are left out), in params order:
+    the SFT policy first, then each DPO run."""
+    runs = ([SFT_RUN] if include_sft else []) + list(params.training.dpo.runs)
+    out = []
+    for run in runs:
+        card = read_run_card(run_dir(params, run))
+        if card is not None and card.get("status") == "trained":
+            out.append(TrainedPolicy(run, role_name(params, run),
+                                     portable_path(adapter_dir(params, run))))
+    return out
+
+
+def policy_role(params: Params, policy: TrainedPolicy) -> RoleConfig:
+    """The base role's config with the policy's adapter."""
+    base = params.shared.llm.roles[params.training.base_role]
+    return base.model_copy(update={"adapter": policy.adapter})
+
+
+def register_policy_roles(params: Params, include_sft: bool = True) -> list[TrainedPolicy]:
+    """Add a ``policy_<run>`` role per trained policy to ``params.shared.llm.roles`` (in
+    memory), so an ``LLMSession`` over these params serves them like any other role."""
+    policies = trained_policies(params, include_sft)
+    for policy in policies:
+        params.shared.llm.roles[policy.role] = policy_role(params, policy)
+    return policies

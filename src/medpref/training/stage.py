@@ -1,0 +1,309 @@
+"""Stage 05's run: SFT of the policy on dialogues, then one DPO run per pairs file.
+
+The stage has three parts, each its own DVC stage over the same notebook (a papermill
+parameter picks the part), so one DPO run per annotation strategy / grid cell is one
+``foreach`` entry and reruns alone when its pairs change:
+
+- ``sft``: :func:`run_sft` — dialogues → doctor-turn examples → LoRA SFT adapter;
+- ``dpo`` + ``run``: :func:`run_dpo` — that run's pairs → DPO from the SFT adapter, or a
+  ``skipped.json`` when there are fewer than ``min_pairs`` (never a crash);
+- ``summary``: :func:`run_summary` — every run's row (trained or skipped, and why), the
+  reward-margin curves, and the trained policies as backend roles (``policies.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from medpref.params import repo_path
+from medpref.prompts import load_prompt
+from medpref.reports import save_figure, write_table
+from medpref.stagekit import Stage
+from medpref.training import policies
+from medpref.training.config import TrainingParams
+from medpref.training.dialogue_sft import (
+    load_dialogues,
+    sft_examples,
+    train_dialogue_sft,
+)
+from medpref.training.dpo import (
+    load_pairs,
+    pair_to_conversation,
+    skip_reason,
+    train_dpo,
+)
+from medpref.training.profiles import resolve_bf16
+from medpref.training.runs import (
+    RUN_CARD,
+    read_run_card,
+    write_json,
+    write_run_logs,
+    write_skipped,
+)
+
+PARTS = ("sft", "dpo", "summary")
+
+
+@dataclass
+class RunStage(Stage):
+    """A stage whose reports go to ``<training.reports>/<part>`` (DVC needs each part's
+    metrics, timings and provenance in its own files)."""
+
+    part_dir: str = "sft"
+
+    @property
+    def reports_dir(self) -> Path:
+        return repo_path(self.params.training.reports) / self.part_dir
+
+
+def open_part(stage: Stage, part: str, run: str = "") -> RunStage:
+    """The stage opened for one part: ``sft``, ``dpo`` (with ``run``) or ``summary``."""
+    p: TrainingParams = stage.p
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    if part == "dpo" and run not in p.dpo.runs:
+        raise ValueError(f"no DPO run {run!r} in training.dpo.runs (known: {sorted(p.dpo.runs)})")
+    p.active_profile()  # an unknown profile fails here, before any work
+    return RunStage(name=stage.name, params=stage.params, started=stage.started,
+                    part_dir=f"dpo/{run}" if part == "dpo" else part)
+
+
+@dataclass
+class TrainingOutputs:
+    table: pd.DataFrame                       # a row per run of this part (or per source)
+    metrics: dict[str, Any]
+    models: dict[str, str] = field(default_factory=dict)
+    prompts: dict[str, str] = field(default_factory=dict)   # name → sha (provenance)
+    figure: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run(stage: RunStage) -> TrainingOutputs:
+    if stage.part_dir == "sft":
+        return run_sft(stage)
+    if stage.part_dir == "summary":
+        return run_summary(stage)
+    return run_dpo(stage, stage.part_dir.split("/", 1)[1])
+
+
+def is_main_process() -> bool:
+    """Under a distributed launch only the main process writes cards and reports."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
+def _base_model(stage: Stage) -> str:
+    return stage.params.shared.llm.roles[stage.p.base_role].model
+
+
+def _hardware(stage: Stage) -> dict[str, Any]:
+    import torch
+
+    p: TrainingParams = stage.p
+    return {"profile": p.profile, "cuda_devices": torch.cuda.device_count(),
+            "bf16": resolve_bf16(p.active_profile()),
+            "gradient_checkpointing": p.active_profile().gradient_checkpointing}
+
+
+# -- SFT ------------------------------------------------------------------------------------
+
+def run_sft(stage: RunStage) -> TrainingOutputs:
+    p: TrainingParams = stage.p
+    prompt = load_prompt(p.sft.system_prompt)
+    with stage.step("load"):
+        dialogues, sources = load_dialogues(p.sft)
+        examples = sft_examples(dialogues, prompt.system.strip(), p.sft.max_examples, stage.seed,
+                                p.active_profile().history_max_turns)
+    out_dir = repo_path(p.sft.output_dir)
+    with stage.step("train"):
+        result = train_dialogue_sft(
+            repo_path(_base_model(stage)), examples, out_dir / "adapter",
+            repo_path(p.checkpoints_dir) / "sft", p.active_profile(), stage.seed,
+            p.keep_checkpoints, task_card=_task_card(prompt),
+            check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="SFT examples"))
+    logs = result.fit.train_logs()
+    card = {"run": "sft", "status": "trained", "examples": result.n_examples,
+            "dropped_too_long": result.n_dropped, "steps": result.fit.steps,
+            "resumed_from": result.fit.resumed_from, "runtime_s": round(result.fit.runtime_s, 1),
+            "adapter": policies.portable_path(out_dir / "adapter"), **_hardware(stage)}
+    table = pd.DataFrame([vars(s) for s in sources])
+    if is_main_process():
+        write_json(out_dir / RUN_CARD, card)
+        write_run_logs(stage.reports_dir, result.fit.log_history)
+        write_table(table, stage.report("sources"))
+    metrics = {"examples": result.n_examples, "dropped_too_long": result.n_dropped,
+               "steps": result.fit.steps, "dialogues": len(dialogues),
+               "loss_first": logs[0]["loss"] if logs else None,
+               "loss_last": logs[-1]["loss"] if logs else None}
+    return TrainingOutputs(table, metrics, {"base": _base_model(stage)},
+                           {prompt.name: prompt.sha}, extra={"card": card})
+
+
+def _task_card(prompt) -> dict[str, Any]:
+    """How the policy's inputs are formatted, saved beside the adapter."""
+    return {"system_prompt": prompt.name, "system_prompt_sha": prompt.sha,
+            "chat": "system prompt, then patient turns as user and doctor turns as assistant"}
+
+
+# -- DPO ------------------------------------------------------------------------------------
+
+def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
+    p: TrainingParams = stage.p
+    pairs_path = repo_path(p.dpo.runs[name])
+    out_dir = policies.run_dir(stage.params, name)
+    with stage.step("load"):
+        pairs = load_pairs(pairs_path, p.dpo.max_pairs, stage.seed) if pairs_path.exists() \
+            else None
+    reason = skip_reason(Path(p.dpo.runs[name]), None if pairs is None else len(pairs),
+                         p.dpo.min_pairs)
+    if reason is not None:
+        card = {"run": name, "status": "skipped", "reason": reason}
+        if is_main_process():
+            card = write_skipped(out_dir, stage.reports_dir, name, reason,
+                                 pairs=0 if pairs is None else len(pairs),
+                                 pairs_file=p.dpo.runs[name])
+        return TrainingOutputs(pd.DataFrame([card]),
+                               {"trained": 0, "pairs": 0 if pairs is None else len(pairs)},
+                               extra={"card": card})
+    sft_adapter = policies.adapter_dir(stage.params, policies.SFT_RUN)
+    if not sft_adapter.exists():
+        raise FileNotFoundError(f"{sft_adapter}: no SFT adapter; run stage training_sft first")
+    prompt = load_prompt(p.sft.system_prompt)
+    examples = [pair_to_conversation(pair, prompt.system.strip(),
+                                     p.active_profile().history_max_turns) for pair in pairs]
+    with stage.step("train"):
+        result = train_dpo(
+            repo_path(_base_model(stage)), sft_adapter, examples, out_dir / "adapter",
+            repo_path(p.checkpoints_dir) / "dpo" / name, p.active_profile(),
+            beta=p.dpo.beta, loss_type=p.dpo.loss_type, seed=stage.seed,
+            eval_pairs=p.dpo.eval_pairs, keep_checkpoints=p.keep_checkpoints,
+            task_card={**_task_card(prompt), "run": name, "pairs_file": p.dpo.runs[name]},
+            check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="pairs"))
+    card = {"run": name, "status": "trained", "pairs_file": p.dpo.runs[name],
+            "pairs": result.n_pairs, "dropped_too_long": result.n_dropped,
+            "steps": result.fit.steps, "resumed_from": result.fit.resumed_from,
+            "runtime_s": round(result.fit.runtime_s, 1),
+            "strategies": sorted({pair.strategy for pair in pairs}),
+            "adapter": policies.portable_path(out_dir / "adapter"),
+            "role": policies.role_name(stage.params, name), **_hardware(stage)}
+    if is_main_process():
+        write_json(out_dir / RUN_CARD, card)
+        write_run_logs(stage.reports_dir, result.fit.log_history)
+    metrics = {"trained": 1, "pairs": result.n_pairs, "steps": result.fit.steps,
+               "train": _slashless(result.final), "eval": _slashless(result.evaluation)}
+    row = {**card, **{f"eval_{k}": v for k, v in result.evaluation.items()}}
+    return TrainingOutputs(pd.DataFrame([row]), metrics,
+                           {"base": _base_model(stage),
+                            "sft_adapter": policies.portable_path(sft_adapter)},
+                           {prompt.name: prompt.sha}, extra={"card": card})
+
+
+def _slashless(values: dict[str, float]) -> dict[str, float]:
+    """``rewards/margins`` → ``rewards_margins`` (dvc metrics keys read better flat)."""
+    return {k.replace("/", "_"): round(float(v), 6) for k, v in values.items()}
+
+
+# -- summary --------------------------------------------------------------------------------
+
+SUMMARY_COLUMNS = ["run", "status", "reason", "pairs_file", "pairs", "steps", "runtime_s",
+                   "eval_loss", "eval_rewards/chosen", "eval_rewards/rejected",
+                   "eval_rewards/margins", "eval_rewards/accuracies", "role"]
+
+
+def _summary_row(stage: Stage, name: str) -> dict[str, Any]:
+    p: TrainingParams = stage.p
+    card = read_run_card(policies.run_dir(stage.params, name))
+    if card is None:
+        return {"run": name, "status": "not run", "reason": f"stage training_dpo@{name} has "
+                "not run", "pairs_file": p.dpo.runs[name]}
+    row = dict(card)
+    metrics = repo_path(p.reports) / "dpo" / name / "metrics.json"
+    if card["status"] == "trained" and metrics.exists():
+        evals = json.loads(metrics.read_text(encoding="utf-8")).get("eval", {})
+        row.update({f"eval_{k.replace('_', '/', 1)}": v for k, v in evals.items()})
+    return row
+
+
+def margin_curves(stage: Stage) -> pd.DataFrame:
+    """Long table of the logged DPO reward margins and accuracies per run and step."""
+    frames = []
+    for name in stage.p.dpo.runs:
+        path = repo_path(stage.p.reports) / "dpo" / name / "log_history.csv"
+        if path.exists():
+            logs = pd.read_csv(path)
+            if not logs.empty:
+                frames.append(logs.assign(run=name))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def plot_margins(curves: pd.DataFrame):
+    """Loss, reward margin and reward accuracy per step, one line per trained run."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.2))
+    if curves.empty:
+        axes[1].text(0.5, 0.5, "no DPO run trained", ha="center", transform=axes[1].transAxes)
+        return fig
+    for name, rows in curves.groupby("run", sort=False):
+        for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
+            ax.plot(rows["step"], rows[col], marker="o", label=name)
+    for ax, title in zip(axes, ["DPO loss", "reward margin (chosen − rejected)",
+                                "reward accuracy"]):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("optimizer step")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def run_summary(stage: RunStage) -> TrainingOutputs:
+    p: TrainingParams = stage.p
+    rows = [_summary_row(stage, name) for name in p.dpo.runs]
+    table = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
+    table[["reason", "role"]] = table[["reason", "role"]].fillna("")
+    trained = policies.trained_policies(stage.params)
+    write_json(stage.report("policies.json"),
+               {pol.role: {"run": pol.run, **policies.policy_role(stage.params, pol)
+                           .model_dump(include={"backend", "model", "adapter"})}
+                for pol in trained})
+    write_table(table, stage.report("runs"))
+    curves = margin_curves(stage)
+    figure = plot_margins(curves)
+    save_figure(figure, stage.report("margins.png"))
+    metrics = {"runs": len(rows), "trained": int((table["status"] == "trained").sum()),
+               "skipped": int((table["status"] == "skipped").sum()),
+               "policies": len(trained)}
+    return TrainingOutputs(table, metrics, extra={"policies": trained, "curves": curves})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one part without papermill, for launchers (one process per device)::
+
+        accelerate launch --config_file configs/hardware/accelerate/multi_gpu_ddp.yaml \\
+            -m medpref.training.stage --part dpo --run cai_dep
+    """
+    import argparse
+
+    from medpref.stagekit import open_stage
+
+    ap = argparse.ArgumentParser(description="stage 05 (training): one part")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--part", choices=PARTS, required=True)
+    ap.add_argument("--run", default="")
+    args = ap.parse_args(argv)
+    stage = open_part(open_stage("05_training", args.params), args.part, args.run)
+    out = run(stage)
+    if is_main_process():
+        print(stage.finish(out.metrics, models=out.models, prompts=out.prompts,
+                           sections=("shared",)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,456 @@
+"""Stage 06 (SP test): retrieval, the patient loop, Eq. 6, GPD, parsers — scripted models."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from medpref.contracts import SPCase, Turn
+from medpref.llm.client import LLMClient
+from medpref.llm.ledger import Ledger
+from medpref.llm.scripted import ScriptedBackend
+from medpref.llm.types import GenerationParams
+from medpref.prompts import load_prompt
+from medpref.simulation import consult, grading, nextturn, tables
+from medpref.simulation.knowledge import (
+    build_chunks,
+    build_knowledge_bases,
+    chunk_text,
+    count_tokens,
+    retrieval_query,
+)
+from medpref.simulation.patient import parse_patient_answer, patient_fidelity
+
+END = "(End of Conversation)"
+
+
+def toy_encode(texts):
+    """Hashed bag of words (and Han characters), L2-normalised."""
+    vecs = np.zeros((len(texts), 512), dtype=np.float32)
+    for i, t in enumerate(texts):
+        for w in re.findall(r"[a-z]+|[\u4e00-\u9fff]", t.lower()):
+            vecs[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % 512] += 1
+    return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-9)
+
+
+def case(cid="sp-t1", dept="internal_medicine", tests=("chest X-ray",), lang="en"):
+    return SPCase(
+        id=cid, department=dept, lang=lang, chief_complaint="I have had a cough for two weeks.",
+        patient_info={"Present history": "Dry cough for two weeks, worse at night.",
+                      "Past history": "No asthma. Smokes ten cigarettes a day.",
+                      "Tests": "Chest X-ray: patchy shadow in the right lower lobe."},
+        script=[{"doctor": "Do you have a fever?", "patient": "Yes, up to 38.5 degrees since Monday."},
+                {"doctor": "Do you cough up phlegm?", "patient": "A little yellow phlegm in the morning."},
+                {"doctor": "Do you have pets at home?", "patient": "We have an old cat."}],
+        checklist={"symptoms": ["fever", "phlegm"], "tests": list(tests),
+                   "diseases": ["pneumonia"]})
+
+
+def client(responder, role="x", option_responder=None):
+    backend = ScriptedBackend(responder, name=role, option_responder=option_responder)
+    return LLMClient(role, backend, GenerationParams(max_new_tokens=32), ledger=Ledger("t"))
+
+
+# -- knowledge base and retrieval -----------------------------------------------------------
+
+def test_chunks_respect_the_token_cap_and_count_han_characters_one_each():
+    assert count_tokens("胸痛三天") == 4 and count_tokens("chest pain, 3 days") == 4
+    long = "Present history: " + " ".join(f"Sentence number {i} is here." for i in range(60))
+    chunks = chunk_text(long, 32)
+    assert len(chunks) > 1 and all(count_tokens(c) <= 32 for c in chunks)
+    assert all(c.startswith("Present history: ") for c in chunks)
+    zh = "现病史: " + "患者三天前无明显诱因出现胸痛。" * 20
+    zchunks = chunk_text(zh, 40)
+    assert all(count_tokens(c) <= 40 for c in zchunks) and len(zchunks) >= 7
+
+
+def test_retrieval_returns_the_chunk_that_answers_a_scripted_question():
+    kb = build_knowledge_bases([case()], toy_encode, 128)["sp-t1"]
+    turns = [Turn(role="patient", text="I have a cough."),
+             Turn(role="doctor", text="Do you have pets at home, a cat or a dog?")]
+    top = kb.top(toy_encode([retrieval_query(turns)])[0], 4)
+    assert "old cat" in kb.chunks[top[0]]
+    assert len(build_chunks(case(), 128)) == 6     # three info sections, three Q-A pairs
+
+
+def test_query_uses_the_last_two_rounds_only():
+    turns = [Turn(role="patient", text="opening"), Turn(role="doctor", text="d1"),
+             Turn(role="patient", text="p1"), Turn(role="doctor", text="d2"),
+             Turn(role="patient", text="p2"), Turn(role="doctor", text="d3")]
+    q = retrieval_query(turns, 2)
+    assert q.splitlines() == ["Doctor: d2", "Patient: p2", "Doctor: d3"]
+    assert "d1" not in q and "opening" not in q
+    assert retrieval_query(turns[:2], 2) == "Patient: opening\nDoctor: d1"
+    with pytest.raises(ValueError):
+        retrieval_query(turns[:3])
+
+
+@pytest.mark.slow
+def test_minilm_retrieval_finds_the_answer_chunk():
+    from medpref import REPO_ROOT
+    from medpref.medqa.database import load_encoder
+
+    encode = load_encoder(REPO_ROOT / "models" / "all-minilm-l6-v2")
+    kb = build_knowledge_bases([case()], encode, 128)["sp-t1"]
+    q = retrieval_query([Turn(role="patient", text="I have a cough."),
+                         Turn(role="doctor", text="Have you had a temperature?")])
+    assert "38.5" in kb.chunks[kb.top(encode([q])[0], 4)[0]]
+
+
+# -- parsers --------------------------------------------------------------------------------
+
+def test_patient_answer_parser():
+    a = parse_patient_answer("Patient: Yes, since Monday. It is bad. I also vomit.\nDoctor: ok",
+                             END, 2)
+    assert a.text == "Yes, since Monday. It is bad." and not a.ended
+    b = parse_patient_answer("Thank you, doctor. (End of Conversation)", END, 2)
+    assert b.ended and b.text == "Thank you, doctor."
+    c = parse_patient_answer("谢谢医生。（End of Conversation）", END, 2)
+    assert c.ended and c.text == "谢谢医生。"
+    assert parse_patient_answer("Doctor: what else?", END, 2).empty
+    d = parse_patient_answer("Pain since yesterday.\n\nPain since yesterday.\n\nYour answer as "
+                             "the patient:\nmore", END, 2)
+    assert d.text == "Pain since yesterday."
+    assert parse_patient_answer("", END, 2).empty
+
+
+def test_doctor_answer_parser_and_judge_parsers_with_unparsable_answers():
+    assert consult.parse_doctor_answer("Doctor: Any fever?\nPatient: yes") == "Any fever?"
+    assert grading.parse_yes_no(" Yes, the doctor asked.") is True
+    assert grading.parse_yes_no("Answer: no") is False
+    assert grading.parse_yes_no("否") is False and grading.parse_yes_no("是的") is True
+    assert grading.parse_yes_no("The doctor might have") is None
+    assert grading.parse_yes_no(None) is None
+    assert grading.parse_count("There are 3 diseases") == 3
+    assert grading.parse_count("two") == 2 and grading.parse_count("several") is None
+    assert grading.parse_implication(" B. Partially") == "partially"
+    assert grading.parse_implication("Not at all") == "not"
+    assert grading.parse_implication("I think so") is None
+
+
+def test_heuristic_disease_count():
+    turn = "It could be pneumonia, bronchitis, asthma or lung cancer. Please get an X-ray."
+    assert grading.heuristic_disease_count(turn, "pneumonia") == 4
+    assert grading.heuristic_disease_count("This is pneumonia.", "pneumonia") == 1
+
+
+# -- the consultation loop ------------------------------------------------------------------
+
+def make_setup(patient, rounds=5):
+    cases = [case("sp-a"), case("sp-b"), case("sp-c")]
+    kbs = build_knowledge_bases(cases, toy_encode, 128)
+    return cases, consult.SimulationSetup(
+        patient=patient, patient_template=load_prompt("sp_patient"),
+        doctor_template=load_prompt("policy_doctor"), kbs=kbs, encode=toy_encode, rounds=rounds,
+        top_k=4, query_rounds=2, end_marker=END, max_sentences=2, patient_max_new_tokens=32,
+        doctor_max_new_tokens=32)
+
+
+def test_lockstep_simulation_respects_the_round_cap_and_the_end_marker():
+    def patient_says(req):
+        text = req.messages[-1]["content"]
+        if "Doctor: Goodbye" in text:
+            return "Thanks, bye. (End of Conversation)"
+        return "Patient: I had a fever. Also something. And more. Doctor: fine"
+
+    def doctor_says(req):
+        n_assistant = sum(m["role"] == "assistant" for m in req.messages)
+        first_user = req.messages[1]["content"]
+        if "sp-b" in first_user and n_assistant == 1:
+            return "Goodbye"
+        return f"Question {n_assistant + 1}: any fever?"
+
+    patient = client(patient_says, "patient")
+    cases, setup = make_setup(patient, rounds=5)
+    # the case id in the opening tells the scripted doctor which case it is in
+    cases = [c.model_copy(update={"chief_complaint": f"{c.id}: cough"}) for c in cases]
+    doctor_backend = ScriptedBackend(doctor_says, name="doc")
+    doctor = LLMClient("doctor", doctor_backend, GenerationParams(max_new_tokens=32),
+                       ledger=Ledger("t"))
+    sizes = []
+    orig = doctor_backend.generate
+    doctor_backend.generate = lambda reqs, cb=None: (sizes.append(len(reqs)), orig(reqs, cb))[1]
+    out = consult.simulate(cases, doctor, "doc", setup)
+    by_id = {c.case_id: c for c in out}
+    assert by_id["sp-a"].rounds == 5 and by_id["sp-a"].ended_by == "rounds"
+    assert by_id["sp-b"].rounds == 2 and by_id["sp-b"].ended_by == "end_marker"
+    assert by_id["sp-b"].turns[-1].text == "Thanks, bye."
+    assert sizes == [3, 3, 2, 2, 2]       # lock-step: one batch per round over open cases
+    assert by_id["sp-a"].turns[2].text == "I had a fever. Also something."   # two sentences
+    step = by_id["sp-a"].steps[1]
+    assert step["speaker"] == "patient" and len(step["chunks"]) == 4
+    assert step["query"].startswith("Patient: sp-a: cough")         # round 1: opening + D1
+    q3 = by_id["sp-a"].steps[5]["query"]                               # round 3: D2, P2, D3
+    assert q3.splitlines()[0] == "Doctor: Question 2: any fever?" and "sp-a: cough" not in q3
+    assert q3.splitlines()[-1] == "Doctor: Question 3: any fever?"
+    prompt = patient.backend.requests[-1].messages[-1]["content"]      # what the patient saw
+    assert "Doctor: Question 5: any fever?" in prompt and "[4] " in prompt
+
+
+def test_doctor_messages_alternate_roles():
+    msgs = consult.doctor_messages(load_prompt("policy_doctor"), [
+        Turn(role="patient", text="a"), Turn(role="patient", text="b"),
+        Turn(role="doctor", text="c")])
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
+    assert msgs[1]["content"] == "a\nb"
+
+
+def test_patient_fidelity_counts_volunteered_and_unsupported_sentences():
+    kb = build_knowledge_bases([case()], toy_encode, 128)["sp-t1"]
+    turns = [Turn(role="patient", text="cough"),
+             Turn(role="doctor", text="Do you have a fever?"),
+             Turn(role="patient", text="Yes, up to 38.5 degrees since Monday. "
+                                       "My brother plays football in Madrid.")]
+    fid = patient_fidelity(turns, kb, toy_encode, support=0.45, relevance=0.25)
+    assert fid.sentences == 2 and fid.unsupported == 1 and fid.volunteered == 0
+    turns[1] = Turn(role="doctor", text="Is the fever high?")
+    turns[2] = Turn(role="patient", text="We have an old cat.")
+    fid = patient_fidelity(turns, kb, toy_encode, support=0.45, relevance=0.25)
+    assert fid.volunteered == 1 and fid.unsupported == 0
+
+
+# -- Eq. 6 -----------------------------------------------------------------------------------
+
+def keyword_judge(req):
+    """Says yes when the item's words appear in a doctor line of the transcript."""
+    text = "\n".join(m["content"] for m in req.messages)
+    if "How many different candidate diseases" in text:
+        turn = text.split("Doctor's reply: ")[1].split("\n")[0]
+        return str(len(re.findall(r"pneumonia|bronchitis|asthma|lung cancer", turn)))
+    if "Predicted reply:" in text:
+        return "C"
+    item = re.search(r"Checklist item \([^)]*\): (.+)", text).group(1).strip()
+    doctor_lines = [ln for ln in text.splitlines() if ln.startswith("Doctor:")]
+    if item == "phlegm":
+        return "Perhaps."                       # unparsable: the embedding fallback decides
+    return "yes" if any(item.lower() in ln.lower() for ln in doctor_lines) else "no"
+
+
+def grading_setup(judge_client, encode=toy_encode):
+    return grading.GradingSetup(
+        judge=grading.Judge(judge_client, mode="generate"),
+        templates=[load_prompt("sp_grade_turns_first"), load_prompt("sp_grade_item_first")],
+        count_template=load_prompt("sp_count_diseases"), encode=encode,
+        pass_threshold=0.5, max_candidates=4, fallback_threshold=0.6)
+
+
+def test_eq6_on_a_hand_example_with_an_empty_category_and_a_four_disease_answer():
+    c1, c2 = case("sp-1", tests=()), case("sp-2")   # sp-1 has no tests: left out of Test
+    t1 = [Turn(role="patient", text="cough"), Turn(role="doctor", text="Do you have a fever?"),
+          Turn(role="patient", text="yes"), Turn(role="doctor", text="This is pneumonia.")]
+    t2 = [Turn(role="patient", text="cough"),
+          Turn(role="doctor", text="It could be pneumonia, bronchitis, asthma or lung cancer."),
+          Turn(role="patient", text="ok"), Turn(role="doctor", text="Get a chest X-ray.")]
+    consults = [consult.Consultation("sp-1", "internal_medicine", "en", "doc", "m", t1),
+                consult.Consultation("sp-2", "surgery", "en", "doc", "m", t2)]
+    grades = grading.grade_consultations(consults, {"sp-1": c1, "sp-2": c2},
+                                         grading_setup(client(keyword_judge, "judge")))
+    g = {(x.case, x.item): x for x in grades}
+    assert g[("sp-1", "fever")].passed and not g[("sp-2", "fever")].passed
+    assert g[("sp-1", "phlegm")].method == "embedding" and not g[("sp-1", "phlegm")].passed
+    assert g[("sp-1", "pneumonia")].passed and g[("sp-1", "pneumonia")].candidates == [1]
+    assert g[("sp-2", "pneumonia")].turns_named == [0]
+    assert g[("sp-2", "pneumonia")].candidates == [4] and not g[("sp-2", "pneumonia")].passed
+    assert g[("sp-2", "chest X-ray")].passed
+    scores = grading.case_scores(grades, ["sp-1", "sp-2"])
+    assert scores[0] == {"case": "sp-1", "symptoms": 0.5, "tests": None, "diseases": 1.0}
+    assert scores[1] == {"case": "sp-2", "symptoms": 0.0, "tests": 1.0, "diseases": 0.0}
+    s = grading.eq6(scores)
+    assert s["symptoms"]["score"] == pytest.approx(25.0)
+    assert s["tests"] == {"score": 100.0, "n": 1, "empty": 1}
+    assert s["diseases"]["score"] == pytest.approx(50.0)
+    t2_table = tables.table2([{"doctor": "doc", "department": c.department,
+                               **{k: sc[k] for k in grading.CATEGORIES}}
+                              for c, sc in zip(consults, scores)])
+    row = t2_table.iloc[0]
+    assert row["ALL Sym."] == 25.0 and row["ALL Test"] == 100.0 and row["ALL Dis."] == 50.0
+    assert row["internal_medicine empty"] == "Test 1" and np.isnan(row["internal_medicine Test"])
+
+
+def test_disease_rule_and_kappa():
+    assert grading.disease_passes([0, 1], [5, 3], 4)
+    assert not grading.disease_passes([0], [4], 4)
+    assert not grading.disease_passes([], [], 4)
+    # 8 items: agree on 6; p_o = .75, p_e = .5 → κ = .5
+    a = [True, True, True, True, False, False, False, False]
+    b = [True, True, True, False, False, False, False, True]
+    assert grading.cohen_kappa(a, b) == pytest.approx(0.5)
+
+
+def test_options_mode_judge_reads_p_yes_and_drops_low_mass():
+    def options(prompt, opts, prefix):
+        text = prompt[-1]["content"]
+        if "fever" in text:
+            return {" yes": 0.5, " Yes": 0.4, " no": 0.1, " No": 0.0}
+        return {" yes": 0.2, " Yes": 0.0, " no": 0.7, " No": 0.1}
+
+    backend = ScriptedBackend(lambda r: "", option_responder=options)
+    judge = grading.Judge(LLMClient("judge", backend, GenerationParams(), ledger=Ledger("t")))
+    res = judge.yes_probability([[{"role": "user", "content": "fever"}],
+                                 [{"role": "user", "content": "other"}]])
+    assert [r[0] for r in res] == [pytest.approx(0.9), pytest.approx(0.2)]
+
+
+# -- next turn and GPD ----------------------------------------------------------------------
+
+def test_gpt_distance_on_a_hand_set():
+    labels = ["fully", "partially", "not", "not", None, "fully"]
+    g = nextturn.gpt_distance(labels)
+    assert g["gpd"] == pytest.approx((2 * 2 + 1) / 5)
+    assert (g["fully"], g["partially"], g["not"], g["unusable"]) == (2, 1, 2, 1)
+    assert np.isnan(nextturn.gpt_distance([None])["gpd"])
+
+
+def test_next_turn_items_cut_before_answering_doctor_turns():
+    from medpref.contracts import Dialogue
+
+    d = Dialogue(id="d1", turns=[Turn(role="doctor", text="hi"), Turn(role="patient", text="p"),
+                                 Turn(role="doctor", text="d"), Turn(role="patient", text="p2"),
+                                 Turn(role="doctor", text="d2")])
+    items = nextturn.next_turn_items([d], 5, 0, 8)
+    assert [it.id for it in items] == ["d1@2", "d1@4"]
+    assert items[0].reference == "d" and items[0].history[-1].text == "p"
+
+
+def test_table3_grid_reads_cells_from_policy_names():
+    t2 = pd.DataFrame([{"doctor": "base", "ALL Sym.": 1.0, "ALL Test": 2.0, "ALL Dis.": 3.0},
+                       {"doctor": "grid_avg_1", "ALL Sym.": 10.0, "ALL Test": 20.0, "ALL Dis.": 30.0},
+                       {"doctor": "grid_dep_3", "ALL Sym.": 11.0, "ALL Test": 21.0, "ALL Dis.": 31.0}])
+    grid = tables.table3_grid(t2, r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)")
+    avg_sym = grid[(grid.weighting == "avg") & (grid.metric == "Sym.")].iloc[0]
+    assert avg_sym["k=1"] == 10.0 and np.isnan(avg_sym["k=3"])
+    assert set(grid.weighting) == {"avg", "dep"}
+
+
+def test_next_turn_scores_chinese_by_character_and_judges_implication():
+    from medpref.contracts import Dialogue
+
+    d = Dialogue(id="z1", lang="zh", turns=[Turn(role="patient", text="我头痛三天了。"),
+                                            Turn(role="doctor", text="有没有发烧？")])
+    items = nextturn.next_turn_items([d], 1, 0, 8)
+    doctor = client(lambda r: "医生：有没有发烧和呕吐？", "doc")
+    judge = grading.Judge(client(lambda r: "B. partially", "judge"), mode="generate")
+    res = nextturn.evaluate_next_turn(items, doctor, "doc", load_prompt("policy_doctor"), judge,
+                                      load_prompt("sp_gpt_distance"), 32)
+    row = res.items[0]
+    assert row["prediction"] == "有没有发烧和呕吐？"
+    assert row["rougeL_r"] == pytest.approx(1.0)            # every reference character kept
+    assert row["rougeL_p"] == pytest.approx(5 / 8)          # 5 of the 8 predicted characters
+    assert row["len_pred"] == 8 and row["len_ref"] == 5
+    assert row["implication"] == "partially" and res.summary["gpd"] == pytest.approx(1.0)
+
+
+def test_case_subset_spans_departments_and_doctors_add_trained_policies():
+    from medpref.simulation.config import DoctorConfig
+    from medpref.simulation.doctors import all_doctors, grid_cell
+    from medpref.simulation.stage import select_cases
+
+    cases = [case("a1", "im"), case("a2", "im"), case("b1", "surgery"), case("c1", "peds")]
+    assert [c.id for c in select_cases(cases, 3, None)] == ["a1", "b1", "c1"]
+    assert [c.id for c in select_cases(cases, None, ["a2"])] == ["a2"]
+    trained = [DoctorConfig(name="sft", adapter="x/sft"), DoctorConfig(name="base", adapter="y")]
+    docs = all_doctors([DoctorConfig(name="base")], trained)
+    assert [(d.name, d.adapter) for d in docs] == [("base", None), ("sft", "x/sft")]
+    pattern = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
+    assert grid_cell("grid_dep_3", pattern) == ("dep", 3) and grid_cell("cai_dep", pattern) is None
+
+
+def test_grader_validation_agreement_table():
+    from medpref.contracts import SPGradedItem
+    from medpref.simulation.validation import validate_grader
+
+    def item(i, cat, it, doctor_text, passed):
+        return SPGradedItem(id=f"g{i}", case="c", category=cat, item=it, passed=passed,
+                            transcript=[Turn(role="patient", text="I feel unwell."),
+                                        Turn(role="doctor", text=doctor_text)])
+
+    items = [item(1, "symptoms", "fever", "Do you have a fever?", True),
+             item(2, "symptoms", "fever", "How old are you?", False),
+             item(3, "tests", "chest X-ray", "Please get a chest X-ray.", True),
+             item(4, "diseases", "pneumonia",
+                  "It is pneumonia, bronchitis, asthma or lung cancer.", False),
+             item(5, "symptoms", "cough", "Any pets at home?", True)]   # grader says no
+    table = validate_grader(items, grading_setup(client(keyword_judge, "judge"))).set_index("category")
+    assert table.loc["all", "items"] == 5 and table.loc["all", "accuracy"] == pytest.approx(0.8)
+    assert table.loc["diseases", "accuracy"] == 1.0
+    # gold T F T F T vs predicted T F T F F: p_o = .8, p_e = .6·.4 + .4·.6 = .48
+    assert table.loc["all", "kappa"] == pytest.approx((0.8 - 0.48) / 0.52)
+
+
+def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
+    import json
+
+    from medpref.contracts import write_jsonl
+    from medpref.medqa import database
+    from medpref.params import parse_params
+    from medpref.simulation import stage as sim_stage
+    from medpref.stagekit import Stage, StageFailed
+
+    cases = [case("sp-a", "internal_medicine"), case("sp-b", "surgery", tests=())]
+    write_jsonl(tmp_path / "cases.jsonl", cases)
+    params = parse_params({"simulation": {
+        "cases": str(tmp_path / "cases.jsonl"), "n_cases": None, "rounds": 2,
+        "trained_policies": False, "rem_radar": False, "grader": {"mode": "generate",
+                                                                 "graded_items": None},
+        "next_turn": {"n_dialogues": 2},
+        "doctors": [{"name": "base", "role": "policy"}, {"name": "silent", "role": "mute"}]}})
+
+    def doctor(req):
+        n = sum(m["role"] == "assistant" for m in req.messages)
+        return ["Do you have a fever?", "This is pneumonia. Get a chest X-ray."][min(n, 1)]
+
+    clients = {"policy": client(doctor, "policy"), "mute": client(lambda r: "", "mute"),
+               "patient": client(lambda r: "Yes, since Monday.", "patient"),
+               "judge": client(keyword_judge, "judge")}
+
+    class TmpStage(Stage):
+        data_dir = property(lambda self: tmp_path / "data")
+        reports_dir = property(lambda self: tmp_path / "reports")
+
+        def role(self, name, **overrides):
+            return clients[name]
+
+    monkeypatch.setattr(database, "load_encoder", lambda *a, **k: toy_encode)
+    st = TmpStage(name="06_simulation", params=params)
+    out = sim_stage.run(st)
+    t2 = out.table2.set_index("doctor")
+    assert t2.loc["base", "ALL Sym."] == 50.0          # each case: fever asked, phlegm not
+    assert t2.loc["base", "ALL Test"] == 100.0 and t2.loc["base", "ALL Dis."] == 100.0
+    assert t2.loc["base", "surgery empty"] == "Test 1"
+    assert t2.loc["silent", "ALL Sym."] == 0.0
+    assert set(out.next_turn["doctor"]) == {"base", "silent"}
+    row = out.per_case.set_index(["doctor", "case"]).loc[("base", "sp-a")]
+    assert row["rounds"] == 2 and row["sentences"] == 2 and row["ended_by"] == "rounds"
+    lines = (tmp_path / "data" / "transcripts.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[0])["rounds"] == 2
+    assert (tmp_path / "reports" / "table2.md").exists()
+    assert out.metrics["sp/base"]["Sym."] == 50.0
+    # a doctor whose every call fails produces nothing: the guard stops the stage
+    failing = ScriptedBackend(lambda r: "")
+    failing.generate = lambda reqs, cb=None: [
+        (cb and cb(i, c)) or c for i, c in enumerate(
+            __import__("medpref.llm.types", fromlist=["Completion"]).Completion(
+                text="", error="boom") for _ in reqs)]
+    clients["policy"] = LLMClient("policy", failing, GenerationParams(), ledger=Ledger("t"))
+    clients["mute"] = clients["policy"]
+    with pytest.raises(StageFailed):
+        sim_stage.run(TmpStage(name="06_simulation", params=params))
+
+
+def test_embedding_only_grading_applies_the_four_disease_rule():
+    c = case("sp-e")
+    turns = [Turn(role="patient", text="cough"),
+             Turn(role="doctor", text="pneumonia, bronchitis, asthma or lung cancer"),
+             Turn(role="patient", text="ok"), Turn(role="doctor", text="do you have fever")]
+    setup = grading_setup(None)
+    setup.judge, setup.fallback_threshold = None, 0.3
+    grades = grading.grade_consultations(
+        [consult.Consultation("sp-e", "im", "en", "doc", "m", turns)], {"sp-e": c}, setup)
+    g = {x.item: x for x in grades}
+    assert g["fever"].passed and g["fever"].method == "embedding"
+    assert g["pneumonia"].turns_named == [0] and g["pneumonia"].candidates == [4]
+    assert not g["pneumonia"].passed and not g["chest X-ray"].passed

@@ -1,0 +1,261 @@
+"""Stages 03 and 04 end to end (``run(stage)`` + ``finish``) on a scripted backend.
+
+Every role's model is a scripted backend (no model is loaded, no training step is run:
+stage 03's LoRA training is replaced by a fake that writes an adapter folder with its
+task card). The outputs go to temporary folders. What is checked: the stage shape (what
+is written, metrics hold scores only, the guard stops a run that produced nothing), and
+the wiring of the defaults (stage 04 scores with stage 03's scorer by name, every item).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pandas as pd
+import pytest
+import yaml
+
+from medpref import REPO_ROOT
+from medpref.contracts import UnlabeledItem, write_jsonl
+from medpref.llm import session as llm_session
+from medpref.llm.scripted import ScriptedBackend
+from medpref.params import parse_params
+from medpref.stagekit import Stage, StageFailed
+
+
+def _doctor_line(messages) -> str:
+    """The last doctor turn of the consultation a prompt shows."""
+    lines = re.findall(r"^Doctor: (.*)$", messages[-1]["content"], re.MULTILINE)
+    return lines[-1] if lines else ""
+
+
+def rem_options(messages, options, prefix):
+    """A REM that likes doctors who ask about fever and dislikes 'rest'."""
+    line = _doctor_line(messages).lower()
+    if "fever" in line:
+        return {"0": 0.05, "1": 0.15, "2": 0.8}
+    if "rest" in line:
+        return {"0": 0.8, "1": 0.15, "2": 0.05}
+    return {"0": 0.2, "1": 0.6, "2": 0.2}
+
+
+def responder(req) -> str:
+    system = " ".join(req.messages[0]["content"].split())
+    user = req.messages[-1]["content"]
+    if "follows one rule" in system:                       # REM, sampled
+        return " The doctor asks.\nScore: 2" if "fever" in _doctor_line(req.messages) \
+            else " It does not.\nScore: 0"
+    if "plans a consultation" in system:
+        return "1. Ask about fever. 2. Examine the chest. 3. Advise."
+    if "checking how far" in system:
+        return "Ask whether the patient has a fever."
+    if "picks the reply" in system:                        # Ranker
+        return "Equal"
+    if "checks whether the draft replies" in system:       # Rethinker, Yes/No
+        return "Yes"
+    if "write one reply" in system:                        # Rethinker, c3
+        return "Do you have a fever, and since when?"
+    if "reviewing an online consultation" in system:       # judge
+        first = user.split("Possible reply 1:")[1].split("Possible reply 2:")[0]
+        return "Response 1" if "fever" in first else "Response 2"
+    raise AssertionError(f"unexpected prompt: {system[:60]}")
+
+
+@pytest.fixture
+def scripted_models(monkeypatch):
+    backends = []
+
+    def factory(cfg, shared):
+        backend = ScriptedBackend(responder, name=f"scripted{'+lora' if cfg.adapter else ''}",
+                                  option_responder=rem_options)
+        backends.append(backend)
+        return backend
+
+    monkeypatch.setitem(llm_session.BACKENDS, "hf", factory)
+    return backends
+
+
+@pytest.fixture
+def raw_params(tmp_path):
+    raw = copy.deepcopy(yaml.safe_load((REPO_ROOT / "params.yaml").read_text()))
+    raw["shared"]["llm"]["cache_dir"] = str(tmp_path / "cache")
+    raw["rem"]["train"]["adapter_dir"] = str(tmp_path / "rem_lora")
+    return raw
+
+
+def _stage(name, raw, tmp_path, monkeypatch) -> Stage:
+    monkeypatch.setattr(Stage, "data_dir", property(lambda s: tmp_path / "data" / s.name))
+    monkeypatch.setattr(Stage, "reports_dir", property(lambda s: tmp_path / "reports" / s.name))
+    return Stage(name=name, params=parse_params(raw))
+
+
+def _fake_training(monkeypatch, tmp_path):
+    from medpref.rem import build_rem
+    from medpref.training.sft import TASK_CARD, TrainResult
+
+    def train_rem(p, inputs, base_model, seed):
+        adapter = tmp_path / "rem_lora"
+        adapter.mkdir(exist_ok=True)
+        (adapter / TASK_CARD).write_text(json.dumps(build_rem.rem_task_card(p)))
+        return TrainResult(adapter, n_train=10, n_dropped=0, steps=2, runtime_s=0.1,
+                           losses=[{"step": 1, "loss": 1.5}, {"step": 2, "loss": 1.1}])
+
+    monkeypatch.setattr(build_rem, "train_rem", train_rem)
+
+
+def test_stage_03_runs_every_scorer_and_writes_table5(raw_params, tmp_path, monkeypatch,
+                                                      scripted_models):
+    from medpref.rem import stage as rem_stage
+
+    raw_params["rem"]["eval_per_rule"] = 3
+    _fake_training(monkeypatch, tmp_path)
+    raw_params["rem"]["reports"] = str(tmp_path / "reports" / "03_rem")
+    stage = _stage("03_rem", raw_params, tmp_path, monkeypatch)
+    out = rem_stage.run(stage)
+    assert list(out.table5["scorer"]) == ["sampled", "expected", "finetuned"]
+    assert {"fuzzy02_%", "near_constant", "top_label_share"} <= set(out.table5.columns)
+    assert out.table5["n"].tolist() == [18, 18, 18]
+    assert "score first" in out.table5.set_index("scorer").loc["finetuned", "method"]
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    metrics = json.loads((tmp_path / "reports/03_rem/metrics.json").read_text())
+    assert set(metrics["finetuned"]) == {"exact_%", "fuzzy_%", "fuzzy02_%", "coverage_%",
+                                         "mae", "top_label_share", "near_constant"}
+    assert "wall_s" not in json.dumps(metrics) and "runtime_s" not in json.dumps(metrics)
+    assert (tmp_path / "reports/03_rem/timings.json").exists()
+    assert pd.read_csv(tmp_path / "reports/03_rem/table5.csv").shape[0] == 3
+
+
+def _items(n: int) -> list[UnlabeledItem]:
+    def future(tag):
+        return [{"role": "patient", "text": f"{tag}: no"}, {"role": "doctor", "text": f"{tag}"},
+                {"role": "patient", "text": f"{tag}: ok"}, {"role": "doctor", "text": f"{tag}"}]
+    return [UnlabeledItem.model_validate({
+        "id": f"u-{i}", "history": [{"role": "patient", "text": f"Cough for {i + 2} days."}],
+        "candidates": [
+            {"response": "Any fever with it?", "future": future("Any fever since?"),
+             "source": "sampled"},
+            {"response": "Just rest at home.", "future": future("Rest more."),
+             "source": "generated"}]}) for i in range(n)]
+
+
+def _stage04(raw, tmp_path, monkeypatch, n_items=5):
+    unlabeled = tmp_path / "unlabeled.jsonl"
+    write_jsonl(unlabeled, _items(n_items))
+    table5 = tmp_path / "table5.csv"
+    pd.DataFrame([{"scorer": "finetuned", "exact_%": 47.7, "fuzzy_%": 90.0,
+                   "fuzzy02_%": 80.0, "near_constant": False}]).to_csv(table5, index=False)
+    raw["annotation"]["input"] = str(unlabeled)
+    raw["annotation"]["rem_table5"] = str(table5)
+    adapter = tmp_path / "rem_lora"
+    adapter.mkdir(exist_ok=True)
+    (adapter / "medpref_task.json").write_text(json.dumps(
+        {"answer_order": "score_first", "rule_detail": "short"}))
+    return _stage("04_annotation", raw, tmp_path, monkeypatch)
+
+
+def test_stage_04_scores_with_stage_03s_finetuned_rem_on_every_item(
+        raw_params, tmp_path, monkeypatch, scripted_models):
+    from medpref.annotation import stage as annotation_stage
+
+    stage = _stage04(raw_params, tmp_path, monkeypatch)
+    out = annotation_stage.run(stage)
+    assert out.items == 5 and out.rem_row["scorer"] == "finetuned"
+    rem_backends = [b for b in scripted_models if b.name == "scripted+lora"]
+    assert rem_backends, "stage 04 did not load stage 03's adapter"
+    # 5 items × 2 candidates × 3 states, deduplicated: the same texts give 6 states
+    assert out.coverage["full_length_share"] == 1.0
+    res = out.results
+    assert len(res["cai_avg"].pairs) == 5 and len(res["cai_dep"].pairs) == 5
+    assert all(p.chosen == "Any fever with it?" for p in res["cai_dep"].pairs)
+    assert len(res["gpt4_rank"].pairs) == 5   # one order; the judge likes the fever reply
+    assert list(out.summary["strategy"][:2]) == ["gpt4_rank", "gpt4_rank (both orders: ours)"]
+    assert {r["step"] for r in res["agent"].records} >= {"need", "rethink", "rerank"}
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",))
+    metrics = json.loads((tmp_path / "reports/04_annotation/metrics.json").read_text())
+    assert metrics["cai_dep"]["pairs"] == 5 and metrics["rem"]["scorer"] == "finetuned"
+    assert metrics["gpt4_rank"]["pairs"] == 5 and "gpt4_rank_both_orders" in metrics
+    assert "wall_s" not in json.dumps(metrics) and "model_calls" not in json.dumps(metrics)
+    for name in ("gpt4_rank", "cai_avg", "cai_dep", "agent"):
+        assert (tmp_path / f"data/04_annotation/pairs/{name}.jsonl").exists()
+
+
+def test_stage_04_guard_fails_before_writing(raw_params, tmp_path, monkeypatch,
+                                             scripted_models):
+    """A REM whose score token never comes (zero option mass) scores no item: the stage
+    stops with one line and writes nothing."""
+    from medpref.annotation import stage as annotation_stage
+
+    class OffFormat(ScriptedBackend):
+        def option_probs(self, prompts, options, assistant_prefixes):
+            return [({o: 0.0 for o in options}, 0.0) for _ in prompts]
+
+    monkeypatch.setitem(llm_session.BACKENDS, "hf",
+                        lambda cfg, shared: OffFormat(responder))
+    stage = _stage04(raw_params, tmp_path, monkeypatch)
+    with pytest.raises(StageFailed, match=r"stage annotation failed: 0 of 5 items the REM"):
+        annotation_stage.run(stage)
+    assert not (tmp_path / "data/04_annotation").exists()
+
+
+def test_stage_04_needs_a_scorer_table5_evaluated(raw_params, tmp_path, monkeypatch,
+                                                  scripted_models):
+    from medpref.annotation import stage as annotation_stage
+
+    raw_params["rem"]["scorers"]["zero_shot"] = {"mode": "expected", "detail": "short"}
+    raw_params["annotation"]["rem_scorer"] = "zero_shot"
+    stage = _stage04(raw_params, tmp_path, monkeypatch)
+    with pytest.raises(ValueError, match="no row for REM scorer 'zero_shot'"):
+        annotation_stage.run(stage)
+
+
+# -- the notebooks themselves, cell by cell, on the scripted backends ---------------------------
+def _run_notebook(name: str, **parameters) -> dict:
+    """Execute a pipeline notebook's code cells in order (the parameters cell's values
+    replaced), as papermill would; returns the namespace."""
+    nb = json.loads((REPO_ROOT / "notebooks" / name).read_text())
+    namespace: dict = {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        exec(compile("".join(cell["source"]), f"{name}", "exec"), namespace)
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            namespace.update(parameters)
+    return namespace
+
+
+def test_notebooks_03_04_and_the_grid_run_in_order(raw_params, tmp_path, monkeypatch,
+                                                   scripted_models):
+    raw = raw_params
+    raw["rem"]["eval_per_rule"] = 1
+    raw["rem"]["compliance_n"] = 1
+    raw["rem"]["reports"] = str(tmp_path / "reports" / "03_rem")
+    unlabeled = tmp_path / "unlabeled.jsonl"
+    write_jsonl(unlabeled, _items(4))
+    raw["annotation"].update(input=str(unlabeled), reports=str(tmp_path / "reports" /
+                                                                "04_annotation"),
+                             rem_table5=str(tmp_path / "reports" / "03_rem" / "table5.csv"))
+    raw["annotation"]["grid"].update(output_dir=str(tmp_path / "data" / "grid"),
+                                     reports=str(tmp_path / "reports" / "04_annotation" /
+                                                 "grid"))
+    params_path = tmp_path / "params.yaml"
+    params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    _fake_training(monkeypatch, tmp_path)
+    monkeypatch.setattr(Stage, "data_dir", property(lambda s: tmp_path / "data" / s.name))
+    monkeypatch.setattr(Stage, "reports_dir", property(lambda s: tmp_path / "reports" / s.name))
+    monkeypatch.setattr("matplotlib.pyplot.show", lambda *a, **k: None)
+
+    ns = _run_notebook("03_rem.ipynb", params_path=str(params_path))
+    assert set(ns["out"].table5["scorer"]) == {"sampled", "expected", "finetuned"}
+    ns = _run_notebook("04_annotation.ipynb", params_path=str(params_path))
+    assert ns["out"].items == 4 and ns["out"].rem_row["scorer"] == "finetuned"
+    for w in ("avg", "dep"):
+        for n in (1, 2, 3):
+            cell = _run_notebook("04_annotation_grid.ipynb", params_path=str(params_path),
+                                 weighting=w, trajectory=n)
+            assert cell["out"].row["items"] == 4
+    ns = _run_notebook("04_annotation_grid_table.ipynb", params_path=str(params_path))
+    table = ns["out"].table
+    assert len(table) == 6 and table["model_calls"].sum() == 0  # cells hit the cache
+    assert (tmp_path / "reports/04_annotation/grid_table/metrics.json").exists()

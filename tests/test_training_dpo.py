@@ -1,0 +1,365 @@
+"""Stage 05 training: pairs → trl's conversational format, a few DPO steps of a tiny model
+(every LoRA weight moves, the chosen-minus-rejected margin rises), kill-and-resume,
+min_pairs skips, profiles → trainer arguments, the trained-policy registry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medpref import REPO_ROOT
+from medpref.contracts import Dialogue, PreferencePair, Turn, read_jsonl, write_jsonl
+from medpref.params import load_params
+from medpref.training.dialogue_sft import sft_examples, train_dialogue_sft
+from medpref.training.dpo import (
+    build_dpo_trainer,
+    dpo_config,
+    pair_to_conversation,
+    policy_model,
+    train_dpo,
+)
+from medpref.training.runs import read_run_card
+
+TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
+SYSTEM = "You are a doctor."
+GOOD = ["How long have you had it, and does anything make it better or worse?",
+        "Let us check your blood pressure and do a few blood tests to find the cause.",
+        "Is the pain sharp or dull, and does it spread anywhere?",
+        "That sounds like a migraine; keeping a headache diary will help us confirm it."]
+BAD = ["Take these pills.", "I do not know.", "Go away.", "Nothing to worry about."]
+
+
+def _pairs(n: int = 4) -> list[PreferencePair]:
+    dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)
+    return [PreferencePair(id=f"p-{i}", prompt=dialogues[i].turns[:1] if i % 2 else
+                           dialogues[i].turns[:3], chosen=GOOD[i % 4], rejected=BAD[i % 4],
+                           strategy="cai_dep") for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def profile():
+    """The tiny profile with short, fast, lively settings for a model built from a config."""
+    return load_params().training.profiles["tiny"].model_copy(update={
+        "sft_max_steps": 2, "dpo_max_steps": 4, "dpo_epochs": 10.0, "learning_rate": 5e-3,
+        "max_length": 256, "save_steps": 2, "logging_steps": 1})
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A randomly initialised 2-layer llama with the embedded tokenizer (seconds to train)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(TOKENIZER)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=512, pad_token_id=tok.pad_token_id)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sft_adapter(tiny_model_dir, profile, tmp_path_factory):
+    """SFT of the tiny model on a few embedded dialogues (the DPO starting point)."""
+    work = tmp_path_factory.mktemp("sft")
+    dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)[:3]
+    run = train_dialogue_sft(tiny_model_dir, sft_examples(dialogues, SYSTEM, 6, 0),
+                             work / "adapter", work / "ckpt", profile, seed=0)
+    assert run.fit.steps == 2 and (work / "adapter" / "adapter_model.safetensors").exists()
+    assert not (work / "ckpt").exists()  # keep_checkpoints false: removed when done
+    return work / "adapter"
+
+
+def _adapter_weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def _completion_logp(model, tok, prompt, answer) -> float:
+    """Sum of log p(answer tokens | prompt), computed here without trl."""
+    import torch
+
+    head = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
+                                   return_dict=True)["input_ids"]
+    full = tok.apply_chat_template(prompt + answer, tokenize=True, return_dict=True)["input_ids"]
+    assert full[:len(head)] == head
+    with torch.no_grad():
+        logits = model(torch.tensor([full])).logits[0, :-1].log_softmax(-1)
+    targets = torch.tensor(full[1:])
+    return float(logits[len(head) - 1:].gather(1, targets[len(head) - 1:, None]).sum())
+
+
+def _mean_margin(model, tok, examples) -> float:
+    return sum(_completion_logp(model, tok, ex["prompt"], ex["chosen"])
+               - _completion_logp(model, tok, ex["prompt"], ex["rejected"])
+               for ex in examples) / len(examples)
+
+
+def _load_policy(base, adapter):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(adapter))
+    return model.eval(), AutoTokenizer.from_pretrained(base)
+
+
+def test_pair_becomes_conversational_with_the_chat_template_applied_once(
+        tiny_model_dir, profile, tmp_path):
+    pair = _pairs(4)[2]  # a history of three turns: patient, doctor, patient
+    ex = pair_to_conversation(pair, SYSTEM)
+    assert [m["role"] for m in ex["prompt"]] == ["system", "user", "assistant", "user"]
+    assert [m["content"] for m in ex["prompt"][1:]] == [t.text for t in pair.prompt]
+    assert ex["chosen"] == [{"role": "assistant", "content": pair.chosen}]
+    assert ex["rejected"] == [{"role": "assistant", "content": pair.rejected}]
+    assert not any("<|im_start|>" in m["content"] for m in ex["prompt"] + ex["chosen"])
+    # what trl tokenizes: one system block, the template's markers once per message
+    tok, model = policy_model(tiny_model_dir, None, profile)
+    args = dpo_config(profile, tmp_path / "ckpt", 1, 0, 0.1, "sigmoid")
+    trainer = build_dpo_trainer(model, tok, [ex], [], args, profile)
+    row = trainer.train_dataset[0]
+    prompt_text = tok.decode(row["prompt_ids"])
+    assert prompt_text.count("<|im_start|>system") == 1
+    assert prompt_text.count("<|im_start|>") == len(ex["prompt"]) + 1  # + generation prompt
+    assert prompt_text.endswith("<|im_start|>assistant\n")
+    assert tok.decode(row["chosen_ids"]) == pair.chosen + "<|im_end|>\n"
+    assert tok.decode(row["rejected_ids"]) == pair.rejected + "<|im_end|>\n"
+
+
+def test_dpo_steps_move_every_lora_weight_and_raise_the_margin(
+        tiny_model_dir, sft_adapter, profile, tmp_path):
+    examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(4)]
+    run = train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "dpo", tmp_path / "ckpt",
+                    profile, beta=0.1, loss_type="sigmoid", seed=0)
+    assert run.fit.steps == 4 and run.n_pairs == 4
+    before, after = _adapter_weights(sft_adapter), _adapter_weights(tmp_path / "dpo")
+    assert before.keys() == after.keys() and len(after) > 0
+    unchanged = [k for k in after if (after[k] - before[k]).abs().max() == 0]
+    assert not unchanged, f"LoRA weights not trained: {unchanged}"
+    sft_model, tok = _load_policy(tiny_model_dir, sft_adapter)
+    dpo_model, _ = _load_policy(tiny_model_dir, tmp_path / "dpo")
+    m_sft, m_dpo = _mean_margin(sft_model, tok, examples), _mean_margin(dpo_model, tok, examples)
+    assert m_dpo > m_sft
+    # trl's reward margin is beta × the change of that log-prob margin (reference = SFT)
+    assert run.evaluation["rewards/margins"] == pytest.approx(0.1 * (m_dpo - m_sft), rel=0.05)
+    assert run.evaluation["rewards/accuracies"] > 0.5
+    card = json.loads((tmp_path / "dpo" / "medpref_task.json").read_text())
+    assert card["kind"] == "policy_dpo" and card["steps"] == 4
+    assert not (tmp_path / "dpo" / "ref").exists()  # the frozen reference is not saved
+
+
+class _Killed(RuntimeError):
+    pass
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tiny_model_dir, sft_adapter, profile,
+                                                     tmp_path):
+    from transformers import TrainerCallback
+
+    class KillAfter(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                raise _Killed("killed at step 3")
+
+    examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(4)]
+    kw = {"beta": 0.1, "loss_type": "sigmoid", "seed": 0}
+    with pytest.raises(_Killed):
+        train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "a", tmp_path / "ckpt",
+                  profile, callbacks=(KillAfter(),), **kw)
+    assert (tmp_path / "ckpt" / "checkpoint-2").exists() and not (tmp_path / "a").exists()
+    resumed = train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "a",
+                        tmp_path / "ckpt", profile, **kw)
+    assert resumed.fit.resumed_from == 2 and resumed.fit.steps == 4
+    logged = [h["step"] for h in resumed.fit.train_logs()]
+    assert logged[0] <= 2 and logged[-1] == 4  # history carried over from the checkpoint
+    straight = train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "b",
+                         tmp_path / "ckpt-b", profile, **kw)
+    assert straight.fit.resumed_from is None
+    a, b = _adapter_weights(tmp_path / "a"), _adapter_weights(tmp_path / "b")
+    assert all(float((a[k] - b[k]).abs().max()) < 1e-5 for k in a)
+
+
+def test_changed_run_does_not_resume_a_stale_checkpoint(tmp_path):
+    from medpref.training.runs import prepare_checkpoints
+
+    assert prepare_checkpoints(tmp_path / "c", "key-1") is None
+    (tmp_path / "c" / "checkpoint-5").mkdir()
+    (tmp_path / "c" / "checkpoint-5" / "trainer_state.json").write_text("{}")
+    assert prepare_checkpoints(tmp_path / "c", "key-1").endswith("checkpoint-5")
+    assert prepare_checkpoints(tmp_path / "c", "key-2") is None
+    assert not (tmp_path / "c" / "checkpoint-5").exists()
+
+
+# -- the stage: min_pairs skip, summary, policy roles ---------------------------------------
+
+def _stage(tmp_path, runs: dict[str, str], min_pairs: int = 4):
+    from medpref.stagekit import open_stage
+    from medpref.training import stage as training_stage
+
+    stage = open_stage("05_training")
+    p = stage.p
+    p.dpo.runs = runs
+    p.dpo.min_pairs = min_pairs
+    p.dpo.output_dir = str(tmp_path / "dpo")
+    p.sft.output_dir = str(tmp_path / "sft")
+    p.reports = str(tmp_path / "reports")
+    p.checkpoints_dir = str(tmp_path / "ckpt")
+    return stage, training_stage
+
+
+def test_runs_with_too_few_pairs_or_no_file_are_skipped_with_their_reason(tmp_path):
+    write_jsonl(tmp_path / "few.jsonl", _pairs(2))
+    runs = {"few": str(tmp_path / "few.jsonl"), "none": str(tmp_path / "absent.jsonl")}
+    stage, training_stage = _stage(tmp_path, runs, min_pairs=4)
+    for name in runs:
+        part = training_stage.open_part(stage, "dpo", name)
+        out = training_stage.run(part)  # no model is loaded, nothing raises
+        assert out.metrics["trained"] == 0
+        card = read_run_card(tmp_path / "dpo" / name)
+        assert card["status"] == "skipped"
+        # the run's DVC outs exist: its folder and an empty log history (header only)
+        assert (tmp_path / "reports" / "dpo" / name / "log_history.csv").read_text() \
+            .startswith("step,epoch,loss")
+    assert read_run_card(tmp_path / "dpo" / "few")["reason"] == "2 pairs < min_pairs 4"
+    assert read_run_card(tmp_path / "dpo" / "none")["reason"].startswith("no pairs file")
+    summary = training_stage.run(training_stage.open_part(stage, "summary"))
+    assert summary.metrics == {"runs": 2, "trained": 0, "skipped": 2, "policies": 0}
+    assert list(summary.table["reason"]) == ["2 pairs < min_pairs 4",
+                                             f"no pairs file {tmp_path / 'absent.jsonl'}"]
+
+
+def test_trained_policies_are_backend_roles_with_their_adapters(tmp_path):
+    from medpref.training import policies
+
+    stage, _ = _stage(tmp_path, {"cai_dep": "x.jsonl", "agent": "y.jsonl"})
+    for run, status in [("sft", "trained"), ("cai_dep", "trained"), ("agent", "skipped")]:
+        folder = policies.run_dir(stage.params, run)
+        folder.mkdir(parents=True)
+        name = "skipped.json" if status == "skipped" else "run.json"
+        (folder / name).write_text(json.dumps({"run": run, "status": status}))
+    found = policies.register_policy_roles(stage.params)
+    assert [p.role for p in found] == ["policy_sft", "policy_cai_dep"]
+    role = stage.params.shared.llm.roles["policy_cai_dep"]
+    base = stage.params.shared.llm.roles["policy"]
+    assert role.backend == "hf" and role.model == base.model
+    assert role.adapter == str(tmp_path / "dpo" / "cai_dep" / "adapter")
+    assert base.adapter is None  # the base role is untouched
+
+
+def test_unknown_run_or_part_fails_with_the_known_names():
+    from medpref.stagekit import open_stage
+    from medpref.training import stage as training_stage
+
+    stage = open_stage("05_training")
+    with pytest.raises(ValueError, match="no DPO run 'nope'.*gpt4_rank"):
+        training_stage.open_part(stage, "dpo", "nope")
+    with pytest.raises(ValueError, match="part must be one of"):
+        training_stage.open_part(stage, "train")
+
+
+# -- profiles --------------------------------------------------------------------------------
+
+def test_paper_profile_is_plpf_appendix_c():
+    paper = load_params().training.profiles["paper"]
+    assert (paper.lora_r, paper.lora_alpha, paper.learning_rate) == (64, 16, 1e-4)
+    assert (paper.per_device_batch_size, paper.grad_accumulation) == (2, 16)
+    assert paper.target_modules["baichuan"] == ["W_pack", "o_proj"]
+    assert paper.target_modules["qwen"] == ["c_attn", "c_proj", "w1", "w2"]
+
+
+def test_profile_sets_precision_checkpointing_and_progress_from_the_hardware(tmp_path):
+    import torch
+
+    from medpref.training.profiles import resolve_bf16, target_modules
+
+    tiny = load_params().training.profiles["tiny"]
+    args = dpo_config(tiny, tmp_path, 3, 0, 0.1, "sigmoid")
+    gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    assert args.bf16 is gpu_bf16  # trl's default (True) is overridden on a CPU
+    assert args.gradient_checkpointing is False and args.disable_tqdm is False
+    assert args.padding_free is False and args.precompute_ref_log_probs is False
+    assert args.max_steps == 3 and args.save_steps == tiny.save_steps
+    if not gpu_bf16:
+        with pytest.raises(ValueError, match="bf16"):
+            resolve_bf16(tiny.model_copy(update={"bf16": True}))
+    assert target_modules(tiny, "llama") == ("q_proj", "v_proj")
+    assert target_modules(tiny, "mistral") == tuple(tiny.target_modules["default"])
+
+
+def test_steps_follow_epochs_and_the_cap():
+    from medpref.training.profiles import optimizer_steps
+
+    prof = load_params().training.profiles["tiny"].model_copy(
+        update={"per_device_batch_size": 2, "grad_accumulation": 3})  # 6 pairs a step
+    assert optimizer_steps(7, prof, 1.0, None) == 2
+    assert optimizer_steps(7, prof, 2.0, None) == 4
+    assert optimizer_steps(100, prof, 1.0, 5) == 5
+    assert optimizer_steps(12, prof, 1.0, None, world_size=2) == 1
+
+
+# -- the real model --------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_dpo_on_the_embedded_model_moves_every_weight_and_raises_the_margin(tmp_path):
+    base = REPO_ROOT / "models" / "smollm2-135m-instruct"
+    prof = load_params().training.profiles["tiny"].model_copy(update={
+        "sft_max_steps": 1, "dpo_max_steps": 3, "dpo_epochs": 10.0, "max_length": 192})
+    dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)[:2]
+    sft = train_dialogue_sft(base, sft_examples(dialogues, SYSTEM, 2, 0), tmp_path / "sft",
+                             tmp_path / "ck1", prof, seed=0)
+    examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(2)]
+    run = train_dpo(base, sft.adapter_dir, examples, tmp_path / "dpo", tmp_path / "ck2", prof,
+                    beta=0.1, loss_type="sigmoid", seed=0)
+    before, after = _adapter_weights(tmp_path / "sft"), _adapter_weights(tmp_path / "dpo")
+    assert not [k for k in after if (after[k] - before[k]).abs().max() == 0]
+    sft_model, tok = _load_policy(base, tmp_path / "sft")
+    dpo_model, _ = _load_policy(base, tmp_path / "dpo")
+    assert _mean_margin(dpo_model, tok, examples) > _mean_margin(sft_model, tok, examples)
+    assert run.evaluation["rewards/margins"] > 0
+
+
+# -- SFT on dialogues ------------------------------------------------------------------------
+
+def test_sft_learns_only_the_doctor_turn(tiny_model_dir, profile, tmp_path):
+    from medpref.training.dialogue_sft import build_sft_trainer, sft_config
+    from medpref.training.profiles import load_hardware_of, lora_settings
+    from medpref.training.sft import load_base, with_lora
+
+    dialogue = Dialogue(id="d", turns=[Turn(role="patient", text="My knee hurts."),
+                                       Turn(role="doctor", text="Since when?"),
+                                       Turn(role="patient", text="Two days."),
+                                       Turn(role="doctor", text="Did you fall?")])
+    examples = sft_examples([dialogue], SYSTEM, None, 0, history_max_turns=2)
+    assert [ex["completion"][0]["content"] for ex in examples] == ["Since when?", "Did you fall?"]
+    assert [m["role"] for m in examples[1]["prompt"]] == ["system", "assistant", "user"]
+    tok, base = load_base(tiny_model_dir, load_hardware_of(profile))
+    model = with_lora(base, lora_settings(profile, "llama"))
+    trainer = build_sft_trainer(model, tok, examples, sft_config(profile, tmp_path, 1, 0))
+    row = trainer.train_dataset[1]
+    batch = trainer.data_collator([row])  # what the loss sees: -100 outside the answer
+    ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
+    learned = [t for t, lab in zip(ids, labels) if lab != -100]
+    assert tok.decode(learned) == "Did you fall?<|im_end|>\n"
+    assert tok.decode(row["input_ids"]).count("<|im_start|>system") == 1
+
+
+def test_sft_corpus_notes_a_missing_file_and_reads_real_sets_when_present(tmp_path):
+    from medpref.data.adapters import shared_data_dir
+    from medpref.training.config import RealDialogues
+    from medpref.training.dialogue_sft import load_dialogues
+
+    p = load_params().training.sft.model_copy(update={
+        "dialogues": ["data/embedded/dialogues.jsonl", str(tmp_path / "absent.jsonl")]})
+    dialogues, sources = load_dialogues(p)
+    assert sources[0].dialogues == len(dialogues) > 0
+    assert sources[1].dialogues == 0 and sources[1].note.startswith("absent")
+    if shared_data_dir() is None:
+        pytest.skip("../shared/data is absent")
+    real = p.model_copy(update={"dialogues": [], "real": [
+        RealDialogues(source="mts_dialog", split="train", limit=5)]})
+    dialogues, sources = load_dialogues(real)
+    assert len(dialogues) == 5 and sources[0].name == "mts_dialog:train"
