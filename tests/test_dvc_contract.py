@@ -31,7 +31,9 @@ from medpref import REPO_ROOT
 
 SRC = REPO_ROOT / "src"
 SPEC = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))
-STAGES: dict = SPEC["stages"]
+# a `foreach` stage keeps its definition under `do`; read it like any other stage
+STAGES: dict = {name: {**{k: v for k, v in st.items() if k != "do"}, **st.get("do", {})}
+                for name, st in SPEC["stages"].items()}
 
 
 # -- (a) code deps cover the import closure ---------------------------------------------------
