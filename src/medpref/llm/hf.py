@@ -85,6 +85,10 @@ class HFBackend(Backend):
     kind = "hf"
     #: a batch whose prompts share at least this many tokens runs them once (option scoring)
     shared_prefix_min = 32
+    #: end each row inside ``generate`` when its text holds a stop string (the batch ends
+    #: when every row has); False generates ``max_new_tokens`` and cuts afterwards (the
+    #: same text up to the stop, slower; kept for the equality test and the benchmark)
+    stop_in_generate = True
 
     def __init__(self, model: str, adapter: str | None = None, device: str = "auto",
                  dtype: str = "auto", batch_size: int = 8, model_name: str | None = None):
@@ -138,12 +142,18 @@ class HFBackend(Backend):
 
     def _generate_batch(self, prompts: list[str], params) -> list[Completion]:
         import torch
+        from transformers import StoppingCriteriaList
 
         tok, model = self._ensure_loaded()
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(model.device) for k, v in enc.items()}
+        width = enc["input_ids"].shape[1]
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
                                   "pad_token_id": tok.pad_token_id}
+        stopper = None
+        if params.stop and self.stop_in_generate:
+            stopper = StopStrings(tok, params.stop, width)
+            kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
         if params.sampled:
             torch.manual_seed(params.seed)
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
@@ -153,10 +163,12 @@ class HFBackend(Backend):
         with torch.inference_mode():
             out = model.generate(**enc, **kwargs)
         latency = (time.perf_counter() - t0) / len(prompts)
-        new = out[:, enc["input_ids"].shape[1]:]
+        new = out[:, width:]
         comps = []
-        for row, mask in zip(new, enc["attention_mask"]):
+        for r, (row, mask) in enumerate(zip(new, enc["attention_mask"])):
             ids = row.tolist()
+            if stopper is not None and stopper.ended_at[r] is not None:
+                ids = ids[:stopper.ended_at[r]]  # what came after is padding
             finish = "length"
             if tok.eos_token_id in ids:
                 ids = ids[:ids.index(tok.eos_token_id)]
@@ -267,6 +279,40 @@ def _common_prefix_len(seqs: list[list[int]]) -> int:
 def _tail(prefix: str, n: int = 24) -> str:
     """The end of a prefix, enough to tokenise the option boundary the same way."""
     return prefix[-n:]
+
+
+class StopStrings:
+    """A stopping criterion that ends each batch row once its generated text contains
+    one of ``stops`` (or ends with EOS), so a batch finishes when every row is done
+    rather than after ``max_new_tokens``.
+
+    It decodes the row's new tokens the way the answer is decoded afterwards, so it stops
+    exactly where :func:`_cut_at_stop` would cut: the text up to the stop is unchanged.
+    ``ended_at[row]`` is how many new tokens the row had when it stopped (None: running).
+    """
+
+    def __init__(self, tokenizer, stops: Sequence[str], prompt_width: int):
+        self.tok = tokenizer
+        self.stops = [s for s in stops if s]
+        self.width = prompt_width
+        self.ended_at: list[int | None] | None = None
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        n_new = input_ids.shape[1] - self.width
+        if self.ended_at is None:
+            self.ended_at = [None] * input_ids.shape[0]
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        eos = self.tok.eos_token_id
+        for r in range(input_ids.shape[0]):
+            if self.ended_at[r] is None:
+                ids = input_ids[r, self.width:].tolist()
+                text = self.tok.decode(ids, skip_special_tokens=True)
+                if (eos is not None and ids[-1] == eos) or any(s in text for s in self.stops):
+                    self.ended_at[r] = n_new
+            done[r] = self.ended_at[r] is not None
+        return done
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
