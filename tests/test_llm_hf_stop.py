@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from medpref import REPO_ROOT
-from medpref.llm.hf import HFBackend, StopStrings
+from medpref.llm.hf import HFBackend, StopStrings, batch_order
 from medpref.llm.types import ChatRequest, GenerationParams
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
@@ -86,3 +86,34 @@ def test_without_stop_strings_generation_is_untouched(tiny_model_dir):
     requests = [ChatRequest.of(p, params) for p in PROMPTS]
     comps = backend.generate(requests)
     assert all(c.tokens_out == 12 or c.finish_reason == "stop" for c in comps)
+
+
+def test_batch_order_keeps_shared_beginnings_together_and_sorts_the_rest():
+    rule_a = list(range(100, 140))                 # 40 shared tokens
+    ids = [[1, 2, 3, 4, 5, 6],                     # 0: alone, length 6
+           rule_a + [7, 8, 9],                     # 1: rule A, length 43
+           [9, 9],                                 # 2: alone, length 2
+           rule_a + [7],                           # 3: rule A, length 41
+           rule_a[:10] + [5] * 40]                 # 4: shares only 10 tokens: alone
+    assert batch_order(ids, shared_min=32) == [3, 1, 2, 0, 4]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_a_shared_beginning_run_once_gives_the_same_answers(tiny_model_dir, temperature):
+    """Prompts that share a long beginning (the chat template's system prompt here)
+    generate on one key/value cache of it: the same text as left-padded whole prompts."""
+    shared = HFBackend(str(tiny_model_dir), batch_size=4)
+    plain = HFBackend(str(tiny_model_dir), batch_size=4)
+    plain.shared_prefix_min = 10**9
+    params = GenerationParams(max_new_tokens=16, temperature=temperature, seed=3)
+    system = {"role": "system", "content": "You rate a doctor's last turn against a rule: "
+              "gather and verify the patient's condition before diagnosing. " * 2}
+    requests = [ChatRequest.of([system, *p], params, prefix="Doctor:") for p in PROMPTS]
+    tok, _ = shared._ensure_loaded()
+    ids = [tok(shared.render(r.messages, r.prefix), add_special_tokens=False)["input_ids"]
+           for r in requests]
+    _, cache = shared._batch_inputs(ids)
+    assert cache is not None, "the test prompts should share the system prompt"
+    got, want = shared.generate(requests), plain.generate(requests)
+    assert [c.text for c in got] == [c.text for c in want]
+    assert [c.tokens_in for c in got] == [len(x) for x in ids]

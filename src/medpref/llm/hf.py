@@ -122,34 +122,68 @@ class HFBackend(Backend):
     # -- generation ---------------------------------------------------------------------
     def generate(self, requests: Sequence[ChatRequest],
                  on_complete: OnComplete | None = None) -> list[Completion]:
+        tok, _ = self._ensure_loaded()
         results: list[Completion | None] = [None] * len(requests)
-        # Group by decoding settings (a batch shares them), then sort by prompt length so
-        # that each batch pads little; answers are put back in request order.
+        # Group by decoding settings (a batch shares them), then order each group so that
+        # prompts sharing a long beginning share a batch and the rest pad little
+        # (:func:`batch_order`); answers are put back in request order.
         groups: dict[Any, list[int]] = {}
         for i, req in enumerate(requests):
             groups.setdefault(req.params, []).append(i)
         for params, idxs in groups.items():
-            texts = {i: self.render(requests[i].messages, requests[i].prefix) for i in idxs}
-            order = sorted(idxs, key=lambda i: len(texts[i]))
+            ids = [tok(self.render(requests[i].messages, requests[i].prefix),
+                       add_special_tokens=False)["input_ids"] for i in idxs]
+            order = [idxs[k] for k in batch_order(ids, self.shared_prefix_min)]
+            by_index = dict(zip(idxs, ids))
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start:start + self.batch_size]
-                for i, comp in zip(chunk, self._generate_batch([texts[i] for i in chunk],
+                for i, comp in zip(chunk, self._generate_batch([by_index[i] for i in chunk],
                                                                params)):
                     results[i] = comp
                     if on_complete is not None:
                         on_complete(i, comp)
         return [r for r in results if r is not None]
 
-    def _generate_batch(self, prompts: list[str], params) -> list[Completion]:
+    def _batch_inputs(self, ids: list[list[int]]):
+        """Model inputs of one batch: left-padded prompts, or, when they share at least
+        ``shared_prefix_min`` tokens, that beginning run once into a key/value cache
+        (copied per row) and each row's rest left-padded after it. The attention mask
+        then has a gap that position ids skip, so every row sees the same positions as
+        alone. Returns (inputs, past key values or None)."""
+        import torch
+
+        tok, model = self._ensure_loaded()
+        dev = model.device
+        shared = _common_prefix_len(ids) if len(ids) > 1 else 0
+        shared = min(shared, min(len(x) for x in ids) - 1)  # every row keeps >= 1 token
+        if shared < self.shared_prefix_min:
+            enc = tok.pad({"input_ids": ids}, return_tensors="pt", padding=True)
+            return {k: v.to(dev) for k, v in enc.items()}, None
+        with torch.inference_mode():
+            cache = model(input_ids=torch.tensor([ids[0][:shared]], device=dev),
+                          use_cache=True, logits_to_keep=1).past_key_values
+        for layer in cache.layers:
+            layer.batch_repeat_interleave(len(ids))
+        rest = [x[shared:] for x in ids]
+        width = max(len(r) for r in rest)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        inp = [ids[0][:shared] + [pad] * (width - len(r)) + r for r in rest]
+        mask = [[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rest]
+        return {"input_ids": torch.tensor(inp, device=dev),
+                "attention_mask": torch.tensor(mask, device=dev)}, cache
+
+    def _generate_batch(self, ids: list[list[int]], params) -> list[Completion]:
         import torch
         from transformers import StoppingCriteriaList
 
         tok, model = self._ensure_loaded()
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(model.device) for k, v in enc.items()}
+        t0 = time.perf_counter()
+        enc, cache = self._batch_inputs(ids)
         width = enc["input_ids"].shape[1]
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
                                   "pad_token_id": tok.pad_token_id}
+        if cache is not None:
+            kwargs["past_key_values"] = cache
         stopper = None
         if params.stop and self.stop_in_generate:
             stopper = StopStrings(tok, params.stop, width)
@@ -159,24 +193,23 @@ class HFBackend(Backend):
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        t0 = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(**enc, **kwargs)
-        latency = (time.perf_counter() - t0) / len(prompts)
+        latency = (time.perf_counter() - t0) / len(ids)
         new = out[:, width:]
         comps = []
-        for r, (row, mask) in enumerate(zip(new, enc["attention_mask"])):
-            ids = row.tolist()
+        for r, (row, prompt) in enumerate(zip(new, ids)):
+            row_ids = row.tolist()
             if stopper is not None and stopper.ended_at[r] is not None:
-                ids = ids[:stopper.ended_at[r]]  # what came after is padding
+                row_ids = row_ids[:stopper.ended_at[r]]  # what came after is padding
             finish = "length"
-            if tok.eos_token_id in ids:
-                ids = ids[:ids.index(tok.eos_token_id)]
+            if tok.eos_token_id in row_ids:
+                row_ids = row_ids[:row_ids.index(tok.eos_token_id)]
                 finish = "stop"
-            text = tok.decode(ids, skip_special_tokens=True)
+            text = tok.decode(row_ids, skip_special_tokens=True)
             text, stopped = _cut_at_stop(text, params.stop)
-            comps.append(Completion(text=text.strip(), tokens_in=int(mask.sum()),
-                                    tokens_out=len(ids), latency_s=latency,
+            comps.append(Completion(text=text.strip(), tokens_in=len(prompt),
+                                    tokens_out=len(row_ids), latency_s=latency,
                                     finish_reason="stop" if stopped else finish))
         return comps
 
@@ -274,6 +307,26 @@ def _common_prefix_len(seqs: list[list[int]]) -> int:
         if any(x[k] != first[k] for x in seqs[1:]):
             return k
     return n
+
+
+def batch_order(ids: list[list[int]], shared_min: int) -> list[int]:
+    """An order of token sequences for batching: runs of prompts that share a long
+    beginning (at least ``shared_min`` tokens and half the shorter prompt: a rule and its
+    in-context examples) stay together, shortest first; the others follow, sorted by
+    length so that a batch pads little."""
+    lex = sorted(range(len(ids)), key=lambda i: ids[i])
+    runs: list[list[int]] = []
+    for i in lex:
+        if runs:
+            head = ids[runs[-1][0]]
+            need = max(shared_min, min(len(head), len(ids[i])) // 2)
+            if _common_prefix_len([head, ids[i]]) >= need:
+                runs[-1].append(i)
+                continue
+        runs.append([i])
+    shared = [sorted(run, key=lambda i: len(ids[i])) for run in runs if len(run) > 1]
+    alone = sorted((run[0] for run in runs if len(run) == 1), key=lambda i: len(ids[i]))
+    return [i for run in shared for i in run] + alone
 
 
 def _tail(prefix: str, n: int = 24) -> str:
