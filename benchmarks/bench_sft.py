@@ -26,8 +26,14 @@ import time
 from medpref.params import load_params
 from medpref.rem import build_rem
 from medpref.training.hardware import load_hardware
-from medpref.training.sft import (AnswerOnlyCollator, LoraSettings, answer_only_loss,
-                                  encode_examples, load_base, with_lora)
+from medpref.training.sft import (
+    AnswerOnlyCollator,
+    LoraSettings,
+    answer_only_loss,
+    encode_examples,
+    load_base,
+    with_lora,
+)
 
 
 def cpu_s() -> float:
