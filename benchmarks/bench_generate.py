@@ -3,7 +3,9 @@
 A fixed prompt set: NoteChat's doctor-turn prompt (``configs/prompts/notechat_doctor``)
 on the first ``--n`` embedded notes at the start of the visit, answered by the embedded
 model with the answer started as ``Doctor:`` and the other speaker's tag as stop strings
-(what the role-play asks). Both ways run greedily in one batch; the script prints wall
+(what the role-play asks), sampled at the stage's temperature with a fixed seed (greedy
+with ``--greedy``: the 135M model then often opens with the patient's line, so every
+row stops within a few tokens). Both ways run in one batch; the script prints wall
 and CPU seconds, tokens generated, the speed-up ratio and whether the texts are equal
 (they must be: the criterion stops where the cut would cut).
 
@@ -89,11 +91,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--role", default="doctor")
+    ap.add_argument("--greedy", action="store_true")
     ap.add_argument("--rem", action="store_true", help="shared-prefix generation, REM prompts")
     ap.add_argument("--rule", default="A")
     args = ap.parse_args()
 
-    model = load_params().shared.llm.roles[args.role].model
+    all_params = load_params()
+    model = all_params.shared.llm.roles[args.role].model
     backend = HFBackend(str(repo_path(model)), batch_size=args.n)
     backend._ensure_loaded()
     if args.rem:
@@ -102,10 +106,12 @@ def main() -> None:
         compare(backend, requests, [("whole prompts", _set(shared_prefix_min=10**9)),
                                     ("shared prefix", _set(shared_prefix_min=32))])
         return
-    params = GenerationParams(max_new_tokens=args.max_new_tokens, stop=STOP["doctor"])
+    params = GenerationParams(max_new_tokens=args.max_new_tokens, stop=STOP["doctor"],
+                              temperature=0.0 if args.greedy else all_params.notechat.temperature,
+                              seed=all_params.shared.seed)
     requests = [ChatRequest.of(m, params, prefix=PREFIX["doctor"]) for m in prompt_set(args.n)]
     print(f"{len(requests)} doctor-turn prompts, max_new_tokens {args.max_new_tokens}, "
-          f"stop {list(STOP['doctor'])}")
+          f"temperature {params.temperature}, stop {list(STOP['doctor'])}")
     compare(backend, requests, [("cut after", _set(stop_in_generate=False)),
                                 ("stop inside", _set(stop_in_generate=True))])
 
