@@ -117,3 +117,14 @@ def test_a_shared_beginning_run_once_gives_the_same_answers(tiny_model_dir, temp
     got, want = shared.generate(requests), plain.generate(requests)
     assert [c.text for c in got] == [c.text for c in want]
     assert [c.tokens_in for c in got] == [len(x) for x in ids]
+
+
+def test_a_model_is_loaded_once_per_process_and_key(tiny_model_dir):
+    """Every backend (role) naming the same folder, adapter, device and dtype shares one
+    loaded model; another dtype is another load."""
+    from medpref.llm.hf import load_model
+
+    a = HFBackend(str(tiny_model_dir), batch_size=2)._ensure_loaded()
+    b = HFBackend(str(tiny_model_dir), batch_size=8)._ensure_loaded()
+    assert a[1] is b[1] and a[0] is b[0]
+    assert load_model(tiny_model_dir, dtype="bfloat16")[1] is not a[1]
