@@ -164,6 +164,21 @@ def test_roleplay_removes_covered_concepts_each_round(extractor):
 # ------------------------------------------------------------------ malformed turns
 
 
+def test_roleplay_turns_stop_at_the_other_speakers_tag(extractor):
+    """Each agent's generation ends where it starts the other speaker's line (the
+    backend stops there instead of writing that line to the token limit)."""
+    text = "Chest pain for a week. Plan: aspirin."
+    play = RolePlay(Segment("n-1", None, text), Checklist(note_keywords(extractor.mentions(text))))
+    clients, backend = make_clients()
+    p = NoteChatParams(max_rounds=1, temperature=0.0, max_copied_share=1.0)
+    run_roleplay([play], clients["doctor"], clients["patient"], _templates(), p, 13,
+                 extractor, CallLog())
+    doctor, patient = backend.requests[:2]
+    assert (doctor.prefix, patient.prefix) == ("Doctor:", "Patient:")
+    assert "Patient:" in doctor.params.stop and "Doctor:" not in doctor.params.stop
+    assert "Doctor:" in patient.params.stop and "Patient:" not in patient.params.stop
+
+
 @pytest.mark.parametrize("raw,role,text,issue", [
     ("", "doctor", None, "empty answer"),
     ("   \n ", "patient", None, "empty answer"),

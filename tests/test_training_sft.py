@@ -7,8 +7,8 @@ import pytest
 from medpref import REPO_ROOT
 from medpref.training.hardware import HardwareProfile, load_hardware
 from medpref.training.sft import (IGNORE_INDEX, TASK_CARD, AnswerOnlyCollator, LoraSettings,
-                                  SFTExample, SFTSettings, encode_examples, planned_steps,
-                                  read_task_card, train_lora)
+                                  SFTExample, SFTSettings, answer_only_loss, answer_width,
+                                  encode_examples, planned_steps, read_task_card, train_lora)
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 EXAMPLE = SFTExample([{"role": "system", "content": "Judge the rule."},
@@ -66,6 +66,46 @@ def test_padding_is_masked_and_attention_off(tokenizer):
     assert tokenizer.decode(learned) == "Score: 1<|im_end|>\n"
 
 
+def test_left_padding_ends_every_answer_at_the_last_position(tokenizer):
+    short = SFTExample(EXAMPLE.messages, "Score: 1")
+    data, _ = encode_examples(tokenizer, [EXAMPLE, short], max_length=512)
+    batch = AnswerOnlyCollator(tokenizer, padding_side="left")(data)
+    n_short, width = len(data[1]["input_ids"]), batch["input_ids"].shape[1]
+    assert batch["attention_mask"][1].tolist() == [0] * (width - n_short) + [1] * n_short
+    assert batch["input_ids"][1].tolist()[width - n_short:] == data[1]["input_ids"]
+    # positions count from each row's first real token
+    assert batch["position_ids"][1].tolist()[width - n_short:] == list(range(n_short))
+    learned = [t for t, lab in zip(batch["input_ids"][1].tolist(), batch["labels"][1].tolist())
+               if lab != IGNORE_INDEX]
+    assert tokenizer.decode(learned) == "Score: 1<|im_end|>\n"
+    # the widest answer (the long one) starts answer_width positions from the end
+    n_answer = len(tokenizer(EXAMPLE.answer + "<|im_end|>\n",
+                             add_special_tokens=False)["input_ids"])
+    assert answer_width(batch["labels"]) == n_answer
+
+
+def test_answer_only_loss_equals_the_models_own_loss(tokenizer, tiny_model_dir):
+    """The LM head on the answer tail of a left-padded batch gives the loss the model
+    computes on the whole right-padded batch (mean over answer tokens)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    examples = [EXAMPLE, SFTExample(EXAMPLE.messages, "Score: 1"),
+                SFTExample([{"role": "user", "content": "Doctor: Hi. Any cough at night?"}],
+                           "Comment: asks one question.\nScore: 2")]
+    data, _ = encode_examples(tokenizer, examples, max_length=512)
+    right = AnswerOnlyCollator(tokenizer)(data)
+    left = AnswerOnlyCollator(tokenizer, padding_side="left")(data)
+    with torch.no_grad():
+        want = model(**right).loss
+        got = answer_only_loss(model, left)
+        n = int((right["labels"][:, 1:] != IGNORE_INDEX).sum())
+        summed = answer_only_loss(model, left, num_items=2 * n)
+    assert float(got) == pytest.approx(float(want), rel=1e-4)
+    assert float(summed) == pytest.approx(float(want) / 2, rel=1e-4)
+
+
 def test_sequence_without_marker_is_an_error(tokenizer):
     ids = tokenizer("no chat template here", add_special_tokens=False)["input_ids"]
     with pytest.raises(ValueError, match="marker"):
@@ -105,7 +145,7 @@ def test_a_few_lora_steps_change_the_adapter(tiny_model_dir, tmp_path):
     from safetensors.torch import load_file
 
     hw = HardwareProfile(device="cpu", per_device_batch_size=2, grad_accumulation=1,
-                         num_threads=1)
+                         num_threads=1, group_by_length=True)
     out = tmp_path / "adapter"
     result = train_lora(tiny_model_dir, [EXAMPLE] * 4, out, hw,
                         SFTSettings(max_steps=3, learning_rate=1e-2, max_length=256,

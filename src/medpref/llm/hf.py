@@ -85,6 +85,10 @@ class HFBackend(Backend):
     kind = "hf"
     #: a batch whose prompts share at least this many tokens runs them once (option scoring)
     shared_prefix_min = 32
+    #: end each row inside ``generate`` when its text holds a stop string (the batch ends
+    #: when every row has); False generates ``max_new_tokens`` and cuts afterwards (the
+    #: same text up to the stop, slower; kept for the equality test and the benchmark)
+    stop_in_generate = True
 
     def __init__(self, model: str, adapter: str | None = None, device: str = "auto",
                  dtype: str = "auto", batch_size: int = 8, model_name: str | None = None):
@@ -118,53 +122,94 @@ class HFBackend(Backend):
     # -- generation ---------------------------------------------------------------------
     def generate(self, requests: Sequence[ChatRequest],
                  on_complete: OnComplete | None = None) -> list[Completion]:
+        tok, _ = self._ensure_loaded()
         results: list[Completion | None] = [None] * len(requests)
-        # Group by decoding settings (a batch shares them), then sort by prompt length so
-        # that each batch pads little; answers are put back in request order.
+        # Group by decoding settings (a batch shares them), then order each group so that
+        # prompts sharing a long beginning share a batch and the rest pad little
+        # (:func:`batch_order`); answers are put back in request order.
         groups: dict[Any, list[int]] = {}
         for i, req in enumerate(requests):
             groups.setdefault(req.params, []).append(i)
         for params, idxs in groups.items():
-            texts = {i: self.render(requests[i].messages, requests[i].prefix) for i in idxs}
-            order = sorted(idxs, key=lambda i: len(texts[i]))
+            ids = [tok(self.render(requests[i].messages, requests[i].prefix),
+                       add_special_tokens=False)["input_ids"] for i in idxs]
+            order = [idxs[k] for k in batch_order(ids, self.shared_prefix_min)]
+            by_index = dict(zip(idxs, ids))
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start:start + self.batch_size]
-                for i, comp in zip(chunk, self._generate_batch([texts[i] for i in chunk],
+                for i, comp in zip(chunk, self._generate_batch([by_index[i] for i in chunk],
                                                                params)):
                     results[i] = comp
                     if on_complete is not None:
                         on_complete(i, comp)
         return [r for r in results if r is not None]
 
-    def _generate_batch(self, prompts: list[str], params) -> list[Completion]:
+    def _batch_inputs(self, ids: list[list[int]]):
+        """Model inputs of one batch: left-padded prompts, or, when they share at least
+        ``shared_prefix_min`` tokens, that beginning run once into a key/value cache
+        (copied per row) and each row's rest left-padded after it. The attention mask
+        then has a gap that position ids skip, so every row sees the same positions as
+        alone. Returns (inputs, past key values or None)."""
         import torch
 
         tok, model = self._ensure_loaded()
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(model.device) for k, v in enc.items()}
+        dev = model.device
+        shared = _common_prefix_len(ids) if len(ids) > 1 else 0
+        shared = min(shared, min(len(x) for x in ids) - 1)  # every row keeps >= 1 token
+        if shared < self.shared_prefix_min:
+            enc = tok.pad({"input_ids": ids}, return_tensors="pt", padding=True)
+            return {k: v.to(dev) for k, v in enc.items()}, None
+        with torch.inference_mode():
+            cache = model(input_ids=torch.tensor([ids[0][:shared]], device=dev),
+                          use_cache=True, logits_to_keep=1).past_key_values
+        for layer in cache.layers:
+            layer.batch_repeat_interleave(len(ids))
+        rest = [x[shared:] for x in ids]
+        width = max(len(r) for r in rest)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        inp = [ids[0][:shared] + [pad] * (width - len(r)) + r for r in rest]
+        mask = [[1] * shared + [0] * (width - len(r)) + [1] * len(r) for r in rest]
+        return {"input_ids": torch.tensor(inp, device=dev),
+                "attention_mask": torch.tensor(mask, device=dev)}, cache
+
+    def _generate_batch(self, ids: list[list[int]], params) -> list[Completion]:
+        import torch
+        from transformers import StoppingCriteriaList
+
+        tok, model = self._ensure_loaded()
+        t0 = time.perf_counter()
+        enc, cache = self._batch_inputs(ids)
+        width = enc["input_ids"].shape[1]
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
                                   "pad_token_id": tok.pad_token_id}
+        if cache is not None:
+            kwargs["past_key_values"] = cache
+        stopper = None
+        if params.stop and self.stop_in_generate:
+            stopper = StopStrings(tok, params.stop, width)
+            kwargs["stopping_criteria"] = StoppingCriteriaList([stopper])
         if params.sampled:
             torch.manual_seed(params.seed)
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        t0 = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(**enc, **kwargs)
-        latency = (time.perf_counter() - t0) / len(prompts)
-        new = out[:, enc["input_ids"].shape[1]:]
+        latency = (time.perf_counter() - t0) / len(ids)
+        new = out[:, width:]
         comps = []
-        for row, mask in zip(new, enc["attention_mask"]):
-            ids = row.tolist()
+        for r, (row, prompt) in enumerate(zip(new, ids)):
+            row_ids = row.tolist()
+            if stopper is not None and stopper.ended_at[r] is not None:
+                row_ids = row_ids[:stopper.ended_at[r]]  # what came after is padding
             finish = "length"
-            if tok.eos_token_id in ids:
-                ids = ids[:ids.index(tok.eos_token_id)]
+            if tok.eos_token_id in row_ids:
+                row_ids = row_ids[:row_ids.index(tok.eos_token_id)]
                 finish = "stop"
-            text = tok.decode(ids, skip_special_tokens=True)
+            text = tok.decode(row_ids, skip_special_tokens=True)
             text, stopped = _cut_at_stop(text, params.stop)
-            comps.append(Completion(text=text.strip(), tokens_in=int(mask.sum()),
-                                    tokens_out=len(ids), latency_s=latency,
+            comps.append(Completion(text=text.strip(), tokens_in=len(prompt),
+                                    tokens_out=len(row_ids), latency_s=latency,
                                     finish_reason="stop" if stopped else finish))
         return comps
 
@@ -264,9 +309,63 @@ def _common_prefix_len(seqs: list[list[int]]) -> int:
     return n
 
 
+def batch_order(ids: list[list[int]], shared_min: int) -> list[int]:
+    """An order of token sequences for batching: runs of prompts that share a long
+    beginning (at least ``shared_min`` tokens and half the shorter prompt: a rule and its
+    in-context examples) stay together, shortest first; the others follow, sorted by
+    length so that a batch pads little."""
+    lex = sorted(range(len(ids)), key=lambda i: ids[i])
+    runs: list[list[int]] = []
+    for i in lex:
+        if runs:
+            head = ids[runs[-1][0]]
+            need = max(shared_min, min(len(head), len(ids[i])) // 2)
+            if _common_prefix_len([head, ids[i]]) >= need:
+                runs[-1].append(i)
+                continue
+        runs.append([i])
+    shared = [sorted(run, key=lambda i: len(ids[i])) for run in runs if len(run) > 1]
+    alone = sorted((run[0] for run in runs if len(run) == 1), key=lambda i: len(ids[i]))
+    return [i for run in shared for i in run] + alone
+
+
 def _tail(prefix: str, n: int = 24) -> str:
     """The end of a prefix, enough to tokenise the option boundary the same way."""
     return prefix[-n:]
+
+
+class StopStrings:
+    """A stopping criterion that ends each batch row once its generated text contains
+    one of ``stops`` (or ends with EOS), so a batch finishes when every row is done
+    rather than after ``max_new_tokens``.
+
+    It decodes the row's new tokens the way the answer is decoded afterwards, so it stops
+    exactly where :func:`_cut_at_stop` would cut: the text up to the stop is unchanged.
+    ``ended_at[row]`` is how many new tokens the row had when it stopped (None: running).
+    """
+
+    def __init__(self, tokenizer, stops: Sequence[str], prompt_width: int):
+        self.tok = tokenizer
+        self.stops = [s for s in stops if s]
+        self.width = prompt_width
+        self.ended_at: list[int | None] | None = None
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        n_new = input_ids.shape[1] - self.width
+        if self.ended_at is None:
+            self.ended_at = [None] * input_ids.shape[0]
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        eos = self.tok.eos_token_id
+        for r in range(input_ids.shape[0]):
+            if self.ended_at[r] is None:
+                ids = input_ids[r, self.width:].tolist()
+                text = self.tok.decode(ids, skip_special_tokens=True)
+                if (eos is not None and ids[-1] == eos) or any(s in text for s in self.stops):
+                    self.ended_at[r] = n_new
+            done[r] = self.ended_at[r] is not None
+        return done
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:

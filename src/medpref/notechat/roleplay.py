@@ -30,6 +30,11 @@ from medpref.prompts import PromptTemplate, format_dialogue
 
 METHOD = "notechat"
 PREFIX = {"doctor": "Doctor:", "patient": "Patient:"}
+#: A turn ends where the model starts the other speaker's line: generation stops there
+#: (the parser would cut it anyway), instead of writing the other role's reply to the
+#: token limit. Inline tags ("... today? Patient: ...") count, as the parser's do.
+STOP = {"doctor": ("Patient:", "patient:", "PATIENT:"),
+        "patient": ("Doctor:", "doctor:", "DOCTOR:")}
 _START = "(The visit is just starting.)"
 
 
@@ -96,7 +101,8 @@ def _speak(plays: list[RolePlay], role: str, client: LLMClient, messages: list, 
         if not pending:
             break
         comps = log.chat_many(client, METHOD, role, [messages[i] for i in pending],
-                              prefix=PREFIX[role], max_new_tokens=max_new_tokens,
+                              prefix=PREFIX[role], stop=STOP[role],
+                              max_new_tokens=max_new_tokens,
                               temperature=p.temperature,
                               seed=step_seed(seed, role, round_no, attempt))
         failed = []

@@ -24,6 +24,8 @@ class HardwareProfile(StrictModel):
     gradient_checkpointing: bool = False
     max_steps: int | None = Field(None, ge=1)
     num_threads: int | None = Field(None, ge=1, le=512)
+    #: batches drawn from examples of similar length (less padding; another order)
+    group_by_length: bool = False
 
 
 def hardware_path(name: str) -> Path:

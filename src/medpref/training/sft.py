@@ -105,14 +105,20 @@ class AnswerOnlyCollator:
 
     The answer starts after the last occurrence of the response marker's tokens; a
     sequence without the marker is an error (the mask would otherwise be silently empty
-    or cover the prompt).
+    or cover the prompt). Batches are padded to their longest sequence. With
+    ``padding_side="left"`` every answer ends at the last position, so the loss needs
+    the LM head only on the batch's last ``answer_width`` positions
+    (:class:`AnswerOnlyTrainer`); position ids then count from each row's first token.
     """
 
-    def __init__(self, tokenizer, marker: str | None = None):
+    def __init__(self, tokenizer, marker: str | None = None, padding_side: str = "right"):
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else tokenizer.eos_token_id
         self.marker = marker if marker is not None else response_marker(tokenizer)
         self.marker_ids = tokenizer(self.marker, add_special_tokens=False)["input_ids"]
+        self.padding_side = padding_side
 
     def labels_for(self, ids: list[int]) -> list[int]:
         at = _last_index_of(ids, self.marker_ids)
@@ -126,15 +132,71 @@ class AnswerOnlyCollator:
         import torch
 
         width = max(len(f["input_ids"]) for f in features)
+        left = self.padding_side == "left"
         ids, labels, mask = [], [], []
         for f in features:
             seq = list(f["input_ids"])
-            pad = width - len(seq)
-            ids.append(seq + [self.pad_id] * pad)
-            labels.append(self.labels_for(seq) + [IGNORE_INDEX] * pad)
-            mask.append([1] * len(seq) + [0] * pad)
-        return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels),
-                "attention_mask": torch.tensor(mask)}
+            fill = width - len(seq)
+            parts = [(seq, self.labels_for(seq), [1] * len(seq)),
+                     ([self.pad_id] * fill, [IGNORE_INDEX] * fill, [0] * fill)]
+            if left:
+                parts.reverse()
+            ids.append(parts[0][0] + parts[1][0])
+            labels.append(parts[0][1] + parts[1][1])
+            mask.append(parts[0][2] + parts[1][2])
+        batch = {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels),
+                 "attention_mask": torch.tensor(mask)}
+        if left:
+            batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        return batch
+
+
+def answer_width(labels) -> int:
+    """How many last positions of a left-padded batch hold every answer token (the
+    first answer token of the widest answer is predicted one position earlier)."""
+    import torch
+
+    has = (labels != IGNORE_INDEX).any(dim=0)
+    if not bool(has.any()):
+        return 1
+    first = int(torch.nonzero(has)[0])
+    return labels.shape[1] - first
+
+
+def answer_only_loss(model, batch: dict[str, Any], num_items: int | None = None):
+    """Causal-LM loss on a left-padded batch with the LM head run on the answer tail only.
+
+    The same loss as the model's own (mean over answer tokens, or sum / ``num_items``
+    across an accumulated batch), without the vocabulary-wide head and softmax on every
+    prompt position: with a 49k-token vocabulary that head is about a fifth of a small
+    model's forward and backward, and the prompts are most of each sequence."""
+    import torch.nn.functional as F
+
+    labels = batch["labels"]
+    k = answer_width(labels)
+    inputs = {key: v for key, v in batch.items() if key != "labels"}
+    # logits of the last k + 1 positions predict the tokens of the last k positions
+    logits = model(**inputs, logits_to_keep=k + 1).logits[:, :-1, :].float()
+    target = labels[:, -k:]
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                            ignore_index=IGNORE_INDEX, reduction="sum")
+    count = num_items if num_items is not None else (target != IGNORE_INDEX).sum()
+    return total / count
+
+
+def _answer_only_trainer():
+    """A ``Trainer`` whose loss is :func:`answer_only_loss` (made lazily: transformers is
+    imported only when training)."""
+    from transformers import Trainer
+
+    class AnswerOnlyTrainer(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = answer_only_loss(model, inputs, num_items_in_batch)
+            # a sum over the accumulated batch's tokens is already scaled for accumulation
+            self.loss_is_scaled_for_ga = num_items_in_batch is not None
+            return (loss, None) if return_outputs else loss
+
+    return AnswerOnlyTrainer
 
 
 def with_lora(model, lora: LoraSettings):
@@ -183,7 +245,7 @@ def train_lora(model_path: str | Path, examples: Sequence[SFTExample], out_dir: 
     ``task_card`` (optional) is saved beside the weights as ``TASK_CARD`` (JSON): how the
     adapter's inputs and answers were formatted, so that users of the adapter can format
     them the same way (:func:`read_task_card`)."""
-    from transformers import Trainer, TrainingArguments, set_seed
+    from transformers import TrainingArguments, set_seed
 
     set_seed(sft.seed)
     tok, base = load_base(model_path, hardware)
@@ -201,9 +263,13 @@ def train_lora(model_path: str | Path, examples: Sequence[SFTExample], out_dir: 
             activation_checkpointing=hardware.gradient_checkpointing,
             logging_steps=sft.logging_steps, save_strategy="no", report_to=[],
             seed=sft.seed, data_seed=sft.seed, use_cpu=(hardware.device == "cpu"),
-            dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
-        trainer = Trainer(model=model, args=args, train_dataset=data,
-                          data_collator=AnswerOnlyCollator(tok))
+            dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True,
+            # batches of similar length pad little (the collator pads to the longest)
+            train_sampling_strategy="group_by_length" if hardware.group_by_length
+            else "random")
+        trainer = _answer_only_trainer()(
+            model=model, args=args, train_dataset=data,
+            data_collator=AnswerOnlyCollator(tok, padding_side="left"))
         t0 = time.perf_counter()
         trainer.train()
         runtime = time.perf_counter() - t0

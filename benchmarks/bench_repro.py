@@ -1,0 +1,166 @@
+"""Benchmark: the cold ``dvc repro`` per stage — wall time, model calls, tokens/s, total.
+
+Without ``--run`` it reads what the last run left in ``reports/NN_name/`` of ``--root``:
+``timings.json`` (wall time and steps, written by ``Stage.finish``) when present, else
+the wall times older stages put in ``metrics.json``; ``ledger.json`` for model calls,
+cache hits, tokens and model seconds. A warm rerun's ledger shows cache hits, not calls:
+the cold cost is the one to read.
+
+With ``--run`` it first makes a cold run: ``git clone`` of this checkout's HEAD into a
+scratch folder (no LLM caches, no DVC outputs; ``models/`` linked), ``dvc repro --force``
+there under ``nice``, each stage's start time read from dvc's "Running stage" lines,
+and the CPU time of all its processes from ``getrusage``. Then the table is read from
+the scratch copy, with the measured per-stage wall times beside the reports' own.
+
+Usage:
+  PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py [--root .]
+  PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --run [--scratch /tmp/repro] [--stage notechat]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_RUNNING = re.compile(r"Running stage '([^']+)'")
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def _metric_wall_s(metrics: dict) -> float | None:
+    """A stage's own wall time from older metrics files (before timings.json)."""
+    found = []
+
+    def walk(obj):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                if k in ("wall_s", "runtime_s") and isinstance(v, (int, float)):
+                    found.append(float(v))
+                elif k == "wall_s" and isinstance(v, dict):
+                    found.extend(float(x) for x in v.values() if isinstance(x, (int, float)))
+                else:
+                    walk(v)
+
+    walk(metrics)
+    return round(sum(found), 1) if found else None
+
+
+def stage_rows(root: Path) -> list[dict]:
+    """One row per ``reports/NN_name`` folder of ``root``."""
+    rows = []
+    for folder in sorted((root / "reports").glob("[0-9][0-9]_*")):
+        timings = read_json(folder / "timings.json")
+        total = read_json(folder / "ledger.json").get("total", {})
+        wall = timings.get("wall_s")
+        source = "timings.json"
+        if wall is None:
+            wall, source = _metric_wall_s(read_json(folder / "metrics.json")), "metrics.json"
+        tokens, model_s = total.get("tokens_out", 0), total.get("latency_s", 0.0)
+        rows.append({"stage": folder.name, "wall_s": wall, "from": source if wall else "-",
+                     "calls": total.get("calls", 0), "cache_hits": total.get("cache_hits", 0),
+                     "tokens_in": total.get("tokens_in", 0), "tokens_out": tokens,
+                     "model_s": round(model_s, 1),
+                     "tok_per_s": round(tokens / model_s, 1) if model_s else None,
+                     "steps": timings.get("steps_s", {})})
+    return rows
+
+
+def print_table(rows: list[dict], measured: dict[str, float] | None = None) -> None:
+    head = (f"{'stage':<16}{'report wall_s':>14}{'calls':>7}{'hits':>6}{'tok_in':>9}"
+            f"{'tok_out':>9}{'model_s':>9}{'tok/s':>7}")
+    print(head)
+    for r in rows:
+        wall = f"{r['wall_s']:.1f}" if r["wall_s"] is not None else "-"
+        rate = f"{r['tok_per_s']:.1f}" if r["tok_per_s"] is not None else "-"
+        print(f"{r['stage']:<16}{wall:>14}{r['calls']:>7}{r['cache_hits']:>6}"
+              f"{r['tokens_in']:>9}{r['tokens_out']:>9}{r['model_s']:>9.1f}{rate:>7}")
+        for step, s in r["steps"].items():
+            print(f"    {step:<28}{s:>8.1f} s")
+    known = [r["wall_s"] for r in rows if r["wall_s"] is not None]
+    print(f"{'total (reports)':<16}{sum(known):>14.1f}")
+    if measured:
+        print("\nmeasured by this run (dvc stage: wall s from its start to the next's):")
+        for name, s in measured.items():
+            print(f"  {name:<36}{s:>8.1f}")
+        print(f"  {'total':<36}{sum(measured.values()):>8.1f}")
+
+
+def scratch_clone(scratch: Path) -> Path:
+    """A fresh clone of HEAD with the prepared models linked: what a reviewer gets."""
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(scratch)],
+                   check=True)
+    models = (REPO / "models").resolve()
+    (scratch / "models").symlink_to(models, target_is_directory=True)
+    return scratch
+
+
+def run_repro(root: Path, stage: str | None) -> tuple[dict[str, float], float, float]:
+    """``dvc repro --force`` (one stage with its upstream, or all) under nice; returns
+    the wall seconds per dvc stage, the total wall and the CPU seconds of its processes."""
+    env = dict(os.environ)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = f"{venv_bin}:{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(root / "src")
+    cmd = ["nice", "-n", "10", "dvc", "repro", "--force"] + ([stage] if stage else [])
+    starts: list[tuple[str, float]] = []
+    t0 = time.perf_counter()
+    with subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            m = _RUNNING.search(line)
+            if m:
+                starts.append((m.group(1), time.perf_counter() - t0))
+                print(f"[bench_repro] {starts[-1][1]:8.1f} s  {m.group(1)}", flush=True)
+    total = time.perf_counter() - t0
+    if proc.returncode:
+        raise SystemExit(f"dvc repro failed with exit code {proc.returncode}")
+    ends = [t for _, t in starts[1:]] + [total]
+    per_stage = {name: round(end - start, 1) for (name, start), end in zip(starts, ends)}
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return per_stage, total, ru.ru_utime + ru.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=REPO, help="checkout whose reports to read")
+    ap.add_argument("--run", action="store_true", help="make a cold run in a scratch clone")
+    ap.add_argument("--scratch", type=Path, help="folder for the clone (default: a temp dir)")
+    ap.add_argument("--stage", help="with --run: this dvc stage and its upstream only")
+    ap.add_argument("--json", type=Path, help="also write the numbers to this JSON file")
+    args = ap.parse_args()
+
+    measured, total, cpu = None, None, None
+    root = args.root
+    if args.run:
+        root = scratch_clone(args.scratch or Path(tempfile.mkdtemp(prefix="medpref-repro-")))
+        print(f"cold run in {root}", flush=True)
+        measured, total, cpu = run_repro(root, args.stage)
+    rows = stage_rows(root)
+    print_table(rows, measured)
+    if total is not None:
+        print(f"\ncold dvc repro: wall {total:.1f} s ({total / 60:.1f} min), "
+              f"CPU {cpu:.1f} s, cores {os.cpu_count()}")
+    if args.json:
+        args.json.write_text(json.dumps({"root": str(root), "stages": rows,
+                                         "measured_s": measured, "total_wall_s": total,
+                                         "cpu_s": cpu}, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
