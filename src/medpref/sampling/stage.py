@@ -44,8 +44,8 @@ def run(stage: Stage) -> SamplingOutputs:
     with stage.step("load"):
         dialogues = load_source_dialogues(p)
         pool = read_jsonl(repo_path(p.exemplar_pool), Dialogue)
-    annotator = stage.role(p.role, max_new_tokens=p.max_new_tokens)
     with stage.step("generate"):
+        annotator = stage.role(p.role, max_new_tokens=p.max_new_tokens)
         result = build_unlabeled(p, annotator, stage.seed, dialogues, pool)
     stage.check_yield(len(result.items), p.n_items)
     with stage.step("write"):
