@@ -31,6 +31,8 @@ from medpref.llm.types import ChatRequest, GenerationParams
 from medpref.params import RoleConfig, ServerConfig, load_params
 from medpref.stagekit import Stage, StageFailed
 
+from conftest import run_stage01, stage01_on_server
+
 SECRET = "-".join(["medpref", "fake", "credential", "for", "leak", "tests"])
 URL_ENV, KEY_ENV = "MEDPREF_FAULT_URL", "MEDPREF_FAULT_KEY"
 LOGPROBS = {"0": math.log(0.1), "1": math.log(0.2), "2": math.log(0.6)}
@@ -57,37 +59,16 @@ def _msgs(n: int, tag: str = "question") -> list[list[dict]]:
 
 # -- stage 01 against the server ------------------------------------------------------------
 def _stage01(tmp_path, monkeypatch, server, n_items=4, guard=None, **server_kw) -> Stage:
-    """Stage 01 with its annotator on the stub server, folders under tmp_path."""
     _env(monkeypatch, server)
-    monkeypatch.setattr(Stage, "data_dir", property(lambda self: tmp_path / "data"))
-    monkeypatch.setattr(Stage, "reports_dir", property(lambda self: tmp_path / "reports"))
-    params = load_params()
-    llm = params.shared.llm
-    llm.servers["stub"] = ServerConfig(base_url_env=URL_ENV, api_key_env=KEY_ENV,
-                                       backoff_s=0.01, **server_kw)
-    llm.roles["annotator"] = RoleConfig(backend="openai", model="stub-model", server="stub",
-                                        max_new_tokens=64)
-    update = {"n_items": n_items, "future_rounds": 2}
-    if guard is not None:
-        update["guard"] = guard
-    params._sections["sampling"] = params.sampling.model_copy(update=update)
-    stage = Stage(name="01_sampling", params=params)
-    stage._llm = LLMSession("01_sampling", params.shared,
-                            cache=ResponseCache(tmp_path / "cache" / "01_sampling.sqlite"))
-    return stage
-
-
-def _run_stage01(stage):
-    from medpref.sampling import stage as sampling_stage
-
-    return sampling_stage.run(stage)
+    return stage01_on_server(tmp_path, monkeypatch, "stub-model", URL_ENV, KEY_ENV,
+                             n_items=n_items, guard=guard, backoff_s=0.01, **server_kw)
 
 
 def test_all_503_fails_stage01_with_one_line_and_writes_nothing(tmp_path, monkeypatch):
     with StubServer(always_fail=503) as server:
         stage = _stage01(tmp_path, monkeypatch, server, max_retries=1)
         with pytest.raises(StageFailed) as exc:
-            _run_stage01(stage)
+            run_stage01(stage)
     msg = str(exc.value)
     assert "\n" not in msg
     assert msg.startswith("stage sampling failed: 0 of 4 items produced")
@@ -101,11 +82,11 @@ def test_401_fails_stage01_at_once_naming_role_and_server(tmp_path, monkeypatch)
     with StubServer(always_fail=401, echo_key=True) as server:
         stage = _stage01(tmp_path, monkeypatch, server, max_retries=3, max_concurrency=1)
         with pytest.raises(StageFailed) as exc:
-            _run_stage01(stage)
+            run_stage01(stage)
         n_requests = len(server.requests)
     msg = str(exc.value)
     assert n_requests == 1  # no retry, no further call
-    assert msg.startswith("stage sampling failed: role 'annotator': server 'stub' (http://127.0.0.1")
+    assert msg.startswith("stage sampling failed: role 'annotator': server 'test' (http://127.0.0.1")
     assert "HTTP 401" in msg and f"${KEY_ENV}" in msg and "\n" not in msg
     assert SECRET not in msg and "***" in msg  # the echoed key is redacted
     assert not (tmp_path / "data" / "unlabeled.jsonl").exists()
@@ -120,7 +101,7 @@ def test_echoed_key_reaches_no_file_the_run_writes(tmp_path, monkeypatch, caplog
     with StubServer(fail_with=[400, 400, 400], echo_key=True, reply=GOOD) as server:
         stage = _stage01(tmp_path, monkeypatch, server, max_concurrency=1,
                          guard=GuardParams(min_yield=0.0, max_failure_rate=1.0))
-        out = _run_stage01(stage)
+        out = run_stage01(stage)
         stage.finish(out.metrics, models=out.models, prompts=out.prompts)
     rejected = (tmp_path / "reports" / "rejected.jsonl").read_text()
     assert rejected.count("***") == 3 and "stub error 400" in rejected
