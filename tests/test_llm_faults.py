@@ -6,7 +6,6 @@ empty answers, two servers, no log-probs, ignored temperature, the assistant pre
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -16,6 +15,7 @@ import sys
 import time
 
 import pytest
+from conftest import run_stage01, stage01_on_server
 
 from medpref import REPO_ROOT
 from medpref.contracts import Turn
@@ -30,8 +30,6 @@ from medpref.llm.stub_server import StubServer
 from medpref.llm.types import ChatRequest, GenerationParams
 from medpref.params import RoleConfig, ServerConfig, load_params
 from medpref.stagekit import Stage, StageFailed
-
-from conftest import run_stage01, stage01_on_server
 
 SECRET = "-".join(["medpref", "fake", "credential", "for", "leak", "tests"])
 URL_ENV, KEY_ENV = "MEDPREF_FAULT_URL", "MEDPREF_FAULT_KEY"

@@ -22,7 +22,13 @@ from medpref.llm.cache import ResponseCache, request_key
 from medpref.llm.errors import AuthenticationError
 from medpref.llm.ledger import Ledger, Price
 from medpref.llm.progress import BatchProgress
-from medpref.llm.types import ChatRequest, Completion, GenerationParams, Message, OptionScores
+from medpref.llm.types import (
+    ChatRequest,
+    Completion,
+    GenerationParams,
+    Message,
+    OptionScores,
+)
 
 log = logging.getLogger(__name__)
 

@@ -46,8 +46,12 @@ from urllib.parse import urlsplit
 import tenacity
 
 from medpref.llm.base import Backend, CallGate, OnComplete, OnOptions
-from medpref.llm.errors import (FATAL_ERRORS, AuthenticationError, BackendConfigError,
-                                BackendError)
+from medpref.llm.errors import (
+    FATAL_ERRORS,
+    AuthenticationError,
+    BackendConfigError,
+    BackendError,
+)
 from medpref.llm.redact import redact, url_without_credentials
 from medpref.llm.types import ChatRequest, Completion, Message, OptionScores
 
