@@ -36,7 +36,7 @@ class BatchProgress:
     def _show(self) -> None:
         elapsed = max(1e-9, time.perf_counter() - self._t0)
         self._bar.set_postfix_str(f"calls={self.calls} hits={self.hits} "
-                                  f"failed={self.failures} tok/s={self.tokens_out / elapsed:.0f}",
+                                  f"failed={self.failures} tok/s={self.tokens_out / elapsed:.1f}",
                                   refresh=False)
 
     def update(self, ok: bool, tokens_out: int) -> None:
