@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import run_stage01, stage01_on_server
@@ -320,3 +321,40 @@ def test_a_batch_shows_a_progress_bar(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "judge · chat" in out and "calls=3" in out and "failed=0" in out
     assert "tok/s=" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("status, line", [
+    (503, "StageFailed: stage sampling failed: 0 of 4 items produced (min_yield 0.5); "
+          "role 'annotator' failed 8 of 8 calls"),
+    (401, "StageFailed: stage sampling failed: role 'annotator': server 'stub' (http://"),
+])
+def test_papermill_run_of_stage01_exits_non_zero_and_writes_nothing(tmp_path, status, line):
+    """The notebook as dvc runs it: a non-zero exit with the one line, no items written
+    (the repository's data/01_sampling is left as it was)."""
+    import yaml
+
+    raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    raw["shared"]["llm"]["cache_dir"] = str(tmp_path / "cache")
+    raw["shared"]["llm"]["servers"]["stub"] = {"base_url_env": URL_ENV, "api_key_env": KEY_ENV,
+                                               "max_retries": 1, "backoff_s": 0.01}
+    raw["shared"]["llm"]["roles"]["annotator"] = {"backend": "openai", "server": "stub",
+                                                  "model": "stub-model", "max_new_tokens": 64}
+    raw["sampling"]["n_items"] = 4
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw))
+    items = REPO_ROOT / "data" / "01_sampling" / "unlabeled.jsonl"
+    before = items.stat().st_mtime_ns if items.exists() else None
+    papermill = Path(sys.executable).with_name("papermill")
+    with StubServer(always_fail=status, echo_key=True) as server:
+        env = {**os.environ, URL_ENV: server.base_url, KEY_ENV: SECRET,
+               "PYTHONPATH": str(REPO_ROOT / "src"), "MEDPREF_PROGRESS": "0"}
+        run = subprocess.run([str(papermill), "--log-level", "WARNING",
+                              str(REPO_ROOT / "notebooks" / "01_sampling.ipynb"),
+                              str(tmp_path / "out.ipynb"), "-p", "params_path", str(params)],
+                             cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                             timeout=600)
+    assert run.returncode != 0
+    assert line in run.stderr + run.stdout
+    assert SECRET not in run.stderr + run.stdout + (tmp_path / "out.ipynb").read_text()
+    assert (items.stat().st_mtime_ns if items.exists() else None) == before
