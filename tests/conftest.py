@@ -38,3 +38,33 @@ def embedded_llm_path():
     if not (EMBEDDED_LLM / "model.safetensors").exists():
         pytest.fail("the embedded model is missing: run `make setup` (it prepares models/)")
     return EMBEDDED_LLM
+
+
+def stage01_on_server(tmp_path, monkeypatch, model: str, url_env: str, key_env: str,
+                      n_items: int = 4, guard=None, max_new_tokens: int = 64, **server_kw):
+    """Stage 01 with its annotator on an OpenAI-compatible server, folders under tmp_path."""
+    from medpref.llm.session import LLMSession
+    from medpref.params import RoleConfig, ServerConfig, load_params
+    from medpref.stagekit import Stage
+
+    monkeypatch.setattr(Stage, "data_dir", property(lambda self: tmp_path / "data"))
+    monkeypatch.setattr(Stage, "reports_dir", property(lambda self: tmp_path / "reports"))
+    params = load_params()
+    llm = params.shared.llm
+    llm.servers["test"] = ServerConfig(base_url_env=url_env, api_key_env=key_env, **server_kw)
+    llm.roles["annotator"] = RoleConfig(backend="openai", model=model, server="test",
+                                        max_new_tokens=max_new_tokens)
+    update = {"n_items": n_items, "future_rounds": 2, "max_new_tokens": max_new_tokens}
+    if guard is not None:
+        update["guard"] = guard
+    params._sections["sampling"] = params.sampling.model_copy(update=update)
+    stage = Stage(name="01_sampling", params=params)
+    stage._llm = LLMSession("01_sampling", params.shared,
+                            cache=ResponseCache(tmp_path / "cache" / "01_sampling.sqlite"))
+    return stage
+
+
+def run_stage01(stage):
+    from medpref.sampling import stage as sampling_stage
+
+    return sampling_stage.run(stage)

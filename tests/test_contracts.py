@@ -71,3 +71,50 @@ def test_embedded_corpus_meets_the_contract_and_the_issue():
     assert {d.meta["style"] for d in dialogues} == {"collect_then_diagnose",
                                                     "hypothesis_then_verify"}
     assert len({d.meta["department"] for d in dialogues}) >= 5
+
+
+# -- files that are not UTF-8, or empty: one error naming file and line ----------------
+def test_latin1_line_names_file_and_line(tmp_path):
+    from medpref.contracts import DataFileError
+
+    f = tmp_path / "d.jsonl"
+    bad = json.dumps({"id": "d-2", "turns": [{"role": "patient", "text": "caf\u00e9"}]},
+                     ensure_ascii=False)
+    f.write_bytes((json.dumps(GOOD) + "\n").encode() + (bad + "\n").encode("latin-1"))
+    with pytest.raises(DataFileError, match=rf"^{f}:2: not UTF-8 \(byte 0xe9 .*latin-1"):
+        read_jsonl(f, Dialogue)
+
+
+def test_utf16_file_is_named(tmp_path):
+    from medpref.contracts import DataFileError
+
+    f = tmp_path / "d.jsonl"
+    f.write_text(json.dumps(GOOD) + "\n", encoding="utf-16")
+    with pytest.raises(DataFileError, match=rf"^{f}: the file is UTF-16"):
+        read_jsonl(f, Dialogue)
+
+
+def test_utf8_bom_is_accepted(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text(json.dumps(GOOD) + "\n", encoding="utf-8-sig")
+    assert read_jsonl(f, Dialogue)[0].id == "d-1"
+
+
+def test_empty_file_is_an_error_naming_it(tmp_path):
+    from medpref.contracts import DataFileError
+
+    f = tmp_path / "d.jsonl"
+    f.write_text("\n\n")
+    with pytest.raises(DataFileError, match=rf"^{f}: empty file: no Dialogue records"):
+        read_jsonl(f, Dialogue)
+    assert read_jsonl(f, Dialogue, allow_empty=True) == []
+
+
+def test_latin1_csv_of_a_real_data_set_names_file_and_line(tmp_path):
+    from medpref.contracts import DataFileError
+    from medpref.data.adapters import _csv_rows
+
+    f = tmp_path / "x.csv"
+    f.write_bytes("ID,dialogue\n1,Doctor: hi\n2,Patient: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(DataFileError, match=rf"^{f}:3: not UTF-8"):
+        list(_csv_rows(f, ["ID", "dialogue"]))

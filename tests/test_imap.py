@@ -654,3 +654,34 @@ def test_bertscore_on_the_embedded_minilm():
                              ["Take ibuprofen with food.", "Take the ibuprofen after meals.",
                               "The weather is sunny today."])
     assert same == pytest.approx(1.0, abs=1e-4) and same > close > far
+def test_a_failed_relation_option_call_is_recorded_and_scoring_completes(cache):
+    """A failed option call (the backend's recorded failure) gives a judgement with the
+    error and no relation; the other pairs and the scores are still computed."""
+    from medpref.llm.client import LLMClient
+    from medpref.llm.ledger import Ledger
+    from medpref.llm.scripted import ScriptedBackend
+    from medpref.llm.types import GenerationParams, OptionScores
+
+    class FailingOptions(ScriptedBackend):
+        def score_options(self, prompts, options, prefixes, on_complete=None,
+                          before_call=None):
+            out = []
+            for i, msgs in enumerate(prompts):
+                bad = "L: amlodipine. R: ACE inhibitor." in msgs[-1]["content"]
+                out.append(OptionScores({}, 0.0, error="HTTP 500 after retries") if bad else
+                           OptionScores({o: 0.25 for o in options}, 0.5, tokens_in=9))
+                if on_complete is not None:
+                    on_complete(i, out[-1])
+            return out
+
+    ledger = Ledger("t")
+    client = LLMClient("judge", FailingOptions(scripted_judge), GenerationParams(),
+                       cache=cache, ledger=ledger)
+    p = ImapParams(link_min_similarity=None)              # relation_mode: options
+    items = ev.load_scored_qa(p)[:1]
+    *_, judged, scores = _run_pipeline(items, p, client, _fake_encode)
+    rec = judged[("q-0001", "treatment", "amlodipine", "ACE inhibitor")].to_record()
+    assert rec["relation"] is None and rec["error"] == "HTTP 500 after retries"
+    assert "model call failed" in rec["reason"]
+    assert any(j.relation is not None for j in judged.values())
+    assert len(scores) == 1 and ledger.totals()["roles"]["judge"]["failures"] == 1

@@ -7,8 +7,13 @@ import pytest
 from medpref.contracts import Dialogue, Turn
 from medpref.sampling.build import build_unlabeled
 from medpref.sampling.config import SamplingParams
-from medpref.sampling.trajectory import (ContinuationError, parse_continuation, sample_splits,
-                                         split_at, split_points)
+from medpref.sampling.trajectory import (
+    ContinuationError,
+    parse_continuation,
+    sample_splits,
+    split_at,
+    split_points,
+)
 
 
 def _dialogue(did: str, rounds: int, style: str = "collect_then_diagnose") -> Dialogue:

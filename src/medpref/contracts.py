@@ -10,6 +10,7 @@ Stages may add fields of their own (``extra="allow"``) but never rename these.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import tempfile
@@ -267,22 +268,64 @@ def parse_record(model: type[M], data: Any, path: str | os.PathLike = "<memory>"
         raise ContractError(path, line, field, msg) from None
 
 
-def iter_jsonl(path: str | os.PathLike, model: type[M]) -> Iterator[M]:
-    """Yield validated records of ``model`` from a JSONL file (blank lines skipped)."""
-    with open(path, encoding="utf-8") as fh:
+class DataFileError(ValueError):
+    """A data file that cannot be read as text records (encoding, empty): one line that
+    names the file, the line where known, and what to do."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, message: str):
+        self.path, self.line = str(path), line
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {message}")
+
+
+_WIDE = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)
+
+
+def text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of a UTF-8 file (a leading BOM is dropped, line ends kept).
+
+    A UTF-16/32 file or a line that is not UTF-8 (latin-1, cp1252) raises
+    :class:`DataFileError` naming the file and the line, instead of a bare
+    ``UnicodeDecodeError`` from somewhere inside a reader."""
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        if head.startswith(_WIDE) or b"\x00" in head:
+            raise DataFileError(path, None, "the file is UTF-16/UTF-32, not UTF-8; save it "
+                                            "as UTF-8 (e.g. `iconv -f utf-16 -t utf-8`)")
+        fh.seek(0)
         for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
             try:
-                data = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise ContractError(path, lineno, "<json>", f"invalid JSON: {exc.msg}") from None
-            yield parse_record(model, data, path, lineno)
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataFileError(
+                    path, lineno, f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                                  f"{exc.start + 1}); the file looks like latin-1/cp1252: "
+                                  f"save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
 
 
-def read_jsonl(path: str | os.PathLike, model: type[M]) -> list[M]:
+def iter_jsonl(path: str | os.PathLike, model: type[M], allow_empty: bool = False
+               ) -> Iterator[M]:
+    """Yield validated records of ``model`` from a JSONL file (blank lines skipped); a
+    file with no record at all is an error naming it unless ``allow_empty``."""
+    seen = 0
+    for lineno, raw in text_lines(path):
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ContractError(path, lineno, "<json>", f"invalid JSON: {exc.msg}") from None
+        seen += 1
+        yield parse_record(model, data, path, lineno)
+    if not seen and not allow_empty:
+        raise DataFileError(path, None, f"empty file: no {model.__name__} records")
+
+
+def read_jsonl(path: str | os.PathLike, model: type[M], allow_empty: bool = False) -> list[M]:
     """Read and validate a whole JSONL file; nothing is returned unless every line is valid."""
-    return list(iter_jsonl(path, model))
+    return list(iter_jsonl(path, model, allow_empty))
 
 
 def _to_jsonable(record: Any) -> Any:

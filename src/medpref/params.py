@@ -42,6 +42,8 @@ class RoleConfig(StrictModel):
     batch_size: int = Field(8, ge=1, le=512)
     device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    #: this role's model costs nothing where it runs (skips the unpriced-model refusal)
+    free: bool = False
 
     @model_validator(mode="after")
     def _replay_names_target(self) -> "RoleConfig":
@@ -51,19 +53,31 @@ class RoleConfig(StrictModel):
 
 
 class ServerConfig(StrictModel):
-    """An OpenAI-compatible server: names of the env vars that hold its URL and key."""
+    """An OpenAI-compatible server: names of the env vars that hold its URL and key.
+
+    The defaults suit a server that answers a few requests at a time: 4 in flight, a
+    generous per-attempt timeout and one total deadline per call, so a slow local server
+    queues calls instead of timing them out and retrying them (a retry storm). A server
+    that serves one request at a time wants ``max_concurrency: 1``.
+    """
 
     base_url_env: str = "OPENAI_BASE_URL"
     api_key_env: str = "OPENAI_API_KEY"
-    max_concurrency: int = Field(8, ge=1, le=256)
-    max_retries: int = Field(4, ge=0, le=20)
-    backoff_s: float = Field(1.0, ge=0.0, le=120.0)
-    timeout_s: float = Field(60.0, gt=0.0, le=3600.0)
+    max_concurrency: int = Field(4, ge=1, le=256)
+    max_retries: int = Field(3, ge=0, le=20)
+    backoff_s: float = Field(2.0, ge=0.0, le=120.0)
+    timeout_s: float = Field(300.0, gt=0.0, le=3600.0)    # one attempt
+    deadline_s: float = Field(900.0, gt=0.0, le=86400.0)  # one call, retries and waits included
     # the server continues a final assistant message (vLLM: continue_final_message), so
-    # option scoring reads the token right after the prefix; OpenAI's API does not, and
-    # option scoring then finds the prefix in a short greedy answer
+    # the answer prefix ("Doctor:") is pre-filled as the hf backend does and option scoring
+    # reads the token right after it; OpenAI's API, Ollama and `transformers serve` do not:
+    # the model is then asked to start with the prefix (prefix_instruction) and option
+    # scoring finds the prefix in a short greedy answer
     continue_prefix: bool = False
+    prefix_instruction: str = 'Start your reply with "{prefix}".'
     top_logprobs: int = Field(20, ge=1, le=20)
+    #: every model on this server costs nothing (a local server on a paid-looking URL)
+    free: bool = False
 
 
 class PriceConfig(StrictModel):

@@ -106,10 +106,16 @@ class Stage:
     # -- timing -------------------------------------------------------------------------
     @contextmanager
     def step(self, label: str) -> Iterator[None]:
-        """Time a step; repeated labels add up."""
+        """Time a step; repeated labels add up. An error after which no model call can
+        succeed (refused credentials, the budget, an unpriced paid model, a server without
+        log-probs) ends the stage here with one line naming it."""
+        from medpref.llm.errors import FATAL_ERRORS, BackendError
+
         t0 = time.perf_counter()
         try:
             yield
+        except FATAL_ERRORS + (BackendError,) as exc:
+            raise StageFailed(f"stage {self.key} failed: {exc}") from None
         finally:
             self.timings[label] = self.timings.get(label, 0.0) + time.perf_counter() - t0
 

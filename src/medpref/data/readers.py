@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from medpref.contracts import ContractError
+from medpref.contracts import ContractError, text_lines
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,23 +54,22 @@ def split_file(folder: Path, splits: Mapping[str, str], split: str) -> Path:
 
 
 def csv_rows(path: Path, required: Iterable[str]) -> Iterator[tuple[int, dict[str, str]]]:
-    """Yield ``(line where the row starts, row)``; a missing column is a ContractError."""
-    with open(path, encoding="utf-8-sig", newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ContractError(path, 1, missing[0], "missing column")
+    """Yield ``(line where the row starts, row)``; a missing column is a ContractError, a
+    file that is not UTF-8 a DataFileError naming the line."""
+    reader = csv.DictReader(line for _, line in text_lines(path))
+    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ContractError(path, 1, missing[0], "missing column")
+    start = reader.line_num + 1
+    for row in reader:
+        yield start, {k: v or "" for k, v in row.items() if k is not None}
         start = reader.line_num + 1
-        for row in reader:
-            yield start, {k: v or "" for k, v in row.items() if k is not None}
-            start = reader.line_num + 1
 
 
 def jsonl_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with open(path, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if raw.strip():
-                yield lineno, raw
+    for lineno, raw in text_lines(path):
+        if raw.strip():
+            yield lineno, raw
 
 
 def collect_rows(rows: Iterable[tuple[int, Any]], convert: Callable[[int, Any], T],

@@ -68,9 +68,6 @@ def heatmap_frame(long: pd.DataFrame, metrics: Sequence[str], group: str = "syst
 def plot_heatmap(long: pd.DataFrame, metrics: Sequence[str], title: str,
                  group: str = "system", stat: str = "rho"):
     """A matplotlib figure: Spearman ρ ×100 per metric and column group (NaN blank)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import seaborn as sns
 
     from medpref.reports import figure, format_number

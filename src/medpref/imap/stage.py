@@ -156,7 +156,8 @@ def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps]
     if p.relation_mode == "options":
         scored = client.option_scores(msgs, list(RELATION_OPTIONS), OPTION_PREFIX) if msgs else []
         return {k: RelationJudgement(*k, None, {o: round(v, 6) for o, v in s.probs.items()},
-                                     None, relation_from_options(s.probs), None)
+                                     None, relation_from_options(s.probs), None) if s.ok else
+                RelationJudgement(*k, None, None, s.error, None, f"model call failed: {s.error}")
                 for k, s in zip(jobs, scored)}
     if resolve_mode(p.extraction.mode, client) == "sampled":
         return _sampled_relations(p, client, jobs, msgs, seed)

@@ -1,24 +1,44 @@
 """A role's view of a model: cache lookups, batching of misses, accounting, budget.
 
-Every model call of every stage goes through :class:`LLMClient`. It looks each request
-up in the content-addressed cache, sends only the misses to the backend in one batch,
-stores each completion the moment it arrives, and tallies calls, hits, tokens, cost and
-latency in the stage's ledger. Failed calls are tallied but never cached.
+Every model call of every stage goes through :class:`LLMClient` — chat completions and
+option scoring alike. It looks each request up in the content-addressed cache, sends only
+the misses to the backend in one batch, and for each call: passes the budget guard just
+before it is sent (the estimate is held until the server's reported usage is charged),
+stores the answer the moment it arrives (a killed run loses at most the calls in flight),
+tallies calls, hits, failures, real tokens, cost and latency in the stage's ledger, and
+moves a progress bar. Failed calls are tallied but never cached; an authentication error
+stops the run at once with the role and server named.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from medpref.llm.base import Backend
 from medpref.llm.cache import ResponseCache, request_key
+from medpref.llm.errors import AuthenticationError
 from medpref.llm.ledger import Ledger, Price
-from medpref.llm.types import ChatRequest, Completion, GenerationParams, Message, OptionScores
+from medpref.llm.progress import BatchProgress
+from medpref.llm.types import (
+    ChatRequest,
+    Completion,
+    GenerationParams,
+    Message,
+    OptionScores,
+)
+
+log = logging.getLogger(__name__)
 
 
-def _estimate_tokens(messages: Sequence[Message]) -> int:
-    return sum(len(m.get("content", "")) for m in messages) // 4 + 4 * len(messages)
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    """A generous token count for the budget guard: ~4 ASCII characters per token, one
+    token per other character (CJK text runs near one token per character)."""
+    text = "".join(m.get("content") or "" for m in messages)
+    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    return ascii_chars // 4 + (len(text) - ascii_chars) + 4 * len(messages) + 1
 
 
 class LLMClient:
@@ -72,75 +92,124 @@ class LLMClient:
 
     def complete(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         """Answer prepared requests (they may differ in settings, e.g. seeds)."""
-        results: list[Completion | None] = [None] * len(requests)
         records = [self._chat_request_record(r) for r in requests]
+        results, missing, keys = self._lookup(records, lambda hit: _completion_from_record(
+            hit, cached=True))
+        if missing:
+            todo = [requests[i] for i in missing]
+            estimates = [self.price.cost(estimate_tokens(r.messages), r.params.max_new_tokens)
+                         for r in todo]
+
+            def store(j: int, comp: Completion) -> None:
+                if comp.ok and self.cache is not None:
+                    self.cache.put(keys[missing[j]], "chat", records[missing[j]],
+                                   comp.to_record())
+
+            answers = self._send("chat", len(requests), missing, estimates, store,
+                                 lambda gate, done: self.backend.generate_gated(todo, done, gate),
+                                 lambda c: c)
+            for j, comp in enumerate(answers):
+                results[missing[j]] = comp
+        out = _fill_duplicates(results)
+        self._warn_identical_samples(requests, out)
+        return out
+
+    def _lookup(self, records: list[dict], from_hit: Callable[[dict], Any]):
+        """Cache hits in place; the indices to send (a repeat inside the batch is asked
+        once and served like a hit, so calls + hits = requests)."""
         keys = [request_key(r) for r in records]
+        results: list[Any] = [None] * len(records)
         missing: list[int] = []
         first_of_key: dict[str, int] = {}
-        duplicates: dict[int, int] = {}
         for i, key in enumerate(keys):
             hit = self.cache.get(key) if self.cache is not None else None
             if hit is not None:
-                results[i] = _completion_from_record(hit, cached=True)
-            elif key in first_of_key:  # the same request twice in one batch: ask once
-                duplicates[i] = first_of_key[key]
+                results[i] = from_hit(hit)
+            elif key in first_of_key:
+                results[i] = ("duplicate", first_of_key[key])
             else:
                 first_of_key[key] = i
                 missing.append(i)
-        # a repeat inside the batch is served like a hit: calls + hits = requests
-        self.ledger.record_hit(self.role, len(requests) - len(missing))
-        if missing:
-            self._check_budget([requests[i] for i in missing])
+        self.ledger.record_hit(self.role, len(records) - len(missing))
+        return results, missing, keys
 
-            def on_complete(j: int, comp: Completion) -> None:
-                i = missing[j]
-                self.ledger.record_call(self.role, comp, self.price)
-                if comp.ok and self.cache is not None:
-                    self.cache.put(keys[i], "chat", records[i], comp.to_record())
+    def _send(self, kind: str, total: int, missing: list[int], estimates: list[float],
+              store: Callable[[int, Any], None], run: Callable, as_completion: Callable):
+        """Send the misses: gate, ledger, cache write and progress for each call."""
+        held: dict[int, float] = {}
 
-            answers = self.backend.generate([requests[i] for i in missing], on_complete)
-            for j, comp in enumerate(answers):
-                results[missing[j]] = comp
-        for i, src in duplicates.items():
-            results[i] = results[src]
-        return [r for r in results if r is not None]
+        def gate(j: int) -> None:
+            self.ledger.reserve(self.role, estimates[j])
+            held[j] = estimates[j]
 
-    def _check_budget(self, requests: Sequence[ChatRequest]) -> None:
-        tokens_in = sum(_estimate_tokens(r.messages) for r in requests)
-        tokens_out = sum(r.params.max_new_tokens for r in requests)
-        self.ledger.check_budget(self.role, self.price.cost(tokens_in, tokens_out))
+        with BatchProgress(f"{self.role} · {kind}", total, total - len(missing),
+                           len(missing)) as bar:
+            def done(j: int, answer: Any) -> None:
+                comp = as_completion(answer)
+                self.ledger.record_call(self.role, comp, self.price, reserved=held.pop(j, 0.0))
+                store(j, answer)
+                bar.update(comp.ok, comp.tokens_out)
+
+            try:
+                return run(gate, done)
+            except AuthenticationError as exc:
+                raise AuthenticationError(f"role '{self.role}': {exc}") from None
+            finally:
+                for j in list(held):
+                    self.ledger.release(held.pop(j))
+
+    def _warn_identical_samples(self, requests: Sequence[ChatRequest],
+                                answers: Sequence[Completion]) -> None:
+        """k sampled answers to one prompt that are all the same: the server most likely
+        ignores temperature/seed (then Eq. 2's average is over one sample, k times)."""
+        groups: dict[str, dict[Any, str]] = defaultdict(dict)
+        for req, comp in zip(requests, answers):
+            if req.params.sampled and comp.ok:
+                groups[repr((req.messages, req.prefix))][req.params.seed] = comp.text
+        sampled = [set(g.values()) for g in groups.values() if len(g) > 1]
+        same = sum(1 for texts in sampled if len(texts) == 1)
+        sampled = len(sampled)
+        if sampled and same == sampled:
+            log.warning("role '%s' (%s): all %d prompts sampled k>1 times got k identical "
+                        "answers; the server may ignore temperature/seed", self.role,
+                        self.backend.describe(), sampled)
 
     # -- option scoring -----------------------------------------------------------------
     def option_scores(self, prompts: Sequence[list[Message]], options: Sequence[str],
                       assistant_prefixes: Sequence[str] | str = "") -> list[OptionScores]:
-        """p(option) of the next token after each assistant prefix (one forward pass)."""
+        """p(option) of the next token after each assistant prefix (one forward pass).
+
+        A failed call gives an ``OptionScores`` with ``error`` set, mass 0 and no probs,
+        which the scorers count as unusable; it is recorded in the ledger, never cached."""
         if isinstance(assistant_prefixes, str):
             assistant_prefixes = [assistant_prefixes] * len(prompts)
-        results: list[OptionScores | None] = [None] * len(prompts)
         records = [{"kind": "options", **self.identity, "messages": list(p),
                     "options": list(options), "assistant_prefix": pre}
                    for p, pre in zip(prompts, assistant_prefixes)]
-        keys = [request_key(r) for r in records]
-        missing = []
-        for i, key in enumerate(keys):
-            hit = self.cache.get(key) if self.cache is not None else None
-            if hit is not None:
-                results[i] = OptionScores(hit["probs"], hit["mass"], cached=True)
-            else:
-                missing.append(i)
-        self.ledger.record_hit(self.role, len(prompts) - len(missing))
+        results, missing, keys = self._lookup(
+            records, lambda hit: OptionScores(hit["probs"], hit["mass"], cached=True))
         if missing:
-            scored = self.backend.option_probs([prompts[i] for i in missing], options,
-                                               [assistant_prefixes[i] for i in missing])
-            for i, (probs, mass) in zip(missing, scored):
-                results[i] = OptionScores(probs, mass)
-                n_in = _estimate_tokens(prompts[i])
-                self.ledger.record_call(self.role, Completion(text="", tokens_in=n_in),
-                                        self.price)
-                if self.cache is not None:
-                    self.cache.put(keys[i], "options", records[i],
-                                   {"probs": probs, "mass": mass})
-        return [r for r in results if r is not None]
+            out_tokens = getattr(self.backend, "option_search_tokens", 1)
+            estimates = [self.price.cost(estimate_tokens(prompts[i]), out_tokens)
+                         for i in missing]
+
+            def store(j: int, scores: OptionScores) -> None:
+                if scores.ok and self.cache is not None:
+                    self.cache.put(keys[missing[j]], "options", records[missing[j]],
+                                   scores.to_record())
+
+            scored = self._send("options", len(prompts), missing, estimates, store,
+                                lambda gate, done: self.backend.score_options(
+                                    [prompts[i] for i in missing], options,
+                                    [assistant_prefixes[i] for i in missing], done, gate),
+                                OptionScores.as_completion)
+            for j, scores in enumerate(scored):
+                results[missing[j]] = scores
+        return _fill_duplicates(results)
+
+
+def _fill_duplicates(results: list[Any]) -> list[Any]:
+    return [results[r[1]] if isinstance(r, tuple) else r for r in results]
 
 
 def _completion_from_record(rec: dict[str, Any], cached: bool) -> Completion:

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from medpref.llm.base import Backend, OnComplete
+from medpref.llm.base import Backend, CallGate, OnComplete, OnOptions
 from medpref.llm.errors import BackendConfigError
-from medpref.llm.types import ChatRequest, Completion, Message
+from medpref.llm.types import ChatRequest, Completion, Message, OptionScores
 
 _LOADED: dict[tuple, tuple[Any, Any]] = {}
 _LOAD_LOCK = threading.Lock()
@@ -231,7 +231,15 @@ class HFBackend(Backend):
 
     def option_probs(self, prompts: Sequence[list[Message]], options: Sequence[str],
                      assistant_prefixes: Sequence[str]) -> list[tuple[dict[str, float], float]]:
-        """p(option) of the next token after each prompt + prefix, one forward pass each.
+        """p(option) of the next token after each prompt + prefix, one forward pass each."""
+        return [(s.probs, s.mass) for s in self.score_options(prompts, options,
+                                                               assistant_prefixes)]
+
+    def score_options(self, prompts: Sequence[list[Message]], options: Sequence[str],
+                      assistant_prefixes: Sequence[str], on_complete: OnOptions | None = None,
+                      before_call: CallGate | None = None) -> list[OptionScores]:
+        """Option probabilities with the prompt's token count and each batch's latency,
+        reported batch by batch (so a kill loses at most the batch being run).
 
         Prompts are sorted by their tokens, so those that share a long beginning (a rule
         and its in-context examples) land in one batch; a batch whose prompts share at
@@ -240,21 +248,29 @@ class HFBackend(Backend):
         tok, _ = self._ensure_loaded()
         ids = [tok(self.render(p, pre), add_special_tokens=False)["input_ids"]
                for p, pre in zip(prompts, assistant_prefixes)]
-        out: list[tuple[dict[str, float], float] | None] = [None] * len(prompts)
+        out: list[OptionScores | None] = [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: ids[i])
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
+            if before_call is not None:
+                for i in chunk:
+                    before_call(i)
+            t0 = time.perf_counter()
             shared = _common_prefix_len([ids[i] for i in chunk])
             if len(chunk) > 1 and shared >= self.shared_prefix_min:
                 rows = self._next_token_probs_shared([ids[i] for i in chunk], shared)
             else:
                 rows = self._next_token_probs([ids[i] for i in chunk])
+            latency = (time.perf_counter() - t0) / len(chunk)
             for i, row in zip(chunk, rows):
                 opt = self.option_token_ids(_tail(assistant_prefixes[i]), options)
                 p = row[opt]
                 mass = float(p.sum())
                 norm = (p / p.sum()).tolist() if mass > 0 else [1 / len(opt)] * len(opt)
-                out[i] = ({o: float(v) for o, v in zip(options, norm)}, mass)
+                out[i] = OptionScores({o: float(v) for o, v in zip(options, norm)}, mass,
+                                      tokens_in=len(ids[i]), latency_s=latency)
+                if on_complete is not None:
+                    on_complete(i, out[i])
         return [r for r in out if r is not None]
 
     def _next_token_probs(self, ids: list[list[int]]):

@@ -45,6 +45,7 @@ class Ledger:
         self.max_cost_usd = max_cost_usd
         self._roles: dict[str, RoleTally] = defaultdict(RoleTally)
         self._first_errors: dict[str, str] = {}
+        self._reserved_usd = 0.0  # estimates of calls in flight (not yet charged)
         self._lock = threading.Lock()
 
     @property
@@ -54,20 +55,40 @@ class Ledger:
 
     def check_budget(self, role: str, estimated_usd: float) -> None:
         """Stop before a call that would take the stage over its budget."""
+        self.reserve(role, estimated_usd)
+        self.release(estimated_usd)
+
+    def reserve(self, role: str, estimated_usd: float) -> None:
+        """Hold ``estimated_usd`` for a call about to be sent, or raise
+        :class:`BudgetExceededError` when what was charged (the servers' reported usage),
+        what is in flight and this call would pass the budget. :meth:`record_call` with
+        ``reserved=`` releases the hold and charges the real cost."""
         if self.max_cost_usd is None or estimated_usd <= 0:
             return
-        spent = self.spent_usd
-        if spent + estimated_usd > self.max_cost_usd:
-            raise BudgetExceededError(
-                f"stage '{self.stage}', role '{role}': the next calls would cost about "
-                f"${estimated_usd:.4f} on top of ${spent:.4f} spent, over the budget of "
-                f"${self.max_cost_usd:.2f} (shared.llm.max_cost_usd)")
+        with self._lock:
+            spent = sum(t.cost_usd for t in self._roles.values())
+            if spent + self._reserved_usd + estimated_usd > self.max_cost_usd:
+                raise BudgetExceededError(
+                    f"stage '{self.stage}', role '{role}': the next call would cost up to "
+                    f"${estimated_usd:.4f} on top of ${spent:.4f} charged and "
+                    f"${self._reserved_usd:.4f} in flight, over the budget of "
+                    f"${self.max_cost_usd:.2f} (shared.llm.max_cost_usd)")
+            self._reserved_usd += estimated_usd
+
+    def release(self, estimated_usd: float) -> None:
+        if self.max_cost_usd is None or estimated_usd <= 0:
+            return
+        with self._lock:
+            self._reserved_usd = max(0.0, self._reserved_usd - estimated_usd)
 
     def record_hit(self, role: str, n: int = 1) -> None:
         with self._lock:
             self._roles[role].cache_hits += n
 
-    def record_call(self, role: str, completion: Completion, price: Price) -> None:
+    def record_call(self, role: str, completion: Completion, price: Price,
+                    reserved: float = 0.0) -> None:
+        """Count one call that reached a backend and charge its reported usage."""
+        self.release(reserved)
         with self._lock:
             tally = self._roles[role]
             tally.calls += 1

@@ -19,7 +19,7 @@ from typing import Any
 from medpref.llm.base import Backend
 from medpref.llm.cache import ResponseCache
 from medpref.llm.client import LLMClient
-from medpref.llm.errors import BackendConfigError
+from medpref.llm.errors import BackendConfigError, UnpricedModelError
 from medpref.llm.ledger import Ledger, Price
 from medpref.llm.types import GenerationParams
 from medpref.params import RoleConfig, SharedParams, repo_path
@@ -42,10 +42,14 @@ def _openai(cfg: RoleConfig, shared: SharedParams) -> Backend:
     if cfg.server not in shared.llm.servers:
         raise BackendConfigError(f"role names server '{cfg.server}', not in shared.llm.servers")
     s = shared.llm.servers[cfg.server]
-    return OpenAIBackend(cfg.model, base_url_env=s.base_url_env, api_key_env=s.api_key_env,
-                         max_concurrency=s.max_concurrency, max_retries=s.max_retries,
-                         backoff_s=s.backoff_s, timeout_s=s.timeout_s,
-                         continue_prefix=s.continue_prefix, top_logprobs=s.top_logprobs)
+    backend = OpenAIBackend(cfg.model, base_url_env=s.base_url_env, api_key_env=s.api_key_env,
+                            max_concurrency=s.max_concurrency, max_retries=s.max_retries,
+                            backoff_s=s.backoff_s, timeout_s=s.timeout_s,
+                            deadline_s=s.deadline_s, continue_prefix=s.continue_prefix,
+                            prefix_instruction=s.prefix_instruction,
+                            top_logprobs=s.top_logprobs, server=cfg.server)
+    backend.paid = backend.paid and not s.free
+    return backend
 
 
 def _replay(cfg: RoleConfig, shared: SharedParams) -> Backend:
@@ -108,12 +112,25 @@ class LLMSession:
         if key not in self._clients:
             cfg = self.role_config(name).model_copy(update=overrides)
             backend = self.backend_for(cfg)
-            model_name = backend.identity()["model"]
-            price = self.shared.llm.prices.get(model_name)
-            self._clients[key] = LLMClient(
-                name, backend, generation_defaults(cfg), cache=self.cache, ledger=self.ledger,
-                price=Price(**price.model_dump()) if price else Price())
+            price = self.price_for(name, cfg, backend)
+            self._clients[key] = LLMClient(name, backend, generation_defaults(cfg),
+                                           cache=self.cache, ledger=self.ledger, price=price)
         return self._clients[key]
+
+    def price_for(self, role: str, cfg: RoleConfig, backend: Backend) -> Price:
+        """The model's price; a paid server's model without one is refused (the budget
+        guard could not count it) unless the role or the server is marked ``free``."""
+        model = backend.identity()["model"]
+        price = self.shared.llm.prices.get(model)
+        if price is not None:
+            return Price(**price.model_dump())
+        if backend.paid and not cfg.free:
+            raise UnpricedModelError(
+                f"role '{role}': model '{model}' on {backend.describe()} has no price in "
+                f"shared.llm.prices, so the budget guard cannot count what it spends; add "
+                f"`{model}: {{input_per_1m: ..., output_per_1m: ...}}` there, or set "
+                f"`free: true` on the role (or its server) if it costs nothing")
+        return Price()
 
     def write_ledger(self, path: str | Path) -> dict:
         return self.ledger.write(path)

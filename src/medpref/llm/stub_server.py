@@ -8,6 +8,14 @@ the reply text is split into word tokens and the token after ``Score:`` (or, whe
 message is an assistant prefix being continued, the first token) carries those
 alternatives as its ``top_logprobs``. Start it with ``with StubServer(...) as server:``; its
 ``base_url`` goes into the variable that the role's server config names.
+
+Faults it can inject, for the tests that check a run fails or recovers the right way:
+``retry_after`` (a ``Retry-After`` header on every error), ``echo_key`` (error bodies quote
+the key they were sent, as some servers do), ``fail_when`` (requests whose last message
+contains a text always get ``fail_status``), ``reply=None`` (a null completion),
+``usage`` (the token counts it bills, whatever it generated) and ``logprobs=False`` (it
+ignores log-prob requests, as ``transformers serve`` does). ``request_times`` records when
+each request arrived.
 """
 
 from __future__ import annotations
@@ -27,9 +35,19 @@ class _Server(ThreadingHTTPServer):
 
 class StubServer:
     def __init__(self, latency_s: float = 0.0, fail_with: list[int] | None = None,
-                 always_fail: int | None = None, reply: str = "stub answer",
-                 option_logprobs: dict[str, float] | None = None):
+                 always_fail: int | None = None, reply: str | None = "stub answer",
+                 option_logprobs: dict[str, float] | None = None,
+                 retry_after: float | None = None, echo_key: bool = False,
+                 fail_when: str | None = None, fail_status: int = 503,
+                 usage: tuple[int, int] | None = None, logprobs: bool = True):
         self.latency_s = latency_s
+        self.retry_after = retry_after
+        self.echo_key = echo_key
+        self.fail_when = fail_when
+        self.fail_status = fail_status
+        self.usage = usage
+        self.logprobs = logprobs
+        self.request_times: list[float] = []
         self.fail_with = list(fail_with or [])
         self.always_fail = always_fail
         self.reply = reply
@@ -56,7 +74,10 @@ class StubServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def _next_status(self) -> int:
+    def _next_status(self, body: dict) -> int:
+        last = str(body.get("messages", [{}])[-1].get("content", ""))
+        if self.fail_when is not None and self.fail_when in last:
+            return self.fail_status
         with self._lock:
             if self.always_fail is not None:
                 return self.always_fail
@@ -76,17 +97,28 @@ class StubServer:
 
     def _answer(self, body: dict) -> dict:
         last = body["messages"][-1]["content"]
-        text = self.reply if body.get("logprobs") else f"{self.reply}: {last[:40]}"
+        if self.reply is None:
+            text = None
+        else:
+            text = self.reply if body.get("logprobs") or not self.reply else \
+                f"{self.reply}: {last[:40]}"
         choice = {"index": 0, "finish_reason": "stop",
                   "message": {"role": "assistant", "content": text}}
-        if body.get("logprobs"):
+        if body.get("logprobs") and self.logprobs and text:
             choice["logprobs"] = self._logprobs(body, text)
+        text = text or ""
+        n_in, n_out = self.usage or (len(last.split()), len(text.split()))
         return {"id": "stub", "object": "chat.completion", "created": 0,
                 "model": body.get("model", "stub"),
                 "choices": [choice],
-                "usage": {"prompt_tokens": len(last.split()),
-                          "completion_tokens": len(text.split()),
-                          "total_tokens": len(last.split()) + len(text.split())}}
+                "usage": {"prompt_tokens": n_in, "completion_tokens": n_out,
+                          "total_tokens": n_in + n_out}}
+
+    def _error(self, status: int, auth: str) -> dict:
+        message = f"stub error {status}"
+        if self.echo_key:
+            message += f": the key provided was {auth.removeprefix('Bearer ')}"
+        return {"error": {"message": message, "type": "stub"}}
 
     def _handler(self):
         server = self
@@ -99,17 +131,20 @@ class StubServer:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server._lock:
+                    server.request_times.append(time.monotonic())
                     server.requests.append(body)
                     server.auth_headers.append(self.headers.get("Authorization", ""))
                     server.in_flight += 1
                     server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
                 try:
                     time.sleep(server.latency_s)
-                    status = server._next_status()
+                    status = server._next_status(body)
                     payload = (server._answer(body) if status == 200 else
-                               {"error": {"message": f"stub error {status}", "type": "stub"}})
+                               server._error(status, self.headers.get("Authorization", "")))
                     data = json.dumps(payload).encode()
                     self.send_response(status)
+                    if status != 200 and server.retry_after is not None:
+                        self.send_header("Retry-After", f"{server.retry_after:g}")
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()

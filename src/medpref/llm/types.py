@@ -85,13 +85,33 @@ class OptionScores:
 
     ``mass`` is how much of the model's next-token probability the options covered
     before renormalising: a low mass means the prompt did not lead the model to answer.
+    ``error`` set means the call failed (after its retries): ``probs`` is empty and
+    ``mass`` 0, which every scorer already reads as "no usable judgement"; it is never
+    cached. Token counts are the backend's own (a server's reported usage).
     """
 
     probs: dict[str, float]
     mass: float = 1.0
     cached: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
     def expected(self) -> float:
         """Σ value·p(value) for numeric options (the REM expected score)."""
         return sum(float(k) * p for k, p in self.probs.items())
+
+    def as_completion(self) -> Completion:
+        """The call as the ledger counts it."""
+        return Completion(text="", tokens_in=self.tokens_in, tokens_out=self.tokens_out,
+                          latency_s=self.latency_s, error=self.error)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"probs": self.probs, "mass": self.mass, "tokens_in": self.tokens_in,
+                "tokens_out": self.tokens_out, "latency_s": self.latency_s}

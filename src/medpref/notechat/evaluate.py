@@ -137,9 +137,6 @@ def coverage_frame(curves: Mapping[str, Sequence[float]]) -> pd.DataFrame:
 
 def coverage_figure(frame: pd.DataFrame, max_rounds: int):
     """Checklist coverage vs role-play round: each note thin, the mean bold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import seaborn as sns
 
     from medpref.reports import figure

@@ -263,7 +263,7 @@ def train_lora(model_path: str | Path, examples: Sequence[SFTExample], out_dir: 
             activation_checkpointing=hardware.gradient_checkpointing,
             logging_steps=sft.logging_steps, save_strategy="no", report_to=[],
             seed=sft.seed, data_seed=sft.seed, use_cpu=(hardware.device == "cpu"),
-            dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True,
+            dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=False,
             # batches of similar length pad little (the collator pads to the longest)
             train_sampling_strategy="group_by_length" if hardware.group_by_length
             else "random")
