@@ -112,9 +112,9 @@ def test_empty_file_is_an_error_naming_it(tmp_path):
 
 def test_latin1_csv_of_a_real_data_set_names_file_and_line(tmp_path):
     from medpref.contracts import DataFileError
-    from medpref.data.adapters import _csv_rows
+    from medpref.data.readers import csv_rows
 
     f = tmp_path / "x.csv"
     f.write_bytes("ID,dialogue\n1,Doctor: hi\n2,Patient: caf\u00e9\n".encode("latin-1"))
     with pytest.raises(DataFileError, match=rf"^{f}:3: not UTF-8"):
-        list(_csv_rows(f, ["ID", "dialogue"]))
+        list(csv_rows(f, ["ID", "dialogue"]))

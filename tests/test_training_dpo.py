@@ -307,9 +307,9 @@ def test_steps_follow_epochs_and_the_cap():
 def test_dpo_on_the_embedded_model_moves_every_weight_and_raises_the_margin(tmp_path):
     base = REPO_ROOT / "models" / "smollm2-135m-instruct"
     prof = load_params().training.profiles["tiny"].model_copy(update={
-        "sft_max_steps": 1, "dpo_max_steps": 3, "dpo_epochs": 10.0, "max_length": 192})
+        "sft_max_steps": 1, "dpo_max_steps": 3, "dpo_epochs": 10.0, "max_length": 256})
     dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)[:2]
-    sft = train_dialogue_sft(base, sft_examples(dialogues, SYSTEM, 2, 0), tmp_path / "sft",
+    sft = train_dialogue_sft(base, sft_examples(dialogues, SYSTEM, 2, 0, 2), tmp_path / "sft",
                              tmp_path / "ck1", prof, seed=0)
     examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(2)]
     run = train_dpo(base, sft.adapter_dir, examples, tmp_path / "dpo", tmp_path / "ck2", prof,

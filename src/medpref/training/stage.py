@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one part without papermill, for launchers (one process per device)::
 
         accelerate launch --config_file configs/hardware/accelerate/multi_gpu_ddp.yaml \\
-            -m medpref.training.stage --part dpo --run cai_dep
+            -m medpref.training.stage --part dpo --dpo-run cai_dep
     """
     import argparse
 
@@ -295,9 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="stage 05 (training): one part")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--part", choices=PARTS, required=True)
-    ap.add_argument("--run", default="")
+    ap.add_argument("--dpo-run", default="", help="the DPO run (a key of training.dpo.runs)")
     args = ap.parse_args(argv)
-    stage = open_part(open_stage("05_training", args.params), args.part, args.run)
+    stage = open_part(open_stage("05_training", args.params), args.part, args.dpo_run)
     out = run(stage)
     if is_main_process():
         print(stage.finish(out.metrics, models=out.models, prompts=out.prompts,
