@@ -36,3 +36,5 @@ bench:  ## speed benchmarks (print their ratios; ~15 min on 2 cores)
 	$(BIN)/python benchmarks/bench_backends.py
 	$(BIN)/python benchmarks/bench_prefix_cache.py
 	$(BIN)/python benchmarks/bench_rem.py
+	$(BIN)/python benchmarks/bench_generate.py
+	$(BIN)/python benchmarks/bench_repro.py
