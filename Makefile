@@ -43,6 +43,9 @@ bench:  ## speed benchmarks (print their ratios; ~15 min on 2 cores)
 	$(BIN)/python benchmarks/bench_backends.py
 	$(BIN)/python benchmarks/bench_prefix_cache.py
 	$(BIN)/python benchmarks/bench_rem.py
+	$(BIN)/python benchmarks/bench_dpo.py
+	$(BIN)/python benchmarks/bench_generate.py
+	$(BIN)/python benchmarks/bench_repro.py
 
 lint:  ## ruff over src, tests, scripts, benchmarks and notebooks; notebooks and their py:percent pairs agree
 	$(BIN)/ruff check .
@@ -56,4 +59,3 @@ notebooks-check:  ## fail when a notebook and its py:percent pair differ
 
 plots:  ## every curve and score table of dvc.yaml's plots section, as HTML (dvc_plots/index.html)
 	$(BIN)/dvc plots show
-	$(BIN)/python benchmarks/bench_dpo.py
