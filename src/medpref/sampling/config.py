@@ -19,8 +19,8 @@ class RoundsParams(StrictModel):
     patient_prompt: str = "trajectory_patient"
     doctor_prompt: str = "trajectory_doctor"
     max_new_tokens: int = Field(64, ge=8, le=1024)
-    retries: int = Field(1, ge=0, le=5)           # an unreadable turn is asked again, sampled
-    retry_temperature: float = Field(0.7, gt=0.0, le=2.0)
+    retries: int = Field(3, ge=0, le=8)           # an unreadable turn is asked again, sampled
+    retry_temperature: float = Field(1.0, gt=0.0, le=2.0)
     max_copied_share: float = Field(0.6, gt=0.0, le=1.0)  # echo of an earlier turn: unreadable
 
 
