@@ -19,8 +19,7 @@ import re
 
 import pandas as pd
 
-from medpref.metrics.human import (NGRAM_SCORERS, correlation_table, read_records,
-                                   score_records)
+from medpref.metrics.human import NGRAM_SCORERS, correlation_table, read_records, score_records
 
 
 def legacy_scorers() -> dict:

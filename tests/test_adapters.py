@@ -14,9 +14,21 @@ import pytest
 
 from medpref.contracts import ContractError, Turn
 from medpref.data.adapters import (
-    DEFAULT_SPEAKERS, MTS_DIR, MTS_SPLITS, aci_dialogues, aci_notes, agentclinic_cases,
-    checklist_tests, load_aci_bench, load_mts_correlation_study, load_mts_dialog,
-    mts_dialogues, mts_notes, parse_tagged_dialogue, shared_data_dir, split_note_sections,
+    DEFAULT_SPEAKERS,
+    MTS_DIR,
+    MTS_SPLITS,
+    aci_dialogues,
+    aci_notes,
+    agentclinic_cases,
+    checklist_tests,
+    load_aci_bench,
+    load_mts_correlation_study,
+    load_mts_dialog,
+    mts_dialogues,
+    mts_notes,
+    parse_tagged_dialogue,
+    shared_data_dir,
+    split_note_sections,
 )
 
 MTS_COUNTS = {"train": 1201, "validation": 100, "test1": 200, "test2": 200}

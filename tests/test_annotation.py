@@ -6,11 +6,19 @@ import json
 
 import pytest
 
+from medpref import REPO_ROOT
 from medpref.annotation import agent as agent_mod
 from medpref.annotation import analysis, cai, grid
 from medpref.annotation.config import AnnotationParams, ScoringConfig
-from medpref.annotation.judging import (combine_orders, judge_both_orders, judge_items,
-                                        one_order, parse_choice, shown_order, to_item_frame)
+from medpref.annotation.judging import (
+    combine_orders,
+    judge_both_orders,
+    judge_items,
+    one_order,
+    parse_choice,
+    shown_order,
+    to_item_frame,
+)
 from medpref.annotation.pairs import Decision
 from medpref.annotation.stage import load_items
 from medpref.contracts import ContractError, UnlabeledItem
@@ -18,7 +26,6 @@ from medpref.params import ParamsError, load_params, parse_params
 from medpref.prompts import load_prompt
 from medpref.rem.base import RuleJudgement
 from medpref.rules import load_rules
-from medpref import REPO_ROOT
 
 FLOWCHART = load_rules(REPO_ROOT / "configs/rules/plpf_flowchart.yaml")
 P = load_params().annotation  # the repository's params (the only home of their values)

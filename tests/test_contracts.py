@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from medpref.contracts import (ContractError, Dialogue, UnlabeledItem, read_jsonl,
-                               write_jsonl)
+from medpref.contracts import ContractError, Dialogue, UnlabeledItem, read_jsonl, write_jsonl
 
 GOOD = {"id": "d-1", "turns": [{"role": "patient", "text": "hi"},
                                {"role": "doctor", "text": "hello"}]}

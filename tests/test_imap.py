@@ -18,11 +18,20 @@ from medpref.imap import stage as ev
 from medpref.imap.config import ImapParams
 from medpref.imap.correlation import correlations, rank_correlations, table2
 from medpref.imap.ontology import ConceptLinker, Lexicon, OntologyMatcher
-from medpref.imap.relations import (RELATION_OPTIONS, combine, parse_relation,
-                                    relation_from_options, relation_word)
+from medpref.imap.relations import (
+    RELATION_OPTIONS,
+    combine,
+    parse_relation,
+    relation_from_options,
+)
 from medpref.imap.score import Relation, best_relation, imap_score, score_term
-from medpref.imap.structure import (ANSWER_COMPONENTS, QUESTION_COMPONENTS, ImapPair,
-                                    parse_imap, values_by_term)
+from medpref.imap.structure import (
+    ANSWER_COMPONENTS,
+    QUESTION_COMPONENTS,
+    ImapPair,
+    parse_imap,
+    values_by_term,
+)
 from medpref.imap.textmetrics import ngram_scores, text_metrics
 from medpref.params import ParamsError, parse_params
 
@@ -597,8 +606,8 @@ def test_pipeline_on_a_few_mts_correlation_study_records(scripted_client):
 @pytest.mark.slow
 def test_embedded_judge_extracts_and_the_parse_never_raises(embedded_llm_path, cache):
     """Two real calls of the 135M judge: raw text kept, parser total (it may find nothing)."""
-    from medpref.llm.hf import HFBackend
     from medpref.llm.client import LLMClient
+    from medpref.llm.hf import HFBackend
     from medpref.llm.types import GenerationParams
 
     p = ImapParams(max_new_tokens_question=24, max_new_tokens_answer=24)
@@ -631,9 +640,8 @@ def test_run_in_the_stage_shape_with_a_scripted_judge(tmp_path, monkeypatch):
 
 
 def test_run_fails_before_writing_when_the_judge_extracts_nothing(tmp_path, monkeypatch):
-    from scripted_stage import scripted_stage
-
     from medpref.stagekit import StageFailed
+    from scripted_stage import scripted_stage
 
     monkeypatch.setattr(ev, "load_encoder", lambda path: _fake_encode)
     p = ImapParams(link_min_similarity=None, relation_mode="generate", bertscore_layer=None)

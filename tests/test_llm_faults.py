@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_stage01, stage01_on_server
 
+from conftest import run_stage01, stage01_on_server
 from medpref import REPO_ROOT
 from medpref.contracts import Turn
 from medpref.llm.cache import ResponseCache

@@ -7,11 +7,17 @@ import random
 import pytest
 
 from medpref.contracts import PairwiseJudgement
-from medpref.medqa.judging import (BattleSlot, VerdictError, battle_plan, parse_verdict,
-                                   winner_of)
-from medpref.medqa.ratings import (Battle, battles_from_judgements, bootstrap_intervals,
-                                   bradley_terry, elo_ratings, elo_shuffled, expected_score,
-                                   rating_table)
+from medpref.medqa.judging import BattleSlot, VerdictError, battle_plan, parse_verdict, winner_of
+from medpref.medqa.ratings import (
+    Battle,
+    battles_from_judgements,
+    bootstrap_intervals,
+    bradley_terry,
+    elo_ratings,
+    elo_shuffled,
+    expected_score,
+    rating_table,
+)
 
 
 def pj(item, a, b, winner, order=None, n=[0]):

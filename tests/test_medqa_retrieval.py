@@ -7,9 +7,16 @@ import pytest
 
 from medpref.contracts import ContractError, Medicine, MedicineQAItem, Turn, read_jsonl
 from medpref.medqa.database import build_tree, embed_items, item_text
-from medpref.medqa.retrieval import (chance_hit_rate, check_gold, document_ranking,
-                                     evaluate_ranking, first_hit_rank, hit_rates,
-                                     history_query, rank_items)
+from medpref.medqa.retrieval import (
+    chance_hit_rate,
+    check_gold,
+    document_ranking,
+    evaluate_ranking,
+    first_hit_rank,
+    history_query,
+    hit_rates,
+    rank_items,
+)
 from medpref.params import repo_path
 
 

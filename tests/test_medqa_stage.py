@@ -219,12 +219,10 @@ def test_run_writes_the_stage_outputs_with_scripted_models(tmp_path, monkeypatch
 
 
 def test_run_fails_before_writing_when_no_answer_comes_out(tmp_path, monkeypatch, params):
-    from scripted_stage import scripted_stage
-
-    from medpref.stagekit import StageFailed
-
     from medpref.llm import session as llm_session
     from medpref.llm.types import Completion
+    from medpref.stagekit import StageFailed
+    from scripted_stage import scripted_stage
 
     monkeypatch.setattr(s06, "load_encoder", lambda path, batch: toy_encode)
     stage = scripted_stage("08_medqa", tmp_path, monkeypatch, lambda r: "", section=params)

@@ -8,8 +8,14 @@ import pytest
 
 from medpref.llm.types import Completion
 from medpref.medqa.distill import interpret
-from medpref.medqa.toolcall import (SEARCH_ENGINE_TOOL, ToolCall, ToolCallError,
-                                    example_queries, parse_native_calls, parse_text_call)
+from medpref.medqa.toolcall import (
+    SEARCH_ENGINE_TOOL,
+    ToolCall,
+    ToolCallError,
+    example_queries,
+    parse_native_calls,
+    parse_text_call,
+)
 
 
 @pytest.mark.parametrize("text, query, form", [

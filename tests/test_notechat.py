@@ -21,11 +21,10 @@ from medpref.notechat.calls import CallLog
 from medpref.notechat.concepts import ConceptExtractor, Mention
 from medpref.notechat.config import NoteChatParams
 from medpref.notechat.lexicon_index import build_index, check_lexicon
-from medpref.notechat.planning import Checklist, Keyword, checklist_from_draft, note_keywords
+from medpref.notechat.planning import Checklist, checklist_from_draft, note_keywords
 from medpref.notechat.polish import judge_window, load_rubric, polish_dialogues, windows
 from medpref.notechat.roleplay import RolePlay, run_roleplay
-from medpref.notechat.sections import (Segment, combine_parts, load_soap_headings,
-                                       note_segments)
+from medpref.notechat.sections import Segment, combine_parts, load_soap_headings, note_segments
 from medpref.notechat.turns import parse_dialogue, parse_turn
 from medpref.params import ParamsError, load_params, parse_params
 from medpref.prompts import load_prompt
@@ -544,9 +543,8 @@ def test_stage_with_the_embedded_llm_on_one_note(tmp_path, index_dir, extractor,
 
 
 def test_run_in_the_stage_shape_with_scripted_models(tmp_path, monkeypatch, index_dir):
-    from scripted_stage import scripted_stage
-
     from medpref.notechat import stage as notechat_stage
+    from scripted_stage import scripted_stage
 
     p = _stage_params(tmp_path, index_dir, n_notes=2, max_rounds=2, polish_iterations=1)
     stage = scripted_stage("02_notechat", tmp_path, monkeypatch, agent_responder, section=p)

@@ -18,8 +18,13 @@ from medpref.prompts import load_prompt
 from medpref.rem.compliance import cut_at_final_doctor_turn, rule_compliance
 from medpref.rem.evaluation import confusion, match_metrics, to_label
 from medpref.rem.scorers import build_scorer, judgement_from_samples
-from medpref.rem.task import (build_messages, format_answer, parse_judgement, rule_text,
-                              select_examples)
+from medpref.rem.task import (
+    build_messages,
+    format_answer,
+    parse_judgement,
+    rule_text,
+    select_examples,
+)
 from medpref.rules import RulesError, load_rules
 from medpref.rules.flowchart import parse_rules
 
@@ -389,11 +394,10 @@ def test_flowchart_layout_and_figure(flowchart, tmp_path):
 
 def test_stage_eval_subset_and_sft_examples():
     from medpref.rem.build_rem import load_inputs, sft_examples
-    from medpref.rem.config import RemParams
 
     inputs = load_inputs(load_params().rem)
     subset = inputs.split("test", per_rule=3)
-    assert len(subset) == 18 and all(getattr(a, "split") == "test" for a in subset)
+    assert len(subset) == 18 and all(a.split == "test" for a in subset)
     for rule in "ABCDEF":
         assert sorted(a.score for a in subset if a.rule == rule) == [0, 1, 2]
     assert len(inputs.split("train")) + len(inputs.split("test")) == 252
@@ -455,7 +459,6 @@ def test_stage_scorer_without_adapter_is_an_error_naming_it(flowchart, tmp_path)
 
 def test_annotation_with_unknown_rule_is_an_error_naming_it(tmp_path):
     from medpref.rem.build_rem import load_inputs
-    from medpref.rem.config import RemParams
 
     bad = tmp_path / "ann.jsonl"
     bad.write_text('{"id": "r-9", "rule": "Z", "history": [], "score": 1, "comment": "x"}\n')

@@ -6,11 +6,22 @@ import pytest
 
 from medpref.contracts import Candidate, Turn
 from medpref.rules.flowchart import parse_rules
-from medpref.scoring.formulas import (DepSettings, mean_rule_score, predecessors_of,
-                                      rule_weights, state_score, step_value, trajectory_score)
+from medpref.scoring.formulas import (
+    DepSettings,
+    mean_rule_score,
+    predecessors_of,
+    rule_weights,
+    state_score,
+    step_value,
+    trajectory_score,
+)
 from medpref.scoring.selection import compare_scores, top_n_by_margin
-from medpref.scoring.trajectory import (candidate_states, complete_rounds, pair_length,
-                                        states_available)
+from medpref.scoring.trajectory import (
+    candidate_states,
+    complete_rounds,
+    pair_length,
+    states_available,
+)
 
 CRIT = {0: "no", 1: "partly", 2: "yes"}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from medpref.contracts import Dialogue, read_jsonl, write_jsonl
-from medpref.sampling.build import build_unlabeled
 from medpref.llm import LLMSession
 from medpref.llm.cache import ResponseCache
 from medpref.params import load_params, repo_path
+from medpref.sampling.build import build_unlabeled
 
 pytestmark = pytest.mark.slow
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from medpref.llm.ledger import Ledger, Price
 from medpref.llm.types import Completion
@@ -58,9 +59,9 @@ def test_guard_fails_on_failure_rate_with_role_and_first_error(tmp_path, monkeyp
 
 
 def test_guard_params_are_strict():
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="min_yeild"):
         GuardParams(min_yeild=0.1)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
         GuardParams(min_yield=1.5)
 
 

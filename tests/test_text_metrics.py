@@ -101,8 +101,7 @@ def test_correlations_with_human_scores_on_a_chinese_set(tmp_path):
     gave every record 0, so no correlation at all)."""
     import json
 
-    from medpref.metrics.human import (NGRAM_SCORERS, correlation_table, read_records,
-                                       score_records)
+    from medpref.metrics.human import NGRAM_SCORERS, correlation_table, read_records, score_records
 
     ref = "布洛芬饭后服用每日三次"
     hyps = ["饭后服用", "布洛芬饭后服用", "布洛芬饭后服用每日", "布洛芬饭后服用每日三次"]

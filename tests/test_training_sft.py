@@ -6,9 +6,20 @@ import pytest
 
 from medpref import REPO_ROOT
 from medpref.training.hardware import HardwareProfile, load_hardware
-from medpref.training.sft import (IGNORE_INDEX, TASK_CARD, AnswerOnlyCollator, LoraSettings,
-                                  SFTExample, SFTSettings, answer_only_loss, answer_width,
-                                  encode_examples, planned_steps, read_task_card, train_lora)
+from medpref.training.sft import (
+    IGNORE_INDEX,
+    TASK_CARD,
+    AnswerOnlyCollator,
+    LoraSettings,
+    SFTExample,
+    SFTSettings,
+    answer_only_loss,
+    answer_width,
+    encode_examples,
+    planned_steps,
+    read_task_card,
+    train_lora,
+)
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 EXAMPLE = SFTExample([{"role": "system", "content": "Judge the rule."},

@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from conftest import run_stage01, stage01_on_server
 
 pytestmark = pytest.mark.slow

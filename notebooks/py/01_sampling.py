@@ -9,83 +9,74 @@
 #   another dialogue (a one-shot style exemplar, `configs/prompts/trajectory_continuation.yaml`).
 #
 # Malformed continuations are recorded in `reports/01_sampling/rejected.jsonl`, retried
-# with another exemplar, then dropped. All logic lives in `medpref.data`; this notebook only
-# calls it and shows the results.
+# with another exemplar, then dropped. When too few items come out, or too many model calls
+# fail (`sampling.guard`), the stage stops with one line and writes nothing. All logic lives
+# in `medpref.sampling`; this notebook only calls it and shows the results.
 
 # %% tags=["parameters"]
 # papermill parameters (dvc.yaml passes none: everything comes from params.yaml)
 params_path = "params.yaml"
-stage = "01_sampling"
 
 # %%
-from medpref.params import load_params, repo_path
-from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl, write_jsonl
-from medpref.data import build_unlabeled as b01
-from medpref.llm import LLMSession
-from medpref.provenance import provenance, write_provenance
-from medpref.reports import write_metrics, write_table
+from medpref.sampling import stage as sampling_stage
+from medpref.stagekit import open_stage
 
-params = load_params(repo_path(params_path))
-p = params.sampling
-p
-
-# %% [markdown]
-# ## Source dialogues and the style-exemplar pool
-
-# %%
-dialogues = b01.load_source_dialogues(p)
-pool = read_jsonl(repo_path(p.exemplar_pool), Dialogue)
-print(f"{len(dialogues)} source dialogues ({p.source}), {len(pool)} style exemplars")
+stage = open_stage("01_sampling", params_path)
+stage.p
 
 # %% [markdown]
 # ## Sample splits and predict trajectories
 
 # %%
-llm = LLMSession.for_stage(stage, params)
-annotator = llm.role(p.role, max_new_tokens=p.max_new_tokens)
-result = b01.build_unlabeled(p, annotator, params.shared.seed, dialogues, pool)
-paths = b01.output_paths(p)
-write_jsonl(paths["items"], result.items)
-write_jsonl(paths["rejected"], result.rejected)
-stats = b01.metrics(result, p.n_items)
-write_metrics(stats, paths["metrics"])
-stats
+out = sampling_stage.run(stage)
+print(f"{out.n_dialogues} source dialogues ({stage.p.source}), {out.n_exemplars} style exemplars")
+out.metrics
 
 # %% [markdown]
 # ## Summary: counts and lengths by candidate source
 
 # %%
-summary = b01.summarise(result, p.n_items)
-write_table(summary, paths["summary"].with_suffix(""))
-summary
+out.summary
+
+# %% [markdown]
+# ## Complete future rounds per candidate
+#
+# `sampling.future_rounds` rounds are asked for. Sampled futures are real (splits keep at least
+# `min_future_rounds`); a generated future that the one-shot continuation leaves short is
+# continued round by round by the `patient` and `doctor` roles (`sampling.rounds`). Every
+# candidate that still falls short is listed below (kept, and scored over fewer states by stage 04,
+# which reports it)
+
+# %%
+out.rounds
+
+# %%
+import pandas as pd
+
+pd.DataFrame(out.short, columns=["item_id", "source", "complete_rounds", "requested", "failure"])
 
 # %% [markdown]
 # ## One item, as the annotation stage will see it
 
 # %%
-item = result.items[0] if result.items else None
-if item:
-    for t in item.history[-4:]:
-        print(f"{t.role:>8}: {t.text}")
-    for c in item.candidates:
-        print(f"\n[{c.source}] doctor: {c.response}")
-        for t in c.future:
-            print(f"{'':>10}{t.role}: {t.text}")
+item = out.items[0]
+for t in item.history[-4:]:
+    print(f"{t.role:>8}: {t.text}")
+for c in item.candidates:
+    print(f"\n[{c.source}] doctor: {c.response}")
+    for t in c.future:
+        print(f"{'':>10}{t.role}: {t.text}")
 
 # %% [markdown]
 # ## Malformed continuations (recorded, not fatal)
 
 # %%
 import pandas as pd
-pd.DataFrame(result.rejected, columns=["dialogue_id", "attempt", "reason", "raw"]).head(10)
+
+pd.DataFrame(out.rejected, columns=["dialogue_id", "attempt", "reason", "raw"]).head(10)
 
 # %% [markdown]
 # ## Model use and provenance
 
 # %%
-ledger = llm.write_ledger(paths["ledger"])
-write_provenance(paths["provenance"], provenance(
-    params, ("sampling",), models={p.role: annotator.model_id},
-    prompts={p.prompt: result.prompt_sha}, seed=params.shared.seed))
-llm.close()
-ledger["total"]
+stage.finish(out.metrics, models=out.models, prompts=out.prompts)

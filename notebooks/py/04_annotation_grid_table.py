@@ -1,30 +1,31 @@
 # %% [markdown]
-# # 04 · Annotation grid: the table
+# # 04 · Annotation grid: statistics per cell
 #
-# Gathers the cells of `annotation_grid` (weighting {avg, dep} × trajectory length {1, 2, 3},
-# PLPF Table 3 / the follow-up's Fig. 10) into one table and figure. These are
-# annotation-level numbers (pairs kept, ties, which source wins, model use); the
-# downstream effect on a trained policy is measured by training on each cell's pairs.
+# Gathers the cells of `annotation_grid` (weighting {avg, dep} × trajectory length {1, 2, 3}) into
+# one table and figure. These are annotation statistics (pairs kept, ties, margins, which source
+# wins, model use) on the axes of PLPF Table 3 / the follow-up's Fig. 10 — not those papers' SP
+# scores, which need a policy trained on each cell's pairs.
 
 # %% tags=["parameters"]
 params_path = "params.yaml"
 
 # %%
-from medpref.params import load_params, repo_path
-from medpref.annotation import grid
-from medpref.reports import save_figure, write_table
+import matplotlib
 
-params = load_params(repo_path(params_path))
-p = params.annotation
-table = grid.grid_table(p)
-write_table(table, repo_path(p.reports) / "grid_table")
-table
+matplotlib.use("Agg")
+from IPython.display import Image, display
+
+from medpref.annotation import grid
+
+stage = grid.open_table(params_path)
+out = grid.run_table(stage)
+out.table
 
 # %% [markdown]
-# Fig. 10's layout: CAI cells as lines over trajectory length; gpt4_rank and agent (no trajectory) as dashed references from the main stage.
+# gpt4_rank and agent (no trajectory) are the dashed references from the main stage.
 
 # %%
-import pandas as pd
-references = grid.reference_rows(pd.read_csv(repo_path(p.reports) / "summary.csv"))
-fig = grid.plot_grid(table, references)
-save_figure(fig, repo_path(p.reports) / "grid.png")
+display(Image(filename=str(out.figure)))
+
+# %%
+stage.finish(out.metrics)

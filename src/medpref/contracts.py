@@ -18,8 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
-                      field_validator)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 Role = Literal["patient", "doctor"]
 

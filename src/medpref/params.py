@@ -46,7 +46,7 @@ class RoleConfig(StrictModel):
     free: bool = False
 
     @model_validator(mode="after")
-    def _replay_names_target(self) -> "RoleConfig":
+    def _replay_names_target(self) -> RoleConfig:
         if self.backend == "replay" and not self.replays:
             raise ValueError("a replay role needs `replays: {backend: ..., model: ...}`")
         return self

@@ -21,11 +21,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from medpref.annotation.judging import (Choice, Reading, judge_items, parse_choice,
-                                        to_item_frame)
+from medpref.annotation.judging import Choice, Reading, judge_items, parse_choice, to_item_frame
 from medpref.annotation.judging import shown_order as _judge_order
-from medpref.annotation.pairs import (Decision, decision_for, pair_from_candidates,
-                                      pair_from_winner, pair_over_candidate)
+from medpref.annotation.pairs import (
+    Decision,
+    decision_for,
+    pair_from_candidates,
+    pair_from_winner,
+    pair_over_candidate,
+)
 from medpref.contracts import PreferencePair, UnlabeledItem
 from medpref.llm.client import LLMClient
 from medpref.prompts import PromptTemplate, format_dialogue

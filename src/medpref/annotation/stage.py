@@ -20,8 +20,7 @@ from medpref.annotation import analysis, cai
 from medpref.annotation.config import AnnotationParams
 from medpref.annotation.judging import READINGS, gpt4_rank_pairs, judge_items
 from medpref.annotation.pairs import Decision
-from medpref.contracts import (ContractError, PreferencePair, UnlabeledItem, read_jsonl,
-                               write_jsonl)
+from medpref.contracts import ContractError, PreferencePair, UnlabeledItem, read_jsonl, write_jsonl
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table

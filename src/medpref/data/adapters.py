@@ -25,16 +25,33 @@ from collections.abc import Callable
 from typing import Any
 
 from medpref.data.aci_bench import (
-    ACI_COLUMNS, ACI_DIR, ACI_SPLITS, aci_dialogues, aci_notes, load_aci_bench,
+    ACI_COLUMNS,
+    ACI_DIR,
+    ACI_SPLITS,
+    aci_dialogues,
+    aci_notes,
+    load_aci_bench,
     split_note_sections,
 )
 from medpref.data.agentclinic import (
-    AGENTCLINIC_FILE, agentclinic_cases, checklist_tests, flatten_value,
+    AGENTCLINIC_FILE,
+    agentclinic_cases,
+    checklist_tests,
+    flatten_value,
 )
 from medpref.data.cspt import CSPT_DEPARTMENTS, CsptReport, cspt_cases, load_cspt
 from medpref.data.mts_dialog import (
-    MTS_COLUMNS, MTS_CORR_DIR, MTS_CORR_HUMAN_MAP, MTS_CORR_SCORES, MTS_CORR_SUMMARIES,
-    MTS_DIR, MTS_SPLITS, load_mts_correlation_study, load_mts_dialog, mts_dialogues, mts_notes,
+    MTS_COLUMNS,
+    MTS_CORR_DIR,
+    MTS_CORR_HUMAN_MAP,
+    MTS_CORR_SCORES,
+    MTS_CORR_SUMMARIES,
+    MTS_DIR,
+    MTS_SPLITS,
+    load_mts_correlation_study,
+    load_mts_dialog,
+    mts_dialogues,
+    mts_notes,
 )
 from medpref.data.readers import ENV_VAR, shared_data_dir
 from medpref.data.sp_cases import embedded_sp_cases

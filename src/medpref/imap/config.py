@@ -66,7 +66,7 @@ class ImapParams(StrictModel):
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @model_validator(mode="after")
-    def _sabs_need_umls(self) -> "ImapParams":
+    def _sabs_need_umls(self) -> ImapParams:
         if self.umls_sabs is not None and self.umls_dir is None:
             raise ValueError("umls_sabs filters a user's UMLS: set umls_dir too")
         return self

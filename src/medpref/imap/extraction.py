@@ -31,8 +31,15 @@ import pandas as pd
 from pydantic import Field
 
 from medpref.contracts import ScoredQA
-from medpref.imap.structure import (ANSWER_COMPONENTS, QUESTION_COMPONENTS, ImapPair,
-                                    ParsedImap, format_imap, parse_imap, query_terms)
+from medpref.imap.structure import (
+    ANSWER_COMPONENTS,
+    QUESTION_COMPONENTS,
+    ImapPair,
+    ParsedImap,
+    format_imap,
+    parse_imap,
+    query_terms,
+)
 from medpref.llm.client import LLMClient
 from medpref.llm.types import ChatRequest
 from medpref.metrics import text as tm

@@ -74,7 +74,7 @@ class Lexicon:
 
     @classmethod
     def from_rrf(cls, folder: str | Path, sabs: Sequence[str] | None = None,
-                 language: str = "ENG") -> "Lexicon":
+                 language: str = "ENG") -> Lexicon:
         """Read ``MRCONSO/MRSTY/MRREL.RRF`` from ``folder`` (suppressed strings skipped)."""
         folder = Path(folder)
         lex = cls(source=str(folder))

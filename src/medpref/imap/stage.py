@@ -23,17 +23,33 @@ import pandas as pd
 
 from medpref.contracts import ScoredQA, read_jsonl
 from medpref.imap.config import ImapParams
-from medpref.imap.ontology import (ConceptLinker, Lexicon, OntologyMatcher, count_links,
-                                   normalise)
-from medpref.imap.relations import (OPTION_PREFIX, RELATION_OPTIONS, combine,
-                                    parse_relation, relation_from_options)
+from medpref.imap.extraction import (
+    Extraction,
+    extract_answer_imaps,
+    extract_question_imaps,
+    parse_summary,
+    question_imap,
+    resolve_mode,
+    text_key,
+)
+from medpref.imap.ontology import ConceptLinker, Lexicon, OntologyMatcher, count_links, normalise
+from medpref.imap.relations import (
+    OPTION_PREFIX,
+    RELATION_OPTIONS,
+    combine,
+    parse_relation,
+    relation_from_options,
+)
 from medpref.imap.score import Relation, imap_score
-from medpref.imap.extraction import (Extraction, extract_answer_imaps,
-                                     extract_question_imaps, parse_summary, question_imap,
-                                     resolve_mode, text_key)
 from medpref.imap.structure import ImapPair, imap_text, values_by_term
-from medpref.imap.textmetrics import (BERTSCORE, TEXT_METRICS, BertScorer, load_bertscore,
-                                      load_encoder, text_metrics)
+from medpref.imap.textmetrics import (
+    BERTSCORE,
+    TEXT_METRICS,
+    BertScorer,
+    load_bertscore,
+    load_encoder,
+    text_metrics,
+)
 from medpref.llm.client import LLMClient
 from medpref.params import repo_path
 from medpref.prompts import load_prompt

@@ -53,7 +53,7 @@ class BatchProgress:
             self._show()
             self._bar.close()
 
-    def __enter__(self) -> "BatchProgress":
+    def __enter__(self) -> BatchProgress:
         return self
 
     def __exit__(self, *exc) -> None:

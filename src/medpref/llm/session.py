@@ -81,7 +81,7 @@ class LLMSession:
         self._clients: dict[str, LLMClient] = {}
 
     @classmethod
-    def for_stage(cls, stage: str, params: Any, use_cache: bool = True) -> "LLMSession":
+    def for_stage(cls, stage: str, params: Any, use_cache: bool = True) -> LLMSession:
         shared: SharedParams = params.shared
         cache = None
         if use_cache:

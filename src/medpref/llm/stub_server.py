@@ -66,7 +66,7 @@ class StubServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def __enter__(self) -> "StubServer":
+    def __enter__(self) -> StubServer:
         self._thread.start()
         return self
 

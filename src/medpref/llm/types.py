@@ -31,7 +31,7 @@ class GenerationParams:
             out.update(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
         return out
 
-    def with_overrides(self, **overrides: Any) -> "GenerationParams":
+    def with_overrides(self, **overrides: Any) -> GenerationParams:
         clean = {k: v for k, v in overrides.items() if v is not None}
         if "stop" in clean:
             clean["stop"] = tuple(clean["stop"])

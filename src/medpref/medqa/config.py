@@ -85,7 +85,7 @@ class MedQAParams(StrictModel):
         return sorted(ks)
 
     @model_validator(mode="after")
-    def _models_distinct(self) -> "MedQAParams":
+    def _models_distinct(self) -> MedQAParams:
         names = [m.name for m in self.models]
         if len(self.models) < 2:
             raise ValueError("models: the Elo battles need at least two configurations")

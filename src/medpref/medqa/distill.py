@@ -17,8 +17,14 @@ from medpref.contracts import MedicineQAItem
 from medpref.llm.client import LLMClient
 from medpref.llm.types import Completion
 from medpref.medqa.retrieval import history_query, last_question_query
-from medpref.medqa.toolcall import (SEARCH_ENGINE_TOOL, ToolCall, ToolCallError,
-                                    example_queries, parse_native_calls, parse_text_call)
+from medpref.medqa.toolcall import (
+    SEARCH_ENGINE_TOOL,
+    ToolCall,
+    ToolCallError,
+    example_queries,
+    parse_native_calls,
+    parse_text_call,
+)
 from medpref.prompts import PromptTemplate, format_dialogue
 
 ToolMode = Literal["text", "native"]

@@ -25,16 +25,34 @@ import pandas as pd
 from medpref.contracts import Medicine, MedicineQAItem, PairwiseJudgement, read_jsonl
 from medpref.llm.client import LLMClient
 from medpref.medqa.config import MedQAParams, ModelConfig
-from medpref.medqa.database import (Encoder, MedicineTree, build_tree, embed_items,
-                                    load_encoder, model_fingerprint)
+from medpref.medqa.database import (
+    Encoder,
+    MedicineTree,
+    build_tree,
+    embed_items,
+    load_encoder,
+    model_fingerprint,
+)
 from medpref.medqa.distill import DistilledQuery, distill, follow_rate, resolve_tool_mode
-from medpref.medqa.judging import (BattleSlot, JudgedBattles, battle_plan, judge_battles,
-                                   position_bias)
+from medpref.medqa.judging import (
+    BattleSlot,
+    JudgedBattles,
+    battle_plan,
+    judge_battles,
+    position_bias,
+)
 from medpref.medqa.ratings import EloScale, battles_from_judgements, rating_table
 from medpref.medqa.read import Answer, read_answers
-from medpref.medqa.retrieval import (RetrievalResult, chance_hit_rate, check_gold,
-                                     evaluate_ranking, hit_rates, history_query,
-                                     last_question_query, rank_items)
+from medpref.medqa.retrieval import (
+    RetrievalResult,
+    chance_hit_rate,
+    check_gold,
+    evaluate_ranking,
+    history_query,
+    hit_rates,
+    last_question_query,
+    rank_items,
+)
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 

@@ -104,7 +104,7 @@ class ConceptExtractor:
 
     @classmethod
     def from_index(cls, index_dir: str | Path, stopwords_path: str | Path,
-                   quickumls: QuickUMLSParams | None = None) -> "ConceptExtractor":
+                   quickumls: QuickUMLSParams | None = None) -> ConceptExtractor:
         nlp = build_pipeline(index_dir, read_stopwords(stopwords_path), quickumls)
         return cls(nlp, index_dir)
 

@@ -135,7 +135,7 @@ class NoteChatParams(StrictModel):
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "NoteChatParams":
+    def _consistent(self) -> NoteChatParams:
         if self.min_rounds > self.max_rounds:
             raise ValueError(f"min_rounds ({self.min_rounds}) > max_rounds ({self.max_rounds})")
         names = [b.name for b in self.baselines]

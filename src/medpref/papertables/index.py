@@ -21,9 +21,9 @@ def stage_section(folder: Path, reports_root: Path) -> str:
     lines = [f"## {folder.name}", ""]
     if prov:
         models = ", ".join(f"{role}: `{m}`" for role, m in sorted(prov.get("models", {}).items()))
-        lines.append(f"- params hash `{prov.get('params_hash')}` "
-                     f"({', '.join(prov.get('params_sections', []))}), git `{prov.get('git_commit')}`, "
-                     f"seed {prov.get('seed')}")
+        sections = ", ".join(prov.get("params_sections", []))
+        lines.append(f"- params hash `{prov.get('params_hash')}` ({sections}), "
+                     f"git `{prov.get('git_commit')}`, seed {prov.get('seed')}")
         if models:
             lines.append(f"- models: {models}")
     else:

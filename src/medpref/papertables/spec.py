@@ -33,7 +33,7 @@ class ArtefactSpec(StrictModel):
     published: Published | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ArtefactSpec":
+    def _consistent(self) -> ArtefactSpec:
         if self.kind == "table" and (not self.row or not self.columns):
             raise ValueError(f"table artefact '{self.id}' needs `row` and `columns`")
         unknown = set(self.scale) - set(self.columns)
@@ -51,7 +51,7 @@ class Registry(StrictModel):
     artefacts: list[ArtefactSpec]
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "Registry":
+    def _unique_ids(self) -> Registry:
         ids = [a.id for a in self.artefacts]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:

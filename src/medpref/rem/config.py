@@ -57,7 +57,7 @@ class RemScorerSettings(StrictModel):
     state_value: Literal["expected", "label"] = "expected"
 
     @model_validator(mode="after")
-    def _fits_the_mode(self) -> "RemScorerSettings":
+    def _fits_the_mode(self) -> RemScorerSettings:
         if self.mode == "sampled" and self.state_value != "expected":
             raise ValueError("a sampled scorer's v is the mean of its k samples: "
                              "leave state_value 'expected'")
@@ -95,7 +95,7 @@ class RemParams(StrictModel):
         return scorers
 
     @model_validator(mode="after")
-    def _compliance_scorers_are_known(self) -> "RemParams":
+    def _compliance_scorers_are_known(self) -> RemParams:
         unknown = [s for s in self.compliance_scorers if s not in self.scorers]
         if unknown or len(set(self.compliance_scorers)) != len(self.compliance_scorers):
             raise ValueError(f"compliance_scorers must name distinct entries of rem.scorers "

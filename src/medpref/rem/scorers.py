@@ -28,9 +28,17 @@ from medpref.contracts import Turn
 from medpref.llm import ChatRequest, LLMClient
 from medpref.prompts import PromptTemplate, load_prompt
 from medpref.rem.base import RuleJudgement
-from medpref.rem.task import (COMMENT_PREFIX, SCORE_OPTIONS, SCORE_PREFIX, AnswerOrder,
-                              Example, RuleDetail, build_messages, parse_judgement,
-                              select_examples)
+from medpref.rem.task import (
+    COMMENT_PREFIX,
+    SCORE_OPTIONS,
+    SCORE_PREFIX,
+    AnswerOrder,
+    Example,
+    RuleDetail,
+    build_messages,
+    parse_judgement,
+    select_examples,
+)
 from medpref.rules import Flowchart, Rule
 
 ScorerMode = Literal["sampled", "expected", "finetuned"]

@@ -14,10 +14,10 @@ import pandas as pd
 
 from medpref.contracts import write_jsonl
 from medpref.prompts import load_prompt
-from medpref.reports import save_figure, write_table
 from medpref.rem import build_rem as b03
 from medpref.rem.compliance import dialogue_states, radar_plot
 from medpref.rem.figures import draw_flowchart, plot_confusions
+from medpref.reports import save_figure, write_table
 from medpref.stagekit import Stage
 from medpref.training.sft import TrainResult
 

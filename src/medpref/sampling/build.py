@@ -7,15 +7,20 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl
-from medpref.sampling.config import SamplingParams
-from medpref.sampling.rounds import (RoundSettings, Trajectory, complete_rounds,
-                                     extend_trajectories)
-from medpref.sampling.trajectory import (ContinuationError, Split, choose_exemplar,
-                                         continuation_messages, make_item, parse_continuation,
-                                         sample_splits)
 from medpref.llm.client import LLMClient
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
+from medpref.sampling.config import SamplingParams
+from medpref.sampling.rounds import RoundSettings, Trajectory, complete_rounds, extend_trajectories
+from medpref.sampling.trajectory import (
+    ContinuationError,
+    Split,
+    choose_exemplar,
+    continuation_messages,
+    make_item,
+    parse_continuation,
+    sample_splits,
+)
 
 #: The generated continuation starts as the doctor's line (small models need the nudge).
 ANSWER_PREFIX = "Doctor:"

@@ -18,8 +18,13 @@ import pandas as pd
 from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl, write_jsonl
 from medpref.params import repo_path
 from medpref.reports import write_table
-from medpref.sampling.build import (build_unlabeled, load_source_dialogues, metrics,
-                                    rounds_distribution, summarise)
+from medpref.sampling.build import (
+    build_unlabeled,
+    load_source_dialogues,
+    metrics,
+    rounds_distribution,
+    summarise,
+)
 from medpref.stagekit import Stage
 
 ITEMS = "unlabeled.jsonl"

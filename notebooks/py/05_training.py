@@ -1,0 +1,56 @@
+# %% [markdown]
+# # 05 · Training: SFT on dialogues, then DPO per annotation strategy (PLPF §2.4)
+#
+# PLPF trains in two steps: supervised fine-tuning of the base model on medical dialogues
+# (loss on the doctor's turns only, as NoteChat's extrinsic use does), then Direct
+# Preference Optimization (Eq. 5) from that SFT model on the preference pairs, with the SFT
+# model as the reference. Both steps use LoRA (peft) and trl's `SFTTrainer`/`DPOTrainer`.
+#
+# This notebook runs one *part* of the stage, chosen by the `part` parameter (dvc.yaml
+# passes it): `sft`, one `dpo` run (`run` = a key of `training.dpo.runs`: an annotation
+# strategy or a weighting × trajectory cell of PLPF Table 3), or the `summary` of all runs.
+# The size of a run is `training.profile` (`tiny` on the CPU by default, `paper` for
+# PLPF's setting); where it runs is an accelerate config (README, *Training*).
+
+# %% tags=["parameters"]
+# papermill parameters (dvc.yaml passes part and run)
+params_path = "params.yaml"
+part = "sft"      # sft | dpo | summary
+run = ""          # with part == "dpo": the run (a key of training.dpo.runs)
+
+# %%
+from medpref.stagekit import open_stage
+from medpref.training import stage as training_stage
+
+stage = training_stage.open_part(open_stage("05_training", params_path), part, run)
+print(f"part {stage.part_dir}, profile {stage.p.profile}")
+stage.p.active_profile()
+
+# %% [markdown]
+# ## Train (or gather)
+#
+# The progress bar below is trl's: steps done, rate and time left. A run killed midway
+# resumes from its last checkpoint (`training.checkpoints_dir`) when rerun with the same
+# params and data. A DPO run with fewer than `training.dpo.min_pairs` pairs is skipped,
+# and its reason is written instead of an adapter.
+
+# %%
+out = training_stage.run(stage)
+out.metrics
+
+# %% [markdown]
+# ## This part's table
+#
+# `sft`: where the dialogues came from. `dpo`: the run's card with its reward metrics on
+# the training pairs after training (`eval_rewards/margins` > 0 means the policy now
+# prefers the chosen answers more than the SFT reference does). `summary`: every run,
+# trained or skipped and why; `policies.json` lists the trained policies as roles.
+
+# %%
+out.table
+
+# %%
+out.figure
+
+# %%
+stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("shared",))
