@@ -33,11 +33,11 @@ def load_profile(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` → ``{"a.b": 1}``; lists and role maps stay whole values."""
+    """``{"a": {"b": 1}}`` → ``{"a.b": 1}`` (lists stay whole values)."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value and not dotted.startswith("shared.llm.roles."):
+        if isinstance(value, dict) and value:
             out.update(flatten(value, dotted + "."))
         else:
             out[dotted] = value
