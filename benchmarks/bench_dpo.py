@@ -13,8 +13,9 @@ Throughput is trl's own count of non-padding training tokens (``num_tokens``) ov
 trainer's ``train_runtime``; the runs alternate (stage, plain, stage, ...) and the median
 of ``--repeats`` is shown with the ratio (goal ≥ 0.9). CPU seconds of each whole run
 (loading, tokenizing, training; the stage also checkpoints, evaluates one pair and saves
-its adapter) are printed too: they do not depend on how busy a shared machine is. The model is built from a config (small)
-unless ``--model`` names a folder (e.g. models/smollm2-135m-instruct).
+its adapter) are printed too: they do not depend on how busy a shared machine is. The model
+is built from a config (small) unless ``--model`` names a folder
+(e.g. models/smollm2-135m-instruct).
 
 Usage: .venv/bin/python benchmarks/bench_dpo.py [--model PATH] [--pairs 16] [--steps 4]
        [--batch 2] [--max-length 256] [--repeats 3] [--save-steps 2]

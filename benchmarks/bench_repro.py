@@ -14,7 +14,8 @@ the scratch copy, with the measured per-stage wall times beside the reports' own
 
 Usage:
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py [--root .]
-  PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --run [--scratch /tmp/repro] [--stage notechat]
+  PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --run [--scratch /tmp/repro]
+      [--stage notechat]
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Write a pipeline notebook from a list of cells, committed without outputs.
 
 Usage from Python:  from new_notebook import write_notebook
-    write_notebook("notebooks/01_x.ipynb", [("md", "# Title"), ("params", "a = 1"), ("code", "...")])
+    write_notebook("notebooks/01_x.ipynb",
+                   [("md", "# Title"), ("params", "a = 1"), ("code", "...")])
 
 Cells: ("md", text) markdown, ("params", code) the papermill `parameters` cell, ("code", code).
 Every notebook uses the `medpref` kernel that `make setup` registers.

@@ -47,7 +47,8 @@ def make_item(iid: str, c1: str, c2: str, rounds: int = 2) -> UnlabeledItem:
                     {"role": "doctor", "text": f"{tag} doctor {r}"}]
         return out
     return UnlabeledItem.model_validate({
-        "id": iid, "history": [{"role": "patient", "text": f"{iid}: I have had a cough for a week."}],
+        "id": iid,
+        "history": [{"role": "patient", "text": f"{iid}: I have had a cough for a week."}],
         "candidates": [{"response": c1, "future": future(c1), "source": "sampled"},
                        {"response": c2, "future": future(c2), "source": "generated"}]})
 
@@ -328,7 +329,7 @@ def test_agent_decisive_rank_gives_one_pair(scripted_client):
              make_item("u-2", "Drink water.", "Any fever?")]
     res = agent_mod.agent_rank(items, clients, prompts, s)
     assert len(res.pairs) == 2 and all(d.outcome in ("1", "2") for d in res.decisions)
-    for item, d, pair in zip(items, res.decisions, res.pairs):
+    for item, _d, pair in zip(items, res.decisions, res.pairs):
         order = agent_mod.shown_order(item.id, 3)
         shown_first = 0 if order == "ab" else 1  # "Response 1" is the one shown first
         assert pair.chosen == item.candidates[shown_first].response

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -19,11 +20,12 @@ from medpref.medqa.ratings import (
     rating_table,
 )
 
+_PJ_IDS = itertools.count(1)
 
-def pj(item, a, b, winner, order=None, n=[0]):
-    n[0] += 1
-    return PairwiseJudgement(id=f"b-{n[0]}", item=item, model_a=a, model_b=b, winner=winner,
-                             order=order)
+
+def pj(item, a, b, winner, order=None):
+    return PairwiseJudgement(id=f"b-{next(_PJ_IDS)}", item=item, model_a=a, model_b=b,
+                             winner=winner, order=order)
 
 
 def test_expected_score_formula():

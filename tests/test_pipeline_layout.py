@@ -32,8 +32,7 @@ def test_notebook_is_clean_thin_and_parameterised(nb_path):
 
 
 def _stages():
-    for name, stage in DVC["stages"].items():
-        yield name, stage
+    yield from DVC["stages"].items()
 
 
 def test_every_notebook_is_a_stage_and_every_stage_notebook_exists():

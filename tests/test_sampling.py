@@ -55,11 +55,13 @@ GOLDEN = [
     ("Doctor: Any fever?\nPatient: No.\nDoctor: Good, then rest.", "Any fever?",
      [("patient", "No."), ("doctor", "Good, then rest.")]),
     ("**Doctor:** Any fever?\n\n**Patient:** No.", "Any fever?", [("patient", "No.")]),
-    ("Doctor: Any fever? It matters.\nsince when?\nPatient: two days", "Any fever? It matters. since when?",
+    ("Doctor: Any fever? It matters.\nsince when?\nPatient: two days",
+     "Any fever? It matters. since when?",
      [("patient", "two days")]),
     ("Doctor: Hello there. Patient: hi doc Doctor: Let us check.", "Hello there.",
      [("patient", "hi doc"), ("doctor", "Let us check.")]),
-    ("Doctor: Rest well. Rest well. Drink water.\nConsultation A: Doctor: unrelated", "Rest well. Drink water.", []),
+    ("Doctor: Rest well. Rest well. Drink water.\nConsultation A: Doctor: unrelated",
+     "Rest well. Drink water.", []),
 ]
 
 

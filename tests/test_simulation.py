@@ -43,8 +43,10 @@ def case(cid="sp-t1", dept="internal_medicine", tests=("chest X-ray",), lang="en
         patient_info={"Present history": "Dry cough for two weeks, worse at night.",
                       "Past history": "No asthma. Smokes ten cigarettes a day.",
                       "Tests": "Chest X-ray: patchy shadow in the right lower lobe."},
-        script=[{"doctor": "Do you have a fever?", "patient": "Yes, up to 38.5 degrees since Monday."},
-                {"doctor": "Do you cough up phlegm?", "patient": "A little yellow phlegm in the morning."},
+        script=[{"doctor": "Do you have a fever?",
+                 "patient": "Yes, up to 38.5 degrees since Monday."},
+                {"doctor": "Do you cough up phlegm?",
+                 "patient": "A little yellow phlegm in the morning."},
                 {"doctor": "Do you have pets at home?", "patient": "We have an old cat."}],
         checklist={"symptoms": ["fever", "phlegm"], "tests": list(tests),
                    "diseases": ["pneumonia"]})
@@ -318,8 +320,10 @@ def test_next_turn_items_cut_before_answering_doctor_turns():
 
 def test_table3_grid_reads_cells_from_policy_names():
     t2 = pd.DataFrame([{"doctor": "base", "ALL Sym.": 1.0, "ALL Test": 2.0, "ALL Dis.": 3.0},
-                       {"doctor": "grid_avg_1", "ALL Sym.": 10.0, "ALL Test": 20.0, "ALL Dis.": 30.0},
-                       {"doctor": "grid_dep_3", "ALL Sym.": 11.0, "ALL Test": 21.0, "ALL Dis.": 31.0}])
+                       {"doctor": "grid_avg_1",
+                        "ALL Sym.": 10.0, "ALL Test": 20.0, "ALL Dis.": 30.0},
+                       {"doctor": "grid_dep_3",
+                        "ALL Sym.": 11.0, "ALL Test": 21.0, "ALL Dis.": 31.0}])
     grid = tables.table3_grid(t2, r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)")
     avg_sym = grid[(grid.weighting == "avg") & (grid.metric == "Sym.")].iloc[0]
     assert avg_sym["k=1"] == 10.0 and np.isnan(avg_sym["k=3"])
@@ -374,7 +378,8 @@ def test_grader_validation_agreement_table():
              item(4, "diseases", "pneumonia",
                   "It is pneumonia, bronchitis, asthma or lung cancer.", False),
              item(5, "symptoms", "cough", "Any pets at home?", True)]   # grader says no
-    table = validate_grader(items, grading_setup(client(keyword_judge, "judge"))).set_index("category")
+    table = validate_grader(items, grading_setup(client(keyword_judge, "judge")))
+    table = table.set_index("category")
     assert table.loc["all", "items"] == 5 and table.loc["all", "accuracy"] == pytest.approx(0.8)
     assert table.loc["diseases", "accuracy"] == 1.0
     # gold T F T F T vs predicted T F T F F: p_o = .8, p_e = .6·.4 + .4·.6 = .48

@@ -83,7 +83,8 @@ def score_unique_states(scorer: RuleScorer, flowchart: Flowchart,
     return dict(zip(keys, scored))
 
 
-def rule_scores(judgements: dict[str, RuleJudgement], flowchart: Flowchart) -> dict[str, float] | None:
+def rule_scores(judgements: dict[str, RuleJudgement],
+                flowchart: Flowchart) -> dict[str, float] | None:
     """The state's score per rule, or None if any rule has no usable judgement."""
     scores = {r: judgements[r].score for r in flowchart.ids if r in judgements}
     if len(scores) != len(flowchart) or any(v is None for v in scores.values()):

@@ -207,7 +207,7 @@ def plot_grid(table: pd.DataFrame, references: pd.DataFrame | None = None):
                     ax.axhline(value, linestyle="--", linewidth=1, color="grey" if
                                ref["strategy"] == "gpt4_rank" else "green",
                                label=ref["strategy"])
-    for ax, (col, title) in zip(axes, panels):
+    for ax, (_col, title) in zip(axes, panels):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("trajectory length (states scored)")
         ax.set_xticks(sorted(table["trajectory"].unique()))

@@ -190,9 +190,9 @@ def values_by_term(pairs: Iterable[ImapPair], component: str = "Inform",
         if p.component != component:
             continue
         values = out.setdefault(p.term, [])
-        if p.value.lower() not in {v.lower() for v in values}:
-            if max_values is None or len(values) < max_values:
-                values.append(p.value)
+        if p.value.lower() not in {v.lower() for v in values} and (
+                max_values is None or len(values) < max_values):
+            values.append(p.value)
     return out
 
 

@@ -5,10 +5,11 @@
   (PLPF Eq. 2). Works through any backend.
 * ``expected`` — one forward pass: the probabilities p(0), p(1), p(2) of the score token
   give Σ s·p(s). Deterministic and far cheaper; needs a backend with ``option_probs``
-  (``hf``, or an OpenAI-compatible server that returns top log-probs). By default the score is read directly after ``Score:`` with
-  score-first in-context examples (no comment is generated: generating one costs as much
-  as a sample, which would cap the speed-up near k); ``comment=True`` first writes the
-  comment greedily and then reads the score token after it.
+  (``hf``, or an OpenAI-compatible server that returns top log-probs). By default the score
+  is read directly after ``Score:`` with score-first in-context examples (no comment is
+  generated: generating one costs as much as a sample, which would cap the speed-up near
+  k); ``comment=True`` first writes the comment greedily and then reads the score token
+  after it.
 * ``finetuned`` — a LoRA-trained REM (stage 03's adapter, used through a client built
   with ``llm.role("rem", adapter=path)``): no in-context examples, the short rule
   statement, a greedy comment and then the expected score token, as it was trained.

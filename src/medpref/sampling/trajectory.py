@@ -9,8 +9,8 @@ Two ways to get a candidate response with its future trajectory:
   another dialogue (a one-shot style exemplar), giving C2 and F2.
 
 Continuations are parsed by a pure function; malformed ones are recorded with the reason
-and the raw text, retried with another exemplar, and dropped if they stay malformed; the stage fails only
-when too few items come out (its ``guard``).
+and the raw text, retried with another exemplar, and dropped if they stay malformed; the stage
+fails only when too few items come out (its ``guard``).
 """
 
 from __future__ import annotations

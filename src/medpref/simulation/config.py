@@ -29,8 +29,10 @@ class PatientParams(StrictModel):
     max_new_tokens: int = Field(64, ge=4, le=2048)
     max_sentences: int | None = Field(2, ge=1)        # answers cut to N sentences (None: raw)
     end_marker: str = "(End of Conversation)"
-    support_threshold: float = Field(0.45, ge=-1.0, le=1.0)   # a sentence this close to a chunk is grounded
-    relevance_threshold: float = Field(0.25, ge=-1.0, le=1.0)  # ... and this close to the question is asked-for
+    # a sentence this close to a chunk is grounded ...
+    support_threshold: float = Field(0.45, ge=-1.0, le=1.0)
+    # ... and this close to the question is asked-for
+    relevance_threshold: float = Field(0.25, ge=-1.0, le=1.0)
 
 
 class GraderParams(StrictModel):
@@ -47,7 +49,8 @@ class GraderParams(StrictModel):
     temperature: float = Field(0.7, ge=0.0, le=2.0)  # generate mode with k > 1
     max_new_tokens: int = Field(8, ge=1, le=256)
     pass_threshold: float = Field(0.5, ge=0.0, le=1.0)   # mean p(yes) / yes-vote share to pass
-    min_mass: float = Field(0.05, ge=0.0, le=1.0)   # options mode: below this the judge did not answer
+    # options mode: below this the judge did not answer
+    min_mass: float = Field(0.05, ge=0.0, le=1.0)
     max_candidates: int = Field(4, ge=2, le=20)     # naming this many diseases at once fails Dis.
     fallback: Literal["embedding", "none"] = "embedding"
     fallback_threshold: float = Field(0.6, ge=-1.0, le=1.0)   # cosine(item, doctor turn) to pass

@@ -45,9 +45,11 @@ def parse_yes_no(text: str | None) -> bool | None:
     if not text:
         return None
     t = re.sub(r"^\s*answer\s*[:：]\s*", "", text.strip(), flags=re.IGNORECASE)
-    if re.match(r"^\W*(yes|y|true|pass(?:ed)?)\b", t, re.IGNORECASE) or re.match(r"^\W*(是|对|有)", t):
+    if re.match(r"^\W*(yes|y|true|pass(?:ed)?)\b", t, re.IGNORECASE) or re.match(
+            r"^\W*(是|对|有)", t):
         return True
-    if re.match(r"^\W*(no|n|false|fail(?:ed)?)\b", t, re.IGNORECASE) or re.match(r"^\W*(否|不|没有)", t):
+    if re.match(r"^\W*(no|n|false|fail(?:ed)?)\b", t, re.IGNORECASE) or re.match(
+            r"^\W*(否|不|没有)", t):
         return False
     return None
 

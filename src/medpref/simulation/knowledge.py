@@ -3,9 +3,9 @@
 Each case's patient information (one unit per section) and dialogue script (one unit per
 question–answer pair) are split into chunks of at most ``chunk_tokens`` tokens, counted
 by the shared text metrics (``medpref.metrics.text.word_count``: a Han character is one
-token, any other run of letters/digits is one). Chunks are embedded once; each patient turn's query is the text of
-the last two rounds (the previous doctor–patient exchange and the doctor's new turn),
-and the ``top_k`` most similar chunks go into the patient's prompt.
+token, any other run of letters/digits is one). Chunks are embedded once; each patient turn's
+query is the text of the last two rounds (the previous doctor–patient exchange and the
+doctor's new turn), and the ``top_k`` most similar chunks go into the patient's prompt.
 """
 
 from __future__ import annotations

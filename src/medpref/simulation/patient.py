@@ -21,7 +21,8 @@ from medpref.prompts import PromptTemplate, format_dialogue
 from medpref.simulation.knowledge import Encoder, KnowledgeBase, split_sentences
 
 _LABEL = re.compile(r"^\s*(?:patient|患者|病人)\s*[:：]\s*", re.IGNORECASE)
-_PROMPT_ECHO = re.compile(r"\n?\s*your (?:answer|response|reply)[^\n:]*:.*$", re.IGNORECASE | re.DOTALL)
+_PROMPT_ECHO = re.compile(r"\n?\s*your (?:answer|response|reply)[^\n:]*:.*$",
+                          re.IGNORECASE | re.DOTALL)
 _DOCTOR_START = re.compile(r"\n\s*(?:doctor|医生|dr\.?)\s*[:：]|(?:^|\s)(?:doctor|医生)\s*[:：]",
                            re.IGNORECASE)
 

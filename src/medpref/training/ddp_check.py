@@ -41,7 +41,8 @@ def tiny_model(folder: Path) -> Path:
 
 def pairs(n: int) -> list[dict]:
     """Conversational pairs that differ from one another (so shards differ by rank)."""
-    return [{"prompt": [{"role": "user", "content": f"My symptom number {i} started {i} days ago."}],
+    return [{"prompt": [{"role": "user",
+                         "content": f"My symptom number {i} started {i} days ago."}],
              "chosen": [{"role": "assistant", "content": f"How bad is symptom {i} now?"}],
              "rejected": [{"role": "assistant", "content": "Go away."}]} for i in range(n)]
 

@@ -65,17 +65,20 @@ def trainer_kwargs(profile: TrainingProfile, output_dir: str | Path, max_steps: 
     """Arguments shared by ``SFTConfig`` and ``DPOConfig`` (both are TrainingArguments).
 
     ``use_cpu`` where no GPU exists: a CPU launch with several processes (torchrun) then
-    runs DDP over gloo, the same code path as on GPUs. Checkpoints every ``save_steps`` into ``output_dir`` (the resume point); the progress
-    bar stays on (``disable_tqdm`` False) so a long run shows its rate and remaining time.
+    runs DDP over gloo, the same code path as on GPUs. Checkpoints every ``save_steps`` into
+    ``output_dir`` (the resume point); the progress bar stays on (``disable_tqdm`` False) so a
+    long run shows its rate and remaining time.
     """
     import torch
 
     return {
-        "output_dir": str(output_dir), "max_steps": max_steps, "use_cpu": not torch.cuda.is_available(),
+        "output_dir": str(output_dir), "max_steps": max_steps,
+        "use_cpu": not torch.cuda.is_available(),
         "per_device_train_batch_size": profile.per_device_batch_size,
         "per_device_eval_batch_size": profile.per_device_batch_size,
         "gradient_accumulation_steps": profile.grad_accumulation,
-        "learning_rate": profile.learning_rate, "warmup_steps": profile.warmup_ratio,  # < 1: a ratio
+        "learning_rate": profile.learning_rate,
+        "warmup_steps": profile.warmup_ratio,  # < 1: a ratio
         "lr_scheduler_type": "linear", "bf16": resolve_bf16(profile), "fp16": False,
         # transformers 5 renamed it; trl reads the old name, which mirrors the new one
         "activation_checkpointing": profile.gradient_checkpointing,
