@@ -119,3 +119,13 @@ def test_every_made_artefact_exists_with_the_papers_headers_and_traces_to_its_so
     rebuilt = build_table(spec, REPO_ROOT).table
     pd.testing.assert_frame_equal(written.reset_index(drop=True), rebuilt.reset_index(drop=True),
                                   check_dtype=False)
+
+
+def test_a_row_label_from_two_columns_and_an_empty_stage_table(tmp_path):
+    (tmp_path / "r").mkdir()
+    pd.DataFrame([{"w": "dep", "m": "Sym.", "1": 0.5}]).to_csv(tmp_path / "r" / "g.csv",
+                                                                 index=False)
+    spec = _spec(source="r/g.csv", row="w+m", columns={"k=1": "1"}, published=None)
+    assert build_table(spec, tmp_path).table["row"].tolist() == ["dep Sym."]
+    pd.DataFrame(columns=["w", "m"]).to_csv(tmp_path / "r" / "g.csv", index=False)
+    assert build_table(spec, tmp_path).table.empty

@@ -44,16 +44,19 @@ def _our_rows(spec: ArtefactSpec, root: Path) -> tuple[list[dict], list[Cell]]:
     if not path.exists():
         raise MissingSource(f"{spec.source} not found (stage '{spec.stage}' has not made it)")
     df = pd.read_csv(path)
+    if df.empty:  # the stage ran and had nothing to report (e.g. no policy per grid cell)
+        return [], []
     for col, want in spec.filter.items():
         df = df[df[col].astype(str) == want]
-    missing = [c for c in [spec.row, *spec.columns.values()] if c not in df.columns]
+    row_cols = spec.row.split("+")
+    missing = [c for c in [*row_cols, *spec.columns.values()] if c not in df.columns]
     if missing:
         raise ValueError(f"{spec.source}: no column(s) {missing} for artefact '{spec.id}'")
     if spec.rows is not None:
-        df = df[df[spec.row].astype(str).isin(spec.rows)]
+        df = df[df[row_cols[0]].astype(str).isin(spec.rows)]
     rows, trace = [], []
     for _, rec in df.iterrows():
-        label = str(rec[spec.row])
+        label = " ".join(str(rec[c]) for c in row_cols)
         out = {"source": OURS, "row": label}
         for header, col in spec.columns.items():
             value = rec[col]
