@@ -452,6 +452,7 @@ def test_grid_cells_follow_params():
 # -- the real REM scorer, small (loads the embedded model) --------------------------------------
 @pytest.mark.slow
 def test_cai_with_embedded_rem_scores_once_then_hits_the_cache(tmp_path, embedded_llm_path):
+    from medpref.annotation.grid import GridStage
     from medpref.annotation.stage import rem_scorer, run_cai, score_states
     from medpref.stagekit import Stage
 
@@ -465,7 +466,7 @@ def test_cai_with_embedded_rem_scores_once_then_hits_the_cache(tmp_path, embedde
                        "It is a cold, take rest.", rounds=1)]
 
     def run_once(name):
-        stage = Stage(name=name, params=params)
+        stage = (Stage if name == "04_annotation" else GridStage)(name=name, params=params)
         scorer = rem_scorer(stage, FLOWCHART)
         scored = score_states(items, scorer, FLOWCHART, trajectory=1)
         result = run_cai(items, scored, FLOWCHART, stage.p, "dep")
