@@ -68,3 +68,22 @@ def run_stage01(stage):
     from medpref.sampling import stage as sampling_stage
 
     return sampling_stage.run(stage)
+
+
+EMBEDDED_TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
+
+
+def make_tiny_llama(path, tokenizer, max_positions: int = 512):
+    """A randomly initialised (seed 0) 2-layer llama with the embedded tokenizer, saved to
+    ``path``: seconds to train, for tests of training and generation code."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=max_positions,
+                         pad_token_id=tokenizer.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -192,6 +192,15 @@ def expand(path: str, stage: dict) -> list[str]:
     """A matrix stage's ``${item.x}`` paths, one per combination of its matrix."""
     if "${" not in path:
         return [path]
+    if "foreach" in stage:  # ${key} over the keys of the foreach's params mapping
+        node = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+        ref = stage["foreach"]
+        if isinstance(ref, str):
+            for part in ref.strip("${}").split("."):
+                node = node[part]
+        else:
+            node = ref
+        return [path.replace("${key}", str(k)) for k in node]
     matrix = {k: v for k, v in stage.get("matrix", {}).items()}
     for key, value in list(matrix.items()):
         if isinstance(value, str):  # e.g. ${annotation.grid.weightings}
@@ -235,7 +244,8 @@ def test_every_committed_report_is_declared():
     declared = declared_reports()
     folders = report_folders()
     undeclared = sorted(p for p in committed_reports() - set(declared)
-                        if "/".join(p.split("/")[:2]) in folders)
+                        if "/".join(p.split("/")[:2]) in folders
+                        and not any(p.startswith(d + "/") for d in declared))  # in an out folder
     assert not undeclared, ("files a stage wrote under reports/ that dvc.yaml does not "
                             "declare (add them as outs with cache: false, or stop writing "
                             "them):\n" + "\n".join(f"  {p}" for p in undeclared))
@@ -255,7 +265,8 @@ def test_every_declared_report_was_written():
     record yet — a new stage never run — has nothing to check)."""
     committed, ran = committed_reports(), locked_stages()
     missing = sorted(f"{p} (stage {s})" for p, s in declared_reports().items()
-                     if s in ran and p not in committed)
+                     if s in ran and p not in committed
+                     and not any(c.startswith(p + "/") for c in committed))  # a folder out
     assert not missing, ("dvc.yaml declares report outputs that are not committed (the stage "
                          "no longer writes them, or it has not been run and committed):\n"
                          + "\n".join(f"  {m}" for m in missing))

@@ -12,11 +12,26 @@ from medpref import REPO_ROOT
 SPEC = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())
 
 
+def _foreach_keys(stage: dict) -> list[str]:
+    """The keys of a ``foreach: ${section.key}`` stage, read from params.yaml."""
+    ref = stage["foreach"]
+    if not isinstance(ref, str):
+        return list(ref)
+    node = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    for part in ref.strip("${}").split("."):
+        node = node[part]
+    return list(node)
+
+
 def declared_outs() -> set[str]:
+    """Every path a stage declares (outs, metrics, plots); a foreach stage per key."""
     outs = set()
     for stage in SPEC["stages"].values():
-        for entry in stage.get("outs", []) + stage.get("metrics", []):
-            outs.add(next(iter(entry)) if isinstance(entry, dict) else entry)
+        body = stage.get("do", stage)
+        keys = _foreach_keys(stage) if "foreach" in stage else [None]
+        for entry in body.get("outs", []) + body.get("metrics", []) + body.get("plots", []):
+            path = next(iter(entry)) if isinstance(entry, dict) else entry
+            outs.update(path.replace("${key}", k) if k else path for k in keys)
     return outs
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import make_tiny_llama
 from medpref import REPO_ROOT
 from medpref.llm.hf import HFBackend, StopStrings, batch_order
 from medpref.llm.types import ChatRequest, GenerationParams
@@ -28,17 +29,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory, tokenizer):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id)
-    path = tmp_path_factory.mktemp("tiny-llama-stop")
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama-stop"), tokenizer)
 
 
 def test_stop_strings_end_each_row_where_the_text_holds_one(tokenizer):

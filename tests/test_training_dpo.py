@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from conftest import make_tiny_llama
 from medpref import REPO_ROOT
 from medpref.contracts import Dialogue, PreferencePair, Turn, read_jsonl, write_jsonl
 from medpref.params import load_params
@@ -47,19 +48,10 @@ def profile():
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    """A randomly initialised 2-layer llama with the embedded tokenizer (seconds to train)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(TOKENIZER)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         max_position_embeddings=512, pad_token_id=tok.pad_token_id)
-    path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tok)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import make_tiny_llama
 from medpref import REPO_ROOT
 from medpref.training.hardware import HardwareProfile, load_hardware
 from medpref.training.sft import (
@@ -36,18 +37,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory, tokenizer):
-    """A randomly initialised 2-layer llama with the embedded tokenizer (seconds to train)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         max_position_embeddings=256, pad_token_id=tokenizer.pad_token_id)
-    path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer, max_positions=256)
 
 
 def test_loss_mask_covers_only_the_answer(tokenizer):

@@ -25,6 +25,8 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from medpref.models.prepare import sha256_file
+
 MANIFEST = "MANIFEST.json"
 FORMAT = "medpref-cache/1"
 DEFAULT_CACHE_DIR = "data/cache/llm"
@@ -96,14 +98,6 @@ def dvc_output_files(root: Path, skip_stages: tuple[str, ...] = ("models",)) -> 
                 [path] if path.is_file() else [])
             files.update(p for p in found if p.relative_to(root).as_posix() not in tracked)
     return sorted(files)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _tar_info(name: str, size: int) -> tarfile.TarInfo:

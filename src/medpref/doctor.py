@@ -9,7 +9,6 @@ command exit non-zero; warnings do not.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -21,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from medpref.models.prepare import sha256_file
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 KERNEL_NAME = "medpref"
@@ -37,14 +38,6 @@ class Check:
         return f"[{self.status:>4}] {self.name}: {self.detail}"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check_models(root: Path, verify_hashes: bool = True) -> Check:
     """``models/manifest.json`` exists and every file it lists is there (and hashes match)."""
     manifest_path = root / "models" / "manifest.json"
@@ -59,7 +52,7 @@ def check_models(root: Path, verify_hashes: bool = True) -> Check:
     if missing:
         return Check("models", FAIL, f"{len(missing)} file(s) missing, e.g. {missing[0]}; {fix}")
     if verify_hashes:
-        bad = [f for f, sha in files.items() if _sha256(root / "models" / f) != sha]
+        bad = [f for f, sha in files.items() if sha256_file(root / "models" / f) != sha]
         if bad:
             return Check("models", FAIL, f"{len(bad)} file(s) differ from the manifest, "
                                          f"e.g. {bad[0]}; run `make models` with --force")
