@@ -159,11 +159,7 @@ class HFBackend(Backend):
         if shared < self.shared_prefix_min:
             enc = tok.pad({"input_ids": ids}, return_tensors="pt", padding=True)
             return {k: v.to(dev) for k, v in enc.items()}, None
-        with torch.inference_mode():
-            cache = model(input_ids=torch.tensor([ids[0][:shared]], device=dev),
-                          use_cache=True, logits_to_keep=1).past_key_values
-        for layer in cache.layers:
-            layer.batch_repeat_interleave(len(ids))
+        cache = _shared_prefix_cache(model, ids[0][:shared], len(ids))
         rest = [x[shared:] for x in ids]
         width = max(len(r) for r in rest)
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -296,10 +292,7 @@ class HFBackend(Backend):
         shared = min(shared, min(len(x) for x in ids) - 1)  # every row keeps >= 1 token
         dev = model.device
         with torch.inference_mode():
-            cache = model(input_ids=torch.tensor([ids[0][:shared]], device=dev),
-                          use_cache=True, logits_to_keep=1).past_key_values
-            for layer in cache.layers:
-                layer.batch_repeat_interleave(len(ids))
+            cache = _shared_prefix_cache(model, ids[0][:shared], len(ids))
             rest = [x[shared:] for x in ids]
             width = max(len(r) for r in rest)
             pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -387,3 +380,15 @@ class StopStrings:
 def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     cut = min((text.find(s) for s in stops if s and s in text), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def _shared_prefix_cache(model, prefix: list[int], rows: int):
+    """The key/value cache of ``prefix`` (run once), repeated for ``rows`` batch rows."""
+    import torch
+
+    with torch.inference_mode():
+        cache = model(input_ids=torch.tensor([prefix], device=model.device),
+                      use_cache=True, logits_to_keep=1).past_key_values
+    for layer in cache.layers:
+        layer.batch_repeat_interleave(rows)
+    return cache
