@@ -52,8 +52,7 @@ def stage01_on_server(tmp_path, monkeypatch, model: str, url_env: str, key_env: 
     params = load_params()
     llm = params.shared.llm
     llm.servers["test"] = ServerConfig(base_url_env=url_env, api_key_env=key_env, **server_kw)
-    llm.roles["annotator"] = RoleConfig(backend="openai", model=model, server="test",
-                                        max_new_tokens=max_new_tokens)
+    llm.roles["annotator"] = RoleConfig(backend="openai", model=model, server="test")
     update = {"n_items": n_items, "future_rounds": 2, "max_new_tokens": max_new_tokens}
     if guard is not None:
         update["guard"] = guard

@@ -340,7 +340,7 @@ def test_papermill_run_of_stage01_exits_non_zero_and_writes_nothing(tmp_path, st
     raw["shared"]["llm"]["servers"]["stub"] = {"base_url_env": URL_ENV, "api_key_env": KEY_ENV,
                                                "max_retries": 1, "backoff_s": 0.01}
     raw["shared"]["llm"]["roles"]["annotator"] = {"backend": "openai", "server": "stub",
-                                                  "model": "stub-model", "max_new_tokens": 64}
+                                                  "model": "stub-model"}
     raw["sampling"]["n_items"] = 4
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(raw))

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import make_tiny_llama
 from medpref import REPO_ROOT
-from medpref.llm.hf import HFBackend, StopStrings, batch_order
+from medpref.llm.hf import HFBackend, StopStrings, batch_chunks, batch_order
 from medpref.llm.types import ChatRequest, GenerationParams
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
@@ -87,6 +87,18 @@ def test_batch_order_keeps_shared_beginnings_together_and_sorts_the_rest():
            rule_a + [7],                           # 3: rule A, length 41
            rule_a[:10] + [5] * 40]                 # 4: shares only 10 tokens: alone
     assert batch_order(ids, shared_min=32) == [3, 1, 2, 0, 4]
+
+
+def test_a_batch_never_mixes_two_shared_runs():
+    """Six rules asked of one state share the state; a batch of 8 holding six of one
+    state and two of another would share only the system prompt, so runs are cut apart
+    (and a run longer than the batch is split), and the rest is batched by length."""
+    state_a, state_b = list(range(100, 160)), list(range(200, 260))
+    ids = ([state_a + [r] for r in range(6)] + [state_b + [r] for r in range(6)]
+           + [[1, 2], [3, 4, 5]])
+    chunks = batch_chunks(ids, batch_size=8, shared_min=32)
+    assert [sorted(c) for c in chunks] == [list(range(6)), list(range(6, 12)), [12, 13]]
+    assert [len(c) for c in batch_chunks(ids, batch_size=4, shared_min=32)] == [4, 2, 4, 2, 2]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])

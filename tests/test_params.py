@@ -54,3 +54,65 @@ def test_replay_role_must_name_what_it_replays(raw):
     bad["shared"]["llm"]["roles"]["judge"] = {"backend": "replay"}
     with pytest.raises(ParamsError, match="replays"):
         parse_params(bad)
+
+
+def test_a_role_has_no_token_budget(raw):
+    """max_new_tokens has one home, the stage section of each call: a role-level budget
+    (which every call overrode) is refused with where to put it."""
+    bad = copy.deepcopy(raw)
+    bad["shared"]["llm"]["roles"]["judge"]["max_new_tokens"] = 128
+    where = r"shared\.llm\.roles\.judge.*annotation\.judge\.max_new_tokens"
+    with pytest.raises(ParamsError, match=where):
+        parse_params(bad)
+
+
+def _dump(value):
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, (list, tuple)):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
+
+
+_NONE = object()
+
+
+def _default_mismatches(value, path: str, default=_NONE) -> list[str]:
+    """Fields whose code default differs from the value params.yaml gives them; a
+    sub-section is compared field by field (against its default instance, if any)."""
+    from pydantic import BaseModel
+    from pydantic_core import PydanticUndefined
+
+    if not isinstance(value, BaseModel):
+        if default is _NONE or _dump(default) == _dump(value):
+            return []
+        return [f"{path}: code {_dump(default)!r} vs params.yaml {_dump(value)!r}"]
+    out = []
+    for name, field in type(value).model_fields.items():
+        if isinstance(default, BaseModel):
+            sub = getattr(default, name)
+        elif field.default_factory is not None:
+            sub = field.default_factory()
+        elif field.default is not PydanticUndefined:
+            sub = field.default
+        else:
+            sub = _NONE
+        out += _default_mismatches(getattr(value, name), f"{path}.{name}", sub)
+    return out
+
+
+def test_code_defaults_are_the_committed_values():
+    """One home per knob: a section built in code (a notebook, a test, a user's script)
+    gets the values `dvc repro` runs with. Roles, servers and prices are named by the
+    pipeline (the code has none)."""
+    params = load_params()
+    bad = []
+    for name, section in params._sections.items():
+        bad += _default_mismatches(section, name)
+    bad = [b for b in bad if not b.startswith(("shared.llm.roles", "shared.llm.prices",
+                                               "shared.llm.servers"))]
+    assert not bad, "\n".join(bad)

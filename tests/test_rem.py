@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import yaml
@@ -108,7 +109,7 @@ def test_messages_put_examples_as_earlier_turns(flowchart, icl):
     msgs = build_messages(load_prompt("rem_judge"), flowchart["B"], STATE, shots)
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant",
                                          "user"]
-    assert "Rule B (Diagnosis)" in msgs[0]["content"]
+    assert "Rule B (Diagnosis)" in msgs[-1]["content"]
     assert msgs[2]["content"].endswith(f"Score: {shots[0].score}")
     assert "Doctor: Any fever or shortness of breath?" in msgs[-1]["content"]
 
@@ -226,7 +227,20 @@ def test_finetuned_scorer_is_zero_shot_with_short_rule(flowchart, icl):
     j = scorer.score_states([STATE], [flowchart["D"]])[0]["D"]
     assert j.score == 0.0
     assert [m["role"] for m in prompts[0]] == ["system", "user"]
-    assert "Scoring criteria" not in prompts[0][0]["content"]
+    assert "Scoring criteria" not in prompts[0][-1]["content"]
+
+
+def test_one_state_asked_every_rule_shares_all_but_the_rule(flowchart):
+    """The consultation comes before the rule, so the six prompts of one state differ
+    only at their end: a local backend runs their common beginning once."""
+    texts = []
+    for rule in flowchart.rules:
+        msgs = build_messages(load_prompt("rem_judge"), rule, STATE, (), "short")
+        texts.append("".join(m["content"] for m in msgs))
+    common = len(os.path.commonprefix(texts))
+    assert "Doctor: Any fever or shortness of breath?" in texts[0][:common]
+    for rule, text in zip(flowchart.rules, texts):  # what differs is the rule and the question
+        assert text[common:].startswith(rule_text(rule, "short")[common - text.index("Rule "):])
 
 
 def test_unknown_mode_and_foreign_examples_are_errors(flowchart, icl):
@@ -333,7 +347,7 @@ def test_rule_compliance_is_the_per_rule_mean(flowchart, icl):
     by_rule = {"A": {"0": 0, "1": 0, "2": 1.0}, "B": {"0": 1.0, "1": 0, "2": 0}}
 
     def options(prompt, opts, prefix):
-        rule = prompt[0]["content"].split("Rule ")[1][0]
+        rule = prompt[-1]["content"].split("Rule ")[1][0]
         return dict(by_rule.get(rule, {"0": 0, "1": 1.0, "2": 0}))
 
     client, _ = _client(lambda r: "", options)

@@ -29,21 +29,31 @@ class StrictModel(BaseModel):
 
 
 class RoleConfig(StrictModel):
-    """Which model plays a role (policy, judge, patient, ...) and how it decodes."""
+    """Which model plays a role (policy, judge, patient, ...) and how it decodes.
+
+    A role has no token budget: each call's ``max_new_tokens`` lives in the params
+    section of the stage that makes the call (one home per knob)."""
 
     backend: Literal["hf", "openai", "replay"] = "hf"
     model: str = "models/smollm2-135m-instruct"
     adapter: str | None = None
     server: str = "openai"
     replays: dict[str, str] | None = None
-    max_new_tokens: int = Field(256, ge=1, le=32768)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    batch_size: int = Field(8, ge=1, le=512)
+    batch_size: int = Field(16, ge=1, le=512)
     device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     #: this role's model costs nothing where it runs (skips the unpriced-model refusal)
     free: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_role_budget(cls, data):
+        if isinstance(data, dict) and "max_new_tokens" in data:
+            raise ValueError("a role has no max_new_tokens: set the budget of each call in "
+                             "its stage's section (e.g. annotation.judge.max_new_tokens)")
+        return data
 
     @model_validator(mode="after")
     def _replay_names_target(self) -> RoleConfig:

@@ -25,7 +25,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
 from pydantic import Field
@@ -45,6 +45,9 @@ from medpref.llm.types import ChatRequest
 from medpref.metrics import text as tm
 from medpref.params import StrictModel
 from medpref.prompts import load_prompt
+
+if TYPE_CHECKING:  # imap.config imports this module
+    from medpref.imap.config import ImapParams
 
 QUESTION_PREFIX = "Query-"
 
@@ -158,7 +161,7 @@ def _extract(client: LLMClient, jobs: dict[str, Job], allowed: Sequence[str],
     return out
 
 
-def extract_question_imaps(p, client: LLMClient, items: Sequence[ScoredQA],
+def extract_question_imaps(p: ImapParams, client: LLMClient, items: Sequence[ScoredQA],
                            seed: int = 0) -> dict[str, Extraction]:
     """Query + Constraint of every distinct question, keyed by :func:`text_key`."""
     template = load_prompt(p.question_prompt)
@@ -181,7 +184,7 @@ def question_imap(extraction: Extraction | None, fallback_term: str) -> list[Ima
     return pairs
 
 
-def extract_answer_imaps(p, client: LLMClient, items: Sequence[ScoredQA],
+def extract_answer_imaps(p: ImapParams, client: LLMClient, items: Sequence[ScoredQA],
                          questions: dict[str, Extraction], seed: int = 0
                          ) -> dict[str, Extraction]:
     """Inform pairs of every distinct reference (``ref:<key>``) and response (``res:<id>``)."""

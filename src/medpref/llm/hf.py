@@ -133,10 +133,9 @@ class HFBackend(Backend):
         for params, idxs in groups.items():
             ids = [tok(self.render(requests[i].messages, requests[i].prefix),
                        add_special_tokens=False)["input_ids"] for i in idxs]
-            order = [idxs[k] for k in batch_order(ids, self.shared_prefix_min)]
             by_index = dict(zip(idxs, ids))
-            for start in range(0, len(order), self.batch_size):
-                chunk = order[start:start + self.batch_size]
+            for part in batch_chunks(ids, self.batch_size, self.shared_prefix_min):
+                chunk = [idxs[k] for k in part]
                 for i, comp in zip(chunk, self._generate_batch([by_index[i] for i in chunk],
                                                                params)):
                     results[i] = comp
@@ -237,17 +236,15 @@ class HFBackend(Backend):
         """Option probabilities with the prompt's token count and each batch's latency,
         reported batch by batch (so a kill loses at most the batch being run).
 
-        Prompts are sorted by their tokens, so those that share a long beginning (a rule
-        and its in-context examples) land in one batch; a batch whose prompts share at
-        least ``shared_prefix_min`` tokens runs that beginning once and the rest of each
-        prompt on top of its key/value cache."""
+        Prompts that share a long beginning (one state asked about every rule; a rule
+        and its in-context examples) are batched together (:func:`batch_chunks`); a batch
+        whose prompts share at least ``shared_prefix_min`` tokens runs that beginning once
+        and the rest of each prompt on top of its key/value cache."""
         tok, _ = self._ensure_loaded()
         ids = [tok(self.render(p, pre), add_special_tokens=False)["input_ids"]
                for p, pre in zip(prompts, assistant_prefixes)]
         out: list[OptionScores | None] = [None] * len(prompts)
-        order = sorted(range(len(prompts)), key=lambda i: ids[i])
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
+        for chunk in batch_chunks(ids, self.batch_size, self.shared_prefix_min):
             if before_call is not None:
                 for i in chunk:
                     before_call(i)
@@ -318,14 +315,11 @@ def _common_prefix_len(seqs: list[list[int]]) -> int:
     return n
 
 
-def batch_order(ids: list[list[int]], shared_min: int) -> list[int]:
-    """An order of token sequences for batching: runs of prompts that share a long
-    beginning (at least ``shared_min`` tokens and half the shorter prompt: a rule and its
-    in-context examples) stay together, shortest first; the others follow, sorted by
-    length so that a batch pads little."""
-    lex = sorted(range(len(ids)), key=lambda i: ids[i])
+def _runs(ids: list[list[int]], shared_min: int) -> list[list[int]]:
+    """Runs of prompts (in token order) that share a long beginning with the run's first:
+    at least ``shared_min`` tokens and half the shorter prompt."""
     runs: list[list[int]] = []
-    for i in lex:
+    for i in sorted(range(len(ids)), key=lambda i: ids[i]):
         if runs:
             head = ids[runs[-1][0]]
             need = max(shared_min, min(len(head), len(ids[i])) // 2)
@@ -333,9 +327,26 @@ def batch_order(ids: list[list[int]], shared_min: int) -> list[int]:
                 runs[-1].append(i)
                 continue
         runs.append([i])
+    return runs
+
+
+def batch_order(ids: list[list[int]], shared_min: int) -> list[int]:
+    """An order of token sequences for batching: runs of prompts that share a long
+    beginning (at least ``shared_min`` tokens and half the shorter prompt: a rule and its
+    in-context examples, a state asked about every rule) stay together, shortest first;
+    the others follow, sorted by length so that a batch pads little."""
+    return [i for chunk in batch_chunks(ids, len(ids) or 1, shared_min) for i in chunk]
+
+
+def batch_chunks(ids: list[list[int]], batch_size: int, shared_min: int) -> list[list[int]]:
+    """Batches of at most ``batch_size`` prompts: a run sharing a long beginning is cut
+    into batches of its own (a batch never mixes two runs, whose common beginning would
+    be short), and the prompts in no run are batched by length."""
+    runs = _runs(ids, shared_min)
     shared = [sorted(run, key=lambda i: len(ids[i])) for run in runs if len(run) > 1]
     alone = sorted((run[0] for run in runs if len(run) == 1), key=lambda i: len(ids[i]))
-    return [i for run in shared for i in run] + alone
+    chunks = [run[k:k + batch_size] for run in shared for k in range(0, len(run), batch_size)]
+    return chunks + [alone[k:k + batch_size] for k in range(0, len(alone), batch_size)]
 
 
 def _tail(prefix: str, n: int = 24) -> str:

@@ -66,8 +66,7 @@ def register_backend(name: str, factory: BackendFactory) -> None:
 
 
 def generation_defaults(cfg: RoleConfig) -> GenerationParams:
-    return GenerationParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                            top_p=cfg.top_p)
+    return GenerationParams(temperature=cfg.temperature, top_p=cfg.top_p)
 
 
 class LLMSession:

@@ -117,7 +117,7 @@ class NoteChatParams(StrictModel):
     max_copied_share: float = Field(0.6, gt=0.0, le=1.0)
     #: calls per role-play turn: a dropped (malformed) answer is asked again, new seed
     turn_attempts: int = Field(2, ge=1, le=5)
-    polish_iterations: int = Field(2, ge=0, le=10)
+    polish_iterations: int = Field(1, ge=0, le=10)
     #: turns rewritten per polish call (0: the whole dialogue in one call)
     polish_window_turns: int = Field(4, ge=0, le=400)
     polish_max_new_tokens: int = Field(128, ge=16, le=8192)

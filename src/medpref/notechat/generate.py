@@ -13,6 +13,7 @@ from medpref.contracts import ClinicalNote, Turn
 from medpref.llm.client import LLMClient
 from medpref.notechat.calls import CallLog, step_seed
 from medpref.notechat.concepts import ConceptExtractor
+from medpref.notechat.config import NoteChatParams
 from medpref.notechat.planning import checklist_from_draft, keyword_list, note_keywords
 from medpref.notechat.polish import Rubric, polish_dialogues
 from medpref.notechat.roleplay import METHOD, RolePlay, run_roleplay
@@ -58,7 +59,8 @@ class NoteChatResult:
         return [e for pl in self.plays for e in pl.events] + self.polish_events
 
 
-def plan_segments(segments: list[Segment], planner: LLMClient, template: PromptTemplate, p,
+def plan_segments(segments: list[Segment], planner: LLMClient, template: PromptTemplate,
+                  p: NoteChatParams,
                   seed: int, extractor: ConceptExtractor,
                   log: CallLog) -> tuple[list[RolePlay], dict[str, str]]:
     """Draft a dialogue per segment around its keywords; checklist = draft order."""
@@ -82,7 +84,7 @@ def plan_segments(segments: list[Segment], planner: LLMClient, template: PromptT
 
 def generate_notechat(notes: list[ClinicalNote], clients: dict[str, LLMClient],
                       templates: dict[str, PromptTemplate], rubric: Rubric,
-                      headings: dict[str, list[str]], p, seed: int,
+                      headings: dict[str, list[str]], p: NoteChatParams, seed: int,
                       extractor: ConceptExtractor, log: CallLog) -> list[NoteChatResult]:
     """NoteChat dialogues for all notes (one batched call per role and step)."""
     segments = [s for n in notes for s in note_segments(n, headings, p.long_note_words)]

@@ -25,6 +25,7 @@ from medpref.contracts import Turn
 from medpref.llm.client import LLMClient
 from medpref.notechat.calls import CallLog, step_seed
 from medpref.notechat.concepts import ConceptExtractor
+from medpref.notechat.config import NoteChatParams
 from medpref.notechat.planning import keyword_list, note_keywords
 from medpref.notechat.turns import parse_dialogue
 from medpref.prompts import PromptTemplate, format_dialogue
@@ -112,7 +113,8 @@ def _plan_windows(dialogues: list[list[Turn]], notes: list[str], template: Promp
 
 
 def polish_dialogues(dialogues: list[list[Turn]], notes: list[str], keys: list[str],
-                     client: LLMClient, template: PromptTemplate, rubric: Rubric, p,
+                     client: LLMClient, template: PromptTemplate, rubric: Rubric,
+                     p: NoteChatParams,
                      seed: int, extractor: ConceptExtractor,
                      log: CallLog) -> tuple[list[list[Turn]], list[dict[str, Any]]]:
     """``polish_iterations`` passes over every dialogue; one batched call per pass."""

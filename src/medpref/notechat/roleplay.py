@@ -23,6 +23,7 @@ from medpref.contracts import Turn
 from medpref.llm.client import LLMClient
 from medpref.notechat.calls import CallLog, step_seed
 from medpref.notechat.concepts import ConceptExtractor
+from medpref.notechat.config import NoteChatParams
 from medpref.notechat.planning import Checklist, keyword_list
 from medpref.notechat.sections import Segment
 from medpref.notechat.turns import ParsedTurn, parse_turn
@@ -91,7 +92,8 @@ def _apply(play: RolePlay, parsed: ParsedTurn, raw: str, round_no: int, attempt:
     return True
 
 
-def _speak(plays: list[RolePlay], role: str, client: LLMClient, messages: list, p,
+def _speak(plays: list[RolePlay], role: str, client: LLMClient, messages: list,
+           p: NoteChatParams,
            max_new_tokens: int, seed: int, round_no: int, log: CallLog) -> list[RolePlay]:
     """Batched calls for ``role`` in every play given, answers that had to be dropped
     retried (``turn_attempts``) with another seed; returns the plays that spoke."""
@@ -134,7 +136,7 @@ def update_checklists(plays: list[RolePlay], extractor: ConceptExtractor) -> Non
 
 
 def run_roleplay(plays: list[RolePlay], doctor: LLMClient, patient: LLMClient,
-                 templates: dict[str, PromptTemplate], p, seed: int,
+                 templates: dict[str, PromptTemplate], p: NoteChatParams, seed: int,
                  extractor: ConceptExtractor, log: CallLog) -> None:
     """Play every segment in lock-step until its checklist is empty (and it has played
     ``min_rounds``) or ``max_rounds`` are over."""

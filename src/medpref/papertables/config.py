@@ -12,4 +12,5 @@ class TablesParams(StrictModel):
     registry: str = "configs/paper_tables.yaml"
     digits: int = Field(1, ge=0, le=6)          # decimals shown in Markdown / LaTeX
     index: str = "reports/index.md"
-    guard: GuardParams = Field(default_factory=lambda: GuardParams(min_yield=0.0))
+    guard: GuardParams = Field(
+        default_factory=lambda: GuardParams(min_yield=0.0, max_failure_rate=0.0))

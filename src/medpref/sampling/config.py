@@ -30,14 +30,14 @@ class SamplingParams(StrictModel):
     source_split: str = "train"
     source_limit: int | None = Field(200, ge=1)
     n_items: int = Field(32, ge=1, le=100_000)
-    future_rounds: int = Field(3, ge=1, le=10)
-    min_future_rounds: int = Field(1, ge=0, le=10)
+    future_rounds: int = Field(2, ge=1, le=10)
+    min_future_rounds: int = Field(2, ge=0, le=10)
     exemplar_pool: str = "data/embedded/dialogues.jsonl"
-    exemplar_max_turns: int = Field(12, ge=2, le=200)
-    history_max_turns: int = Field(12, ge=1, le=400)
+    exemplar_max_turns: int = Field(8, ge=2, le=200)
+    history_max_turns: int = Field(8, ge=1, le=400)
     max_attempts: int = Field(2, ge=1, le=5)
     role: str = "annotator"
     prompt: str = "trajectory_continuation"
-    max_new_tokens: int = Field(256, ge=16, le=4096)
+    max_new_tokens: int = Field(160, ge=16, le=4096)
     rounds: RoundsParams = Field(default_factory=RoundsParams)
     guard: GuardParams = Field(default_factory=GuardParams)

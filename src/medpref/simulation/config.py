@@ -26,7 +26,7 @@ class PatientParams(StrictModel):
     chunk_tokens: int = Field(128, ge=8, le=4096)     # a chunk's size cap (Han chars count 1 each)
     top_k: int = Field(4, ge=1, le=50)                # chunks retrieved per turn
     query_rounds: int = Field(2, ge=1, le=10)         # the query: the last N rounds
-    max_new_tokens: int = Field(64, ge=4, le=2048)
+    max_new_tokens: int = Field(48, ge=4, le=2048)
     max_sentences: int | None = Field(2, ge=1)        # answers cut to N sentences (None: raw)
     end_marker: str = "(End of Conversation)"
     # a sentence this close to a chunk is grounded ...
@@ -41,7 +41,7 @@ class GraderParams(StrictModel):
     role: str = "judge"
     # options: p(yes) from one pass | generate: k sampled answers | embedding: no judge,
     # MiniLM similarity of item and doctor turns (the fallback alone)
-    mode: Literal["options", "generate", "embedding"] = "options"
+    mode: Literal["options", "generate", "embedding"] = "embedding"
     prompts: list[str] = Field(default_factory=lambda: ["sp_grade_turns_first",
                                                          "sp_grade_item_first"])
     count_prompt: str = "sp_count_diseases"
@@ -53,7 +53,7 @@ class GraderParams(StrictModel):
     min_mass: float = Field(0.05, ge=0.0, le=1.0)
     max_candidates: int = Field(4, ge=2, le=20)     # naming this many diseases at once fails Dis.
     fallback: Literal["embedding", "none"] = "embedding"
-    fallback_threshold: float = Field(0.6, ge=-1.0, le=1.0)   # cosine(item, doctor turn) to pass
+    fallback_threshold: float = Field(0.5, ge=-1.0, le=1.0)   # cosine(item, doctor turn) to pass
     graded_items: str | None = "data/embedded/sp_graded.jsonl"  # hand-graded items (validation)
 
 
@@ -65,7 +65,7 @@ class NextTurnParams(StrictModel):
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
     source_split: str = "test1"
     dialogue_ids: list[str] | None = None      # None: the last n_dialogues of the file
-    n_dialogues: int = Field(4, ge=1)
+    n_dialogues: int = Field(3, ge=1)
     cuts_per_dialogue: int = Field(1, ge=1, le=50)  # seeded doctor turns predicted per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)
     max_new_tokens: int = Field(64, ge=4, le=2048)
@@ -80,9 +80,9 @@ class SimulationParams(StrictModel):
     source_limit: int | None = Field(None, ge=1)      # adapters: records read
     n_cases: int | None = Field(3, ge=1)              # a seeded subset, one per department first
     case_ids: list[str] | None = None                 # overrides n_cases
-    rounds: int = Field(3, ge=1, le=50)               # paper: 5
+    rounds: int = Field(2, ge=1, le=50)               # paper: 5
     doctor_prompt: str = "policy_doctor"                # the prompt the policies trained with
-    doctor_max_new_tokens: int = Field(96, ge=4, le=4096)
+    doctor_max_new_tokens: int = Field(64, ge=4, le=4096)
     doctor_temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
     doctors: list[DoctorConfig] = Field(default_factory=lambda: [DoctorConfig(name="base")])
     trained_policies: bool = True      # add stage 05's trained policies (SFT, each DPO run)
@@ -100,7 +100,7 @@ class SimulationParams(StrictModel):
         "GPT4": "gpt4_rank", "Rethinker": "agent_norerank", "Rethinker+GPT4": "agent"})
     # torch CPU threads for this stage's local models; on a shared, busy CPU one thread runs
     # the 135M model several times faster than two (spinning threads); None: torch's default
-    torch_threads: int | None = Field(1, ge=1, le=256)
+    torch_threads: int | None = Field(None, ge=1, le=256)
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @model_validator(mode="after")

@@ -304,7 +304,7 @@ def grader_validation(p: SimulationParams, gsetup) -> pd.DataFrame:
     return out[["grader", *[c for c in out.columns if c != "grader"]]]
 
 
-def assemble(p, results: dict[str, DoctorResult], validation, doctors, model_ids,
+def assemble(p: SimulationParams, results: dict[str, DoctorResult], validation, doctors, model_ids,
              h: Harness) -> SimulationOutputs:
     consults = [c for r in results.values() for c in r.consults]
     grades = [g for r in results.values() for g in r.grades]
