@@ -9,6 +9,7 @@ every role that names the same folder and adapter, so a stage loads each model o
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -40,11 +41,30 @@ def _dir_fingerprint(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
+#: adapter_config.json lists that peft fills from a set: their order changes from one
+#: process to the next (string hashing is salted), not their meaning
+_SET_VALUED = ("target_modules", "exclude_modules", "modules_to_save")
+
+
+def canonical_adapter_config(text: str) -> str:
+    """An adapter_config.json with its set-valued lists sorted and its keys in order, so
+    the same training writes the same bytes (DVC hash) and keys the same cache entries."""
+    config = json.loads(text)
+    for key in _SET_VALUED:
+        if isinstance(config.get(key), list):
+            config[key] = sorted(config[key])
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
 def _adapter_fingerprint(path: Path) -> str:
-    """Content hash of a LoRA adapter's weights (small), so a retrained adapter misses."""
+    """Content hash of a LoRA adapter (weights and canonical config), so a retrained
+    adapter misses and the same adapter saved by another process hits."""
     h = hashlib.sha256()
-    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("adapter_config.json")):
+    for f in sorted(path.glob("*.safetensors")):
         h.update(f.read_bytes())
+    config = path / "adapter_config.json"
+    if config.exists():
+        h.update(canonical_adapter_config(config.read_text(encoding="utf-8")).encode())
     return h.hexdigest()[:16]
 
 
@@ -126,7 +146,7 @@ class HFBackend(Backend):
         results: list[Completion | None] = [None] * len(requests)
         # Group by decoding settings (a batch shares them), then order each group so that
         # prompts sharing a long beginning share a batch and the rest pad little
-        # (:func:`batch_order`); answers are put back in request order.
+        # (:func:`batch_chunks`); answers are put back in request order.
         groups: dict[Any, list[int]] = {}
         for i, req in enumerate(requests):
             groups.setdefault(req.params, []).append(i)
@@ -330,18 +350,12 @@ def _runs(ids: list[list[int]], shared_min: int) -> list[list[int]]:
     return runs
 
 
-def batch_order(ids: list[list[int]], shared_min: int) -> list[int]:
-    """An order of token sequences for batching: runs of prompts that share a long
-    beginning (at least ``shared_min`` tokens and half the shorter prompt: a rule and its
-    in-context examples, a state asked about every rule) stay together, shortest first;
-    the others follow, sorted by length so that a batch pads little."""
-    return [i for chunk in batch_chunks(ids, len(ids) or 1, shared_min) for i in chunk]
-
-
 def batch_chunks(ids: list[list[int]], batch_size: int, shared_min: int) -> list[list[int]]:
-    """Batches of at most ``batch_size`` prompts: a run sharing a long beginning is cut
-    into batches of its own (a batch never mixes two runs, whose common beginning would
-    be short), and the prompts in no run are batched by length."""
+    """Batches of at most ``batch_size`` prompts: runs of prompts that share a long
+    beginning (at least ``shared_min`` tokens and half the shorter prompt: a rule and its
+    in-context examples, a state asked about every rule) come first, shortest first, each
+    cut into batches of its own (a batch never mixes two runs, whose common beginning
+    would be short); the prompts in no run follow, batched by length so they pad little."""
     runs = _runs(ids, shared_min)
     shared = [sorted(run, key=lambda i: len(ids[i])) for run in runs if len(run) > 1]
     alone = sorted((run[0] for run in runs if len(run) == 1), key=lambda i: len(ids[i]))

@@ -100,7 +100,7 @@ def save_trained_adapter(trainer, model, out_dir: str | Path, card: dict[str, An
     ``save_model`` (which gathers them) into a staging folder that the main process then
     swaps in; trl's frozen ``ref`` adapter copy is left out.
     """
-    from medpref.training.sft import TASK_CARD, save_adapter
+    from medpref.training.sft import TASK_CARD, save_adapter, write_canonical_config
 
     if not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled):
         if trainer.is_world_process_zero():
@@ -111,6 +111,7 @@ def save_trained_adapter(trainer, model, out_dir: str | Path, card: dict[str, An
     trainer.save_model(str(staging))
     if trainer.is_world_process_zero():
         shutil.rmtree(staging / "ref", ignore_errors=True)
+        write_canonical_config(staging)
         (staging / TASK_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n",
                                          encoding="utf-8")
         if out_dir.exists():

@@ -299,6 +299,16 @@ def read_task_card(adapter_dir: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
+def write_canonical_config(folder: Path) -> None:
+    """Rewrite a saved adapter's config with peft's set-valued lists in sorted order."""
+    from medpref.llm.hf import canonical_adapter_config
+
+    config = Path(folder) / "adapter_config.json"
+    if config.exists():
+        config.write_text(canonical_adapter_config(config.read_text(encoding="utf-8")),
+                          encoding="utf-8")
+
+
 def save_adapter(model, out_dir: str | Path, task_card: dict[str, Any] | None = None) -> Path:
     """Write the adapter (and its task card) to a temporary folder beside ``out_dir``,
     then swap it in."""
@@ -307,6 +317,7 @@ def save_adapter(model, out_dir: str | Path, task_card: dict[str, Any] | None = 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
         model.save_pretrained(tmp)
+        write_canonical_config(tmp)
         if task_card is not None:
             (tmp / TASK_CARD).write_text(json.dumps(task_card, indent=2, sort_keys=True) + "\n",
                                          encoding="utf-8")
