@@ -13,6 +13,10 @@ from medpref import REPO_ROOT
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 DVC = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())
+# Interactive notebooks a person runs in JupyterLab, not pipeline stages: no dvc stage runs
+# them (they still must be clean, thin and parameterised). grade_by_hand: a clinician
+# grades SP checklist items of stage 06's transcripts (medpref.simulation.handgrading).
+INTERACTIVE = {"grade_by_hand.ipynb"}
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
@@ -38,7 +42,11 @@ def _stages():
 def test_every_notebook_is_a_stage_and_every_stage_notebook_exists():
     cmds = " ".join(str(s.get("cmd", "")) for _, s in _stages())
     for nb in NOTEBOOKS:
+        if nb.name in INTERACTIVE:
+            assert f"notebooks/{nb.name}" not in cmds, f"{nb.name} is interactive, not a stage"
+            continue
         assert f"notebooks/{nb.name}" in cmds, f"{nb.name} is not run by any dvc stage"
+    assert INTERACTIVE <= {nb.name for nb in NOTEBOOKS}, "an allow-listed notebook is gone"
     for ref in re.findall(r"notebooks/[\w.-]+\.ipynb", cmds):
         assert (REPO_ROOT / ref).exists(), ref
 

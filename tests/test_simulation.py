@@ -143,12 +143,18 @@ def test_heuristic_disease_count():
 # -- the consultation loop ------------------------------------------------------------------
 
 def make_setup(patient, rounds=5):
+    from medpref.simulation.config import PatientParams
+    from medpref.simulation.patients import PatientContext, build_patient
+
     cases = [case("sp-a"), case("sp-b"), case("sp-c")]
     kbs = build_knowledge_bases(cases, toy_encode, 128)
+    params = PatientParams(kind="llm", top_k=4, query_rounds=2, end_marker=END,
+                           max_sentences=2, max_new_tokens=32)
+    llm_patient = build_patient("llm", PatientContext(
+        params, {c.id: c for c in cases}, kbs, toy_encode, load_prompt("sp_patient"),
+        lambda: patient))
     return cases, consult.SimulationSetup(
-        patient=patient, patient_template=load_prompt("sp_patient"),
-        doctor_template=load_prompt("policy_doctor"), kbs=kbs, encode=toy_encode, rounds=rounds,
-        top_k=4, query_rounds=2, end_marker=END, max_sentences=2, patient_max_new_tokens=32,
+        patient=llm_patient, doctor_template=load_prompt("policy_doctor"), rounds=rounds,
         doctor_max_new_tokens=32)
 
 
@@ -228,7 +234,7 @@ def keyword_judge(req):
     item = re.search(r"Checklist item \([^)]*\): (.+)", text).group(1).strip()
     doctor_lines = [ln for ln in text.splitlines() if ln.startswith("Doctor:")]
     if item == "phlegm":
-        return "Perhaps."                       # unparsable: the embedding fallback decides
+        return "Perhaps."                       # unparsable: the item abstains
     return "yes" if any(item.lower() in ln.lower() for ln in doctor_lines) else "no"
 
 
@@ -237,7 +243,7 @@ def grading_setup(judge_client, encode=toy_encode):
         judge=grading.Judge(judge_client, mode="generate"),
         templates=[load_prompt("sp_grade_turns_first"), load_prompt("sp_grade_item_first")],
         count_template=load_prompt("sp_count_diseases"), encode=encode,
-        pass_threshold=0.5, max_candidates=4, fallback_threshold=0.6)
+        pass_threshold=0.5, max_candidates=4, embedding_threshold=0.6)
 
 
 def test_eq6_on_a_hand_example_with_an_empty_category_and_a_four_disease_answer():
@@ -253,23 +259,24 @@ def test_eq6_on_a_hand_example_with_an_empty_category_and_a_four_disease_answer(
                                          grading_setup(client(keyword_judge, "judge")))
     g = {(x.case, x.item): x for x in grades}
     assert g[("sp-1", "fever")].passed and not g[("sp-2", "fever")].passed
-    assert g[("sp-1", "phlegm")].method == "embedding" and not g[("sp-1", "phlegm")].passed
+    assert g[("sp-1", "phlegm")].method == "abstain" and g[("sp-1", "phlegm")].passed is None
     assert g[("sp-1", "pneumonia")].passed and g[("sp-1", "pneumonia")].candidates == [1]
     assert g[("sp-2", "pneumonia")].turns_named == [0]
     assert g[("sp-2", "pneumonia")].candidates == [4] and not g[("sp-2", "pneumonia")].passed
     assert g[("sp-2", "chest X-ray")].passed
     scores = grading.case_scores(grades, ["sp-1", "sp-2"])
-    assert scores[0] == {"case": "sp-1", "symptoms": 0.5, "tests": None, "diseases": 1.0}
+    # phlegm abstained: left out of c and m (sp-1: fever 1/1; sp-2: fever 0/1)
+    assert scores[0] == {"case": "sp-1", "symptoms": 1.0, "tests": None, "diseases": 1.0}
     assert scores[1] == {"case": "sp-2", "symptoms": 0.0, "tests": 1.0, "diseases": 0.0}
     s = grading.eq6(scores)
-    assert s["symptoms"]["score"] == pytest.approx(25.0)
+    assert s["symptoms"]["score"] == pytest.approx(50.0)
     assert s["tests"] == {"score": 100.0, "n": 1, "empty": 1}
     assert s["diseases"]["score"] == pytest.approx(50.0)
     t2_table = tables.table2([{"doctor": "doc", "department": c.department,
                                **{k: sc[k] for k in grading.CATEGORIES}}
                               for c, sc in zip(consults, scores)])
     row = t2_table.iloc[0]
-    assert row["ALL Sym."] == 25.0 and row["ALL Test"] == 100.0 and row["ALL Dis."] == 50.0
+    assert row["ALL Sym."] == 50.0 and row["ALL Test"] == 100.0 and row["ALL Dis."] == 50.0
     assert row["internal_medicine empty"] == "Test 1" and np.isnan(row["internal_medicine Test"])
 
 
@@ -280,7 +287,9 @@ def test_disease_rule_and_kappa():
     # 8 items: agree on 6; p_o = .75, p_e = .5 → κ = .5
     a = [True, True, True, True, False, False, False, False]
     b = [True, True, True, False, False, False, False, True]
-    assert grading.cohen_kappa(a, b) == pytest.approx(0.5)
+    from medpref.metrics.intervals import cohen_kappa
+
+    assert cohen_kappa(a, b) == pytest.approx(0.5)
 
 
 def test_options_mode_judge_reads_p_yes_and_drops_low_mass():
@@ -378,8 +387,15 @@ def test_grader_validation_agreement_table():
              item(4, "diseases", "pneumonia",
                   "It is pneumonia, bronchitis, asthma or lung cancer.", False),
              item(5, "symptoms", "cough", "Any pets at home?", True)]   # grader says no
-    table = validate_grader(items, grading_setup(client(keyword_judge, "judge")))
-    table = table.set_index("category")
+    from medpref.simulation.config import GraderParams
+    from medpref.simulation.graders import GraderContext, build_grader
+
+    setup = grading_setup(client(keyword_judge, "judge"))
+    grader = build_grader("generate", GraderContext(GraderParams(mode="generate"), setup,
+                                                    lambda: setup.judge))
+    table = validate_grader(items, grader, n_boot=200)
+    assert set(table["split"]) == {"dev", "test", "all"}
+    table = table[table["split"] == "all"].set_index("category")
     assert table.loc["all", "items"] == 5 and table.loc["all", "accuracy"] == pytest.approx(0.8)
     assert table.loc["diseases", "accuracy"] == 1.0
     # gold T F T F T vs predicted T F T F F: p_o = .8, p_e = .6·.4 + .4·.6 = .48
@@ -423,17 +439,26 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     st = TmpStage(name="06_simulation", params=params)
     out = sim_stage.run(st)
     t2 = out.table2.set_index("doctor")
-    assert t2.loc["base", "ALL Sym."] == 50.0          # each case: fever asked, phlegm not
+    # each case: fever asked; phlegm's judge answer is unparsable, so it abstains
+    assert t2.loc["base", "ALL Sym."] == 100.0
     assert t2.loc["base", "ALL Test"] == 100.0 and t2.loc["base", "ALL Dis."] == 100.0
     assert t2.loc["base", "surgery empty"] == "Test 1"
     assert t2.loc["silent", "ALL Sym."] == 0.0
     assert set(out.next_turn["doctor"]) == {"base", "silent"}
     row = out.per_case.set_index(["doctor", "case"]).loc[("base", "sp-a")]
     assert row["rounds"] == 2 and row["sentences"] == 2 and row["ended_by"] == "rounds"
+    assert row["abstained_items"] == 1
+    # the extractive patient answered from its case: the scripted answer, then the
+    # X-ray finding once the doctor asked for the X-ray
+    patient_turns = [t.text for t in out.consultations[0].turns[2::2]]
+    assert patient_turns == ["Yes, up to 38.5 degrees since Monday.",
+                             "Chest X-ray: patchy shadow in the right lower lobe."]
     lines = (tmp_path / "data" / "transcripts.jsonl").read_text().splitlines()
     assert len(lines) == 4 and json.loads(lines[0])["rounds"] == 2
     assert (tmp_path / "reports" / "table2.md").exists()
-    assert out.metrics["sp/base"]["Sym."] == 50.0
+    assert out.metrics["sp/base"]["Sym."] == 100.0
+    assert (tmp_path / "reports" / "transcripts.html").exists()
+    assert {"question_share", "repetition_share"} <= set(out.behaviour.columns)
     # a doctor whose every call fails produces nothing: the guard stops the stage
     failing = ScriptedBackend(lambda r: "")
     failing.generate = lambda reqs, cb=None: [
@@ -452,7 +477,7 @@ def test_embedding_only_grading_applies_the_four_disease_rule():
              Turn(role="doctor", text="pneumonia, bronchitis, asthma or lung cancer"),
              Turn(role="patient", text="ok"), Turn(role="doctor", text="do you have fever")]
     setup = grading_setup(None)
-    setup.judge, setup.fallback_threshold = None, 0.3
+    setup.judge, setup.embedding_threshold = None, 0.3
     grades = grading.grade_consultations(
         [consult.Consultation("sp-e", "im", "en", "doc", "m", turns)], {"sp-e": c}, setup)
     g = {x.item: x for x in grades}

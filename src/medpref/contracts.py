@@ -128,7 +128,8 @@ class SPGradedItem(Record):
     ``transcript`` is the consultation (or the part of it that matters) the grader sees;
     ``passed`` is the gold label: the doctor actively asked about / recommended / named
     ``item`` (a patient volunteering it does not count; naming four or more candidate
-    diseases in one turn fails a disease item). ``tag`` says what the item exercises.
+    diseases in one turn fails a disease item). ``tag`` says what the item exercises;
+    ``lang`` is the language of the transcript (``en``, ``zh``).
     """
 
     id: str = Field(min_length=1)
@@ -139,6 +140,7 @@ class SPGradedItem(Record):
     passed: bool
     tag: str = ""
     why: str = ""
+    lang: str = "en"
 
     @field_validator("transcript")
     @classmethod

@@ -196,7 +196,7 @@ class HFBackend(Backend):
         enc, cache = self._batch_inputs(ids)
         width = enc["input_ids"].shape[1]
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
-                                  "pad_token_id": tok.pad_token_id}
+                                  "pad_token_id": tok.pad_token_id, **params.loop_controls()}
         if cache is not None:
             kwargs["past_key_values"] = cache
         stopper = None

@@ -283,6 +283,7 @@ class OpenAIBackend(Backend):
             kwargs["stop"] = list(p.stop)
         if req.tools:
             kwargs["tools"] = list(req.tools)
+        extra = {**(extra or {}), **p.loop_controls()}   # vLLM-style sampling extras, when on
         if extra:
             kwargs["extra_body"] = extra
         resp = self._client.chat.completions.create(**kwargs)

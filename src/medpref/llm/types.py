@@ -17,14 +17,27 @@ class GenerationParams:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    repetition_penalty: float = 1.0      # > 1 discourages tokens already generated
+    no_repeat_ngram_size: int = 0        # > 0 forbids repeating an n-gram of this size
 
     @property
     def sampled(self) -> bool:
         return self.temperature > 0
 
+    def loop_controls(self) -> dict[str, Any]:
+        """The anti-loop decoding controls that are on (empty when both are off)."""
+        out: dict[str, Any] = {}
+        if self.repetition_penalty != 1.0:
+            out["repetition_penalty"] = self.repetition_penalty
+        if self.no_repeat_ngram_size > 0:
+            out["no_repeat_ngram_size"] = self.no_repeat_ngram_size
+        return out
+
     def cache_fields(self) -> dict[str, Any]:
-        """The fields that identify a completion: a sampled call only with its seed."""
-        out = {"max_new_tokens": self.max_new_tokens, "stop": list(self.stop)}
+        """The fields that identify a completion: a sampled call only with its seed, the
+        loop controls only when on."""
+        out = {"max_new_tokens": self.max_new_tokens, "stop": list(self.stop),
+               **self.loop_controls()}     # only when on: older cache keys stay valid
         if self.sampled:
             if self.seed is None:
                 raise ValueError("a sampled call (temperature > 0) needs a seed to be cached")

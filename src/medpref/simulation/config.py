@@ -19,8 +19,18 @@ class DoctorConfig(StrictModel):
 
 
 class PatientParams(StrictModel):
-    """The simulated patient (PLPF App. B.2): retrieval over its knowledge base + a prompt."""
+    """The simulated patient: ``extractive`` (answers with its case's own text) or ``llm``
+    (PLPF App. B.2: retrieval over its knowledge base + a prompt to the patient role)."""
 
+    kind: str = "extractive"                          # a name in simulation.patients.PATIENTS
+    # extractive: a scripted question this close to the doctor's question is answered ...
+    script_threshold: float = Field(0.6, ge=-1.0, le=1.0)
+    # ... else a history (or, after a test request, findings) sentence this close
+    history_threshold: float = Field(0.45, ge=-1.0, le=1.0)
+    # ... and after a test or examination request, a findings sentence this close
+    findings_threshold: float = Field(0.3, ge=-1.0, le=1.0)
+    # the run fails when more of the patient's sentences than this are not in its case
+    max_unsupported_share: float = Field(0.10, ge=0.0, le=1.0)
     role: str = "patient"
     prompt: str = "sp_patient"
     chunk_tokens: int = Field(128, ge=8, le=4096)     # a chunk's size cap (Han chars count 1 each)
@@ -34,14 +44,32 @@ class PatientParams(StrictModel):
     # ... and this close to the question is asked-for
     relevance_threshold: float = Field(0.25, ge=-1.0, le=1.0)
 
+    @model_validator(mode="after")
+    def _known_kind(self) -> PatientParams:
+        from medpref.simulation.patients import PATIENTS
+
+        if self.kind not in PATIENTS:
+            raise ValueError(f"simulation.patient.kind: '{self.kind}' is not one of "
+                             f"{sorted(PATIENTS)}")
+        return self
+
 
 class GraderParams(StrictModel):
-    """Checklist grading (Eq. 6) by a judge role with an embedding fallback."""
+    """Checklist grading (Eq. 6) by a registered grader (simulation.graders.GRADERS)."""
 
     role: str = "judge"
-    # options: p(yes) from one pass | generate: k sampled answers | embedding: no judge,
-    # MiniLM similarity of item and doctor turns (the fallback alone)
-    mode: Literal["options", "generate", "embedding"] = "embedding"
+    # echo_aware: the doctor's own sentences of the right act matched to the item |
+    # options: judge p(yes) | generate: judge votes | embedding: MiniLM of whole turns
+    mode: str = "echo_aware"
+    compare: list[str] = Field(default_factory=lambda: ["embedding", "echo_aware"])
+    # a doctor sentence with this share of its content already said by the patient ...
+    echo_overlap: float = Field(0.6, ge=0.0, le=1.0)
+    # ... and fewer new content units than this is an echo: it earns no item
+    echo_min_new: int = Field(1, ge=1, le=20)
+    strip_echoes: bool = True          # judge modes: the judge reads the echo-free transcript
+    match_threshold: float = Field(0.55, ge=-1.0, le=1.0)   # echo_aware: MiniLM cosine
+    lexical_threshold: float = Field(0.75, ge=0.0, le=1.0)  # echo_aware: item units covered
+    bootstrap_rounds: int = Field(2000, ge=100, le=100000)  # κ's interval
     prompts: list[str] = Field(default_factory=lambda: ["sp_grade_turns_first",
                                                          "sp_grade_item_first"])
     count_prompt: str = "sp_count_diseases"
@@ -52,9 +80,28 @@ class GraderParams(StrictModel):
     # options mode: below this the judge did not answer
     min_mass: float = Field(0.05, ge=0.0, le=1.0)
     max_candidates: int = Field(4, ge=2, le=20)     # naming this many diseases at once fails Dis.
-    fallback: Literal["embedding", "none"] = "embedding"
-    fallback_threshold: float = Field(0.5, ge=-1.0, le=1.0)   # cosine(item, doctor turn) to pass
+    embedding_threshold: float = Field(0.5, ge=-1.0, le=1.0)  # embedding: cosine to pass
     graded_items: str | None = "data/embedded/sp_graded.jsonl"  # hand-graded items (validation)
+
+    @model_validator(mode="after")
+    def _known_graders(self) -> GraderParams:
+        from medpref.simulation.graders import GRADERS
+
+        for name in [self.mode, *self.compare]:
+            if name not in GRADERS:
+                raise ValueError(f"simulation.grader: no grader '{name}' (known: "
+                                 f"{sorted(GRADERS)})")
+        return self
+
+
+class DoctorDecoding(StrictModel):
+    """How the doctors under test decode in the SP test (per call, so it lives here)."""
+
+    max_new_tokens: int = Field(64, ge=4, le=4096)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
+    repetition_penalty: float = Field(1.0, ge=1.0, le=3.0)   # 1.0: off
+    no_repeat_ngram_size: int = Field(0, ge=0, le=20)        # 0: off
+    stop_after_question: bool = False   # keep a doctor turn up to its first question
 
 
 class NextTurnParams(StrictModel):
@@ -78,12 +125,11 @@ class SimulationParams(StrictModel):
     source: Literal["embedded", "agentclinic", "cspt"] = "embedded"
     source_root: str | None = None    # agentclinic: None = ../shared/data; cspt: its folder/zip
     source_limit: int | None = Field(None, ge=1)      # adapters: records read
-    n_cases: int | None = Field(3, ge=1)              # a seeded subset, one per department first
+    n_cases: int | None = Field(None, ge=1)           # a subset, one per department first
     case_ids: list[str] | None = None                 # overrides n_cases
-    rounds: int = Field(2, ge=1, le=50)               # paper: 5
+    rounds: int = Field(5, ge=1, le=50)               # paper: 5
     doctor_prompt: str = "policy_doctor"                # the prompt the policies trained with
-    doctor_max_new_tokens: int = Field(64, ge=4, le=4096)
-    doctor_temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
+    doctor_decoding: DoctorDecoding = Field(default_factory=DoctorDecoding)
     doctors: list[DoctorConfig] = Field(default_factory=lambda: [DoctorConfig(name="base")])
     trained_policies: bool = True      # add stage 05's trained policies (SFT, each DPO run)
     embedding_model: str = "models/all-minilm-l6-v2"

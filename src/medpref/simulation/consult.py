@@ -1,9 +1,11 @@
 """The SP test's consultations: doctor and simulated patient, in lock-step across cases.
 
 Each round, every still-open case gets one doctor turn (one ``chat_many`` batch for all
-cases) and then one patient turn (one batch): retrieval query from the last rounds, top
-chunks, the patient prompt. A consultation ends when the patient writes the end marker,
-when the round cap is reached, or when a call fails (recorded, never silently dropped).
+cases) and then one patient turn (one batch, from the configured patient of
+:mod:`medpref.simulation.patients`). A consultation ends when the patient writes the end
+marker, when the round cap is reached, or when a call fails (recorded, never silently
+dropped). The doctor's decoding controls (repetition penalty, no-repeat n-gram size) go
+to its backend; ``stop_after_question`` keeps a turn up to its first question.
 """
 
 from __future__ import annotations
@@ -16,19 +18,25 @@ from typing import Any
 from medpref.contracts import SPCase, Turn
 from medpref.llm import LLMClient
 from medpref.prompts import PromptTemplate
-from medpref.simulation.knowledge import Encoder, KnowledgeBase, retrieval_query
-from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
 
 _DOCTOR_LABEL = re.compile(r"^\s*(?:doctor|医生|dr\.?)\s*[:：]\s*", re.IGNORECASE)
 _PATIENT_START = re.compile(r"(?:^|\n|\s)(?:patient|患者|病人)\s*[:：]", re.IGNORECASE)
 
 
-def parse_doctor_answer(raw: str) -> str:
+_FIRST_QUESTION = re.compile(r"^.*?[?？]", re.DOTALL)
+
+
+def parse_doctor_answer(raw: str, stop_after_question: bool = False) -> str:
     """The doctor's turn from a raw completion: no speaker label, nothing of the
-    patient's part the model may go on to write (pure)."""
+    patient's part the model may go on to write, and (``stop_after_question``) nothing
+    after its first question (pure)."""
     text = _DOCTOR_LABEL.sub("", raw or "").strip()
     cut = _PATIENT_START.search(text)
-    return (text[:cut.start()] if cut else text).strip()
+    text = (text[:cut.start()] if cut else text).strip()
+    if stop_after_question:
+        first = _FIRST_QUESTION.match(text)
+        text = first.group(0).strip() if first else text
+    return text
 
 
 def doctor_messages(template: PromptTemplate, turns: Sequence[Turn]) -> list[dict[str, str]]:
@@ -81,59 +89,47 @@ class Consultation:
 
 @dataclass
 class SimulationSetup:
-    """Everything a consultation needs besides the doctor."""
+    """Everything a consultation needs besides the doctor: the patient (any registered
+    kind, :mod:`medpref.simulation.patients`) and the doctor's decoding."""
 
-    patient: LLMClient
-    patient_template: PromptTemplate
+    patient: Any
     doctor_template: PromptTemplate
-    kbs: dict[str, KnowledgeBase]
-    encode: Encoder
     rounds: int
-    top_k: int
-    query_rounds: int
-    end_marker: str
-    max_sentences: int | None
-    patient_max_new_tokens: int
     doctor_max_new_tokens: int
     doctor_temperature: float = 0.0
     seed: int = 0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    stop_after_question: bool = False
 
 
 def _doctor_round(open_: list[Consultation], doctor: LLMClient, setup: SimulationSetup,
                   round_no: int) -> None:
     convs = [doctor_messages(setup.doctor_template, c.turns) for c in open_]
     overrides: dict[str, Any] = {"max_new_tokens": setup.doctor_max_new_tokens,
-                                 "temperature": setup.doctor_temperature}
+                                 "temperature": setup.doctor_temperature,
+                                 "repetition_penalty": setup.repetition_penalty,
+                                 "no_repeat_ngram_size": setup.no_repeat_ngram_size}
     if setup.doctor_temperature > 0:
         overrides["seed"] = setup.seed + round_no
     for c, comp in zip(open_, doctor.chat_many(convs, **overrides)):
         if comp.error:
             c.ended_by, c.error = "doctor_failed", comp.error
             continue
-        c.turns.append(Turn(role="doctor", text=parse_doctor_answer(comp.text)))
+        c.turns.append(Turn(role="doctor",
+                            text=parse_doctor_answer(comp.text, setup.stop_after_question)))
         c.steps.append({"round": round_no, "speaker": "doctor", "raw": comp.text})
 
 
 def _patient_round(open_: list[Consultation], setup: SimulationSetup, round_no: int) -> None:
-    queries = [retrieval_query(c.turns, setup.query_rounds) for c in open_]
-    qvecs = setup.encode(queries)
-    prompts, retrieved = [], []
-    for c, qv in zip(open_, qvecs):
-        kb = setup.kbs[c.case_id]
-        top = kb.top(qv, setup.top_k)
-        retrieved.append(top)
-        prompts.append(render_patient_prompt(setup.patient_template, [kb.chunks[i] for i in top],
-                                             c.turns[:-1], c.turns[-1].text, setup.end_marker))
-    comps = setup.patient.chat_many(prompts, max_new_tokens=setup.patient_max_new_tokens)
-    for c, comp, top, q in zip(open_, comps, retrieved, queries):
-        if comp.error:
-            c.ended_by, c.error = "patient_failed", comp.error
+    for c, reply in zip(open_, setup.patient.reply(open_)):
+        if reply.error:
+            c.ended_by, c.error = "patient_failed", reply.error
             continue
-        ans = parse_patient_answer(comp.text, setup.end_marker, setup.max_sentences)
-        c.turns.append(Turn(role="patient", text=ans.text))
-        c.steps.append({"round": round_no, "speaker": "patient", "raw": comp.text,
-                        "query": q, "chunks": top, "ended": ans.ended, "empty": ans.empty})
-        if ans.ended:
+        c.turns.append(Turn(role="patient", text=reply.text))
+        c.steps.append({"round": round_no, "speaker": "patient", **reply.step,
+                        "ended": reply.ended, "empty": reply.empty})
+        if reply.ended:
             c.ended_by = "end_marker"
 
 

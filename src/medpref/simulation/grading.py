@@ -5,10 +5,13 @@ recommended the test, or named the disease. The judge role answers each question
 every prompt in ``grader.prompts`` (the transcript before the item, and the item before
 the transcript: both orders), in ``options`` mode as p(yes) of one forward pass, in
 ``generate`` mode as the share of parsable yes among ``k`` answers; the mean decides.
-When no prompt gave a usable answer, the embedding fallback decides (cosine of the item
-and the best doctor turn). A disease passes only in a doctor turn that names fewer
-than ``max_candidates`` candidate diseases. Eq. 6 averages c/m over cases; a case whose
-category is empty is left out of that category's mean and counted.
+When no prompt gave a usable answer the item *abstains* (``passed`` None): it is left
+out of the case's score and counted, never read as a pass or a fail. Without a judge the
+embedding grade decides (cosine of the item and the best doctor turn). A disease passes
+only in a doctor turn that names fewer than ``max_candidates`` candidate diseases. Eq. 6
+averages c/m over cases; a case whose category is empty is left out of that category's
+mean and counted. The graders that use these pieces live in
+:mod:`medpref.simulation.graders` (a registry keyed by ``grader.mode``).
 """
 
 from __future__ import annotations
@@ -121,16 +124,6 @@ def eq6(case_scores: Sequence[dict[str, float | None]]) -> dict[str, dict[str, f
     return out
 
 
-def cohen_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
-    """Cohen's κ of two binary label lists (NaN when chance agreement is 1)."""
-    if len(a) != len(b) or not a:
-        raise ValueError("kappa needs two non-empty label lists of one length")
-    x, y = np.asarray(a, bool), np.asarray(b, bool)
-    po = float(np.mean(x == y))
-    pe = float(x.mean() * y.mean() + (1 - x.mean()) * (1 - y.mean()))
-    return float("nan") if pe == 1.0 else (po - pe) / (1 - pe)
-
-
 # -- the judge -----------------------------------------------------------------------------
 
 @dataclass
@@ -199,12 +192,15 @@ class ItemGrade:
     doctor: str
     category: str
     item: str
-    passed: bool
-    method: str                    # judge | embedding | none
+    passed: bool | None            # None: abstained (no usable judge answer)
+    method: str                    # judge | embedding | echo_aware | abstain | none
     p_yes: float | None = None
     turns_named: list[int] = field(default_factory=list)   # diseases: doctor turns naming it
     candidates: list[int | None] = field(default_factory=list)
     raw: list[Any] = field(default_factory=list)
+    evidence_turn: int | None = None   # transcript index of the doctor turn that earned it
+    evidence: str | None = None        # the doctor sentence that earned it
+    echo_excluded: list[str] = field(default_factory=list)   # echoes that matched the item
 
 
 @dataclass
@@ -215,7 +211,7 @@ class GradingSetup:
     encode: Encoder | None
     pass_threshold: float = 0.5
     max_candidates: int = 4
-    fallback_threshold: float | None = 0.6
+    embedding_threshold: float | None = 0.6   # no judge: cosine(item, doctor turn) to pass
 
 
 def render_item_prompt(template: PromptTemplate, turns: Sequence[Turn], category: str,
@@ -236,15 +232,15 @@ def _mean_or_none(values: Sequence[float | None]) -> float | None:
 
 
 def _similar_turns(setup: GradingSetup, item: str, texts: Sequence[str]) -> list[int] | None:
-    """Indices of the doctor turns whose MiniLM cosine with the item reaches the fallback
-    threshold (None when the fallback is off)."""
-    if setup.encode is None or setup.fallback_threshold is None:
+    """Indices of the doctor turns whose MiniLM cosine with the item reaches the
+    embedding threshold (None without an encoder)."""
+    if setup.encode is None or setup.embedding_threshold is None:
         return None
     if not texts:
         return []
     vecs = setup.encode([item, *texts])
     sims = vecs[1:] @ vecs[0]
-    return [i for i, s in enumerate(sims) if float(s) >= setup.fallback_threshold]
+    return [i for i, s in enumerate(sims) if float(s) >= setup.embedding_threshold]
 
 
 def grade_consultations(consults, cases: dict[str, SPCase], setup: GradingSetup
@@ -312,7 +308,7 @@ def _grade_item(ci, c, cat, item, by_key, named_turns, counts, setup) -> ItemGra
         turns = named_turns.get((ci, item))
         raw = [a[1] for t in range(len(c.doctor_turns)) for a in by_key.get((ci, cat, item, t), [])]
         if turns is None:
-            return _fallback_grade(c, cat, item, setup, raw)
+            return _unjudged(c, cat, item, setup, raw)
         cands = [counts.get((ci, t)) if counts.get((ci, t)) is not None
                  else heuristic_disease_count(c.doctor_turns[t], item) for t in turns]
         passed = disease_passes(list(range(len(turns))), cands, setup.max_candidates)
@@ -321,12 +317,20 @@ def _grade_item(ci, c, cat, item, by_key, named_turns, counts, setup) -> ItemGra
     p = _mean_or_none([a[0] for a in answers])
     raw = [a[1] for a in answers]
     if p is None:
-        return _fallback_grade(c, cat, item, setup, raw)
+        return _unjudged(c, cat, item, setup, raw)
     return ItemGrade(c.case_id, c.doctor, cat, item, p >= setup.pass_threshold, "judge",
                      round(p, 4), raw=raw)
 
 
-def _fallback_grade(c, cat, item, setup, raw) -> ItemGrade:
+def _unjudged(c, cat, item, setup, raw) -> ItemGrade:
+    """An item with no usable judge answer abstains; with no judge at all, the
+    embedding grade decides."""
+    if setup.judge is not None:
+        return ItemGrade(c.case_id, c.doctor, cat, item, None, "abstain", raw=raw)
+    return _embedding_grade(c, cat, item, setup, raw)
+
+
+def _embedding_grade(c, cat, item, setup, raw) -> ItemGrade:
     """The embedding grade: a doctor turn close enough to the item; for a disease, such a
     turn must also name fewer than ``max_candidates`` candidates (list heuristic)."""
     turns = _similar_turns(setup, item, c.doctor_turns)
@@ -342,12 +346,13 @@ def _fallback_grade(c, cat, item, setup, raw) -> ItemGrade:
 
 def case_scores(grades: Sequence[ItemGrade], case_ids: Sequence[str]
                 ) -> list[dict[str, float | None]]:
-    """Per case: c/m per category (None for an empty category)."""
+    """Per case: c/m per category (None for an empty category); abstained items are
+    left out of both c and m."""
     out = []
     for cid in case_ids:
         row: dict[str, Any] = {"case": cid}
         for cat in CATEGORIES:
-            row[cat] = case_category_score([g.passed for g in grades
-                                            if g.case == cid and g.category == cat])
+            row[cat] = case_category_score([g.passed for g in grades if g.case == cid
+                                            and g.category == cat and g.passed is not None])
         out.append(row)
     return out

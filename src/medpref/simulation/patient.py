@@ -11,7 +11,7 @@ patient sentence, whether it was asked for and whether the knowledge base suppor
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,20 +78,34 @@ class Fidelity:
     volunteered: int = 0
     unsupported: int = 0
     examples: list[dict] = field(default_factory=list)
+    unsupported_at: list[str] = field(default_factory=list)   # the unsupported sentences
+
+
+_AS_DOCTOR = re.compile(r"\b(?:i am|i'm) (?:dr\b|dr\.|doctor\b|your doctor|a doctor)|"
+                        r"\bi'll be your doctor|\bas your doctor|我是.{0,4}医生|我是大夫",
+                        re.IGNORECASE)
+
+
+def speaks_as_doctor(text: str) -> bool:
+    """The patient's turn claims the doctor's role ("I'm Dr. Alex, your doctor")."""
+    return bool(_AS_DOCTOR.search(text or ""))
 
 
 def patient_fidelity(turns: Sequence[Turn], kb: KnowledgeBase, encode: Encoder,
-                     support: float, relevance: float, keep_examples: int = 3) -> Fidelity:
+                     support: float, relevance: float, keep_examples: int = 3,
+                     skip: Callable[[str], bool] | None = None) -> Fidelity:
     """Check every patient sentence after the opening one.
 
     Unsupported: no knowledge chunk reaches ``support`` similarity. Volunteered: grounded
     in the knowledge base, but neither the sentence nor the chunk it comes from reaches
     ``relevance`` similarity to the doctor turn it answers (a fact nobody asked for).
-    Questions the patient asks are skipped.
+    Questions the patient asks are skipped, and sentences ``skip`` names (the
+    extractive patient's "I'm not sure about that.", which states no fact).
     """
     pairs = [(turns[i - 1].text, s) for i in range(1, len(turns))
              if turns[i].role == "patient" and turns[i - 1].role == "doctor"
-             for s in split_sentences(turns[i].text) if not s.rstrip().endswith(("?", "？"))]
+             for s in split_sentences(turns[i].text) if not s.rstrip().endswith(("?", "？"))
+             and not (skip and skip(s))]
     out = Fidelity(sentences=len(pairs))
     if not pairs:
         return out
@@ -108,6 +122,7 @@ def patient_fidelity(turns: Sequence[Turn], kb: KnowledgeBase, encode: Encoder,
         kind = None
         if g < support:
             out.unsupported += 1
+            out.unsupported_at.append(s)
             kind = "unsupported"
         elif a < relevance:
             out.volunteered += 1

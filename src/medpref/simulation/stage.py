@@ -6,13 +6,17 @@ policy found under ``simulation.trained_policies``):
 (stage 05's trained policies: SFT and each DPO run)
 
 1. the SP consultations on the case subset, in lock-step across cases
-   (:func:`medpref.simulation.consult.simulate`), and the patient's honesty counts;
-2. checklist grading by the judge role (Eq. 6) → Table 2 (per department and ALL);
+   (:func:`medpref.simulation.consult.simulate`) with the configured patient
+   (:mod:`~medpref.simulation.patients`), and the patient's honesty counts (the run fails
+   when too many patient sentences are not in the case);
+2. checklist grading by the configured grader (:mod:`~medpref.simulation.graders`,
+   Eq. 6) → Table 2 (per department and ALL), with intervals and paired comparisons;
 3. next-turn prediction on held-out dialogues: BLEU-4, ROUGE-L P/R/F1, length, GPD;
 4. rule compliance of its transcripts with stage 03's REM (the radar of PLPF Fig. 3);
 
-then the PLPF Table 3 grid and follow-up Table 6 from the policies that exist, and the
-grader's agreement with the hand-graded items (accuracy, Cohen's κ).
+then the PLPF Table 3 grid and follow-up Table 6 from the policies that exist, the
+grader's agreement with the hand-graded items (accuracy, Cohen's κ with its interval,
+per split), the doctors' behaviour and a transcripts page for clinicians.
 """
 
 from __future__ import annotations
@@ -38,9 +42,13 @@ from medpref.reports import save_figure, write_table
 from medpref.simulation import consult, grading, nextturn, tables
 from medpref.simulation.config import DoctorConfig, SimulationParams
 from medpref.simulation.doctors import all_doctors, trained_doctors
-from medpref.simulation.knowledge import build_knowledge_bases
-from medpref.simulation.patient import patient_fidelity
+from medpref.simulation.echo import doctor_sentences, speech_act
+from medpref.simulation.graders import GraderContext, build_grader
+from medpref.simulation.knowledge import build_knowledge_bases, split_sentences
+from medpref.simulation.patient import patient_fidelity, speaks_as_doctor
+from medpref.simulation.patients import PatientContext, build_patient, is_dont_know
 from medpref.simulation.validation import validate_grader
+from medpref.stagekit import StageFailed
 
 
 @dataclass
@@ -55,11 +63,15 @@ class SimulationOutputs:
     grid: pd.DataFrame
     table6: pd.DataFrame
     grader_validation: pd.DataFrame
+    table2_ci: pd.DataFrame
+    table2_paired: pd.DataFrame
+    behaviour: pd.DataFrame
     doctors: list[DoctorConfig]
     model_ids: dict[str, str]
     prompts: dict[str, str]
     metrics: dict[str, Any] = field(default_factory=dict)
     radar: Any = None
+    consult_rows: list[dict] = field(default_factory=list)   # honesty + behaviour counts
 
 
 # -- inputs --------------------------------------------------------------------------------
@@ -123,17 +135,61 @@ def doctor_client(stage, d: DoctorConfig):
 
 
 def consult_rows(consults, kbs, encode, p: SimulationParams) -> list[dict]:
+    """Per consultation: the patient's honesty and the doctor's behaviour counts."""
     rows = []
     for c in consults:
         fid = patient_fidelity(c.turns, kbs[c.case_id], encode, p.patient.support_threshold,
-                               p.patient.relevance_threshold)
+                               p.patient.relevance_threshold, skip=is_dont_know)
+        patient_turns = [t.text for t in c.turns[1:] if t.role == "patient"]
         rows.append({"doctor": c.doctor, "case": c.case_id, "department": c.department,
                      "rounds": c.rounds, "ended_by": c.ended_by,
                      "sentences": fid.sentences, "volunteered": fid.volunteered,
-                     "unsupported": fid.unsupported,
+                     "unsupported": fid.unsupported, "unsupported_at": fid.unsupported_at,
                      "empty_turns": sum(1 for s in c.steps if s.get("empty")),
-                     "examples": fid.examples})
+                     "role_swaps": sum(speaks_as_doctor(t) for t in patient_turns),
+                     "dont_know": sum(is_dont_know(t) for t in patient_turns),
+                     "examples": fid.examples, **behaviour_row(c, p)})
     return rows
+
+
+def behaviour_row(c, p: SimulationParams) -> dict:
+    """The doctor's turns of one consultation: how many ask something, how much each
+    repeats itself (share of repeated word 3-grams), how many sentences echo the
+    patient."""
+    turns = c.doctor_turns
+    sents = doctor_sentences(c.turns, p.grader.echo_overlap, p.grader.echo_min_new)
+    return {"doctor_turns": len(turns),
+            "question_turns": sum(any(speech_act(s) == "question" for s in split_sentences(t))
+                                  for t in turns),
+            "repetition_share": (sum(repetition_share(t) for t in turns) / len(turns)
+                                 if turns else 0.0),
+            "doctor_sentences": len(sents), "echo_sentences": sum(s.echo for s in sents),
+            "doctor_words": sum(len(t.split()) for t in turns)}
+
+
+def repetition_share(text: str, n: int = 3) -> float:
+    """Share of a turn's word n-grams that repeat an earlier n-gram of the same turn."""
+    words = text.lower().split() if " " in text.strip() else list(text.strip())
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def check_fidelity(rows: Sequence[dict], limit: float) -> None:
+    """Fail the run when the patient states too much that is not in its case: per
+    doctor, the unsupported share of patient sentences must stay within ``limit``."""
+    bad = []
+    for doctor in dict.fromkeys(r["doctor"] for r in rows):
+        mine = [r for r in rows if r["doctor"] == doctor]
+        sentences = sum(r["sentences"] for r in mine)
+        unsupported = sum(r["unsupported"] for r in mine)
+        if sentences and unsupported / sentences > limit:
+            example = next((u for r in mine for u in r["unsupported_at"]), "")
+            bad.append(f"{doctor}: {unsupported} of {sentences} patient sentences "
+                       f"({unsupported / sentences:.0%}) not in the case, e.g. '{example[:80]}'")
+    if bad:
+        raise StageFailed("06_simulation: unsupported share above "
+                          f"simulation.patient.max_unsupported_share {limit:g}: "
+                          + "; ".join(bad))
 
 
 def per_case_rows(consults, grades) -> list[dict]:
@@ -143,8 +199,10 @@ def per_case_rows(consults, grades) -> list[dict]:
         scores = grading.case_scores(mine, [c.case_id])[0]
         rows.append({"doctor": c.doctor, "case": c.case_id, "department": c.department,
                      **{k: scores[k] for k in grading.CATEGORIES},
-                     "judge_items": sum(g.method == "judge" for g in mine),
-                     "fallback_items": sum(g.method != "judge" for g in mine)})
+                     "graded_by": ",".join(sorted({g.method for g in mine})),
+                     "abstained_items": sum(g.passed is None for g in mine),
+                     "echo_excluded_items": sum(bool(g.echo_excluded) and not g.passed
+                                                for g in mine)})
     return rows
 
 
@@ -189,7 +247,8 @@ class Harness:
     kbs: dict
     templates: dict
     setup: consult.SimulationSetup
-    grading: grading.GradingSetup
+    grader: Any
+    graders: dict
     gpd_judge: grading.Judge
     items: list[nextturn.NextTurnItem]
     scorer: Any = None
@@ -207,26 +266,27 @@ def build_harness(stage, p: SimulationParams) -> Harness:
     templates = {n: load_prompt(n) for n in
                  [p.doctor_prompt, p.patient.prompt, *p.grader.prompts, p.grader.count_prompt,
                   p.next_turn.gpd_prompt]}
+    patient = build_patient(p.patient.kind, PatientContext(
+        p.patient, {c.id: c for c in cases}, kbs, encode, templates[p.patient.prompt],
+        lambda: stage.role(p.patient.role)))
+    dd = p.doctor_decoding
     setup = consult.SimulationSetup(
-        patient=stage.role(p.patient.role), patient_template=templates[p.patient.prompt],
-        doctor_template=templates[p.doctor_prompt], kbs=kbs, encode=encode, rounds=p.rounds,
-        top_k=p.patient.top_k, query_rounds=p.patient.query_rounds,
-        end_marker=p.patient.end_marker, max_sentences=p.patient.max_sentences,
-        patient_max_new_tokens=p.patient.max_new_tokens,
-        doctor_max_new_tokens=p.doctor_max_new_tokens, doctor_temperature=p.doctor_temperature,
-        seed=stage.seed)
+        patient=patient, doctor_template=templates[p.doctor_prompt], rounds=p.rounds,
+        doctor_max_new_tokens=dd.max_new_tokens, doctor_temperature=dd.temperature,
+        seed=stage.seed, repetition_penalty=dd.repetition_penalty,
+        no_repeat_ngram_size=dd.no_repeat_ngram_size, stop_after_question=dd.stop_after_question)
     gsetup = grading.GradingSetup(
-        judge=None if p.grader.mode == "embedding" else make_judge(stage, p, p.grader.role),
-        templates=[templates[n] for n in p.grader.prompts],
-        count_template=templates[p.grader.count_prompt],
-        encode=encode if p.grader.fallback == "embedding" or p.grader.mode == "embedding"
-        else None,
+        judge=None, templates=[templates[n] for n in p.grader.prompts],
+        count_template=templates[p.grader.count_prompt], encode=encode,
         pass_threshold=p.grader.pass_threshold, max_candidates=p.grader.max_candidates,
-        fallback_threshold=p.grader.fallback_threshold)
+        embedding_threshold=p.grader.embedding_threshold)
+    ctx = GraderContext(p.grader, gsetup, lambda: make_judge(stage, p, p.grader.role))
+    graders = {name: build_grader(name, ctx) for name in dict.fromkeys([p.grader.mode,
+                                                                         *p.grader.compare])}
     items = (nextturn.next_turn_items(held_out_dialogues(p), p.next_turn.cuts_per_dialogue,
                                       stage.seed, p.next_turn.history_max_turns)
              if p.next_turn.enabled else [])
-    h = Harness(cases, encode, kbs, templates, setup, gsetup,
+    h = Harness(cases, encode, kbs, templates, setup, graders[p.grader.mode], graders,
                 make_judge(stage, p, p.next_turn.gpd_role), items)
     if p.rem_radar:
         h.scorer, h.flowchart, h.rem_mode = rem_scorer(stage, p)
@@ -246,7 +306,7 @@ def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, cli
                     ) -> DoctorResult:
     """One doctor: SP consultations, checklist grades, patient honesty, next turn, REM."""
     consults = consult.simulate(h.cases, client, d.name, h.setup)
-    grades = grading.grade_consultations(consults, {c.id: c for c in h.cases}, h.grading)
+    grades = h.grader.grade(consults, {c.id: c for c in h.cases})
     fid = consult_rows(consults, h.kbs, h.encode, p)
     nt = None
     if h.items:
@@ -279,29 +339,29 @@ def run(stage) -> SimulationOutputs:
         with stage.step(f"doctor {d.name}"):
             results[d.name] = evaluate_doctor(stage, p, h, d, client)
     with stage.step("grader validation"):
-        validation = grader_validation(p, h.grading)
+        validation = grader_validation(p, h.graders, stage.seed)
     consults = [c for r in results.values() for c in r.consults]
     stage.check_yield(sum(1 for c in consults if c.doctor_turns), len(h.cases) * len(doctors),
                       what="consultations")
+    check_fidelity([f for r in results.values() for f in r.fidelity],
+                   p.patient.max_unsupported_share)
     out = assemble(p, results, validation, doctors, model_ids, h)
     write_outputs(stage, out, [row for r in results.values() if r.next_turn
                                for row in r.next_turn.items])
     return out
 
 
-def grader_validation(p: SimulationParams, gsetup) -> pd.DataFrame:
-    """Agreement with the hand-graded items of the configured grader and, beside it, of
-    the embedding grade alone (no model calls), so the judge can be compared with it."""
+def grader_validation(p: SimulationParams, graders: dict, seed: int) -> pd.DataFrame:
+    """Agreement with the hand-graded items of every grader in ``grader.compare`` and
+    the configured one, per split (dev: where settings were chosen; test: reported)."""
     path = repo_path(p.grader.graded_items) if p.grader.graded_items else None
     if path is None or not path.exists():
         return pd.DataFrame()
     items = read_jsonl(path, SPGradedItem)
-    tables_ = [validate_grader(items, gsetup).assign(grader=p.grader.mode)]
-    if gsetup.judge is not None and gsetup.encode is not None:
-        plain = dataclasses.replace(gsetup, judge=None)
-        tables_.append(validate_grader(items, plain).assign(grader="embedding"))
-    out = pd.concat(tables_, ignore_index=True)
-    return out[["grader", *[c for c in out.columns if c != "grader"]]]
+    out = pd.concat([validate_grader(items, g, p.grader.bootstrap_rounds, seed).assign(
+        grader=name, default=name == p.grader.mode) for name, g in graders.items()],
+        ignore_index=True)
+    return out[["grader", "default", *[c for c in out.columns if c not in ("grader", "default")]]]
 
 
 def assemble(p: SimulationParams, results: dict[str, DoctorResult], validation, doctors, model_ids,
@@ -323,11 +383,15 @@ def assemble(p: SimulationParams, results: dict[str, DoctorResult], validation, 
     if not comp_long.empty:   # PLPF Fig. 3 ranks the models per rule (1 = most compliant)
         comp_long["rank"] = comp_long.groupby("rule")["mean"].rank(ascending=False,
                                                                      method="min")
+    n_boot = p.grader.bootstrap_rounds
     out = SimulationOutputs(
         consultations=consults, grades=grades, table2=t2, per_case=per_case,
         fidelity=tables.fidelity_table(fid_rows),
         next_turn=nt, compliance=comp_long, grid=tables.table3_grid(t2, p.grid_pattern),
         table6=tables.table6(t2, nt, p.table6_policies), grader_validation=validation,
+        table2_ci=tables.table2_intervals(per_case, n_boot),
+        table2_paired=tables.table2_paired(per_case, n_boot=n_boot),
+        behaviour=tables.doctor_behaviour(fid_rows), consult_rows=fid_rows,
         doctors=doctors, model_ids=model_ids,
         prompts={n: t.sha for n, t in h.templates.items()})
     out.metrics = metrics_of(out)
@@ -349,15 +413,21 @@ def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
         m[f"next_turn/{row['doctor']}"] = {k: (None if pd.isna(row[k]) else round(float(row[k]), 3))
                                           for k in ("bleu4", "rougeL_f1", "rougeL_r", "gpd")}
     gv = out.grader_validation
-    for _, row in (gv[gv["category"] == "all"] if not gv.empty else gv).iterrows():
+    test = (gv[(gv["category"] == "all") & (gv["split"] == "test")] if not gv.empty else gv)
+    for _, row in test.iterrows():
         m[f"grader/{row['grader']}"] = {
             "accuracy": round(float(row["accuracy"]), 3), "items": int(row["items"]),
-            "kappa": None if pd.isna(row["kappa"]) else round(float(row["kappa"]), 3)}
+            **{k: None if pd.isna(row[k]) else round(float(row[k]), 3)
+               for k in ("kappa", "kappa_lo", "kappa_hi")}}
+    if not out.behaviour.empty:
+        m["patient_unsupported_share"] = round(float(
+            out.behaviour["patient_unsupported_share"].max()), 4)
     return m
 
 
 def write_outputs(stage, out: SimulationOutputs, nt_items: list[dict]) -> None:
-    write_jsonl(stage.data("transcripts.jsonl"), [c.record() for c in out.consultations])
+    records = annotated_records(out, stage.p)
+    write_jsonl(stage.data("transcripts.jsonl"), records)
     write_jsonl(stage.data("grades.jsonl"), [g.__dict__ for g in out.grades])
     write_jsonl(stage.data("next_turn.jsonl"), nt_items)
     report = stage.report
@@ -368,9 +438,45 @@ def write_outputs(stage, out: SimulationOutputs, nt_items: list[dict]) -> None:
     write_table(out.grid, report("table3_grid"), floatfmt=".1f")
     write_table(out.table6, report("table6_rethinker"), floatfmt=".2f")
     write_table(out.grader_validation, report("grader_validation"), floatfmt=".3f")
+    write_table(out.table2_ci, report("table2_ci"), floatfmt=".1f")
+    write_table(out.table2_paired, report("table2_paired"), floatfmt=".3f")
     write_table(out.compliance, report("compliance"), floatfmt=".3f")
-    write_table(pd.DataFrame([{"doctor": d.name, "role": d.role, "adapter": d.adapter or "",
-                               "model_id": out.model_ids.get(d.name, "")} for d in out.doctors]),
-                report("doctors"))
+    ids = pd.DataFrame([{"doctor": d.name, "role": d.role, "adapter": d.adapter or "",
+                         "model_id": out.model_ids.get(d.name, "")} for d in out.doctors])
+    if not out.behaviour.empty:
+        ids = ids.merge(out.behaviour, on="doctor", how="left")
+    write_table(ids, report("doctors"), floatfmt=".3f")
+    from medpref.simulation.transcripts_html import write_transcripts_html
+
+    write_transcripts_html(records, report("transcripts.html"))
     if out.radar is not None:
         save_figure(out.radar, report("compliance_radar.png"))
+
+
+def annotated_records(out: SimulationOutputs, p: SimulationParams) -> list[dict]:
+    """Each consultation's record with what a reader needs: per doctor sentence whether
+    it echoes the patient, per patient sentence whether the case supports it, and every
+    checklist item's grade with the sentence that earned it."""
+    fid = {(r["doctor"], r["case"]): set(r["unsupported_at"]) for r in out.consult_rows}
+    scores = {(r["doctor"], r["case"]): r for r in out.per_case.to_dict("records")}
+    rows = []
+    for c in out.consultations:
+        echoes = {(s.turn, s.text) for s in doctor_sentences(
+            c.turns, p.grader.echo_overlap, p.grader.echo_min_new) if s.echo}
+        unsupported = fid.get((c.doctor, c.case_id), set())
+        rec = c.record()
+        rec["chief_complaint"] = c.turns[0].text if c.turns else ""
+        for i, t in enumerate(rec["turns"]):
+            t["sentences"] = [{"text": s, "echo": (i, s) in echoes,
+                               "unsupported": t["role"] == "patient" and s in unsupported,
+                               "dont_know": t["role"] == "patient" and is_dont_know(s)}
+                              for s in split_sentences(t["text"])]
+        sc = scores.get((c.doctor, c.case_id), {})
+        rec["scores"] = {k: (None if pd.isna(sc.get(k)) else sc.get(k))
+                         for k in grading.CATEGORIES}
+        rec["items"] = [{"category": g.category, "item": g.item, "passed": g.passed,
+                         "method": g.method, "evidence_turn": g.evidence_turn,
+                         "evidence": g.evidence, "echo_excluded": g.echo_excluded}
+                        for g in out.grades if g.case == c.case_id and g.doctor == c.doctor]
+        rows.append(rec)
+    return rows

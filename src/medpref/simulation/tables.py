@@ -96,5 +96,84 @@ def fidelity_table(consult_rows: Sequence[dict]) -> pd.DataFrame:
         ended_by_marker=("ended_by", lambda s: int((s == "end_marker").sum())),
         failed=("ended_by", lambda s: int(s.str.endswith("failed").sum())),
         patient_sentences=("sentences", "sum"), volunteered=("volunteered", "sum"),
-        unsupported=("unsupported", "sum"), empty_patient_turns=("empty_turns", "sum"))
+        unsupported=("unsupported", "sum"), empty_patient_turns=("empty_turns", "sum"),
+        role_swaps=("role_swaps", "sum"), dont_know=("dont_know", "sum"))
+    agg["unsupported_share"] = agg["unsupported"] / agg["patient_sentences"].clip(lower=1)
     return agg.reset_index()
+
+
+# -- intervals and paired comparisons (beyond the paper) ----------------------------------
+
+def table2_intervals(per_case: pd.DataFrame, n_boot: int = 2000, seed: int = 0
+                     ) -> pd.DataFrame:
+    """Per doctor and category: the ALL score (Eq. 6, %) with a bootstrap 95 % interval
+    over cases, and the number of cases it averages."""
+    from medpref.metrics.intervals import bootstrap_ci
+
+    rows = []
+    for doctor, sub in per_case.groupby("doctor", sort=False):
+        for cat in CATEGORIES:
+            vals = [100.0 * v for v in sub[cat] if not pd.isna(v)]
+            iv = bootstrap_ci(vals, n_boot=n_boot, seed=seed)
+            rows.append({"doctor": doctor, "metric": SHORT[cat], "score": iv.estimate,
+                         "ci_lo": iv.lo, "ci_hi": iv.hi, "cases": iv.n})
+    return pd.DataFrame(rows)
+
+
+def table2_paired(per_case: pd.DataFrame, references: Sequence[str] = ("base", "sft"),
+                  n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Every doctor against each reference doctor, per category, paired over the cases
+    both were graded on: difference in points, bootstrap 95 % interval, sign-flip
+    p-value, the minimum difference this many cases could detect (α .05, power .8) and
+    the verdict ("no detectable difference" when the interval holds 0)."""
+    from medpref.metrics.intervals import paired_difference
+
+    wide = {cat: per_case.pivot_table(index="case", columns="doctor", values=cat,
+                                      aggfunc="first", dropna=False) for cat in CATEGORIES}
+    rows = []
+    for ref in references:
+        for doctor in per_case["doctor"].unique():
+            if doctor == ref or ref not in set(per_case["doctor"]):
+                continue
+            for cat in CATEGORIES:
+                w = wide[cat]
+                if doctor not in w or ref not in w:
+                    continue
+                both = w[[doctor, ref]].dropna()
+                if both.empty:
+                    continue
+                cmp = paired_difference(100.0 * both[doctor].to_numpy(),
+                                        100.0 * both[ref].to_numpy(), n_boot=n_boot, seed=seed)
+                rows.append({"doctor": doctor, "vs": ref, "metric": SHORT[cat], "cases": cmp.n,
+                             "diff": cmp.diff, "ci_lo": cmp.lo, "ci_hi": cmp.hi,
+                             "p_value": cmp.p_value, "mde": cmp.mde, "verdict": verdict(cmp)})
+    return pd.DataFrame(rows)
+
+
+def verdict(cmp) -> str:
+    """'no detectable difference' unless the interval excludes 0 (then higher/lower)."""
+    if pd.isna(cmp.lo) or pd.isna(cmp.hi) or cmp.lo <= 0 <= cmp.hi:
+        return "no detectable difference"
+    return "higher" if cmp.diff > 0 else "lower"
+
+
+def doctor_behaviour(rows: Sequence[dict]) -> pd.DataFrame:
+    """Per doctor, the means of the per-consultation behaviour counts (see
+    ``stage.behaviour_row``): questions, repetition, echoes, and the patient's answers."""
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    g = df.groupby("doctor", sort=False)
+    out = pd.DataFrame({
+        "consultations": g["case"].count(),
+        "doctor_turns": g["doctor_turns"].sum(),
+        "question_share": g["question_turns"].sum() / g["doctor_turns"].sum().clip(lower=1),
+        "repetition_share": g["repetition_share"].mean(),
+        "echo_share": g["echo_sentences"].sum() / g["doctor_sentences"].sum().clip(lower=1),
+        "words_per_turn": g["doctor_words"].sum() / g["doctor_turns"].sum().clip(lower=1),
+        "patient_sentences": g["sentences"].sum(),
+        "patient_unsupported_share": g["unsupported"].sum() / g["sentences"].sum().clip(lower=1),
+        "patient_dont_know": g["dont_know"].sum(),
+        "patient_role_swaps": g["role_swaps"].sum(),
+        "patient_empty_turns": g["empty_turns"].sum()})
+    return out.reset_index()

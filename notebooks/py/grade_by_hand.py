@@ -1,0 +1,52 @@
+# %% [markdown]
+# # Grading SP checklist items by hand (interactive, not a pipeline stage)
+#
+# A clinician grades checklist items of stage 06's real transcripts, so the checklist
+# grader's accuracy and Cohen's κ can be re-measured on their own cases. Open this notebook
+# in JupyterLab after `make repro`; it is not run by dvc.
+#
+# Each item is one case × doctor × checklist item, in a seeded shuffle; items already in
+# `output_path` are skipped, so a session can stop and resume. The machine's verdict is
+# hidden unless `show_machine` is set, so the grade is blind. **Pass** and **Fail** append
+# the verdict at once to `output_path` (contract `SPGradedItem`, tagged `hand:<grader>`,
+# with the "why" text); **Skip** leaves the item for a later session.
+#
+# The rule, as the grader applies it: a *symptom* (history included) passes when the doctor
+# asked about it; a *test* when the doctor recommended it; a *disease* when the doctor named
+# it in a turn naming fewer than four candidate diseases. The patient volunteering it, or
+# the doctor echoing the patient's words, does not count. All logic lives in
+# `medpref.simulation.handgrading`.
+
+# %% tags=["parameters"]
+# paths are relative to the repository root
+transcripts_path = "data/06_simulation/transcripts.jsonl"
+grades_path = "data/06_simulation/grades.jsonl"
+output_path = "data/hand_graded.jsonl"
+grader = ""            # your name or initials: each label is tagged hand:<grader>
+limit = 20             # items in this session (None: all that are left)
+doctors = None         # e.g. ["policy"]; None: every doctor under test
+seed = 0
+show_machine = False   # show the machine's verdict beside each item (not blind)
+
+# %%
+from medpref.params import repo_path
+from medpref.simulation import handgrading as hg
+
+out_path = repo_path(output_path)
+queue = hg.grading_queue(repo_path(transcripts_path), repo_path(grades_path),
+                         hg.load_graded_ids(out_path), doctors=doctors, limit=limit,
+                         seed=seed, reveal_machine=show_machine)
+print(f"{len(queue)} item(s) to grade; labels go to {out_path}")
+
+# %%
+hg.grading_widget(queue, hg.appender(out_path, grader), show_machine=show_machine)
+
+# %% [markdown]
+# ## Agreement of the machine grades with yours (accuracy, Cohen's κ)
+#
+# Machine grades that abstained (no judge answer and no fallback) are counted apart, not in
+# accuracy or κ. Re-run this cell after grading. To re-measure the grader in stage 06, set
+# `simulation.grader.graded_items` to `output_path` in `params.yaml`.
+
+# %%
+hg.agreement(out_path, repo_path(grades_path))

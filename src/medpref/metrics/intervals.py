@@ -1,0 +1,331 @@
+"""The project's statistics: intervals, paired comparisons, power and agreement.
+
+Every number in a report that carries uncertainty comes from here, so the choices are made
+once (see ``/work/shared/EVALUATION.md``):
+
+- a mean over items gets a t interval (``mean_ci``) or a seeded percentile bootstrap
+  (``bootstrap_ci``); items that share a unit (a case, a dialogue) are resampled by that
+  unit (``clusters=``), since the naive interval is too narrow by up to √(cluster size);
+- two systems scored on the same items are compared on the per-item differences
+  (``paired_difference``): mean difference, its interval, a sign-flip p-value, the minimum
+  detectable difference and the correlation between the two systems' scores; an interval
+  that covers 0 reads "no detectable difference";
+- a proportion gets a Wilson interval; zero events in n trials a rule-of-three bound;
+- agreement between two graders is Cohen's κ with a bootstrap interval.
+
+Everything random takes a ``seed`` and draws from ``np.random.default_rng(seed)``, so a
+rerun gives the same interval. Inputs holding NaN are refused: an abstention (a failed
+judge call) must be dropped by the caller, who knows how to keep paired data aligned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as st
+
+Stat = Callable[[np.ndarray], float]
+_NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its interval; ``n`` items, ``method`` says how it was made."""
+
+    estimate: float
+    lo: float
+    hi: float
+    n: int
+    method: str
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"estimate": self.estimate, "lo": self.lo, "hi": self.hi, "n": self.n}
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """A vs B on the same items: ``diff`` = mean(A − B) with its interval [lo, hi],
+    sign-flip ``p_value``, ``mde`` (minimum detectable difference at α 0.05, power 0.8)
+    and the Pearson ``correlation`` of A's and B's scores over ``n`` items."""
+
+    diff: float
+    lo: float
+    hi: float
+    p_value: float
+    n: int
+    mde: float
+    correlation: float
+
+    def verdict(self) -> str:
+        """A "higher" / "lower" than B when the interval excludes 0, else "no detectable
+        difference" (also when there is no interval: nothing was detected)."""
+        if self.lo > 0:
+            return "higher"
+        if self.hi < 0:
+            return "lower"
+        return "no detectable difference"
+
+
+# ---------------------------------------------------------------- input checks
+
+
+def _as_values(values: Sequence[float] | np.ndarray, name: str = "values") -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D sequence, got shape {arr.shape}")
+    if np.isnan(arr).any():
+        raise ValueError(f"{name}: {int(np.isnan(arr).sum())} NaN value(s); drop abstentions "
+                         "before computing statistics")
+    return arr
+
+
+def _check_level(level: float) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+
+
+def _cluster_codes(clusters: Sequence[Hashable], n: int) -> np.ndarray:
+    """Integer code per item (0..G-1, in order of first appearance)."""
+    if len(clusters) != n:
+        raise ValueError(f"clusters: {len(clusters)} labels for {n} values")
+    codes: dict[Hashable, int] = {}
+    return np.array([codes.setdefault(c, len(codes)) for c in clusters], dtype=int)
+
+
+# ---------------------------------------------------------------- intervals
+
+
+def mean_ci(values: Sequence[float] | np.ndarray, level: float = 0.95) -> Interval:
+    """Mean with a Student-t interval (mean ± t_{n−1} · sd/√n); fewer than 2 values give
+    NaN bounds. Treats items as independent: for clustered items use ``bootstrap_ci``."""
+    _check_level(level)
+    x = _as_values(values)
+    n = len(x)
+    est = float(x.mean()) if n else _NAN
+    if n < 2:
+        return Interval(est, _NAN, _NAN, n, "t")
+    half = float(st.t.ppf(0.5 + level / 2, df=n - 1)) * float(x.std(ddof=1)) / math.sqrt(n)
+    return Interval(est, est - half, est + half, n, "t")
+
+
+def _percentile_bounds(boots: np.ndarray, level: float) -> tuple[float, float]:
+    """Percentile interval of the resampled statistics; NaN resamples are dropped."""
+    boots = boots[~np.isnan(boots)]
+    if not len(boots):
+        return _NAN, _NAN
+    lo, hi = np.quantile(boots, [0.5 - level / 2, 0.5 + level / 2])
+    return float(lo), float(hi)
+
+
+def _resampled(n: int, stat_of_idx: Callable[[np.ndarray], float], n_boot: int, seed: int,
+               codes: np.ndarray | None = None) -> np.ndarray:
+    """``stat_of_idx`` over ``n_boot`` resamples of item indices: items drawn with
+    replacement, or (``codes`` given) whole clusters drawn with replacement."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be ≥ 1, got {n_boot}")
+    rng = np.random.default_rng(seed)
+    if codes is None:
+        return np.array([stat_of_idx(rng.integers(0, n, size=n)) for _ in range(n_boot)],
+                        dtype=float)
+    members = [np.flatnonzero(codes == g) for g in range(int(codes.max()) + 1)]
+    out = np.empty(n_boot)
+    for i in range(n_boot):
+        drawn = rng.integers(0, len(members), size=len(members))
+        out[i] = stat_of_idx(np.concatenate([members[g] for g in drawn]))
+    return out
+
+
+def bootstrap_ci(values: Sequence[float] | np.ndarray, stat: Stat = np.mean,
+                 n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                 clusters: Sequence[Hashable] | None = None) -> Interval:
+    """``stat(values)`` with a seeded percentile bootstrap interval. With ``clusters`` (one
+    label per value) whole clusters are resampled, which keeps the within-cluster
+    correlation that an item bootstrap would ignore. No values: NaN interval."""
+    _check_level(level)
+    x = _as_values(values)
+    n = len(x)
+    method = "percentile bootstrap" if clusters is None else "cluster percentile bootstrap"
+    if n == 0:
+        return Interval(_NAN, _NAN, _NAN, 0, method)
+    codes = None if clusters is None else _cluster_codes(clusters, n)
+    boots = _resampled(n, lambda idx: stat(x[idx]), n_boot, seed, codes)
+    return Interval(float(stat(x)), *_percentile_bounds(boots, level), n, method)
+
+
+def proportion_ci(successes: int, n: int, level: float = 0.95) -> Interval:
+    """Proportion ``successes / n`` with the Wilson score interval, which stays inside
+    [0, 1] and keeps its coverage near 0 and 1 where the Wald interval fails."""
+    _check_level(level)
+    if n < 0 or not 0 <= successes <= max(n, 0):
+        raise ValueError(f"need 0 ≤ successes ≤ n, got successes={successes}, n={n}")
+    if n == 0:
+        return Interval(_NAN, _NAN, _NAN, 0, "wilson")
+    p = successes / n
+    z = float(st.norm.ppf(0.5 + level / 2))
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, "wilson")
+
+
+def rule_of_three_upper(n: int) -> float:
+    """Approximate 95 % upper bound on a rate after 0 events in ``n`` trials: 3/n (capped
+    at 1; NaN for n ≤ 0)."""
+    return min(1.0, 3 / n) if n > 0 else _NAN
+
+
+# ---------------------------------------------------------------- paired comparison
+
+
+def sign_flip_p_value(diffs: Sequence[float] | np.ndarray, n_perm: int = 10000, seed: int = 0,
+                      *, max_exact: int = 16) -> float:
+    """Two-sided paired randomisation test of mean(diffs) = 0: under the null each
+    difference is as likely to carry either sign. Exact over all 2^n sign vectors when
+    n ≤ ``max_exact``, else ``n_perm`` seeded random flips with the +1 correction
+    ((1 + hits) / (1 + n_perm)), which never reports p = 0. All-zero diffs: 1.0; none: NaN.
+    """
+    d = _as_values(diffs, "diffs")
+    n = len(d)
+    if n == 0:
+        return _NAN
+    if not d.any():
+        return 1.0
+    observed = abs(d.sum())
+    tol = 1e-12 * np.abs(d).sum()    # ties must count as "as extreme" despite rounding
+    if n <= max_exact:
+        signs = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1) * 2 - 1
+        return float(np.mean(np.abs(signs @ d) >= observed - tol))
+    rng = np.random.default_rng(seed)
+    hits, left = 0, n_perm
+    while left:                      # chunks keep memory at ~1000 × n
+        chunk = min(left, 1000)
+        signs = rng.integers(0, 2, size=(chunk, n)) * 2 - 1
+        hits += int(np.sum(np.abs(signs @ d) >= observed - tol))
+        left -= chunk
+    return (1 + hits) / (1 + n_perm)
+
+
+def minimum_detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8,
+                                  paired: bool = True) -> float:
+    """Smallest true difference a two-sided test at ``alpha`` detects with ``power``:
+    (z_{1−α/2} + z_{power}) · sd / √n. ``paired``: ``sd`` is that of the n per-item
+    differences (a one-sample test); otherwise two independent groups of n each with a
+    common ``sd``, which multiplies by √2. Normal approximation (no t correction), so it
+    is slightly optimistic for small n. n < 2 or NaN sd: NaN."""
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise ValueError(f"alpha and power must be in (0, 1), got {alpha}, {power}")
+    if n < 2 or math.isnan(sd):
+        return _NAN
+    z = float(st.norm.ppf(1 - alpha / 2) + st.norm.ppf(power))
+    return z * sd / math.sqrt(n) * (1.0 if paired else math.sqrt(2))
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson r; NaN for fewer than 2 items or a constant side."""
+    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return _NAN
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def _clustered_sd(d: np.ndarray, codes: np.ndarray) -> float:
+    """The sd that makes sd/√n equal the cluster-robust standard error of mean(d):
+    SE² = G/(G−1) · Σ_g (T_g − m_g · d̄)² / n², T_g the cluster's sum, m_g its size."""
+    g = int(codes.max()) + 1
+    if g < 2:
+        return _NAN
+    resid = np.bincount(codes, weights=d - d.mean(), minlength=g)
+    se = math.sqrt(g / (g - 1) * float(np.sum(resid**2))) / len(d)
+    return se * math.sqrt(len(d))
+
+
+def paired_difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray,
+                      n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                      clusters: Sequence[Hashable] | None = None) -> PairedComparison:
+    """Compare A and B scored on the same items (``a[i]``, ``b[i]`` = item i).
+
+    ``diff`` = mean(a − b) with a seeded bootstrap interval; p from ``sign_flip_p_value``;
+    ``mde`` from ``minimum_detectable_difference`` on the differences' sd. With
+    ``clusters`` the interval resamples clusters, the sign flips act on cluster totals, and
+    the mde uses the cluster-robust sd (so none of them pretends the items are independent).
+    """
+    x, y = _as_values(a, "a"), _as_values(b, "b")
+    if len(x) != len(y):
+        raise ValueError(f"a and b must be paired: {len(x)} vs {len(y)} values")
+    d, n = x - y, len(x)
+    if n == 0:
+        return PairedComparison(_NAN, _NAN, _NAN, _NAN, 0, _NAN, _NAN)
+    iv = bootstrap_ci(d, np.mean, n_boot=n_boot, level=level, seed=seed, clusters=clusters)
+    if clusters is None:
+        p = sign_flip_p_value(d, seed=seed)
+        sd = float(d.std(ddof=1)) if n > 1 else _NAN
+    else:
+        codes = _cluster_codes(clusters, n)
+        p = sign_flip_p_value(np.bincount(codes, weights=d), seed=seed)
+        sd = _clustered_sd(d, codes)
+    return PairedComparison(iv.estimate, iv.lo, iv.hi, p, n,
+                            minimum_detectable_difference(sd, n), _pearson(x, y))
+
+
+# ---------------------------------------------------------------- agreement
+
+
+def _label_codes(a: Sequence[Hashable], b: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
+    if len(a) != len(b):
+        raise ValueError(f"two graders must label the same items: {len(a)} vs {len(b)} labels")
+    if not len(a):
+        raise ValueError("no labels to compare")
+    codes: dict[Hashable, int] = {}
+    ca = np.array([codes.setdefault(v, len(codes)) for v in a])
+    cb = np.array([codes.setdefault(v, len(codes)) for v in b])
+    return ca, cb
+
+
+def _kappa_of_codes(ca: np.ndarray, cb: np.ndarray) -> float:
+    k = int(max(ca.max(), cb.max())) + 1
+    observed = float(np.mean(ca == cb))
+    chance = float(np.bincount(ca, minlength=k) @ np.bincount(cb, minlength=k)) / len(ca) ** 2
+    return _NAN if chance >= 1 else (observed - chance) / (1 - chance)
+
+
+def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
+    """Cohen's κ between two graders' labels on the same items (binary or categorical):
+    (p_observed − p_chance) / (1 − p_chance). NaN when chance agreement is 1 (both graders
+    gave one and the same label throughout). Empty or unequal lists: ValueError."""
+    return _kappa_of_codes(*_label_codes(a, b))
+
+
+def kappa_ci(a: Sequence[Hashable], b: Sequence[Hashable], n_boot: int = 2000,
+             level: float = 0.95, seed: int = 0,
+             clusters: Sequence[Hashable] | None = None) -> Interval:
+    """κ with a seeded percentile bootstrap over items (or over ``clusters``). Resamples
+    whose κ is undefined are dropped; if all are, the interval is NaN."""
+    _check_level(level)
+    ca, cb = _label_codes(a, b)
+    codes = None if clusters is None else _cluster_codes(clusters, len(ca))
+    boots = _resampled(len(ca), lambda idx: _kappa_of_codes(ca[idx], cb[idx]), n_boot, seed,
+                       codes)
+    return Interval(_kappa_of_codes(ca, cb), *_percentile_bounds(boots, level), len(ca),
+                    "percentile bootstrap" if clusters is None else "cluster percentile bootstrap")
+
+
+# ---------------------------------------------------------------- display
+
+
+def format_interval(iv: Interval | PairedComparison | Sequence[float], digits: int = 1) -> str:
+    """Estimate and interval as text, e.g. ``12.3 [4.5, 20.1]``; ``n/a`` when the estimate
+    is NaN, ``12.3 [n/a]`` when only the bounds are. Takes an ``Interval``, a
+    ``PairedComparison`` or (estimate, lo, hi)."""
+    if isinstance(iv, Interval):
+        est, lo, hi = iv.estimate, iv.lo, iv.hi
+    elif isinstance(iv, PairedComparison):
+        est, lo, hi = iv.diff, iv.lo, iv.hi
+    else:
+        est, lo, hi = iv
+    if math.isnan(est):
+        return "n/a"
+    if math.isnan(lo) or math.isnan(hi):
+        return f"{est:.{digits}f} [n/a]"
+    return f"{est:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"

@@ -1,0 +1,159 @@
+"""What the doctor said in its own words: content units, echoes and speech acts.
+
+The SP grader must credit only the doctor's own contribution. A doctor sentence is an
+*echo* when most of its content units were already said by the patient (the chief
+complaint or a later patient turn) and it adds fewer than ``min_new`` new ones: "So you
+have been thirsty all the time." repeats the complaint and cannot pass any item, while
+"How much do you drink in a day?" can. Content units are Porter stems of English words
+outside a small list of function and filler words, or Han character bigrams for
+Chinese. Each sentence also gets a speech act (question, recommendation, decline,
+statement) so the grader can ask the checklist's question of the right kind of
+sentence: a symptom is asked about, a test is recommended, a disease is named.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from medpref.contracts import Turn
+from medpref.simulation.knowledge import split_sentences
+
+ACTS = ("question", "recommendation", "decline", "statement")
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_HAN_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+# function words and conversational filler: they carry no clinical content, so sharing
+# them with the patient is not an echo and saying them is not a contribution
+_STOP = frozenset("""
+a about above after again against ago all also am an and any anything are as at be
+because been before being below between both but by can could did do does doing done
+down during each else ever few for from further get gets getting got had has have
+having he her here hers him his how i i'd i'll i'm i've if in into is it it's its
+just let let's like ll me might more most much must my no nor not now of off ok okay
+on once only or other our out over own please re really right s same see she should
+so some something such sure t tell than thank thanks that that's the their them then
+there these they this those through to too under understand until up us very ve was
+we well were what when where whether which while who whom why will with would yes yet
+you you're you've your yours sorry hear heard glad mention mentioned said say saying
+says told feel feeling felt think kind bit lot little describe describing go going
+one today patient doctor glad welcome help happy nice meet hello hi
+""".split())
+
+_ZH_FRAME = re.compile(r"请问|你|您|我|的|了|吗|呢|吧|啊|有没有|是不是|是否|什么|怎么|怎样|"
+                       r"多久|多少|哪里|哪儿|一下|一些|这个|那个|现在|最近|平时")
+
+_QUESTION_START = re.compile(
+    r"^\s*(?:so\s+|and\s+|also\s+|now\s+|okay\s*,?\s+|ok\s*,?\s+)?(?:how|what|when|where|"
+    r"which|who|why|do|does|did|have|has|had|are|is|was|were|can|could|would|will|any|"
+    r"tell me|describe|please (?:tell|describe))\b", re.IGNORECASE)
+_RECOMMEND = re.compile(
+    r"\b(?:i(?:'d| would) like (?:to|you to)|i (?:recommend|suggest|advise|want to order|"
+    r"will order|'ll order)|i'll (?:order|arrange|request|send|check)|we (?:should|need to|"
+    r"will|'ll|can) (?:do|get|run|order|check|arrange|take|measure|test|start)|let's "
+    r"(?:do|get|run|order|check|arrange|take|measure|test)|you (?:should|need to|will need "
+    r"to) (?:have|get|do|take)|(?:recommend|suggest|order|arrange|request)(?:ing)? (?:a|an|"
+    r"some|the)\b)", re.IGNORECASE)
+_IMPERATIVE = re.compile(r"^\s*(?:please\s+|so\s+|then\s+)?(?:get|have|do|take|go for|book|"
+                         r"arrange|start)\s+(?:a|an|some|the|your|a few)?\s*\w", re.IGNORECASE)
+_DECLINE = re.compile(
+    r"\b(?:no need|(?:don't|do not|doesn't|does not|won't|will not) need|not (?:necessary|"
+    r"needed|required)|isn't (?:necessary|needed|required)|unnecessary)\b", re.IGNORECASE)
+_PAST = re.compile(r"\b(?:i (?:asked|already asked)|you (?:told|said|mentioned)|as you "
+                   r"(?:said|mentioned)|we (?:discussed|talked))\b", re.IGNORECASE)
+_ZH_QUESTION = re.compile(r"[?？]\s*$|吗|呢\s*[。？?]?\s*$|有没有|是否|是不是|什么|多久|多少|"
+                          r"怎么|哪里|哪儿|几次|几天|请描述|说说")
+_ZH_RECOMMEND = re.compile(r"建议|需要(?:做|查|检查|化验|拍)|安排|开(?:个|一)|做(?:个|一个|一下)|"
+                           r"查(?:一下|个)|检查一下|去(?:做|查|拍)|我们(?:来|要)(?:做|查|测)")
+_ZH_IMPERATIVE = re.compile(r"^\s*(?:please\s+|so\s+|then\s+)?(?:get|have|do|take|go for|book|"
+                         r"arrange|start)\s+(?:a|an|some|the|your|a few)?\s*\w", re.IGNORECASE)
+_DECLINE = re.compile(r"不需要|没必要|不用(?:做|查)|不必")
+_ZH_PAST = re.compile(r"我(?:已经)?问过|你(?:刚才)?说过|您(?:刚才)?说过|刚才说")
+
+
+def is_chinese(text: str) -> bool:
+    return len(_HAN.findall(text)) >= max(1, len(text.strip()) // 4)
+
+
+@lru_cache(maxsize=1)
+def _stemmer():
+    from nltk.stem.porter import PorterStemmer
+
+    return PorterStemmer()
+
+
+def content_units(text: str) -> frozenset[str]:
+    """The sentence's clinical content: English stems outside the stop list, Chinese
+    character bigrams (single characters for a one-character run) outside the question
+    frame."""
+    units: set[str] = set()
+    for run in _HAN_RUN.findall(_ZH_FRAME.sub(" ", text)):
+        units.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+    stem = _stemmer().stem
+    units.update(stem(w) for w in _WORD.findall(_HAN_RUN.sub(" ", text.lower()))
+                 if w not in _STOP and not w.isdigit())
+    return frozenset(units)
+
+
+def overlap_share(units: frozenset[str], said: frozenset[str] | set[str]) -> float:
+    """Share of a sentence's units already said (1.0 for a sentence without content)."""
+    return 1.0 if not units else len(units & said) / len(units)
+
+
+def speech_act(sentence: str) -> str:
+    """question | recommendation | decline | statement, from the sentence's form.
+    A sentence that reports an earlier question ("I asked about ...") is a statement."""
+    s = sentence.strip()
+    if is_chinese(s):
+        if _ZH_PAST.search(s):
+            return "statement"
+        if _ZH_DECLINE.search(s):
+            return "decline"
+        if _ZH_RECOMMEND.search(s):
+            return "recommendation"
+        return "question" if _ZH_QUESTION.search(s) else "statement"
+    if _PAST.search(s) and not s.endswith("?"):
+        return "statement"
+    if _DECLINE.search(s):
+        return "decline"
+    if _RECOMMEND.search(s) or (_IMPERATIVE.match(s) and not s.endswith("?")):
+        return "recommendation"
+    if s.endswith(("?", "？")) or _QUESTION_START.match(s):
+        return "question"
+    return "statement"
+
+
+@dataclass(frozen=True)
+class DoctorSentence:
+    """One sentence of a doctor turn, with what the grader needs to know about it."""
+
+    turn: int            # index of its turn in the transcript
+    text: str
+    act: str
+    echo: bool
+    overlap: float       # share of its content units the patient had already said
+    new_units: int       # content units the patient had not said
+
+
+def doctor_sentences(turns: Sequence[Turn], echo_overlap: float = 0.6, min_new: int = 1
+                     ) -> list[DoctorSentence]:
+    """Every doctor sentence in order, each checked against what the patient had said
+    before it. An echo: at least ``echo_overlap`` of its units said already and fewer
+    than ``min_new`` new units."""
+    said: set[str] = set()
+    out = []
+    for i, t in enumerate(turns):
+        if t.role == "patient":
+            said |= content_units(t.text)
+            continue
+        for s in split_sentences(t.text):
+            units = content_units(s)
+            new = len(units - said)
+            share = overlap_share(units, said)
+            echo = bool(units) and share >= echo_overlap and new < min_new
+            out.append(DoctorSentence(i, s, speech_act(s), echo, round(share, 3), new))
+    return out

@@ -1,0 +1,201 @@
+"""SP checklist graders behind one interface, registered by name (``grader.mode``).
+
+A grader turns consultations and their cases into one :class:`ItemGrade` per checklist
+item. Four are registered:
+
+- ``embedding``: MiniLM cosine of the item and each whole doctor turn (the grade the
+  project used before; it credits a doctor who repeats the complaint, kept to compare);
+- ``options`` / ``generate``: the judge role (p(yes) of one pass, or votes of ``k``
+  answers) on the transcript with the doctor's echo sentences removed when
+  ``strip_echoes`` is on; an item without a usable answer abstains;
+- ``echo_aware`` (the default): only the doctor's own sentences count (echoes of the
+  patient are excluded, :mod:`medpref.simulation.echo`), the sentence's act must fit
+  the category (a symptom asked, a test asked about or recommended, a disease named, not
+  declined), and it must match the item by MiniLM cosine (English) or by content-unit
+  share (any language). A disease passes only in a turn naming fewer than
+  ``max_candidates`` candidates.
+
+Adding a grader: one class with ``grade(consults, cases)`` and ``@register_grader``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from medpref.contracts import SPCase, Turn
+from medpref.simulation.echo import DoctorSentence, content_units, doctor_sentences, is_chinese
+from medpref.simulation.grading import (
+    CATEGORIES,
+    GradingSetup,
+    ItemGrade,
+    Judge,
+    grade_consultations,
+    heuristic_disease_count,
+)
+from medpref.simulation.knowledge import split_sentences
+
+# which speech acts can earn an item of each category
+ACTS_FOR = {"symptoms": ("question",), "tests": ("question", "recommendation"),
+            "diseases": ("question", "recommendation", "statement")}
+
+
+class Grader(Protocol):
+    name: str
+
+    def grade(self, consults: Sequence[Any], cases: dict[str, SPCase]) -> list[ItemGrade]:
+        ...
+
+
+@dataclass
+class GraderContext:
+    """What a grader may need: the grader params, the shared grading pieces (templates,
+    encoder, thresholds) and a factory for the judge (called only by graders that use
+    one, so the embedding graders load no model)."""
+
+    params: Any                                   # GraderParams
+    setup: GradingSetup
+    make_judge: Callable[[], Judge] | None = None
+
+
+GRADERS: dict[str, Callable[[GraderContext], Grader]] = {}
+
+
+def register_grader(name: str):
+    def deco(cls):
+        cls.name = name
+        GRADERS[name] = cls
+        return cls
+    return deco
+
+
+def build_grader(name: str, ctx: GraderContext) -> Grader:
+    if name not in GRADERS:
+        raise KeyError(f"simulation.grader.mode: no grader '{name}' (known: "
+                       f"{', '.join(sorted(GRADERS))})")
+    return GRADERS[name](ctx)
+
+
+def without_echoes(turns: Sequence[Turn], echo_overlap: float, min_new: int) -> list[Turn]:
+    """The transcript with every echo sentence of the doctor removed (a doctor turn
+    left empty keeps a marker so the turn order stays readable)."""
+    echoes = {(s.turn, s.text) for s in doctor_sentences(turns, echo_overlap, min_new)
+              if s.echo}
+    out = []
+    for i, t in enumerate(turns):
+        if t.role != "doctor":
+            out.append(t)
+            continue
+        kept = [s for s in split_sentences(t.text) if (i, s) not in echoes]
+        out.append(Turn(role="doctor", text=" ".join(kept) or "(repeats the patient)"))
+    return out
+
+
+@register_grader("embedding")
+class EmbeddingGrader:
+    """Whole doctor turns against the item by MiniLM cosine (no echo check)."""
+
+    def __init__(self, ctx: GraderContext):
+        self.setup = dataclasses.replace(ctx.setup, judge=None)
+
+    def grade(self, consults, cases):
+        return grade_consultations(consults, cases, self.setup)
+
+
+class JudgeGrader:
+    """The judge role asked about every item; abstains on unusable answers."""
+
+    mode = "options"
+
+    def __init__(self, ctx: GraderContext):
+        p = ctx.params
+        if ctx.make_judge is None:
+            raise ValueError(f"grader '{self.mode}' needs a judge role")
+        self.setup = dataclasses.replace(ctx.setup, judge=ctx.make_judge())
+        self.strip = p.strip_echoes
+        self.echo = (p.echo_overlap, p.echo_min_new)
+
+    def grade(self, consults, cases):
+        if self.strip:
+            consults = [dataclasses.replace(c, turns=without_echoes(c.turns, *self.echo))
+                        for c in consults]
+        return grade_consultations(consults, cases, self.setup)
+
+
+@register_grader("options")
+class OptionsJudgeGrader(JudgeGrader):
+    mode = "options"
+
+
+@register_grader("generate")
+class GenerateJudgeGrader(JudgeGrader):
+    mode = "generate"
+
+
+@register_grader("echo_aware")
+class EchoAwareGrader:
+    """Own sentences of the right act, matched to the item (see the module text)."""
+
+    def __init__(self, ctx: GraderContext):
+        p = ctx.params
+        self.encode = ctx.setup.encode
+        self.match = p.match_threshold
+        self.lexical = p.lexical_threshold
+        self.echo = (p.echo_overlap, p.echo_min_new)
+        self.max_candidates = ctx.setup.max_candidates
+
+    def grade(self, consults, cases):
+        per = [doctor_sentences(c.turns, *self.echo) for c in consults]
+        items = [(ci, cat, item) for ci, c in enumerate(consults)
+                 for cat in CATEGORIES for item in getattr(cases[c.case_id].checklist, cat)]
+        sims = self._similarities(per, items)
+        return [self._grade(consults[ci], per[ci], cat, item, sims.get((ci, item)))
+                for ci, cat, item in items]
+
+    def _similarities(self, per, items) -> dict[tuple[int, str], np.ndarray]:
+        """MiniLM cosine of each item with each doctor sentence of its consultation,
+        one batch (English only: the embedded MiniLM is an English model)."""
+        if self.encode is None:
+            return {}
+        texts = sorted({s.text for sents in per for s in sents if not is_chinese(s.text)}
+                       | {item for _, _, item in items if not is_chinese(item)})
+        if not texts:
+            return {}
+        vecs = dict(zip(texts, self.encode(texts)))
+        out = {}
+        for ci, _, item in items:
+            if item in vecs:
+                out[(ci, item)] = np.array([float(vecs[s.text] @ vecs[item]) if s.text in vecs
+                                            else -1.0 for s in per[ci]])
+        return out
+
+    def _matches(self, item: str, sents: Sequence[DoctorSentence],
+                 cos: np.ndarray | None) -> list[int]:
+        want = content_units(item)
+        hits = []
+        for k, s in enumerate(sents):
+            lexical = len(want & content_units(s.text)) / len(want) if want else 0.0
+            if lexical >= self.lexical or (cos is not None and cos[k] >= self.match):
+                hits.append(k)
+        return hits
+
+    def _grade(self, c, sents, cat, item, cos) -> ItemGrade:
+        hits = self._matches(item, sents, cos)
+        echoes = [sents[k].text for k in hits if sents[k].echo]
+        own = [k for k in hits if not sents[k].echo and sents[k].act in ACTS_FOR[cat]]
+        grade = ItemGrade(c.case_id, c.doctor, cat, item, False, "echo_aware",
+                          echo_excluded=echoes)
+        if cat == "diseases":
+            counts = {k: heuristic_disease_count(c.turns[sents[k].turn].text, item) for k in own}
+            grade.turns_named = [sents[k].turn for k in own]
+            grade.candidates = [counts[k] for k in own]
+            own = [k for k in own if counts[k] < self.max_candidates]
+        if own:
+            best = own[0] if cos is None else max(own, key=lambda k: cos[k])
+            grade.passed = True
+            grade.evidence_turn, grade.evidence = sents[best].turn, sents[best].text
+        return grade

@@ -1,0 +1,206 @@
+"""Simulated patients behind one interface, registered by name (``patient.kind``).
+
+A patient answers the doctor's newest turn of every open consultation in one batch
+(:meth:`reply`), returning one :class:`PatientReply` each. Two are registered:
+
+- ``extractive`` (the default with the embedded 135M model): answers only with text of
+  its own case. With a script, the scripted answer whose doctor question is closest to
+  each question of the doctor's turn (MiniLM cosine for English; character-bigram Dice
+  with the question frame removed for Chinese); else the history sentences of the
+  patient information closest to it; examination and test findings only when the
+  doctor asks for an examination or a test. Nothing above its threshold: "I'm not sure
+  about that." It cannot invent a fact and never speaks as the doctor.
+- ``llm``: PLPF's retrieval-augmented patient (the last rounds as the query, the top
+  chunks of the case's knowledge base in its prompt), for served models that can keep
+  the role.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from medpref.contracts import SPCase
+from medpref.simulation.echo import is_chinese, speech_act
+from medpref.simulation.knowledge import Encoder, KnowledgeBase, retrieval_query, split_sentences
+from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
+
+DONT_KNOW = {"en": "I'm not sure about that.", "zh": "这个我不太清楚。"}
+# sections whose sentences are findings: given only after a test or examination is asked for
+FINDINGS = re.compile(r"exam|test|investigation|result|lab|mental state|检查|化验|结果|体格",
+                      re.IGNORECASE)
+_TEST_WORDS = re.compile(r"\b(?:test|check|exam(?:ine|ination)?|measure|scan|x-?ray|blood|"
+                         r"urine|ultrasound|ecg|ekg|level|result|listen|look at|feel your|"
+                         r"temperature|pressure)\b|检查|化验|测|查|拍|听诊|量", re.IGNORECASE)
+_ZH_FRAME = re.compile(r"请问|你|您|我|的|了|吗|呢|吧|啊|有没有|是不是|是否|什么|怎么|怎样|一下|"
+                       r"[，。？！、?!,.\s]")
+
+
+def is_dont_know(text: str) -> bool:
+    return text.strip() in DONT_KNOW.values()
+
+
+def bigram_dice(a: str, b: str) -> float:
+    """Dice overlap of the two texts' character bigrams, question frame removed."""
+    def grams(t: str) -> set[str]:
+        t = _ZH_FRAME.sub("", t)
+        return {t[i:i + 2] for i in range(len(t) - 1)} or ({t} if t else set())
+    x, y = grams(a), grams(b)
+    return 2 * len(x & y) / (len(x) + len(y)) if x and y else 0.0
+
+
+@dataclass
+class PatientReply:
+    text: str
+    ended: bool = False
+    empty: bool = False
+    error: str | None = None
+    step: dict[str, Any] = field(default_factory=dict)   # what produced it, for the record
+
+
+@dataclass
+class PatientContext:
+    """What a patient may need (the LLM patient's client is built only when asked)."""
+
+    params: Any                          # PatientParams
+    cases: dict[str, SPCase]
+    kbs: dict[str, KnowledgeBase]
+    encode: Encoder
+    template: Any = None                 # the LLM patient's prompt
+    make_client: Callable[[], Any] | None = None
+
+
+PATIENTS: dict[str, Callable[[PatientContext], Any]] = {}
+
+
+def register_patient(name: str):
+    def deco(cls):
+        cls.name = name
+        PATIENTS[name] = cls
+        return cls
+    return deco
+
+
+def build_patient(name: str, ctx: PatientContext):
+    if name not in PATIENTS:
+        raise KeyError(f"simulation.patient.kind: no patient '{name}' (known: "
+                       f"{', '.join(sorted(PATIENTS))})")
+    return PATIENTS[name](ctx)
+
+
+@register_patient("llm")
+class LLMPatient:
+    """PLPF's patient: retrieval over the last rounds, top chunks, the patient prompt."""
+
+    def __init__(self, ctx: PatientContext):
+        if ctx.make_client is None or ctx.template is None:
+            raise ValueError("the llm patient needs a patient role and its prompt")
+        self.p, self.kbs, self.encode = ctx.params, ctx.kbs, ctx.encode
+        self.client, self.template = ctx.make_client(), ctx.template
+
+    def reply(self, consults: Sequence[Any]) -> list[PatientReply]:
+        p = self.p
+        queries = [retrieval_query(c.turns, p.query_rounds) for c in consults]
+        prompts, retrieved = [], []
+        for c, qv in zip(consults, self.encode(queries)):
+            kb = self.kbs[c.case_id]
+            top = kb.top(qv, p.top_k)
+            retrieved.append(top)
+            prompts.append(render_patient_prompt(self.template, [kb.chunks[i] for i in top],
+                                                 c.turns[:-1], c.turns[-1].text, p.end_marker))
+        out = []
+        for comp, top, q in zip(self.client.chat_many(prompts, max_new_tokens=p.max_new_tokens),
+                                retrieved, queries):
+            if comp.error:
+                out.append(PatientReply("", error=comp.error))
+                continue
+            ans = parse_patient_answer(comp.text, p.end_marker, p.max_sentences)
+            out.append(PatientReply(ans.text, ans.ended, ans.empty,
+                                    step={"raw": comp.text, "query": q, "chunks": top}))
+        return out
+
+
+@dataclass
+class _Source:
+    """One case's answerable text: script pairs, history and findings sentences."""
+
+    questions: list[str]
+    answers: list[str]
+    history: list[str]
+    findings: list[str]
+
+
+@register_patient("extractive")
+class ExtractivePatient:
+    """Answers with its own case's text only (see the module text)."""
+
+    def __init__(self, ctx: PatientContext):
+        self.p, self.encode = ctx.params, ctx.encode
+        self.sources = {cid: self._source(c) for cid, c in ctx.cases.items()}
+        self._vec_cache: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def _source(case: SPCase) -> _Source:
+        history, findings = [], []
+        for section, text in case.patient_info.items():
+            (findings if FINDINGS.search(section) else history).extend(split_sentences(text))
+        pairs = [(q.get("doctor", "").strip(), q.get("patient", "").strip()) for q in case.script]
+        pairs = [(q, a) for q, a in pairs if q and a]
+        return _Source([q for q, _ in pairs], [a for _, a in pairs], history, findings)
+
+    def _vectors(self, texts: Sequence[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(texts) if t not in self._vec_cache]
+        if todo:
+            self._vec_cache.update(zip(todo, self.encode(todo)))
+        return np.array([self._vec_cache[t] for t in texts]) if texts else np.zeros((0, 1))
+
+    def _similarity(self, query: str, texts: Sequence[str], zh: bool) -> np.ndarray:
+        if not texts:
+            return np.zeros(0)
+        if zh:
+            return np.array([bigram_dice(query, t) for t in texts])
+        return self._vectors(texts) @ self._vectors([query])[0]
+
+    def answer(self, case_id: str, lang: str, doctor_turn: str) -> tuple[str, list[dict]]:
+        """The answer to one doctor turn and, per question sentence, where it came from."""
+        src, p = self.sources[case_id], self.p
+        asked = [s for s in split_sentences(doctor_turn)
+                 if speech_act(s) in ("question", "recommendation")] or [doctor_turn]
+        zh = lang == "zh" or is_chinese(doctor_turn)
+        said, trace = [], []
+        for q in asked:
+            pick = self._pick(src, q, zh, p)
+            trace.append({"question": q, **pick})
+            if pick["text"] and pick["text"] not in said:
+                said.append(pick["text"])
+        said = said[:p.max_sentences] if p.max_sentences else said
+        return (" ".join(said) if said else DONT_KNOW["zh" if zh else "en"]), trace
+
+    def _pick(self, src: _Source, q: str, zh: bool, p) -> dict:
+        sims = self._similarity(q, src.questions, zh)
+        if len(sims) and sims.max() >= p.script_threshold:
+            k = int(sims.argmax())
+            return {"text": src.answers[k], "from": "script", "score": round(float(sims[k]), 3)}
+        if _TEST_WORDS.search(q):       # a test or an examination asked for: its finding
+            sims = self._similarity(q, src.findings, zh)
+            if len(sims) and sims.max() >= p.findings_threshold:
+                k = int(sims.argmax())
+                return {"text": src.findings[k], "from": "findings",
+                        "score": round(float(sims[k]), 3)}
+        sims = self._similarity(q, src.history, zh)
+        if len(sims) and sims.max() >= p.history_threshold:
+            k = int(sims.argmax())
+            return {"text": src.history[k], "from": "history", "score": round(float(sims[k]), 3)}
+        return {"text": "", "from": "dont_know",
+                "score": round(float(sims.max()), 3) if len(sims) else None}
+
+    def reply(self, consults: Sequence[Any]) -> list[PatientReply]:
+        out = []
+        for c in consults:
+            text, trace = self.answer(c.case_id, c.lang, c.turns[-1].text)
+            out.append(PatientReply(text, step={"answered_from": trace}))
+        return out
