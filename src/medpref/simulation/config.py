@@ -63,12 +63,12 @@ class GraderParams(StrictModel):
     mode: str = "echo_aware"
     compare: list[str] = Field(default_factory=lambda: ["embedding", "echo_aware"])
     # a doctor sentence with this share of its content already said by the patient ...
-    echo_overlap: float = Field(0.6, ge=0.0, le=1.0)
+    echo_overlap: float = Field(0.5, ge=0.0, le=1.0)
     # ... and fewer new content units than this is an echo: it earns no item
-    echo_min_new: int = Field(1, ge=1, le=20)
+    echo_min_new: int = Field(2, ge=1, le=20)
     strip_echoes: bool = True          # judge modes: the judge reads the echo-free transcript
-    match_threshold: float = Field(0.55, ge=-1.0, le=1.0)   # echo_aware: MiniLM cosine
-    lexical_threshold: float = Field(0.75, ge=0.0, le=1.0)  # echo_aware: item units covered
+    match_threshold: float = Field(0.45, ge=-1.0, le=1.0)   # echo_aware: MiniLM cosine
+    lexical_threshold: float = Field(0.6, ge=0.0, le=1.0)  # echo_aware: item units covered
     bootstrap_rounds: int = Field(2000, ge=100, le=100000)  # κ's interval
     prompts: list[str] = Field(default_factory=lambda: ["sp_grade_turns_first",
                                                          "sp_grade_item_first"])
@@ -80,7 +80,7 @@ class GraderParams(StrictModel):
     # options mode: below this the judge did not answer
     min_mass: float = Field(0.05, ge=0.0, le=1.0)
     max_candidates: int = Field(4, ge=2, le=20)     # naming this many diseases at once fails Dis.
-    embedding_threshold: float = Field(0.5, ge=-1.0, le=1.0)  # embedding: cosine to pass
+    embedding_threshold: float = Field(0.6, ge=-1.0, le=1.0)  # embedding: cosine to pass
     graded_items: str | None = "data/embedded/sp_graded.jsonl"  # hand-graded items (validation)
 
     @model_validator(mode="after")

@@ -52,7 +52,10 @@ _QUESTION_START = re.compile(
     r"which|who|why|do|does|did|have|has|had|are|is|was|were|can|could|would|will|any|"
     r"tell me|describe|please (?:tell|describe))\b", re.IGNORECASE)
 _RECOMMEND = re.compile(
-    r"\b(?:i(?:'d| would) like (?:to|you to)|i (?:recommend|suggest|advise|want to order|"
+    r"\b(?:i(?:'d| would) like (?:to|you to|a|an|some|the|your|him|her|them|that)\b|"
+    r"(?:we|i)(?:'ll| will) (?:do|get|run|order|check|arrange|take|measure|test|send|book|"
+    r"dip|refer)\b|so (?:we|i) can (?:check|test|measure|see|look)\b|"
+    r"let's (?:go through|look|see)\b|i (?:recommend|suggest|advise|want to order|"
     r"will order|'ll order)|i'll (?:order|arrange|request|send|check)|we (?:should|need to|"
     r"will|'ll|can) (?:do|get|run|order|check|arrange|take|measure|test|start)|let's "
     r"(?:do|get|run|order|check|arrange|take|measure|test)|you (?:should|need to|will need "
@@ -69,10 +72,18 @@ _ZH_QUESTION = re.compile(r"[?？]\s*$|吗|呢\s*[。？?]?\s*$|有没有|是否
                           r"怎么|哪里|哪儿|几次|几天|请描述|说说")
 _ZH_RECOMMEND = re.compile(r"建议|需要(?:做|查|检查|化验|拍)|安排|开(?:个|一)|做(?:个|一个|一下)|"
                            r"查(?:一下|个)|检查一下|去(?:做|查|拍)|我们(?:来|要)(?:做|查|测)")
-_ZH_IMPERATIVE = re.compile(r"^\s*(?:please\s+|so\s+|then\s+)?(?:get|have|do|take|go for|book|"
-                         r"arrange|start)\s+(?:a|an|some|the|your|a few)?\s*\w", re.IGNORECASE)
-_DECLINE = re.compile(r"不需要|没必要|不用(?:做|查)|不必")
+_ZH_DECLINE = re.compile(r"不需要|没必要|不用(?:做|查)|不必")
 _ZH_PAST = re.compile(r"我(?:已经)?问过|你(?:刚才)?说过|您(?:刚才)?说过|刚才说")
+
+
+_ITEM_SPLIT = re.compile(r",|;|/|\(|\)|\bor\b|\band\b|、|，|；|或")
+
+
+def item_parts(item: str) -> list[str]:
+    """A checklist item and, for a compound one ("jaundice, dark urine or pale stools"),
+    each part with content of its own: asking about one part asks about the item."""
+    parts = [p.strip() for p in _ITEM_SPLIT.split(item) if p.strip()]
+    return list(dict.fromkeys([item, *[p for p in parts if content_units(p)]]))
 
 
 def is_chinese(text: str) -> bool:

@@ -28,7 +28,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from medpref.contracts import SPCase, Turn
-from medpref.simulation.echo import DoctorSentence, content_units, doctor_sentences, is_chinese
+from medpref.simulation.echo import (
+    DoctorSentence,
+    content_units,
+    doctor_sentences,
+    is_chinese,
+    item_parts,
+)
 from medpref.simulation.grading import (
     CATEGORIES,
     GradingSetup,
@@ -157,28 +163,31 @@ class EchoAwareGrader:
                 for ci, cat, item in items]
 
     def _similarities(self, per, items) -> dict[tuple[int, str], np.ndarray]:
-        """MiniLM cosine of each item with each doctor sentence of its consultation,
-        one batch (English only: the embedded MiniLM is an English model)."""
+        """Per consultation and item: each doctor sentence's best MiniLM cosine with the
+        item or one of its parts, one batch (English only: the embedded MiniLM is an
+        English model)."""
         if self.encode is None:
             return {}
+        parts = {item: [x for x in item_parts(item) if not is_chinese(x)] for _, _, item in items}
         texts = sorted({s.text for sents in per for s in sents if not is_chinese(s.text)}
-                       | {item for _, _, item in items if not is_chinese(item)})
+                       | {x for xs in parts.values() for x in xs})
         if not texts:
             return {}
         vecs = dict(zip(texts, self.encode(texts)))
         out = {}
         for ci, _, item in items:
-            if item in vecs:
-                out[(ci, item)] = np.array([float(vecs[s.text] @ vecs[item]) if s.text in vecs
-                                            else -1.0 for s in per[ci]])
+            if parts[item]:
+                out[(ci, item)] = np.array([max(float(vecs[s.text] @ vecs[x]) for x in parts[item])
+                                            if s.text in vecs else -1.0 for s in per[ci]])
         return out
 
     def _matches(self, item: str, sents: Sequence[DoctorSentence],
                  cos: np.ndarray | None) -> list[int]:
-        want = content_units(item)
+        wants = [u for u in (content_units(x) for x in item_parts(item)) if u]
         hits = []
         for k, s in enumerate(sents):
-            lexical = len(want & content_units(s.text)) / len(want) if want else 0.0
+            have = content_units(s.text)
+            lexical = max((len(w & have) / len(w) for w in wants), default=0.0)
             if lexical >= self.lexical or (cos is not None and cos[k] >= self.match):
                 hits.append(k)
         return hits
