@@ -1,0 +1,244 @@
+"""The SP test measures what the doctor did: echoes earn nothing, failed judges abstain,
+the extractive patient answers only from its case, an inventing patient fails the run."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from test_simulation import case, client, keyword_judge, toy_encode
+
+from medpref.contracts import SPCase, Turn
+from medpref.llm.client import LLMClient
+from medpref.llm.ledger import Ledger
+from medpref.llm.scripted import ScriptedBackend
+from medpref.llm.types import Completion, GenerationParams
+from medpref.prompts import load_prompt
+from medpref.simulation import consult, grading, tables
+from medpref.simulation.config import GraderParams, PatientParams
+from medpref.simulation.graders import GRADERS, GraderContext, build_grader, without_echoes
+from medpref.simulation.patients import DONT_KNOW, ExtractivePatient, PatientContext
+
+
+def grading_setup(judge=None):
+    return grading.GradingSetup(
+        judge=judge, templates=[load_prompt("sp_grade_turns_first"),
+                                load_prompt("sp_grade_item_first")],
+        count_template=load_prompt("sp_count_diseases"), encode=toy_encode,
+        pass_threshold=0.5, max_candidates=4, embedding_threshold=0.6)
+
+
+def echo_aware():
+    return build_grader("echo_aware", GraderContext(GraderParams(), grading_setup()))
+
+
+def grade(grader, turns, c, doctor="doc"):
+    consult_ = consult.Consultation(c.id, c.department, c.lang, doctor, "m", turns)
+    return {g.item: g for g in grader.grade([consult_], {c.id: c})}
+
+
+def cough_case(**kw):
+    c = case("sp-v", **kw)
+    return c.model_copy(update={"checklist": c.checklist.model_copy(update={
+        "symptoms": ["cough for two weeks", "fever", "phlegm"]})})
+
+
+# -- the grader ------------------------------------------------------------------------------
+
+def test_an_echo_of_the_complaint_passes_no_item():
+    c = cough_case()
+    turns = [Turn(role="patient", text="I have had a cough for two weeks."),
+             Turn(role="doctor", text="So you have had a cough for two weeks."),
+             Turn(role="patient", text="Yes."),
+             Turn(role="doctor", text="I'm glad to have you as a patient.")]
+    g = grade(echo_aware(), turns, c)
+    assert not any(x.passed for x in g.values())
+    assert g["cough for two weeks"].echo_excluded == ["So you have had a cough for two weeks."]
+    # the old whole-turn embedding grade credits the copy: the reason for this grader
+    old = grade(build_grader("embedding", GraderContext(GraderParams(), grading_setup())),
+                turns, c)
+    assert old["cough for two weeks"].passed
+
+
+def test_an_item_asked_in_the_doctors_own_words_passes_with_its_evidence():
+    c = cough_case()
+    turns = [Turn(role="patient", text="I have had a cough for two weeks."),
+             Turn(role="doctor", text="You have a cough. Do you have a fever?"),
+             Turn(role="patient", text="Yes."),
+             Turn(role="doctor", text="I'd like to get a chest X-ray. This looks like pneumonia.")]
+    g = grade(echo_aware(), turns, c)
+    assert g["fever"].passed and g["fever"].evidence == "Do you have a fever?"
+    assert g["fever"].evidence_turn == 1
+    assert g["chest X-ray"].passed and g["chest X-ray"].evidence_turn == 3
+    assert g["pneumonia"].passed and g["pneumonia"].candidates == [1]
+    assert not g["phlegm"].passed and not g["cough for two weeks"].passed
+
+
+def test_a_statement_does_not_ask_and_a_declined_test_is_not_recommended():
+    c = cough_case()
+    turns = [Turn(role="patient", text="I have had a cough for two weeks."),
+             Turn(role="doctor", text="Fever is common with this. You don't need a chest X-ray."),
+             Turn(role="patient", text="OK."),
+             Turn(role="doctor", text="It could be pneumonia, bronchitis, asthma or lung cancer.")]
+    g = grade(echo_aware(), turns, c)
+    assert not g["fever"].passed and not g["chest X-ray"].passed
+    assert not g["pneumonia"].passed and g["pneumonia"].candidates == [4]
+
+
+def test_a_chinese_echo_passes_no_item_and_an_own_question_does():
+    c = SPCase(id="zh-1", department="internal_medicine", lang="zh", chief_complaint="咳嗽两周",
+               patient_info={"现病史": "咳嗽两周，夜间加重。"},
+               checklist={"symptoms": ["咳嗽", "发热"], "tests": [], "diseases": []})
+    turns = [Turn(role="patient", text="我咳嗽两周了。"),
+             Turn(role="doctor", text="您咳嗽两周了。"),
+             Turn(role="patient", text="是的。"),
+             Turn(role="doctor", text="有没有发热？")]
+    g = grade(echo_aware(), turns, c)
+    assert not g["咳嗽"].passed and g["咳嗽"].echo_excluded == ["您咳嗽两周了。"]
+    assert g["发热"].passed and g["发热"].evidence == "有没有发热？"
+
+
+def test_a_failed_judge_call_abstains_and_leaves_the_score():
+    backend = ScriptedBackend(lambda r: "")
+    backend.generate = lambda reqs, cb=None: [Completion(text="", error="timeout") for _ in reqs]
+    judge = grading.Judge(LLMClient("judge", backend, GenerationParams(), ledger=Ledger("t")),
+                          mode="generate")
+    grader = build_grader("generate", GraderContext(GraderParams(mode="generate"),
+                                                    grading_setup(), lambda: judge))
+    c = cough_case()
+    turns = [Turn(role="patient", text="I have had a cough for two weeks."),
+             Turn(role="doctor", text="Do you have a fever?")]
+    g = grade(grader, turns, c)
+    assert all(x.passed is None and x.method == "abstain" for x in g.values())
+    assert grading.case_scores(list(g.values()), ["sp-v"])[0]["symptoms"] is None
+
+
+def test_the_judge_reads_the_transcript_without_the_doctors_echoes():
+    judge_client = client(keyword_judge, "judge")
+    judge = grading.Judge(judge_client, mode="generate")
+    grader = build_grader("generate", GraderContext(GraderParams(mode="generate"),
+                                                    grading_setup(), lambda: judge))
+    c = cough_case()
+    turns = [Turn(role="patient", text="I have a fever and a cough."),
+             Turn(role="doctor", text="A fever and a cough.")]
+    g = grade(grader, turns, c)
+    assert not g["fever"].passed        # the keyword judge saw no "fever" in a doctor line
+    seen = "\n".join(m["content"] for r in judge_client.backend.requests for m in r.messages)
+    assert "Doctor: A fever and a cough." not in seen
+    assert without_echoes(turns, 0.5, 2)[1].text == "(repeats the patient)"
+
+
+def test_every_registered_grader_builds_and_an_unknown_mode_is_refused():
+    judge = grading.Judge(client(keyword_judge, "judge"), mode="generate")
+    for name in GRADERS:
+        build_grader(name, GraderContext(GraderParams(), grading_setup(), lambda: judge))
+    with pytest.raises(ValueError, match="no grader 'nope'"):
+        GraderParams(mode="nope")
+
+
+# -- the patient -----------------------------------------------------------------------------
+
+def extractive(c, **kw):
+    params = PatientParams(**kw)
+    return ExtractivePatient(PatientContext(params, {c.id: c}, {}, toy_encode))
+
+
+def test_the_extractive_patient_answers_a_scripted_question_with_its_scripted_answer():
+    c = case("sp-x")
+    patient = extractive(c)
+    text, trace = patient.answer("sp-x", "en", "Do you have a fever?")
+    assert text == "Yes, up to 38.5 degrees since Monday." and trace[0]["from"] == "script"
+    text, _ = patient.answer("sp-x", "en", "What is your favourite film?")
+    assert text == DONT_KNOW["en"]
+
+
+def test_findings_come_only_after_a_test_is_asked_for():
+    c = case("sp-x")
+    patient = extractive(c)
+    text, trace = patient.answer("sp-x", "en", "What did the chest shadow look like?")
+    assert "patchy shadow" not in text
+    text, trace = patient.answer("sp-x", "en", "Let's get a chest X-ray.")
+    assert text == "Chest X-ray: patchy shadow in the right lower lobe."
+    assert trace[0]["from"] == "findings"
+
+
+def test_the_fidelity_guard_fails_a_run_whose_patient_invents_facts(tmp_path, monkeypatch):
+    from medpref.contracts import write_jsonl
+    from medpref.medqa import database
+    from medpref.params import parse_params
+    from medpref.simulation import stage as sim_stage
+    from medpref.stagekit import Stage, StageFailed
+
+    write_jsonl(tmp_path / "cases.jsonl", [case("sp-a")])
+    params = parse_params({"simulation": {
+        "cases": str(tmp_path / "cases.jsonl"), "rounds": 2, "trained_policies": False,
+        "rem_radar": False, "next_turn": {"enabled": False},
+        "grader": {"graded_items": None}, "patient": {"kind": "llm"}}})
+    clients = {"policy": client(lambda r: "Do you have a fever?", "policy"),
+               "patient": client(lambda r: "My brother plays football in Madrid.", "patient"),
+               "judge": client(keyword_judge, "judge")}
+
+    class TmpStage(Stage):
+        data_dir = property(lambda self: tmp_path / "data")
+        reports_dir = property(lambda self: tmp_path / "reports")
+
+        def role(self, name, **overrides):
+            return clients[name]
+
+    monkeypatch.setattr(database, "load_encoder", lambda *a, **k: toy_encode)
+    with pytest.raises(StageFailed, match=r"base: 2 of 2 patient sentences \(100%\) not in"):
+        sim_stage.run(TmpStage(name="06_simulation", params=params))
+    assert not (tmp_path / "reports" / "table2.csv").exists()     # nothing half-written
+    # the same run with the extractive patient passes the guard
+    params.simulation.patient = PatientParams()
+    out = sim_stage.run(TmpStage(name="06_simulation", params=params))
+    assert out.behaviour.loc[0, "patient_unsupported_share"] == 0.0
+
+
+# -- the doctor ------------------------------------------------------------------------------
+
+def test_stop_after_question_keeps_a_turn_up_to_its_first_question():
+    raw = "Doctor: Hello. How long has it been? Any fever? Patient: two weeks"
+    assert consult.parse_doctor_answer(raw) == "Hello. How long has it been? Any fever?"
+    assert consult.parse_doctor_answer(raw, stop_after_question=True) == \
+        "Hello. How long has it been?"
+
+
+def test_loop_controls_reach_the_cache_key_only_when_on():
+    off = GenerationParams(max_new_tokens=8)
+    assert off.cache_fields() == {"max_new_tokens": 8, "stop": []}     # older keys unchanged
+    on = off.with_overrides(repetition_penalty=1.3, no_repeat_ngram_size=3)
+    assert on.cache_fields() == {"max_new_tokens": 8, "stop": [], "repetition_penalty": 1.3,
+                                 "no_repeat_ngram_size": 3}
+    assert on.loop_controls() == {"repetition_penalty": 1.3, "no_repeat_ngram_size": 3}
+
+
+def test_doctor_behaviour_counts_questions_repetition_and_echoes():
+    from medpref.simulation.stage import behaviour_row, repetition_share
+
+    assert repetition_share("I am glad. I am glad. I am glad.") == pytest.approx(1 - 3 / 7)
+    assert repetition_share("Do you have a fever?") == 0.0
+    c = consult.Consultation("sp-a", "im", "en", "doc", "m", [
+        Turn(role="patient", text="I have had a cough for two weeks."),
+        Turn(role="doctor", text="A cough for two weeks."),
+        Turn(role="patient", text="Yes."),
+        Turn(role="doctor", text="Do you have a fever?")])
+    from medpref.params import parse_params
+
+    row = behaviour_row(c, parse_params({"simulation": {}}).simulation)
+    assert row["doctor_turns"] == 2 and row["question_turns"] == 1
+    assert row["echo_sentences"] == 1 and row["doctor_sentences"] == 2
+
+
+def test_paired_table_says_no_detectable_difference_for_identical_doctors():
+    rows = []
+    for i in range(8):
+        for doctor, sym in [("base", 0.1 * (i % 3)), ("sft", 0.1 * (i % 3)),
+                            ("dpo", 0.1 * (i % 3) + 0.5)]:
+            rows.append({"doctor": doctor, "case": f"c{i}", "department": "im",
+                         "symptoms": sym, "tests": None, "diseases": 1.0})
+    paired = tables.table2_paired(pd.DataFrame(rows), n_boot=500)
+    sym = paired[(paired["metric"] == "Sym.") & (paired["vs"] == "base")].set_index("doctor")
+    assert sym.loc["sft", "verdict"] == "no detectable difference"
+    assert sym.loc["dpo", "verdict"] == "higher" and sym.loc["dpo", "diff"] == pytest.approx(50)
+    assert sym.loc["dpo", "cases"] == 8 and sym.loc["dpo", "p_value"] < 0.05
+    assert "Test" not in set(paired["metric"])            # no case has a test item
