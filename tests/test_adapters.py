@@ -14,6 +14,9 @@ import pytest
 
 from medpref.contracts import ContractError, Turn
 from medpref.data.adapters import (
+    ACI_DIR,
+    ACI_METADATA,
+    ACI_SPLITS,
     DEFAULT_SPEAKERS,
     MTS_DIR,
     MTS_SPLITS,
@@ -157,6 +160,48 @@ def test_missing_column_is_a_contract_error(tmp_path):
         load_mts_dialog("train", root=tmp_path)
 
 
+def _write_aci(root: Path, split: str, encounters: list[str], metadata: bool = True) -> None:
+    folder = root / ACI_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ACI_SPLITS[split], "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["dataset", "encounter_id", "dialogue", "note"])
+        for enc in encounters:
+            writer.writerow(["aci", enc, "[doctor] hi .\n[patient] my knee hurts .",
+                             "CHIEF COMPLAINT\n\nKnee pain.\n\nPLAN\n\nRest."])
+    if metadata:
+        with open(folder / ACI_METADATA[split], "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["dataset", "encounter_id", "id", "patient_age", "cc"])
+            writer.writerow(["aci", encounters[0], "ACI001", "50", "knee pain "])
+
+
+def test_every_aci_split_by_name_with_its_metadata(tmp_path, caplog):
+    assert ACI_SPLITS == {"train": "train.csv", "valid": "valid.csv",
+                          "test1": "clinicalnlp_taskB_test1.csv",
+                          "test2": "clinicalnlp_taskC_test2.csv", "test3": "clef_taskC_test3.csv"}
+    assert ACI_METADATA["test3"] == "clef_taskC_test3_metadata.csv"
+    for split, first in [("valid", "D2N068"), ("test2", "D2N128"), ("test3", "D2N168")]:
+        _write_aci(tmp_path, split, [first, "D2N999"])
+        dialogues = aci_dialogues(split, root=tmp_path)
+        assert [d.id for d in dialogues] == [f"aci-{split}-{first}", f"aci-{split}-D2N999"]
+        # the metadata row joins by encounter_id (values stripped); an encounter without
+        # a row gets none
+        assert dialogues[0].meta["metadata"] == {"dataset": "aci", "id": "ACI001",
+                                                 "patient_age": "50", "cc": "knee pain"}
+        assert "metadata" not in dialogues[1].meta
+        assert [n.id for n in aci_notes(split, root=tmp_path)] == [d.id for d in dialogues]
+    _write_aci(tmp_path, "train", ["D2N001"], metadata=False)
+    with caplog.at_level(logging.WARNING, logger="medpref.data.aci_bench"):
+        assert "metadata" not in aci_dialogues("train", root=tmp_path)[0].meta
+    assert "train_metadata.csv: no metadata file" in caplog.text
+    with pytest.raises(FileNotFoundError, match=r"split 'test1' not found \(splits present: "
+                                                r"train, valid, test2, test3\)"):
+        aci_dialogues("test1", root=tmp_path)
+    with pytest.raises(ValueError, match=r"unknown split 'validation'.*'valid'"):
+        aci_dialogues("validation", root=tmp_path)
+
+
 # ------------------------------------------------------------------ real data
 
 
@@ -225,6 +270,16 @@ def test_aci_first_encounter_matches_the_file(shared):
         "PHYSICAL EXAMINATION", "VITALS REVIEWED", "RESULTS", "ASSESSMENT AND PLAN"]
     assert note.sections["CHIEF COMPLAINT"] == "Annual exam."
     assert note.sections["HISTORY OF PRESENT ILLNESS"].startswith("Martha Collins is a 50-year-old")
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("split", list(ACI_COUNTS))
+def test_aci_metadata_joins_every_encounter(shared, split):
+    dialogues = aci_dialogues(split, root=shared)
+    assert all(d.meta["metadata"]["dataset"] == d.meta["subset"] for d in dialogues)
+    if split == "train":
+        first = dialogues[0].meta["metadata"]
+        assert (first["cc"], first["patient_age"], first["id"]) == ("annual exam", "50", "VA049")
 
 
 @pytest.mark.shared_data

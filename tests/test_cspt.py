@@ -1,4 +1,10 @@
-"""The CSPT adapter on our own fixture (tests/fixtures/cspt), as a folder and as a zip."""
+"""The CSPT adapter on our own fixtures, in every form the data set comes in.
+
+``tests/fixtures/cspt`` holds the awkward shapes (copy marks, junk, unmatched halves);
+``tests/fixtures/cspt_published`` is the published layout with all five departments and
+family informants, from which the tests build the two published archives (scripts,
+checklists) and their variants.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +18,20 @@ import pytest
 
 from medpref.contracts import ContractError
 from medpref.data.adapters import SP_CASE_SOURCES
-from medpref.data.cspt import case_key, department_of, load_cspt, pair_messages
+from medpref.data.cspt import (
+    CsptNotFoundError,
+    case_key,
+    cspt_cases,
+    department_of,
+    is_informant,
+    load_cspt,
+    pair_messages,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cspt"
+PUBLISHED = Path(__file__).parent / "fixtures" / "cspt_published"
+PUBLISHED_DEPARTMENTS = {"internal_medicine": 1, "surgery": 2, "gynecology": 1,
+                         "pediatrics": 2, "psychiatry": 2}
 EXPECTED_IDS = ["cspt-gynecology-01", "cspt-internal_medicine-01", "cspt-internal_medicine-02",
                 "cspt-surgery-01"]
 
@@ -68,6 +85,10 @@ def _check_fixture_result(cases, report):
     assert report.duplicates == [] and report.bad == [] and report.unknown_departments == []
     assert report.dropped_messages == 2
     assert report.junk_skipped == 3   # __MACOSX/..., ._script.json, .DS_Store
+    assert report.departments == {"internal_medicine": 2, "surgery": 1, "gynecology": 1,
+                                  "pediatrics": 0, "psychiatry": 0}
+    assert report.missing_departments == ["pediatrics", "psychiatry"]
+    assert all(c.informant is None for c in cases)
 
 
 def test_fixture_folder():
@@ -205,3 +226,125 @@ def test_gbk_file_contents_and_copied_case_files(tmp_path):
         assert zf.namelist()[-1].endswith("patient copy.json")
     chest = next(c for c in load_cspt(archive)[0] if c.id == "cspt-internal_medicine-01")
     assert chest.patient_info["患者"] == "男，58岁"
+
+
+# ------------------------------------------------------------------ the published form
+
+
+def _zip_dir(folder: Path, target: Path, arcroot: str) -> Path:
+    """Zip ``folder``'s files under ``arcroot`` (e.g. ``script/`` as published)."""
+    with zipfile.ZipFile(target, "w") as zf:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                zf.write(path, arcroot + path.relative_to(folder).as_posix())
+    return target
+
+
+def _published_archives(folder: Path, inner: bool = True) -> tuple[Path, Path]:
+    """The two published archives in ``folder``: scripts and checklists, each holding its
+    ``script/`` or ``check_list/`` folder (``inner=False``: the departments at the top)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return (_zip_dir(PUBLISHED / "script", folder / "script.zip", "script/" * inner),
+            _zip_dir(PUBLISHED / "check_list", folder / "check_list.zip", "check_list/" * inner))
+
+
+def _content(cases):
+    return [c.model_dump(exclude={"meta"}) for c in cases]
+
+
+def _check_published(cases, report):
+    by_id = {c.id: c for c in cases}
+    assert len(cases) == 8 and report.clean and report.duplicates == []
+    assert report.departments == PUBLISHED_DEPARTMENTS and report.missing_departments == []
+    assert {k: c.informant for k, c in by_id.items() if c.informant} == {
+        "cspt-pediatrics-01": "患儿家属", "cspt-pediatrics-02": "患者母亲",
+        "cspt-surgery-02": "患者父亲", "cspt-psychiatry-02": "病人家属"}
+    assert report.informants == {"患儿家属": 1, "患者母亲": 1, "患者父亲": 1, "病人家属": 1}
+    # the informant answers on the patient side; the child speaks once in between,
+    # and the "（代诉）" note after the mother's name is dropped from her name
+    cough = by_id["cspt-pediatrics-02"]
+    assert cough.script == [
+        {"doctor": "咳嗽几天了？", "patient": "五天了。"},
+        {"doctor": "小朋友，哪里不舒服？", "patient": "嗓子疼。"},
+        {"doctor": "晚上咳得厉害吗？", "patient": "晚上更厉害。"}]
+    assert cough.meta["patient_side"] == {"患者母亲": 2, "患儿": 1}
+    assert by_id["cspt-pediatrics-01"].script[1] == {"doctor": "一天几次？",
+                                                     "patient": "五次左右，像水一样。"}
+    voices = by_id["cspt-psychiatry-02"]
+    assert voices.meta["patient_side"] == {"病人家属": 2, "患者": 1}
+    assert by_id["cspt-psychiatry-01"].informant is None
+    assert by_id["cspt-gynecology-01"].checklist.tests == []
+
+
+def test_published_layout_unpacked():
+    _check_published(*load_cspt(PUBLISHED))
+
+
+def test_folder_holding_the_two_published_archives(tmp_path):
+    script_zip, checklist_zip = _published_archives(tmp_path / "download")
+    cases, report = load_cspt(tmp_path / "download")
+    _check_published(cases, report)
+    assert _content(cases) == _content(load_cspt(PUBLISHED)[0])
+    assert cases[0].meta["script_folder"].startswith("script/script/")   # archive/member
+    # the two archives named together load the same
+    both, _ = load_cspt([script_zip, checklist_zip])
+    assert _content(both) == _content(cases)
+
+
+def test_archives_without_an_inner_folder_and_an_archive_of_archives(tmp_path):
+    _published_archives(tmp_path / "flat", inner=False)   # script.zip: 内科/01_头痛/...
+    _check_published(*load_cspt(tmp_path / "flat"))
+    outer = _zip_dir(tmp_path / "flat", tmp_path / "CSPT.zip", "CSPT/")
+    cases, report = load_cspt(outer)
+    _check_published(cases, report)
+
+
+def test_archives_next_to_their_unpacked_copy_load_once(tmp_path):
+    folder = tmp_path / "download"
+    _published_archives(folder)
+    for half in ("script", "check_list"):
+        shutil.copytree(PUBLISHED / half, folder / half)
+    cases, report = load_cspt(folder)
+    _check_published(cases, report)
+    assert report.repeats == 16 and "found twice" in report.summary()
+    assert not any(c.meta["script_folder"].startswith("script/script/") for c in cases)
+
+
+def test_one_archive_alone_is_an_error_that_says_what_is_missing(tmp_path):
+    script_zip, checklist_zip = _published_archives(tmp_path / "download")
+    with pytest.raises(CsptNotFoundError) as err:
+        load_cspt(script_zip)
+    message = str(err.value)
+    assert "no CSPT case loaded" in message and "8 script case folder(s)" in message
+    assert "pediatrics 2" in message and "0 checklist file(s)" in message
+    assert "the checklists archive (check_list/...) is missing" in message
+    assert "check_list/<department>/<NN_case>.json" in message        # what is expected
+    with pytest.raises(CsptNotFoundError, match=r"the scripts archive \(script/\.\.\.\) is"):
+        load_cspt(checklist_zip)
+
+
+def test_a_folder_without_cases_is_an_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("nothing here")
+    _zip_dir(FIXTURE / "check_list" / "外科", tmp_path / "other.zip", "a/")  # not CSPT-shaped
+    with pytest.raises(CsptNotFoundError) as err:
+        load_cspt(tmp_path)
+    message = str(err.value)
+    assert "Found 2 file(s) (read from 1 archive(s)" in message and "other.zip" in message
+    assert "0 script case folder(s)" in message and "Expected both halves" in message
+
+
+def test_load_report_is_logged_per_department(caplog):
+    with caplog.at_level(logging.INFO, logger="medpref.data.cspt"):
+        assert len(cspt_cases(PUBLISHED)) == 8
+    record = next(r for r in caplog.records if r.name == "medpref.data.cspt")
+    assert record.levelno == logging.INFO
+    assert ("per department: internal_medicine 1, surgery 2, gynecology 1, pediatrics 2, "
+            "psychiatry 2") in record.getMessage()
+
+
+def test_informant_names():
+    for name in ("患儿家属", "病人家属", "患者母亲", "患者父亲", "家属", "患者家属", "妈妈",
+                 "患者的女儿", "患者母亲（代诉）", "mother", "Patient's father", "family member"):
+        assert is_informant(name), name
+    for name in ("患者", "患儿", "医生", "护士", "patient", "doctor", "母亲节"):
+        assert not is_informant(name), name

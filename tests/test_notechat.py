@@ -557,3 +557,38 @@ def test_run_in_the_stage_shape_with_scripted_models(tmp_path, monkeypatch, inde
     assert saved == json.loads(json.dumps(out.metrics))
     assert "generate" in json.loads((tmp_path / "reports/02_notechat/timings.json")
                                     .read_text())["steps_s"]
+
+
+def _write_aci_split(root, split, encounter):
+    import csv
+
+    from medpref.data.adapters import ACI_DIR, ACI_SPLITS
+
+    (root / ACI_DIR).mkdir(parents=True, exist_ok=True)
+    with open(root / ACI_DIR / ACI_SPLITS[split], "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["dataset", "encounter_id", "dialogue", "note"])
+        writer.writerow(["aci", encounter, "[doctor] hi .\n[patient] my knee hurts .",
+                         "CHIEF COMPLAINT\n\nKnee pain.\n\nPLAN\n\nRest."])
+
+
+def test_notes_source_root_beside_the_environment_variable(tmp_path, monkeypatch):
+    from medpref.notechat.stage import load_notes
+
+    _write_aci_split(tmp_path / "mine", "test3", "D2N168")
+    _write_aci_split(tmp_path / "env", "test3", "D2N200")
+    monkeypatch.setenv("MEDPREF_SHARED_DATA", str(tmp_path / "env"))
+    p = NoteChatParams(source="aci_bench", source_split="test3", n_notes=1)
+    assert [n.id for n in load_notes(p, 0)] == ["aci-test3-D2N200"]   # the env var
+    p = NoteChatParams(source="aci_bench", source_split="test3", n_notes=1,
+                       source_root=str(tmp_path / "mine"))
+    assert [n.id for n in load_notes(p, 0)] == ["aci-test3-D2N168"]   # the param wins
+
+
+def test_source_split_must_name_a_split_of_the_source():
+    assert NoteChatParams(source="aci_bench", source_split="valid").source_split == "valid"
+    NoteChatParams(source="embedded", source_split="anything")       # not read
+    with pytest.raises(ValueError, match=r"source_split 'validation' is not a split of aci_bench"):
+        NoteChatParams(source="aci_bench", source_split="validation")
+    with pytest.raises(ValueError, match=r"'valid' is not a split of mts_dialog.*'validation'"):
+        NoteChatParams(source="mts_dialog", source_split="valid")

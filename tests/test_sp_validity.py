@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from test_simulation import case, client, keyword_judge, toy_encode
 
 from medpref.contracts import SPCase, Turn
 from medpref.llm.client import LLMClient
@@ -17,6 +16,7 @@ from medpref.simulation import consult, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams
 from medpref.simulation.graders import GRADERS, GraderContext, build_grader, without_echoes
 from medpref.simulation.patients import DONT_KNOW, ExtractivePatient, PatientContext
+from test_simulation import case, client, keyword_judge, toy_encode
 
 
 def grading_setup(judge=None):

@@ -10,7 +10,7 @@ from medpref.metrics import text as tm
 def test_tokenize_one_token_per_han_character_and_words_otherwise():
     assert tm.tokenize("我今天头痛 since Monday, 2 days") == [
         "我", "今", "天", "头", "痛", "since", "monday", "2", "days"]
-    assert tm.tokenize("Days started", stem=True) == ["dai", "start"]  # Porter (original algorithm)
+    assert tm.tokenize("Days started", stem=True) == ["day", "start"]  # Porter, nltk default mode
     assert tm.detect_lang("头痛") == "zh" and tm.detect_lang("headache") == "en"
     assert tm.word_count("我头痛 a lot") == 5
     assert tm.words("Don't stop, it's 5 mg") == ["don't", "stop", "it's", "5", "mg"]
@@ -130,3 +130,48 @@ def test_fast_self_bleu_equals_sacrebleu_on_random_corpora():
         corpus = [" ".join(rng.choices(vocab, k=rng.randint(1, 9))) for _ in range(25)]
         slow = [tm.bleu(corpus[:i] + corpus[i + 1:], corpus[i]) for i in range(len(corpus))]
         assert tm.self_bleu(corpus) == pytest.approx(sum(slow) / len(slow), abs=1e-12)
+
+
+# Words whose Porter stem differs between nltk's ORIGINAL_ALGORITHM and its default
+# NLTK_EXTENSIONS mode (checked by running both): rouge-score uses the default.
+STEM_MODE_WORDS = {"used": "use", "uses": "use", "days": "day", "dying": "die",
+                   "lying": "lie", "skies": "sky", "news": "news", "possibly": "possibl"}
+
+
+def test_stemmer_is_rouge_scores_default_mode_not_the_original_algorithm():
+    from nltk.stem import porter
+    from rouge_score import tokenizers
+
+    original = porter.PorterStemmer("ORIGINAL_ALGORITHM")
+    rouge_tok = tokenizers.DefaultTokenizer(use_stemmer=True)
+    for word, stem in STEM_MODE_WORDS.items():
+        assert original.stem(word) != stem, word          # the modes really differ here
+        assert tm.tokenize(word, stem=True) == [stem] == rouge_tok.tokenize(word), word
+    # three letters or fewer are never stemmed (rouge-score's rule)
+    assert tm.tokenize("was has", stem=True) == ["was", "has"]
+
+
+@pytest.mark.parametrize(("reference", "prediction"), [
+    # the modes score this pair differently: default used/dying -> use/die match the
+    # unstemmed 3-letter "use"/"die"; the original algorithm gives us/dy (and news -> new)
+    ("Patients use it; some may die of new flu.", "Patients used it and are dying; news."),
+    ("The patient used an inhaler for two days.", "She uses inhalers daily; days of wheeze."),
+    ("Dying cells were lying in the skies of news.", "The news: skies possibly clear."),
+    ("Naïve T-cells and β-blockers (50 mg) used_daily.", "naive t cells, beta blockers used."),
+    ("Line one of the summary.\nLine two used here.", "Line two uses it.\nAnd line one."),
+])
+def test_english_rouge_equals_rouge_score(reference, prediction):
+    from rouge_score import rouge_scorer
+
+    theirs = rouge_scorer.RougeScorer(list(tm.ROUGE_TYPES), use_stemmer=True).score(
+        reference, prediction)
+    ours = tm.rouge(reference, prediction)
+    for key in tm.ROUGE_TYPES:
+        assert ours[key] == pytest.approx(tm.PRF(*theirs[key]), abs=1e-12), key
+    if reference.startswith("Patients use"):
+        # ref 9 tokens, hyp 7; shared patient, use, it, die -> P 4/7, R 4/9, F 0.5
+        # (the original algorithm shares patient, it, new -> F 0.375)
+        assert ours["rouge1"] == pytest.approx(tm.PRF(4 / 7, 4 / 9, 0.5))
+    unstemmed = rouge_scorer.RougeScorer(["rouge1"]).score(reference, prediction)["rouge1"]
+    assert tm.rouge(reference, prediction, stem=False)["rouge1"] == pytest.approx(
+        tm.PRF(*unstemmed), abs=1e-12)

@@ -92,6 +92,18 @@ out.next_turn
 out.grader_validation
 
 # %% [markdown]
+# ## Held-out process compliance (issue 21)
+#
+# Each policy's next doctor turn on states of dialogues stage 01 never split (no preference
+# pair came from them), scored per rule by stage 03's REM (0-2); the difference to SFT is
+# paired by state, its 95 % interval resamples dialogues, with a sign-flip p-value and the
+# minimum detectable difference (`medpref.simulation.heldout`).
+
+# %%
+display(out.heldout.states)
+out.heldout.table
+
+# %% [markdown]
 # ## Metrics, model use and provenance
 
 # %%

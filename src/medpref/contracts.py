@@ -104,6 +104,9 @@ class SPCase(Record):
     ``patient_info`` maps a section name (present history, past history, tests, ...) to
     its text; ``script`` holds reference questions and answers (``{"doctor", "patient"}``
     dicts), possibly none; ``lang`` is ``en`` or ``zh`` (Chinese is compared by character).
+    ``informant`` names who answers for the patient when that is not the patient (a
+    family member: "患儿家属", "患者母亲"); the script's ``patient`` side is then that
+    person, and the simulated patient speaks as them. None: the patient answers.
     """
 
     id: str = Field(min_length=1)
@@ -113,6 +116,7 @@ class SPCase(Record):
     patient_info: dict[str, str]
     script: list[ScriptPair] = Field(default_factory=list)
     checklist: SPChecklist
+    informant: str | None = None
 
     @field_validator("patient_info")
     @classmethod

@@ -1,10 +1,16 @@
 """ACI-Bench (``aci-bench/challenge_data`` under the shared data directory) into contracts.
 
+Every published split by name (:data:`ACI_SPLITS`): ``train`` (67 encounters), ``valid``
+(20), ``test1`` (MEDIQA-Chat task B, 40), ``test2`` (MEDIQA-Chat task C, 40) and ``test3``
+(MEDIQA-Sum task C, 40), each with its metadata file (:data:`ACI_METADATA`), whose row
+is joined by ``encounter_id`` into the dialogue's ``meta.metadata``.
+
 Ids: ``aci-<split>-<encounter_id>``; ``source`` is ``aci-bench``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -13,8 +19,14 @@ from medpref.contracts import ClinicalNote, ContractError, Dialogue, parse_recor
 from medpref.data.readers import collect_rows, csv_rows, data_root, source_id, split_file
 from medpref.data.tagged_dialogue import speaker_labels, turns_of_field
 
+_log = logging.getLogger(__name__)
+
 ACI_DIR = Path("aci-bench", "challenge_data")
-ACI_SPLITS = {"train": "train.csv", "test1": "clinicalnlp_taskB_test1.csv"}
+ACI_SPLITS = {"train": "train.csv", "valid": "valid.csv",
+              "test1": "clinicalnlp_taskB_test1.csv", "test2": "clinicalnlp_taskC_test2.csv",
+              "test3": "clef_taskC_test3.csv"}
+ACI_METADATA = {split: name.removesuffix(".csv") + "_metadata.csv"
+                for split, name in ACI_SPLITS.items()}
 ACI_COLUMNS = ("encounter_id", "dialogue", "note")
 
 
@@ -52,15 +64,29 @@ def split_note_sections(note: str) -> dict[str, str] | None:
     return sections
 
 
-def _aci_pair(row: dict[str, str], split: str, path: Path, line: int
-              ) -> tuple[Dialogue, ClinicalNote]:
+def load_aci_metadata(path: Path) -> dict[str, dict[str, str]]:
+    """A split's metadata rows by ``encounter_id`` (patient name, age, gender, chief
+    complaint ``cc``, ``2nd_complaints``, ...), values stripped; {} when the file is absent."""
+    if not path.is_file():
+        _log.warning("%s: no metadata file; dialogues get no meta.metadata", path)
+        return {}
+    return {row["encounter_id"].strip(): {k: v.strip() for k, v in row.items()
+                                          if k != "encounter_id"}
+            for _, row in csv_rows(path, ("encounter_id",))}
+
+
+def _aci_pair(row: dict[str, str], split: str, path: Path, line: int,
+              metadata: dict[str, dict[str, str]]) -> tuple[Dialogue, ClinicalNote]:
     rid = source_id(f"aci-{split}", row["encounter_id"], path, line, "encounter_id")
     turns = turns_of_field(row, "dialogue", path, line)
     note = row["note"].strip()
     if not note:
         raise ContractError(path, line, "note", "empty note")
-    meta = {"file": path.name, "line": line, "encounter_id": row["encounter_id"].strip(),
+    encounter = row["encounter_id"].strip()
+    meta = {"file": path.name, "line": line, "encounter_id": encounter,
             "subset": row.get("dataset", "").strip(), "speakers": speaker_labels(row["dialogue"])}
+    if encounter in metadata:
+        meta["metadata"] = metadata[encounter]
     dialogue = parse_record(Dialogue, {"id": rid, "turns": turns, "lang": "en",
                                        "source": "aci-bench", "meta": meta}, path, line)
     clinical = parse_record(ClinicalNote, {
@@ -72,16 +98,24 @@ def _aci_pair(row: dict[str, str], split: str, path: Path, line: int
 def load_aci_bench(split: str = "train", root: str | os.PathLike | None = None,
                    limit: int | None = None, skip_bad: bool = False
                    ) -> list[tuple[Dialogue, ClinicalNote]]:
-    """ACI-Bench challenge encounters of one split (train, test1 = clinicalnlp_taskB_test1).
+    """ACI-Bench challenge encounters of one split (:data:`ACI_SPLITS`: train, valid,
+    test1, test2, test3).
 
     Dialogue tags ``[doctor]``, ``[patient]``, ``[patient_guest]`` (the last spoken for
     the patient); the note keeps its full text and ``sections`` its headed parts. Both
     share the id ``aci-<split>-<encounter_id>``; ``meta.subset`` is the source corpus
-    (aci, virtassist, virtscribe).
+    (aci, virtassist, virtscribe) and ``meta.metadata`` the split's metadata row.
     """
-    path = split_file(data_root(root) / ACI_DIR, ACI_SPLITS, split)
+    folder = data_root(root) / ACI_DIR
+    path = split_file(folder, ACI_SPLITS, split)
+    if not path.is_file():
+        present = [s for s, name in ACI_SPLITS.items() if (folder / name).is_file()]
+        raise FileNotFoundError(f"{path}: ACI-Bench split {split!r} not found (splits "
+                                f"present: {', '.join(present) or 'none'})")
+    metadata = load_aci_metadata(folder / ACI_METADATA[split])
     return collect_rows(csv_rows(path, ACI_COLUMNS),
-                    lambda line, row: _aci_pair(row, split, path, line), path, limit, skip_bad)
+                        lambda line, row: _aci_pair(row, split, path, line, metadata),
+                        path, limit, skip_bad)
 
 
 def aci_dialogues(split: str = "train", root: str | os.PathLike | None = None,

@@ -3,15 +3,20 @@
 One module per data set does the work; this module re-exports their loaders (the names
 other code imports from here) and lists them by source:
 
-=================  =====================================  ==============================
-source             file(s)                                ids
-=================  =====================================  ==============================
-``mts-dialog``     ``mts-dialog/Main-Dataset/*.csv``      ``mts-<split>-<ID:04d>``
-``mts-dialog``     ``mts-dialog/Correlation-Study``       ``mts-corr-s<system>-<ID:04d>``
-``aci-bench``      ``aci-bench/challenge_data/*.csv``     ``aci-<split>-<encounter_id>``
-``agentclinic``    ``agentclinic/*_medqa.jsonl``          ``agentclinic-<line:04d>``
-``cspt``           a CSPT folder or .zip (user supplied)  ``cspt-<department>-<NN>``
-=================  =====================================  ==============================
+===============  ========================================  =================================
+source           file(s)                                   ids
+===============  ========================================  =================================
+``mts-dialog``   ``mts-dialog/Main-Dataset/*.csv``         ``mts-<split>-<ID:04d>``
+``mts-dialog``   ``mts-dialog/Correlation-Study``          ``mts-corr-s<system>-<ID:04d>``
+``aci-bench``    ``aci-bench/challenge_data/*.csv``        ``aci-<split>-<encounter_id>``
+``agentclinic``  ``agentclinic/agentclinic_medqa.jsonl``   ``agentclinic-<line:04d>``
+``agentclinic``  ``agentclinic/agentclinic_<name>.jsonl``  ``agentclinic-<name>-<line:04d>``
+``cspt``         CSPT archives or folders (user supplied)  ``cspt-<department>-<NN>``
+===============  ========================================  =================================
+
+ACI-Bench splits: train, valid, test1, test2, test3 (:data:`ACI_SPLITS`, each with its
+metadata file); AgentClinic files: medqa, medqa_extended, nejm, nejm_extended
+(:data:`AGENTCLINIC_FILES`).
 
 The first three are read from the shared data directory (:func:`shared_data_dir`);
 CSPT, which only users hold, from the folder or zip they name. A row that cannot be converted
@@ -27,6 +32,7 @@ from typing import Any
 from medpref.data.aci_bench import (
     ACI_COLUMNS,
     ACI_DIR,
+    ACI_METADATA,
     ACI_SPLITS,
     aci_dialogues,
     aci_notes,
@@ -35,11 +41,18 @@ from medpref.data.aci_bench import (
 )
 from medpref.data.agentclinic import (
     AGENTCLINIC_FILE,
+    AGENTCLINIC_FILES,
     agentclinic_cases,
     checklist_tests,
     flatten_value,
 )
-from medpref.data.cspt import CSPT_DEPARTMENTS, CsptReport, cspt_cases, load_cspt
+from medpref.data.cspt import (
+    CSPT_DEPARTMENTS,
+    CsptNotFoundError,
+    CsptReport,
+    cspt_cases,
+    load_cspt,
+)
 from medpref.data.mts_dialog import (
     MTS_COLUMNS,
     MTS_CORR_DIR,
@@ -66,12 +79,12 @@ SP_CASE_SOURCES: dict[str, Callable[..., list[Any]]] = {
     "embedded": embedded_sp_cases, "agentclinic": agentclinic_cases, "cspt": cspt_cases}
 
 __all__ = [
-    "ACI_COLUMNS", "ACI_DIR", "ACI_SPLITS", "AGENTCLINIC_FILE", "CSPT_DEPARTMENTS",
-    "CsptReport", "DEFAULT_SPEAKERS", "DIALOGUE_SOURCES", "ENV_VAR", "MTS_COLUMNS",
-    "MTS_CORR_DIR", "MTS_CORR_HUMAN_MAP", "MTS_CORR_SCORES", "MTS_CORR_SUMMARIES",
-    "MTS_DIR", "MTS_SPLITS", "NOTE_SOURCES", "SP_CASE_SOURCES", "aci_dialogues",
-    "aci_notes", "agentclinic_cases", "checklist_tests", "cspt_cases", "embedded_sp_cases",
-    "flatten_value", "load_aci_bench", "load_cspt", "load_mts_correlation_study",
-    "load_mts_dialog", "mts_dialogues", "mts_notes", "parse_tagged_dialogue",
-    "shared_data_dir", "speaker_labels", "split_note_sections",
+    "ACI_COLUMNS", "ACI_DIR", "ACI_METADATA", "ACI_SPLITS", "AGENTCLINIC_FILE",
+    "AGENTCLINIC_FILES", "CSPT_DEPARTMENTS", "CsptNotFoundError", "CsptReport",
+    "DEFAULT_SPEAKERS", "DIALOGUE_SOURCES", "ENV_VAR", "MTS_COLUMNS", "MTS_CORR_DIR",
+    "MTS_CORR_HUMAN_MAP", "MTS_CORR_SCORES", "MTS_CORR_SUMMARIES", "MTS_DIR", "MTS_SPLITS",
+    "NOTE_SOURCES", "SP_CASE_SOURCES", "aci_dialogues", "aci_notes", "agentclinic_cases",
+    "checklist_tests", "cspt_cases", "embedded_sp_cases", "flatten_value", "load_aci_bench",
+    "load_cspt", "load_mts_correlation_study", "load_mts_dialog", "mts_dialogues", "mts_notes",
+    "parse_tagged_dialogue", "shared_data_dir", "speaker_labels", "split_note_sections",
 ]

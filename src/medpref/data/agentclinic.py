@@ -1,6 +1,15 @@
-"""AgentClinic OSCE (``agentclinic/agentclinic_medqa.jsonl``) into standardized-patient cases.
+"""AgentClinic's case files (``agentclinic/agentclinic_<name>.jsonl``) into SP cases.
 
-Ids: ``agentclinic-<line:04d>``; ``source`` is ``agentclinic``.
+AgentClinic publishes four files (:data:`AGENTCLINIC_FILES`): ``medqa`` (107 OSCE cases),
+``medqa_extended`` (213), ``nejm`` and ``nejm_extended``. The MedQA files hold OSCE
+records (``OSCE_Examination``); the NEJM files hold image-challenge records (``question``,
+``patient_info``, ``physical_exams``, ``answers`` with the correct one marked,
+``image_url``), converted as text only (:func:`nejm_case_record`). Each record is
+converted by its shape, whatever the file.
+
+Ids: ``agentclinic-<line:04d>`` for ``medqa`` (as before other files existed),
+``agentclinic-<name>-<line:04d>`` for the others; ``source`` is ``agentclinic`` and
+``meta`` names the file and line.
 """
 
 from __future__ import annotations
@@ -15,7 +24,13 @@ from typing import Any
 from medpref.contracts import ContractError, SPCase, parse_record
 from medpref.data.readers import collect_rows, data_root, jsonl_lines, require_field
 
-AGENTCLINIC_FILE = Path("agentclinic", "agentclinic_medqa.jsonl")
+AGENTCLINIC_DIR = Path("agentclinic")
+#: the published files by the name a params file uses (``simulation.agentclinic_file``)
+AGENTCLINIC_FILES = {name: f"agentclinic_{name}.jsonl"
+                     for name in ("medqa", "medqa_extended", "nejm", "nejm_extended")}
+AGENTCLINIC_FILE = AGENTCLINIC_DIR / AGENTCLINIC_FILES["medqa"]
+#: what the doctor is asked in a NEJM case (AgentClinic's own wording for these files)
+NEJM_OBJECTIVE = "What is the most likely diagnosis?"
 
 
 # Test_Results keys made only of these words group tests ("Imaging", "Blood_Tests",
@@ -91,11 +106,18 @@ def _symptom_list(symptoms: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(s.strip() for s in items if isinstance(s, str) and s.strip()))
 
 
-def _agentclinic_case(line: int, raw: str, path: Path) -> SPCase:
+def _load_record(raw: str, path: Path, line: int) -> dict[str, Any]:
     try:
         record = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ContractError(path, line, "<json>", f"invalid JSON: {exc.msg}") from None
+    if not isinstance(record, dict):
+        raise ContractError(path, line, "<record>", "not a JSON object")
+    return record
+
+
+def osce_case_record(record: Mapping[str, Any], path: Path, line: int) -> dict[str, Any]:
+    """The SP case fields of a MedQA OSCE record (id, source and meta left to the caller)."""
     osce = require_field(record, "OSCE_Examination", path, line)
     actor = require_field(osce, "Patient_Actor", path, line)
     primary = str(require_field(actor, "Symptoms.Primary_Symptom", path, line)).strip()
@@ -104,29 +126,174 @@ def _agentclinic_case(line: int, raw: str, path: Path) -> SPCase:
     info = {_humanise(k): flatten_value(v) for k, v in actor.items()}
     info["Physical Examination Findings"] = flatten_value(osce.get("Physical_Examination_Findings"))
     info["Test Results"] = flatten_value(results)
-    return parse_record(SPCase, {
-        "id": f"agentclinic-{line:04d}", "department": "general", "lang": "en",
+    return {
+        "department": "general", "lang": "en",
         "chief_complaint": primary, "patient_info": {k: v for k, v in info.items() if v},
         "checklist": {"symptoms": _symptom_list(actor["Symptoms"]),
                       "tests": checklist_tests(results) if isinstance(results, dict) else [],
                       "diseases": [diagnosis]},
-        "source": "agentclinic", "objective": str(osce.get("Objective_for_Doctor", "")).strip(),
-    }, path, line)
+        "objective": str(osce.get("Objective_for_Doctor", "")).strip(),
+    }
+
+
+# ---------------------------------------------------------------- NEJM image challenges
+
+# Where a NEJM question points at its image: a panel named in parentheses ("(left)",
+# "(right, hematoxylin and eosin stain)"), a mark on it ("(arrows)", "(... solid arrow)",
+# "(left, box)", an inset), or words that show it ("results are shown", "pictured").
+_IMAGE_CUES = re.compile(
+    r"\((?:left|right|middle|center|centre|top|bottom)(?:\s+(?:panel|image|inset))?"
+    r"(?:\s*[,;][^()]*)?\)"
+    r"|\([^()]*\b(?:arrows?|arrowheads?|asterisks?|insets?|box(?:es)?|panels?\s+[a-z]|shown)\b"
+    r"[^()]*\)"
+    r"|\b(?:is|are|was|were)\s+shown\b|\bas\s+shown\b|\bshown\s+(?:here|below|above)\b"
+    r"|\b(?:images?|photographs?|photos?|figures?|pictured|depicted)\b",
+    re.IGNORECASE)
+_FIRST_SENTENCE = re.compile(r"(.+?[.?!])(?:\s|$)", re.DOTALL)
+_PRESENTED = re.compile(r"\b(?:present(?:ed|s|ing)?|referred|seen|evaluated)\b.*?"
+                        r"\b(?:with|because of|for)\s+(.+)$", re.IGNORECASE | re.DOTALL)
+_HISTORY_OF = re.compile(r"^(?:an?\s+)?(?:[\w-]+\s+)?history\s+of\s+", re.IGNORECASE)
+_ARTICLE = re.compile(r"^(?:an?|the)\s+", re.IGNORECASE)
+_LIST_SPLIT = re.compile(r"\s*,\s*(?:and\s+)?|\s+and\s+")
+# a bullet (" - "), a numbered item ("1. ") or a new "Label: result" sentence of a NEJM
+# physical_exams text
+_EXAM_ITEM = re.compile(r"(?:^|\s)(?:-|\d{1,2}\.)\s+|(?<=\.)\s+(?=[A-Z][^.:]{0,80}:\s)")
+# a physical_exams text that only says the case has no readings (the generator's note)
+_NO_READINGS = re.compile(r"^[^.:]*\b(?:does not|doesn't|do not) (?:include|contain|provide)\b",
+                          re.IGNORECASE)
+_EXAM_LABEL_TAIL = re.compile(r"\s+(?:findings|results?|readings?)$", re.IGNORECASE)
+
+
+def image_cues(question: str) -> list[str]:
+    """The phrases by which a NEJM question relies on its image (empty: text alone)."""
+    return list(dict.fromkeys(m.group(0) for m in _IMAGE_CUES.finditer(question)))
+
+
+def _capitalised(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def nejm_complaint(question: str) -> str:
+    """The presenting complaint of a NEJM vignette: what the patient "presented with" (or
+    was "referred with", ...) in the first sentence, without its duration ("a 3-week
+    history of ..."); else the whole first sentence."""
+    match = _FIRST_SENTENCE.match(question.strip())
+    first = (match.group(1) if match else question).strip()
+    presented = _PRESENTED.search(first.rstrip(".?!"))
+    if not presented:
+        return first
+    return _capitalised(_HISTORY_OF.sub("", presented.group(1).strip()))
+
+
+def nejm_symptoms(complaint: str) -> list[str]:
+    """The complaint's list items ("neck swelling, fevers, and weight loss" -> three)."""
+    items = (_ARTICLE.sub("", _HISTORY_OF.sub("", part.strip())) for part in
+             _LIST_SPLIT.split(complaint.rstrip(".")))
+    return list(dict.fromkeys(_capitalised(i.strip()) for i in items if i.strip()))
+
+
+def nejm_tests(physical_exams: str) -> list[str]:
+    """Test names of a NEJM ``physical_exams`` text: the labels of its ``label: result``
+    items (bullets or numbered), without "findings"/"results"; a label with no result
+    (a heading such as "Laboratory studies:") or of more than eight words is left out."""
+    names = []
+    for item in _EXAM_ITEM.split(physical_exams):
+        label, colon, result = item.partition(":")
+        label = _EXAM_LABEL_TAIL.sub("", label.strip())
+        if colon and result.strip() and label and len(label.split()) <= 8:
+            names.append(label)
+    return list(dict.fromkeys(names))
+
+
+def _correct_answer(record: Mapping[str, Any], path: Path, line: int) -> tuple[str, list[str]]:
+    answers = require_field(record, "answers", path, line)
+    if not isinstance(answers, list) or not all(isinstance(a, dict) for a in answers):
+        raise ContractError(path, line, "answers", "not a list of {text, correct} objects")
+    correct = [str(a.get("text", "")).strip() for a in answers if a.get("correct") is True]
+    if len(correct) != 1 or not correct[0]:
+        raise ContractError(path, line, "answers",
+                            f"{len(correct)} choice(s) marked correct; expected exactly one")
+    return correct[0], [str(a.get("text", "")).strip() for a in answers]
+
+
+def nejm_case_record(record: Mapping[str, Any], path: Path, line: int) -> dict[str, Any]:
+    """The SP case fields of a NEJM image-challenge record, as text (the image is not used).
+
+    ``patient_info``: ``History`` (the actor's brief, bold marks removed) and ``Physical
+    Examination and Test Results`` (``physical_exams``, left out when it only says the
+    case has no readings); ``chief_complaint``:
+    :func:`nejm_complaint` of the question; checklist: :func:`nejm_symptoms`,
+    :func:`nejm_tests` and the answer marked correct. ``meta.image_dependent`` is True
+    when the question points at its image (:func:`image_cues`, kept in
+    ``meta.image_cues``): the text alone may not settle the diagnosis, so a user can
+    leave those cases out. ``meta`` also keeps the question, the choices, the image URL
+    and the image types (``type``, extended file).
+    """
+    question = str(require_field(record, "question", path, line)).strip()
+    actor = str(require_field(record, "patient_info", path, line)).replace("**", "").strip()
+    exams = str(record.get("physical_exams") or "").strip()
+    exams = "" if _NO_READINGS.match(exams) else exams
+    diagnosis, choices = _correct_answer(record, path, line)
+    complaint = nejm_complaint(question)
+    cues = image_cues(question)
+    info = {"History": actor, "Physical Examination and Test Results": exams}
+    return {
+        "department": "general", "lang": "en", "chief_complaint": complaint,
+        "patient_info": {k: v for k, v in info.items() if v},
+        "checklist": {"symptoms": nejm_symptoms(complaint), "tests": nejm_tests(exams),
+                      "diseases": [diagnosis]},
+        "objective": NEJM_OBJECTIVE,
+        "meta": {"image_dependent": bool(cues), "image_cues": cues,
+                 "image_url": record.get("image_url"), "image_types": record.get("type") or [],
+                 "question": question, "choices": choices},
+    }
+
+
+def _agentclinic_case(line: int, raw: str, path: Path, name: str) -> SPCase:
+    record = _load_record(raw, path, line)
+    if "OSCE_Examination" in record:
+        fields = osce_case_record(record, path, line)
+    elif "question" in record or "answers" in record:
+        fields = nejm_case_record(record, path, line)
+    else:
+        raise ContractError(path, line, "<record>", "neither an OSCE record "
+                            "(OSCE_Examination) nor a NEJM one (question, answers)")
+    prefix = "agentclinic" if name == "medqa" else f"agentclinic-{name}"
+    meta = {"file": path.name, "line": line, **fields.pop("meta", {})}
+    return parse_record(SPCase, {"id": f"{prefix}-{line:04d}", **fields, "source": "agentclinic",
+                                 "meta": meta}, path, line)
+
+
+def agentclinic_path(root: str | os.PathLike | None = None, file: str = "medqa") -> Path:
+    """The JSONL file of one published AgentClinic file name (an error naming the files
+    present when it is missing)."""
+    if file not in AGENTCLINIC_FILES:
+        raise ValueError(f"unknown AgentClinic file {file!r}; expected one of "
+                         f"{sorted(AGENTCLINIC_FILES)}")
+    folder = data_root(root) / AGENTCLINIC_DIR
+    path = folder / AGENTCLINIC_FILES[file]
+    if not path.is_file():
+        present = sorted(p.name for p in folder.glob("agentclinic_*.jsonl")) or ["none"]
+        raise FileNotFoundError(f"{path}: AgentClinic file {file!r} not found "
+                                f"(present: {', '.join(present)})")
+    return path
 
 
 def agentclinic_cases(root: str | os.PathLike | None = None, limit: int | None = None,
-                      skip_bad: bool = False) -> list[SPCase]:
-    """AgentClinic OSCE (MedQA) cases as standardized-patient cases.
+                      skip_bad: bool = False, file: str = "medqa") -> list[SPCase]:
+    """AgentClinic cases of one published file (``file``: :data:`AGENTCLINIC_FILES`).
 
-    ``chief_complaint`` is the primary symptom; ``patient_info`` the patient actor's
-    sections plus the physical-exam findings and test results, flattened to text;
-    checklist: primary + secondary symptoms, :func:`checklist_tests` of the test results,
-    and the correct diagnosis. The records carry no specialty, so the department is
+    OSCE records (MedQA): ``chief_complaint`` is the primary symptom; ``patient_info``
+    the patient actor's sections plus the physical-exam findings and test results,
+    flattened to text; checklist: primary + secondary symptoms, :func:`checklist_tests`
+    of the test results, and the correct diagnosis. NEJM records: see
+    :func:`nejm_case_record`. The records carry no specialty, so the department is
     ``general``; ``objective`` keeps the doctor's task. Ids use the JSONL line number.
     ``script`` is empty: the data set has no reference dialogue, and the simulated patient
     answers from ``patient_info`` alone (deriving question-answer pairs from the sections
     would put our wording, not the data's, in the knowledge base).
     """
-    path = data_root(root) / AGENTCLINIC_FILE
-    return collect_rows(jsonl_lines(path), lambda line, raw: _agentclinic_case(line, raw, path),
-                    path, limit, skip_bad)
+    path = agentclinic_path(root, file)
+    return collect_rows(jsonl_lines(path),
+                        lambda line, raw: _agentclinic_case(line, raw, path, file),
+                        path, limit, skip_bad)

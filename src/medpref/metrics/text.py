@@ -4,7 +4,12 @@ One tokenisation for counting and overlap (ROUGE, word counts, chunking): lower-
 **one token per Han/kana character** (Chinese and Japanese are written without spaces, so
 a "word" split on non-letters would swallow a whole sentence and score 0), and Unicode
 word tokens (letters/digits runs) for everything else. English tokens may be Porter-stemmed
-the way ``rouge-score`` does (only tokens longer than 3 characters).
+the way ``rouge-score`` does (nltk's default ``NLTK_EXTENSIONS`` mode, only tokens longer
+than 3 characters).
+
+English ROUGE is exactly ``rouge-score``'s: its own tokeniser (ASCII letter/digit runs,
+so "naïve" gives "na", "ve") and stemmer, so our numbers equal those of
+``RougeScorer(use_stemmer=True)``; Chinese ROUGE uses the one-token-per-character split.
 
 BLEU uses the standard tokenisers of ``sacrebleu``: ``13a`` (the WMT/mteval one,
 case-sensitive, punctuation as tokens) for space-delimited text and ``zh`` (one token
@@ -62,9 +67,11 @@ def resolve_lang(lang: Lang | str | None, *texts: str) -> str:
 
 @lru_cache(maxsize=1)
 def _porter():
+    """nltk's Porter stemmer in its default mode (``NLTK_EXTENSIONS``), as rouge-score
+    builds it: "used" -> "use", "days" -> "day" (the original algorithm gives "us", "dai")."""
     from nltk.stem import porter
 
-    return porter.PorterStemmer("ORIGINAL_ALGORITHM")
+    return porter.PorterStemmer()
 
 
 def tokenize(text: str, *, stem: bool = False) -> list[str]:
@@ -101,34 +108,42 @@ def clip_words(text: str, max_words: int, marker: str = " ...") -> str:
     return text
 
 
-class _RougeTokenizer:
-    """Adapter for ``rouge_score.RougeScorer(tokenizer=...)``."""
-
-    def __init__(self, stem: bool):
-        self.stem = stem
+class _CharTokenizer:
+    """Adapter of :func:`tokenize` for ``rouge_score.RougeScorer(tokenizer=...)`` (Chinese)."""
 
     def tokenize(self, text: str) -> list[str]:
-        return tokenize(text, stem=self.stem)
+        return tokenize(text)
 
 
 @lru_cache(maxsize=4)
-def _rouge_scorer(stem: bool):
+def _rouge_tokenizer(lang: str, stem: bool):
+    """English: rouge-score's own tokeniser (and stemmer); Chinese: one token a character."""
+    from rouge_score import tokenizers
+
+    return tokenizers.DefaultTokenizer(use_stemmer=stem) if lang == "en" else _CharTokenizer()
+
+
+@lru_cache(maxsize=4)
+def _rouge_scorer(lang: str, stem: bool):
     from rouge_score import rouge_scorer
 
-    return rouge_scorer.RougeScorer(list(ROUGE_TYPES), tokenizer=_RougeTokenizer(stem))
+    return rouge_scorer.RougeScorer(list(ROUGE_TYPES), tokenizer=_rouge_tokenizer(lang, stem))
 
 
 def rouge(reference: str, prediction: str, *, lang: Lang | str | None = "auto",
           stem: bool = True) -> dict[str, PRF]:
     """ROUGE-1/2/L/Lsum precision, recall, F1 of ``prediction`` against ``reference``.
 
-    ROUGE-Lsum splits both texts on newlines (summary-level LCS). ``stem`` applies to
-    English only (a detected or given ``zh`` text is never stemmed)."""
+    ROUGE-Lsum splits both texts on newlines (summary-level LCS). English scores equal
+    ``rouge_score.RougeScorer(use_stemmer=stem)``'s; ``stem`` applies to English only (a
+    detected or given ``zh`` text is never stemmed)."""
     zero = PRF(0.0, 0.0, 0.0)
-    if not tokenize(reference) or not tokenize(prediction):
+    resolved = resolve_lang(lang, reference, prediction)
+    use_stem = stem and resolved == "en"
+    tok = _rouge_tokenizer(resolved, use_stem)
+    if not tok.tokenize(reference) or not tok.tokenize(prediction):
         return {k: zero for k in ROUGE_TYPES}
-    use_stem = stem and resolve_lang(lang, reference, prediction) == "en"
-    scores = _rouge_scorer(use_stem).score(reference, prediction)
+    scores = _rouge_scorer(resolved, use_stem).score(reference, prediction)
     return {k: PRF(float(v.precision), float(v.recall), float(v.fmeasure))
             for k, v in scores.items()}
 

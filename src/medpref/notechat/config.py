@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from medpref.data.aci_bench import ACI_SPLITS
+from medpref.data.mts_dialog import MTS_SPLITS
 from medpref.params import RoleConfig, StrictModel
 from medpref.stagekit import GuardParams
 
@@ -79,7 +81,12 @@ class NoteChatParams(StrictModel):
     # -- notes ---------------------------------------------------------------------------
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
     notes: str = "data/embedded/notes.jsonl"
+    #: mts_dialog: train | validation | test1 | test2; aci_bench: train | valid | test1 |
+    #: test2 | test3
     source_split: str = "train"
+    #: real sets: the folder holding aci-bench/ and mts-dialog/ (relative to the repo unless
+    #: absolute); None: $MEDPREF_SHARED_DATA, else ../shared/data
+    source_root: str | None = None
     #: rows read from a real data set before sampling (None: all of the split)
     source_limit: int | None = Field(200, ge=1)
     n_notes: int = Field(6, ge=1, le=100_000)
@@ -138,6 +145,10 @@ class NoteChatParams(StrictModel):
     def _consistent(self) -> NoteChatParams:
         if self.min_rounds > self.max_rounds:
             raise ValueError(f"min_rounds ({self.min_rounds}) > max_rounds ({self.max_rounds})")
+        splits = {"mts_dialog": MTS_SPLITS, "aci_bench": ACI_SPLITS}.get(self.source, {})
+        if splits and self.source_split not in splits:
+            raise ValueError(f"source_split {self.source_split!r} is not a split of {self.source} "
+                             f"(expected one of {list(splits)})")
         names = [b.name for b in self.baselines]
         if len(set(names)) != len(names) or {n.lower() for n in names} & {"notechat", "human"}:
             raise ValueError(f"baseline names must be distinct and not 'notechat'/'human' "

@@ -33,14 +33,16 @@ from medpref.reports import save_figure, write_table
 
 # -- inputs ------------------------------------------------------------------------------
 def load_notes(p: NoteChatParams, seed: int) -> list[ClinicalNote]:
-    """The embedded notes or a real data set through its adapter, then ``n_notes`` of them."""
+    """The embedded notes or a real data set through its adapter (read from
+    ``source_root``, else the shared data directory), then ``n_notes`` of them."""
     if p.source == "embedded":
         pool = read_jsonl(repo_path(p.notes), ClinicalNote)
     else:
         from medpref.data import adapters
 
         loader = {"mts_dialog": adapters.mts_notes, "aci_bench": adapters.aci_notes}[p.source]
-        pool = loader(split=p.source_split, limit=p.source_limit)
+        root = repo_path(p.source_root) if p.source_root else None   # None: the env var
+        pool = loader(split=p.source_split, root=root, limit=p.source_limit)
     if p.sample == "random":
         pool = random.Random(f"{seed}:notechat").sample(pool, min(p.n_notes, len(pool)))
     return pool[:p.n_notes]

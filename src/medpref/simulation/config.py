@@ -120,11 +120,27 @@ class NextTurnParams(StrictModel):
     gpd_role: str = "judge"
 
 
+class HeldoutParams(StrictModel):
+    """Held-out process compliance (simulation.heldout): each compared policy's next doctor
+    turn on states of dialogues stage 01 never split, scored per rule by stage 03's REM,
+    against SFT by state with intervals clustered by dialogue."""
+
+    enabled: bool = True
+    dialogues: str = "data/embedded/dialogues.jsonl"  # the pool, less stage 01's splits
+    n_states: int = Field(60, ge=1)
+    states_per_dialogue: int = Field(4, ge=1, le=50)  # seeded cuts per dialogue
+    history_max_turns: int = Field(8, ge=1, le=200)   # turns the policy (and the REM) reads
+    include_grid: bool = False        # also the PLPF Table 3 grid cells (grid_pattern)
+    max_new_tokens: int = Field(64, ge=4, le=2048)
+
+
 class SimulationParams(StrictModel):
     cases: str = "data/embedded/sp_cases.jsonl"       # contract "SP case" (source embedded)
     source: Literal["embedded", "agentclinic", "cspt"] = "embedded"
-    source_root: str | None = None    # agentclinic: None = ../shared/data; cspt: its folder/zip
+    source_root: str | None = None    # agentclinic: None = ../shared/data; cspt: archives' folder
     source_limit: int | None = Field(None, ge=1)      # adapters: records read
+    # agentclinic: which published file (agentclinic_<name>.jsonl); NEJM ones as text only
+    agentclinic_file: Literal["medqa", "medqa_extended", "nejm", "nejm_extended"] = "medqa"
     n_cases: int | None = Field(None, ge=1)           # a subset, one per department first
     case_ids: list[str] | None = None                 # overrides n_cases
     rounds: int = Field(5, ge=1, le=50)               # paper: 5
@@ -136,6 +152,7 @@ class SimulationParams(StrictModel):
     patient: PatientParams = Field(default_factory=PatientParams)
     grader: GraderParams = Field(default_factory=GraderParams)
     next_turn: NextTurnParams = Field(default_factory=NextTurnParams)
+    heldout: HeldoutParams = Field(default_factory=HeldoutParams)
     rem_radar: bool = True
     rem_adapter: str | None = "data/03_rem/rem_lora"   # finetuned REM; absent → in-context expected
     rem_role: str = "rem"

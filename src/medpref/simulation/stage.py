@@ -13,6 +13,8 @@ policy found under ``simulation.trained_policies``):
    Eq. 6) → Table 2 (per department and ALL), with intervals and paired comparisons;
 3. next-turn prediction on held-out dialogues: BLEU-4, ROUGE-L P/R/F1, length, GPD;
 4. rule compliance of its transcripts with stage 03's REM (the radar of PLPF Fig. 3);
+5. held-out process compliance: its next turn on states of dialogues stage 01 never split,
+   scored per rule by the REM, against SFT by state (:mod:`~medpref.simulation.heldout`);
 
 then the PLPF Table 3 grid and follow-up Table 6 from the policies that exist, the
 grader's agreement with the hand-graded items (accuracy, Cohen's κ with its interval,
@@ -21,7 +23,6 @@ per split), the doctors' behaviour and a transcripts page for clinicians.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from medpref.contracts import (
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
-from medpref.simulation import consult, grading, nextturn, tables
+from medpref.simulation import consult, grading, heldout, nextturn, tables
 from medpref.simulation.config import DoctorConfig, SimulationParams
 from medpref.simulation.doctors import all_doctors, trained_doctors
 from medpref.simulation.echo import doctor_sentences, speech_act
@@ -72,6 +73,7 @@ class SimulationOutputs:
     metrics: dict[str, Any] = field(default_factory=dict)
     radar: Any = None
     consult_rows: list[dict] = field(default_factory=list)   # honesty + behaviour counts
+    heldout: Any = None        # heldout.HeldoutResult: held-out process compliance
 
 
 # -- inputs --------------------------------------------------------------------------------
@@ -104,7 +106,7 @@ def load_cases(p: SimulationParams) -> list[SPCase]:
     from medpref.data import adapters
 
     if p.source == "agentclinic":
-        return adapters.agentclinic_cases(p.source_root, p.source_limit)
+        return adapters.agentclinic_cases(p.source_root, p.source_limit, file=p.agentclinic_file)
     if p.source == "cspt":
         if not p.source_root:
             raise ValueError("simulation.source 'cspt' needs simulation.source_root (the "
@@ -348,6 +350,9 @@ def run(stage) -> SimulationOutputs:
     out = assemble(p, results, validation, doctors, model_ids, h)
     write_outputs(stage, out, [row for r in results.values() if r.next_turn
                                for row in r.next_turn.items])
+    with stage.step("held-out compliance"):
+        out.heldout = heldout.run_heldout(stage, p, h, doctors, lambda d: doctor_client(stage, d))
+    out.metrics.update(heldout.metrics_of(out.heldout))
     return out
 
 

@@ -1,7 +1,7 @@
 """The ``training`` params section (stage 05): profiles, the SFT recipe, the DPO runs.
 
 A *profile* says how big and how long a run is (LoRA rank, learning rate, batch ×
-accumulation, step caps, precision): ``paper`` is PLPF's Appendix C setting, ``tiny`` the
+accumulation, epochs, precision): ``paper`` is PLPF's Appendix C setting, ``tiny`` the
 CPU default that trains in minutes. The recipe (which data, which runs) is the same under
 both. Where a run executes (one process, DDP, DeepSpeed) is an accelerate config under
 ``configs/hardware/accelerate/``, chosen at launch, not here.
@@ -29,10 +29,12 @@ class TrainingProfile(StrictModel):
     warmup_ratio: float = Field(ge=0.0, lt=1.0)       # share of steps with a rising lr
     per_device_batch_size: int = Field(ge=1, le=1024)
     grad_accumulation: int = Field(ge=1, le=1024)
-    sft_epochs: float = Field(gt=0.0, le=100.0)
-    sft_max_steps: int | None = Field(ge=1)       # cap on optimizer steps (null: epochs)
-    dpo_epochs: float = Field(gt=0.0, le=100.0)
-    dpo_max_steps: int | None = Field(ge=1)
+    # whole passes over the data: SFT over the doctor-turn examples it keeps, DPO over a
+    # run's pairs; a step count is then epochs × ceil(examples / (batch × accumulation))
+    sft_epochs: int = Field(ge=1, le=100)
+    sft_max_steps: int | None = Field(ge=1)       # explicit step override (null: the epochs)
+    dpo_epochs: int = Field(ge=1, le=100)
+    dpo_max_steps: int | None = Field(ge=1)       # explicit step override (null: the epochs)
     max_length: int = Field(ge=16, le=131072)     # tokens of prompt + answer
     history_max_turns: int | None = Field(ge=1)   # context turns kept before an answer (null: all)
     bf16: Literal["auto"] | bool                  # auto: on where the GPU supports it
@@ -88,6 +90,9 @@ class TrainingParams(StrictModel):
     checkpoints_dir: str               # <dir>/<run>/checkpoint-N: where a killed run resumes
     keep_checkpoints: bool             # false: a finished run deletes its checkpoints
     reports: str
+    # a run planned with fewer optimizer steps is flagged (logged, and in its card and
+    # runs.csv), e.g. the paper profile's 2 × 16 batch on a pairs file of 21 pairs: 1 step
+    warn_below_steps: int = Field(ge=1)
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @field_validator("profiles")

@@ -10,6 +10,7 @@ names for the architecture; the adapter is what DPO starts from and uses as refe
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +20,9 @@ from medpref.contracts import Dialogue, read_jsonl
 from medpref.params import repo_path
 from medpref.training.config import SFTParams, TrainingProfile
 from medpref.training.profiles import (
+    few_steps_warning,
     load_hardware_of,
     lora_settings,
-    optimizer_steps,
     trainer_kwargs,
 )
 from medpref.training.runs import (
@@ -34,6 +35,8 @@ from medpref.training.runs import (
 )
 from medpref.training.sft import load_base, portable_path, with_lora
 from medpref.training.sft_data import dialogues_to_sft_examples, split_target
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -124,12 +127,15 @@ class SFTRun:
     n_dropped: int
     fit: FitResult
     card: dict[str, Any] = field(default_factory=dict)
+    warning: str = ""              # few optimizer steps (see ``few_steps_warning``)
 
 
-def sft_config(profile: TrainingProfile, ckpt_dir: str | Path, steps: int, seed: int):
+def sft_config(profile: TrainingProfile, ckpt_dir: str | Path, seed: int):
+    """``profile.sft_epochs`` whole epochs (or the ``sft_max_steps`` override)."""
     from trl import SFTConfig
 
-    return SFTConfig(**trainer_kwargs(profile, ckpt_dir, steps, seed), packing=False,
+    return SFTConfig(**trainer_kwargs(profile, ckpt_dir, seed, profile.sft_epochs,
+                                      profile.sft_max_steps), packing=False,
                      completion_only_loss=True)  # loss on the doctor turn (the completion)
 
 
@@ -145,9 +151,12 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
                        out_dir: str | Path, ckpt_dir: str | Path, profile: TrainingProfile,
                        seed: int, keep_checkpoints: bool = False,
                        task_card: dict[str, Any] | None = None,
-                       callbacks: tuple = (), check_yield=None) -> SFTRun:
-    """LoRA SFT with ``SFTTrainer`` (completion-only loss); the adapter goes to
-    ``out_dir``. A killed run resumes from its last checkpoint in ``ckpt_dir``."""
+                       callbacks: tuple = (), check_yield=None,
+                       warn_below_steps: int = 1) -> SFTRun:
+    """LoRA SFT with ``SFTTrainer`` (completion-only loss) for ``profile.sft_epochs``
+    whole epochs over the examples that fit; the adapter goes to ``out_dir``. A killed run
+    resumes from its last checkpoint in ``ckpt_dir``. A run planned with fewer than
+    ``warn_below_steps`` optimizer steps logs a warning (and returns it)."""
     from transformers import set_seed
 
     set_seed(seed)
@@ -158,16 +167,18 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
     if not data:
         raise ValueError(f"no SFT example fits max_length={profile.max_length}")
     model = with_lora(base, lora_settings(profile, base.config.model_type))
-    steps = optimizer_steps(len(data), profile, profile.sft_epochs, profile.sft_max_steps)
-    trainer = build_sft_trainer(model, tok, data, sft_config(profile, ckpt_dir, steps, seed),
-                                callbacks)
+    trainer = build_sft_trainer(model, tok, data, sft_config(profile, ckpt_dir, seed), callbacks)
+    warning = few_steps_warning("SFT", len(data), profile, profile.sft_epochs,
+                                profile.sft_max_steps, warn_below_steps, trainer.args.world_size)
+    if warning:
+        _log.warning(warning)
     key = run_key(kind="sft", profile=profile.model_dump(), seed=seed, data=data,
                   base=file_digest(Path(base_path) / "config.json"))
     result = fit(trainer, ckpt_dir, key)
     model.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     card = {"kind": "policy_sft", "examples": len(data), "dropped_too_long": dropped,
-            "steps": result.steps, **(task_card or {})}
+            "epochs": profile.sft_epochs, "steps": result.steps, **(task_card or {})}
     save_trained_adapter(trainer, model, out_dir, card)
     if trainer.is_world_process_zero():
         finish_checkpoints(ckpt_dir, keep_checkpoints)
-    return SFTRun(Path(out_dir), len(data), dropped, result, card)
+    return SFTRun(Path(out_dir), len(data), dropped, result, card, warning)

@@ -52,17 +52,41 @@ def load_hardware_of(profile: TrainingProfile) -> HardwareProfile:
     return HardwareProfile(device="cpu", num_threads=profile.num_threads)
 
 
-def optimizer_steps(n_examples: int, profile: TrainingProfile, epochs: float,
+def examples_per_step(profile: TrainingProfile, world_size: int = 1) -> int:
+    """Examples (or pairs) in one optimizer step: batch × accumulation × processes."""
+    return profile.per_device_batch_size * profile.grad_accumulation * world_size
+
+
+def optimizer_steps(n_examples: int, profile: TrainingProfile, epochs: int,
                     max_steps: int | None, world_size: int = 1) -> int:
-    """Steps of a run: the epochs over ``n_examples``, capped by the profile's step cap."""
-    per_step = profile.per_device_batch_size * profile.grad_accumulation * world_size
-    steps = max(1, math.ceil(epochs * math.ceil(n_examples / per_step)))
-    return min(steps, max_steps) if max_steps is not None else steps
+    """Optimizer steps of a run: ``epochs`` whole passes over ``n_examples``, each of
+    ``ceil(n / (batch × accumulation × processes))`` steps (the Trainer's own count: the
+    last step of an epoch takes the leftover batches), unless ``max_steps`` overrides."""
+    if max_steps is not None:
+        return max_steps
+    return epochs * max(1, math.ceil(n_examples / examples_per_step(profile, world_size)))
 
 
-def trainer_kwargs(profile: TrainingProfile, output_dir: str | Path, max_steps: int,
-                   seed: int) -> dict[str, Any]:
+def few_steps_warning(what: str, n_examples: int, profile: TrainingProfile, epochs: int,
+                      max_steps: int | None, warn_below: int, world_size: int = 1) -> str:
+    """A message when a run is planned with fewer than ``warn_below`` optimizer steps
+    ("" otherwise): a big batch on a small file collapses a run to a step or two."""
+    steps = optimizer_steps(n_examples, profile, epochs, max_steps, world_size)
+    if steps >= warn_below:
+        return ""
+    how = (f"max_steps {max_steps}" if max_steps is not None else
+           f"{epochs} epoch(s) of ceil({n_examples} / {examples_per_step(profile, world_size)})")
+    return (f"{what}: {steps} optimizer step{'s' if steps != 1 else ''} < warn_below_steps "
+            f"{warn_below} ({n_examples} examples, batch {profile.per_device_batch_size} × "
+            f"accumulation {profile.grad_accumulation} × {world_size} process(es); {how})")
+
+
+def trainer_kwargs(profile: TrainingProfile, output_dir: str | Path, seed: int, epochs: int,
+                   max_steps: int | None) -> dict[str, Any]:
     """Arguments shared by ``SFTConfig`` and ``DPOConfig`` (both are TrainingArguments).
+
+    The run length is ``epochs`` whole passes (the Trainer counts the steps, also under
+    several processes), or ``max_steps`` where a profile sets that override.
 
     ``use_cpu`` where no GPU exists: a CPU launch with several processes (torchrun) then
     runs DDP over gloo, the same code path as on GPUs. Checkpoints every ``save_steps`` into
@@ -72,7 +96,8 @@ def trainer_kwargs(profile: TrainingProfile, output_dir: str | Path, max_steps: 
     import torch
 
     return {
-        "output_dir": str(output_dir), "max_steps": max_steps,
+        "output_dir": str(output_dir), "num_train_epochs": epochs,
+        "max_steps": max_steps if max_steps is not None else -1,
         "use_cpu": not torch.cuda.is_available(),
         "per_device_train_batch_size": profile.per_device_batch_size,
         "per_device_eval_batch_size": profile.per_device_batch_size,
