@@ -5,21 +5,25 @@
 # adapter: every stage 05 run that trained), or any configured role — talks with a
 # **simulated standardized patient** for at most `simulation.rounds` rounds (PLPF: 5):
 #
-# * the patient's knowledge base is its case's patient information and dialogue script, cut
-#   into chunks of ≤ 128 tokens (a Han character is one token) and embedded with MiniLM;
-#   each turn's query is the last two rounds and the top 4 chunks go into its prompt
-#   (`configs/prompts/sp_patient.yaml`: answer only what is asked, ≤ 2 sentences, a test
-#   result only once the test is recommended, never volunteer, ask about the disease when
-#   the doctor asks nothing, end with the end marker);
+# * the patient (`simulation.patient.kind`) is by default **extractive**: it answers only
+#   with its case's own text (the scripted answer to the closest scripted question, else a
+#   history sentence, test findings only after a test request, else "I'm not sure about
+#   that."); `llm` is PLPF's retrieval-augmented patient for served models. The run fails
+#   when more than 10 % of the patient's sentences are not in its case;
 # * doctor and patient turns are batched across cases, round by round (lock-step).
 #
 # Each checklist item is graded (Eq. 6: symptoms incl. history, tests, diseases; a turn
-# naming ≥ 4 candidate diseases fails the disease item) by a judge role with two prompt
-# orders and an embedding fallback, or — the CPU default, since the 135M judge answers "no"
-# to everything — by MiniLM similarity alone (`simulation.grader.mode`). Beyond the paper, the patient's own honesty is counted (volunteered
-# or unsupported sentences). Then next-turn prediction on held-out dialogues (BLEU-4,
-# ROUGE-L P/R/F1, length, GPT-Distance) and the rule-compliance radar of each doctor's
-# transcripts with stage 03's REM. All logic lives in `medpref.simulation`.
+# naming ≥ 4 candidate diseases fails the disease item) by the grader `simulation.grader.mode`
+# names: by default **echo-aware** — only the doctor's own sentences count (a sentence that
+# repeats the patient's words earns nothing), of the act the category needs (asked,
+# recommended, named), matched to the item. Judge graders abstain on unusable answers.
+# The grader's κ on the test half of 229 hand-graded items is reported beside the old
+# embedding grade's. Beyond the paper: patient fidelity, the doctors' behaviour (question
+# and repetition shares), intervals and paired comparisons with the minimum detectable
+# difference, held-out process compliance, and `transcripts.html` for clinicians. Then
+# next-turn prediction on held-out dialogues (BLEU-4, ROUGE-L P/R/F1, length,
+# GPT-Distance) and the rule-compliance radar of each doctor's transcripts with stage 03's
+# REM. All logic lives in `medpref.simulation`.
 
 # %% tags=["parameters"]
 # papermill parameters (dvc.yaml passes none: everything comes from params.yaml)
@@ -45,11 +49,26 @@ out.doctors
 # %%
 out.table2
 
+# %% [markdown]
+# Each doctor's ALL score with a bootstrap 95 % interval over cases, and every doctor
+# against `base` and `sft` paired by case (difference, interval, p-value, the minimum
+# detectable difference, verdict):
+
+# %%
+display(out.table2_ci)
+out.table2_paired
+
 # %%
 out.per_case
 
 # %% [markdown]
-# ## One transcript
+# ## The doctors' behaviour and the patient's fidelity, per doctor
+
+# %%
+out.behaviour
+
+# %% [markdown]
+# ## One transcript (all of them, marked, in `reports/06_simulation/transcripts.html`)
 
 # %%
 first = out.consultations[0]
@@ -86,7 +105,7 @@ out.table6
 out.next_turn
 
 # %% [markdown]
-# ## The grader against the hand-graded items (accuracy, Cohen's κ)
+# ## The graders against the hand-graded items (accuracy, Cohen's κ with its interval; `dev`: where settings were chosen, `test`: reported)
 
 # %%
 out.grader_validation

@@ -42,7 +42,7 @@ from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
 from medpref.simulation import consult, grading, heldout, nextturn, tables
 from medpref.simulation.config import DoctorConfig, SimulationParams
-from medpref.simulation.doctors import all_doctors, trained_doctors
+from medpref.simulation.doctors import all_doctors, grid_cell, trained_doctors
 from medpref.simulation.echo import doctor_sentences, speech_act
 from medpref.simulation.graders import GraderContext, build_grader
 from medpref.simulation.knowledge import build_knowledge_bases, split_sentences
@@ -307,8 +307,9 @@ class DoctorResult:
 def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, client
                     ) -> DoctorResult:
     """One doctor: SP consultations, checklist grades, patient honesty, next turn, REM."""
-    consults = consult.simulate(h.cases, client, d.name, h.setup)
-    grades = h.grader.grade(consults, {c.id: c for c in h.cases})
+    cases = cases_for(p, h, d)
+    consults = consult.simulate(cases, client, d.name, h.setup)
+    grades = h.grader.grade(consults, {c.id: c for c in cases})
     fid = consult_rows(consults, h.kbs, h.encode, p)
     nt = None
     if h.items:
@@ -317,6 +318,14 @@ def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, cli
                                          p.next_turn.max_new_tokens)
     comp = compliance_of(consults, h.scorer, h.flowchart) if h.scorer is not None else None
     return DoctorResult(consults, grades, fid, nt, comp)
+
+
+def cases_for(p: SimulationParams, h: Harness, d: DoctorConfig) -> list[SPCase]:
+    """All cases, or for a Table 3 grid cell the cheaper ``grid_cases`` subset (the
+    same round-robin subset for every cell, so the cells stay paired)."""
+    if p.grid_cases is not None and grid_cell(d.name, p.grid_pattern) is not None:
+        return select_cases(h.cases, p.grid_cases, None)
+    return h.cases
 
 
 def doctors_of(stage, p: SimulationParams) -> list[DoctorConfig]:
@@ -343,8 +352,8 @@ def run(stage) -> SimulationOutputs:
     with stage.step("grader validation"):
         validation = grader_validation(p, h.graders, stage.seed)
     consults = [c for r in results.values() for c in r.consults]
-    stage.check_yield(sum(1 for c in consults if c.doctor_turns), len(h.cases) * len(doctors),
-                      what="consultations")
+    stage.check_yield(sum(1 for c in consults if c.doctor_turns),
+                      sum(len(cases_for(p, h, d)) for d in doctors), what="consultations")
     check_fidelity([f for r in results.values() for f in r.fidelity],
                    p.patient.max_unsupported_share)
     out = assemble(p, results, validation, doctors, model_ids, h)

@@ -14,6 +14,7 @@ when it tokenizes; nothing here renders text.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,9 @@ from medpref.contracts import PreferencePair, read_jsonl
 from medpref.training.config import TrainingProfile
 from medpref.training.dialogue_sft import clip_history, drop_too_long
 from medpref.training.profiles import (
+    few_steps_warning,
     load_hardware_of,
     lora_settings,
-    optimizer_steps,
     trainer_kwargs,
 )
 from medpref.training.runs import (
@@ -39,6 +40,8 @@ from medpref.training.runs import (
 )
 from medpref.training.sft import load_base, portable_path
 from medpref.training.sft_data import turns_to_chat
+
+_log = logging.getLogger(__name__)
 
 #: the DPO numbers a run reports (trl's names)
 REWARD_KEYS = ["loss", "rewards/chosen", "rewards/rejected", "rewards/margins",
@@ -81,6 +84,7 @@ class DPORun:
     final: dict[str, float]        # last logged training values
     evaluation: dict[str, float]   # one pass over (up to eval_pairs of) the training pairs
     card: dict[str, Any] = field(default_factory=dict)
+    warning: str = ""              # few optimizer steps (see ``few_steps_warning``)
 
 
 def policy_model(base_path: str | Path, sft_adapter: str | Path | None,
@@ -96,11 +100,14 @@ def policy_model(base_path: str | Path, sft_adapter: str | Path | None,
     return tok, PeftModel.from_pretrained(base, str(sft_adapter), is_trainable=True)
 
 
-def dpo_config(profile: TrainingProfile, ckpt_dir: str | Path, steps: int, seed: int,
-               beta: float, loss_type: str):
+def dpo_config(profile: TrainingProfile, ckpt_dir: str | Path, seed: int, beta: float,
+               loss_type: str):
+    """``profile.dpo_epochs`` whole epochs over the pairs (or the ``dpo_max_steps``
+    override)."""
     from trl import DPOConfig
 
-    return DPOConfig(**trainer_kwargs(profile, ckpt_dir, steps, seed), beta=beta,
+    return DPOConfig(**trainer_kwargs(profile, ckpt_dir, seed, profile.dpo_epochs,
+                                      profile.dpo_max_steps), beta=beta,
                      loss_type=[loss_type],
                      precompute_ref_log_probs=profile.precompute_ref_log_probs,
                      padding_free=False)  # trl 1.16 turns it off for DPO anyway
@@ -128,9 +135,11 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
               profile: TrainingProfile, *, beta: float, loss_type: str, seed: int,
               eval_pairs: int | None = None, keep_checkpoints: bool = False,
               task_card: dict[str, Any] | None = None, callbacks: tuple = (),
-              check_yield=None) -> DPORun:
-    """Train one DPO policy on conversational ``examples`` and save its adapter to
-    ``out_dir``; resumes from the last checkpoint in ``ckpt_dir`` of the same run."""
+              check_yield=None, warn_below_steps: int = 1) -> DPORun:
+    """Train one DPO policy for ``profile.dpo_epochs`` whole epochs over conversational
+    ``examples`` and save its adapter to ``out_dir``; resumes from the last checkpoint in
+    ``ckpt_dir`` of the same run. A run planned with fewer than ``warn_below_steps``
+    optimizer steps logs a warning (and returns it)."""
     from transformers import set_seed
 
     set_seed(seed)
@@ -141,9 +150,12 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
     if not data:
         raise ValueError(f"no pair fits max_length={profile.max_length}")
     eval_data = data[:eval_pairs] if eval_pairs is not None else data
-    steps = optimizer_steps(len(data), profile, profile.dpo_epochs, profile.dpo_max_steps)
-    args = dpo_config(profile, ckpt_dir, steps, seed, beta, loss_type)
+    args = dpo_config(profile, ckpt_dir, seed, beta, loss_type)
     trainer = build_dpo_trainer(model, tok, data, eval_data, args, profile, callbacks)
+    warning = few_steps_warning("DPO", len(data), profile, profile.dpo_epochs,
+                                profile.dpo_max_steps, warn_below_steps, args.world_size)
+    if warning:
+        _log.warning(warning)
     key = run_key(kind="dpo", profile=profile.model_dump(), seed=seed, beta=beta,
                   loss_type=loss_type, data=data,
                   base=file_digest(Path(base_path) / "config.json"),
@@ -157,11 +169,12 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
         policy.delete_adapter("ref")  # the frozen SFT copy is not part of the policy
     policy.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     card = {"kind": "policy_dpo", "pairs": len(data), "dropped_too_long": dropped,
-            "steps": result.steps, "beta": beta, "loss_type": loss_type,
+            "epochs": profile.dpo_epochs, "steps": result.steps, "beta": beta,
+            "loss_type": loss_type,
             "sft_adapter": portable_path(sft_adapter) if sft_adapter else None,
             **(task_card or {})}
     save_trained_adapter(trainer, policy, out_dir, card)
     if trainer.is_world_process_zero():
         finish_checkpoints(ckpt_dir, keep_checkpoints)
     return DPORun(Path(out_dir), len(data), dropped, result,
-                  last_logged(result.train_logs(), REWARD_KEYS), evaluation, card)
+                  last_logged(result.train_logs(), REWARD_KEYS), evaluation, card, warning)

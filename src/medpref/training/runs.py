@@ -25,6 +25,9 @@ from medpref.contracts import atomic_write_text
 KEY_FILE = "run_key.json"
 SKIPPED = "skipped.json"
 RUN_CARD = "run.json"
+#: a trained DPO run's log history, last logged values and evaluation (``reuse``: what a
+#: run that shares its adapter reports)
+FIT_RECORD = "fit.json"
 #: columns of the log-history CSV (dvc plots); DPO fills all, SFT the first ones
 PLOT_COLUMNS = ["step", "epoch", "loss", "learning_rate", "grad_norm", "rewards/chosen",
                 "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen",

@@ -6,7 +6,8 @@ parameter picks the part), so one DPO run per annotation strategy / grid cell is
 
 - ``sft``: :func:`run_sft` — dialogues → doctor-turn examples → LoRA SFT adapter;
 - ``dpo`` + ``run``: :func:`run_dpo` — that run's pairs → DPO from the SFT adapter, or a
-  ``skipped.json`` when there are fewer than ``min_pairs`` (never a crash);
+  ``skipped.json`` when there are fewer than ``min_pairs`` (never a crash), or a copy of
+  another run's adapter when that run's training is this one's (:mod:`.reuse`);
 - ``summary``: :func:`run_summary` — every run's row (trained or skipped, and why), the
   reward-margin curves, and the trained policies as backend roles (``policies.json``).
 """
@@ -14,6 +15,7 @@ parameter picks the part), so one DPO run per annotation strategy / grid cell is
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
 from medpref.stagekit import Stage
-from medpref.training import policies
+from medpref.training import policies, reuse
 from medpref.training.config import TrainingParams
 from medpref.training.dialogue_sft import (
     load_dialogues,
@@ -39,7 +41,9 @@ from medpref.training.dpo import (
 )
 from medpref.training.profiles import resolve_bf16
 from medpref.training.runs import (
+    FIT_RECORD,
     RUN_CARD,
+    file_digest,
     read_run_card,
     write_json,
     write_run_logs,
@@ -126,10 +130,12 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
             repo_path(_base_model(stage)), examples, out_dir / "adapter",
             repo_path(p.checkpoints_dir) / "sft", p.active_profile(), stage.seed,
             p.keep_checkpoints, task_card=_task_card(prompt),
-            check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="SFT examples"))
+            check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="SFT examples"),
+            warn_below_steps=p.warn_below_steps)
     logs = result.fit.train_logs()
     card = {"run": "sft", "status": "trained", "examples": result.n_examples,
-            "dropped_too_long": result.n_dropped, "steps": result.fit.steps,
+            "dropped_too_long": result.n_dropped, "epochs": p.active_profile().sft_epochs,
+            "steps": result.fit.steps, "steps_warning": result.warning,
             "resumed_from": result.fit.resumed_from, "runtime_s": round(result.fit.runtime_s, 1),
             "adapter": policies.portable_path(out_dir / "adapter"), **_hardware(stage)}
     table = pd.DataFrame([vars(s) for s in sources])
@@ -138,7 +144,7 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
         write_run_logs(stage.reports_dir, result.fit.log_history)
         write_table(table, stage.report("sources"))
     metrics = {"examples": result.n_examples, "dropped_too_long": result.n_dropped,
-               "steps": result.fit.steps, "dialogues": len(dialogues),
+               "epochs": card["epochs"], "steps": result.fit.steps, "dialogues": len(dialogues),
                "loss_first": logs[0]["loss"] if logs else None,
                "loss_last": logs[-1]["loss"] if logs else None}
     return TrainingOutputs(table, metrics, {"base": _base_model(stage)},
@@ -154,6 +160,8 @@ def _task_card(prompt) -> dict[str, Any]:
 # -- DPO ------------------------------------------------------------------------------------
 
 def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
+    """One DPO run: skipped (too few pairs, no file), a copy of an earlier run with the
+    same share key (:mod:`medpref.training.reuse`), or trained from the SFT adapter."""
     p: TrainingParams = stage.p
     pairs_path = repo_path(p.dpo.runs[name])
     out_dir = policies.run_dir(stage.params, name)
@@ -163,45 +171,106 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
     reason = skip_reason(Path(p.dpo.runs[name]), None if pairs is None else len(pairs),
                          p.dpo.min_pairs)
     if reason is not None:
-        card = {"run": name, "status": "skipped", "reason": reason}
-        if is_main_process():
-            card = write_skipped(out_dir, stage.reports_dir, name, reason,
-                                 pairs=0 if pairs is None else len(pairs),
-                                 pairs_file=p.dpo.runs[name])
-        return TrainingOutputs(pd.DataFrame([card]),
-                               {"trained": 0, "pairs": 0 if pairs is None else len(pairs)},
-                               extra={"card": card})
+        return _skipped_run(stage, name, reason, pairs,
+                            reuse.pairs_sha(pairs_path) if pairs_path.exists() else None)
     sft_adapter = policies.adapter_dir(stage.params, policies.SFT_RUN)
     if not sft_adapter.exists():
         raise FileNotFoundError(f"{sft_adapter}: no SFT adapter; run stage training_sft first")
     prompt = load_prompt(p.sft.system_prompt)
     examples = [pair_to_conversation(pair, prompt.system.strip(),
                                      p.active_profile().history_max_turns) for pair in pairs]
-    with stage.step("train"):
-        result = train_dpo(
-            repo_path(_base_model(stage)), sft_adapter, examples, out_dir / "adapter",
-            repo_path(p.checkpoints_dir) / "dpo" / name, p.active_profile(),
-            beta=p.dpo.beta, loss_type=p.dpo.loss_type, seed=stage.seed,
-            eval_pairs=p.dpo.eval_pairs, keep_checkpoints=p.keep_checkpoints,
-            task_card={**_task_card(prompt), "run": name, "pairs_file": p.dpo.runs[name]},
-            check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="pairs"))
-    card = {"run": name, "status": "trained", "pairs_file": p.dpo.runs[name],
-            "pairs": result.n_pairs, "dropped_too_long": result.n_dropped,
-            "steps": result.fit.steps, "resumed_from": result.fit.resumed_from,
-            "runtime_s": round(result.fit.runtime_s, 1),
-            "strategies": sorted({pair.strategy for pair in pairs}),
-            "adapter": policies.portable_path(out_dir / "adapter"),
-            "role": policies.role_name(stage.params, name), **_hardware(stage)}
-    if is_main_process():
+    key = _share_key(stage, examples, sft_adapter)
+    task_card = {**_task_card(prompt), "run": name, "pairs_file": p.dpo.runs[name]}
+    others = {run: policies.run_dir(stage.params, run) for run in p.dpo.runs if run != name}
+    source = reuse.find_same_training(others, key)
+    if source is None:
+        with stage.step("train"):
+            card, fit_record = _train_run(stage, name, examples, sft_adapter, task_card)
+    else:
+        with stage.step("reuse"):
+            card, fit_record = _reuse_run(stage, name, source, others[source], task_card,
+                                          len(pairs))
+    card.update({"run": name, "status": "trained", "pairs_file": p.dpo.runs[name],
+                 "pairs_sha": reuse.pairs_sha(pairs_path), "share_key": key,
+                 "strategies": sorted({pair.strategy for pair in pairs}),
+                 "adapter": policies.portable_path(out_dir / "adapter"),
+                 "role": policies.role_name(stage.params, name), **_hardware(stage)})
+    if is_main_process():  # (the main process saved or copied the adapter)
+        card["adapter_sha"] = reuse.adapter_sha(out_dir / "adapter")
         write_json(out_dir / RUN_CARD, card)
-        write_run_logs(stage.reports_dir, result.fit.log_history)
-    metrics = {"trained": 1, "pairs": result.n_pairs, "steps": result.fit.steps,
-               "train": _slashless(result.final), "eval": _slashless(result.evaluation)}
-    row = {**card, **{f"eval_{k}": v for k, v in result.evaluation.items()}}
+        write_json(out_dir / FIT_RECORD, fit_record)
+        write_run_logs(stage.reports_dir, fit_record["log_history"])
+    final, evaluation = fit_record["final"], fit_record["evaluation"]
+    metrics = {"trained": 1, "shared": int(source is not None), "pairs": card["pairs"],
+               "epochs": card["epochs"], "steps": card["steps"],
+               "train": _slashless(final), "eval": _slashless(evaluation)}
+    row = {**card, **{f"eval_{k}": v for k, v in evaluation.items()}}
     return TrainingOutputs(pd.DataFrame([row]), metrics,
                            {"base": _base_model(stage),
                             "sft_adapter": policies.portable_path(sft_adapter)},
                            {prompt.name: prompt.sha}, extra={"card": card})
+
+
+def _skipped_run(stage: RunStage, name: str, reason: str, pairs,
+                 sha: str | None) -> TrainingOutputs:
+    p: TrainingParams = stage.p
+    card = {"run": name, "status": "skipped", "reason": reason}
+    n_pairs = 0 if pairs is None else len(pairs)
+    if is_main_process():
+        card = write_skipped(policies.run_dir(stage.params, name), stage.reports_dir, name,
+                             reason, pairs=n_pairs, pairs_file=p.dpo.runs[name],
+                             pairs_sha=sha)
+    return TrainingOutputs(pd.DataFrame([card]), {"trained": 0, "pairs": n_pairs},
+                           extra={"card": card})
+
+
+def _share_key(stage: RunStage, examples: list[dict[str, Any]], sft_adapter: Path) -> str:
+    """What decides a DPO run's adapter (and its reported numbers), hashed."""
+    p: TrainingParams = stage.p
+    return reuse.share_key(kind="dpo", profile=p.active_profile().model_dump(),
+                           seed=stage.seed, beta=p.dpo.beta, loss_type=p.dpo.loss_type,
+                           eval_pairs=p.dpo.eval_pairs, warn_below_steps=p.warn_below_steps,
+                           examples=examples,
+                           base=reuse.base_digest(repo_path(_base_model(stage))),
+                           sft=file_digest(sft_adapter))
+
+
+def _train_run(stage: RunStage, name: str, examples: list[dict[str, Any]], sft_adapter: Path,
+               task_card: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train the run; (its card, its fit record)."""
+    p: TrainingParams = stage.p
+    result = train_dpo(
+        repo_path(_base_model(stage)), sft_adapter, examples,
+        policies.run_dir(stage.params, name) / "adapter",
+        repo_path(p.checkpoints_dir) / "dpo" / name, p.active_profile(),
+        beta=p.dpo.beta, loss_type=p.dpo.loss_type, seed=stage.seed,
+        eval_pairs=p.dpo.eval_pairs, keep_checkpoints=p.keep_checkpoints, task_card=task_card,
+        check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="pairs"),
+        warn_below_steps=p.warn_below_steps)
+    card = {"pairs": result.n_pairs, "dropped_too_long": result.n_dropped,
+            "epochs": p.active_profile().dpo_epochs, "steps": result.fit.steps,
+            "steps_warning": result.warning, "resumed_from": result.fit.resumed_from,
+            "runtime_s": round(result.fit.runtime_s, 1), "reused_from": None}
+    fit_record = {"log_history": result.fit.log_history, "final": result.final,
+                  "evaluation": result.evaluation}
+    return card, fit_record
+
+
+def _reuse_run(stage: RunStage, name: str, source: str, source_dir: Path,
+               task_card: dict[str, Any], asked: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Copy the adapter of ``source``, whose training is this run's; (card, fit record)."""
+    t0 = time.perf_counter()
+    src_card = read_run_card(source_dir)
+    stage.check_yield(src_card["pairs"], asked, what="pairs")  # this run's guard
+    if is_main_process():
+        src_card, fit_record = reuse.copy_training(
+            source_dir, policies.run_dir(stage.params, name), task_card)
+    else:
+        fit_record = json.loads((source_dir / FIT_RECORD).read_text(encoding="utf-8"))
+    keep = ("pairs", "dropped_too_long", "epochs", "steps", "steps_warning")
+    card = {**{k: src_card.get(k) for k in keep}, "resumed_from": None,
+            "runtime_s": round(time.perf_counter() - t0, 1), "reused_from": source}
+    return card, fit_record
 
 
 def _slashless(values: dict[str, float]) -> dict[str, float]:
@@ -211,9 +280,14 @@ def _slashless(values: dict[str, float]) -> dict[str, float]:
 
 # -- summary --------------------------------------------------------------------------------
 
-SUMMARY_COLUMNS = ["run", "status", "reason", "pairs_file", "pairs", "steps", "runtime_s",
+#: ``shares_training_of``: the run whose trained adapter this run copied (same share key,
+#: :mod:`medpref.training.reuse`); ``steps_warning``: fewer than warn_below_steps steps
+SUMMARY_COLUMNS = ["run", "status", "reason", "pairs_file", "pairs_sha", "pairs", "epochs",
+                   "steps", "steps_warning", "shares_training_of", "adapter_sha", "runtime_s",
                    "eval_loss", "eval_rewards/chosen", "eval_rewards/rejected",
                    "eval_rewards/margins", "eval_rewards/accuracies", "role"]
+TEXT_COLUMNS = ["reason", "pairs_sha", "steps_warning", "shares_training_of", "adapter_sha",
+                "role"]
 
 
 def _summary_row(stage: Stage, name: str) -> dict[str, Any]:
@@ -222,7 +296,7 @@ def _summary_row(stage: Stage, name: str) -> dict[str, Any]:
     if card is None:
         return {"run": name, "status": "not run", "reason": f"stage training_dpo@{name} has "
                 "not run", "pairs_file": p.dpo.runs[name]}
-    row = dict(card)
+    row = {**card, "shares_training_of": card.get("reused_from")}
     metrics = repo_path(p.reports) / "dpo" / name / "metrics.json"
     if card["status"] == "trained" and metrics.exists():
         evals = json.loads(metrics.read_text(encoding="utf-8")).get("eval", {})
@@ -266,7 +340,7 @@ def run_summary(stage: RunStage) -> TrainingOutputs:
     p: TrainingParams = stage.p
     rows = [_summary_row(stage, name) for name in p.dpo.runs]
     table = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
-    table[["reason", "role"]] = table[["reason", "role"]].fillna("")
+    table[TEXT_COLUMNS] = table[TEXT_COLUMNS].astype(object).fillna("")
     trained = policies.trained_policies(stage.params)
     write_json(stage.report("policies.json"),
                {pol.role: {"run": pol.run, **policies.policy_role(stage.params, pol)
@@ -276,8 +350,11 @@ def run_summary(stage: RunStage) -> TrainingOutputs:
     curves = margin_curves(stage)
     figure = plot_margins(curves)
     save_figure(figure, stage.report("margins.png"))
-    metrics = {"runs": len(rows), "trained": int((table["status"] == "trained").sum()),
+    trained_runs = table["status"] == "trained"
+    metrics = {"runs": len(rows), "trained": int(trained_runs.sum()),
+               "trainings": int((trained_runs & (table["shares_training_of"] == "")).sum()),
                "skipped": int((table["status"] == "skipped").sum()),
+               "few_steps": int((table["steps_warning"] != "").sum()),
                "policies": len(trained)}
     return TrainingOutputs(table, metrics, extra={"policies": trained, "curves": curves})
 
