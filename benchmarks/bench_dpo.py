@@ -141,7 +141,7 @@ def main() -> None:
     a = ap.parse_args()
     profile = load_params().training.profiles["tiny"].model_copy(update={
         "per_device_batch_size": a.batch, "grad_accumulation": 1, "dpo_max_steps": a.steps,
-        "dpo_epochs": 100.0, "max_length": a.max_length, "save_steps": a.save_steps,
+        "dpo_epochs": 100, "max_length": a.max_length, "save_steps": a.save_steps,
         "logging_steps": 1})
     data = bench_pairs(a.pairs)
     with tempfile.TemporaryDirectory(prefix="bench-dpo-") as tmp:

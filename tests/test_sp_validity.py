@@ -15,7 +15,12 @@ from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams
 from medpref.simulation.graders import GRADERS, GraderContext, build_grader, without_echoes
-from medpref.simulation.patients import DONT_KNOW, ExtractivePatient, PatientContext
+from medpref.simulation.patients import (
+    ASK_DIAGNOSIS,
+    DONT_KNOW,
+    ExtractivePatient,
+    PatientContext,
+)
 from test_simulation import case, client, keyword_judge, toy_encode
 
 
@@ -149,6 +154,12 @@ def test_the_extractive_patient_answers_a_scripted_question_with_its_scripted_an
     assert text == "Yes, up to 38.5 degrees since Monday." and trace[0]["from"] == "script"
     text, _ = patient.answer("sp-x", "en", "What is your favourite film?")
     assert text == DONT_KNOW["en"]
+
+
+def test_a_turn_that_asks_nothing_gets_the_patients_question_not_a_fact():
+    c = case("sp-x")
+    text, trace = extractive(c).answer("sp-x", "en", "The result of the flu is a fever. Fever.")
+    assert text == ASK_DIAGNOSIS["en"] and trace[0]["from"] == "asks_diagnosis"
 
 
 def test_findings_come_only_after_a_test_is_asked_for():

@@ -42,7 +42,7 @@ def _pairs(n: int = 4) -> list[PreferencePair]:
 def profile():
     """The tiny profile with short, fast, lively settings for a model built from a config."""
     return load_params().training.profiles["tiny"].model_copy(update={
-        "sft_max_steps": 2, "dpo_max_steps": 4, "dpo_epochs": 10.0, "learning_rate": 5e-3,
+        "sft_max_steps": 2, "dpo_max_steps": 4, "dpo_epochs": 10, "learning_rate": 5e-3,
         "max_length": 256, "save_steps": 2, "logging_steps": 1})
 
 
@@ -111,7 +111,7 @@ def test_pair_becomes_conversational_with_the_chat_template_applied_once(
     assert not any("<|im_start|>" in m["content"] for m in ex["prompt"] + ex["chosen"])
     # what trl tokenizes: one system block, the template's markers once per message
     tok, model = policy_model(tiny_model_dir, None, profile)
-    args = dpo_config(profile, tmp_path / "ckpt", 1, 0, 0.1, "sigmoid")
+    args = dpo_config(profile, tmp_path / "ckpt", 0, 0.1, "sigmoid")
     trainer = build_dpo_trainer(model, tok, [ex], [], args, profile)
     row = trainer.train_dataset[0]
     prompt_text = tok.decode(row["prompt_ids"])
@@ -219,9 +219,73 @@ def test_runs_with_too_few_pairs_or_no_file_are_skipped_with_their_reason(tmp_pa
     assert read_run_card(tmp_path / "dpo" / "few")["reason"] == "2 pairs < min_pairs 4"
     assert read_run_card(tmp_path / "dpo" / "none")["reason"].startswith("no pairs file")
     summary = training_stage.run(training_stage.open_part(stage, "summary"))
-    assert summary.metrics == {"runs": 2, "trained": 0, "skipped": 2, "policies": 0}
+    assert summary.metrics == {"runs": 2, "trained": 0, "trainings": 0, "skipped": 2,
+                               "few_steps": 0, "policies": 0}
     assert list(summary.table["reason"]) == ["2 pairs < min_pairs 4",
                                              f"no pairs file {tmp_path / 'absent.jsonl'}"]
+
+
+def test_identical_pairs_files_train_once_and_share_the_adapter(
+        tiny_model_dir, sft_adapter, profile, tmp_path, monkeypatch, caplog):
+    """Run b's pairs file has run a's content: b copies a's adapter (it does not train),
+    and runs.csv says so; a changed beta or a tampered adapter is not shared."""
+    import logging
+    import shutil
+
+    import pandas as pd
+
+    from medpref.training import reuse
+
+    write_jsonl(tmp_path / "a.jsonl", _pairs(4))
+    write_jsonl(tmp_path / "b.jsonl", _pairs(4))  # the same pairs under another name
+    runs = {"a": str(tmp_path / "a.jsonl"), "b": str(tmp_path / "b.jsonl"),
+            "c": str(tmp_path / "a.jsonl")}
+    stage, training_stage = _stage(tmp_path, runs)
+    p = stage.p
+    p.profiles[p.profile] = profile  # 4 steps (its dpo_max_steps override)
+    p.warn_below_steps = 5
+    roles = stage.params.shared.llm.roles
+    roles["policy"] = roles["policy"].model_copy(update={"model": str(tiny_model_dir)})
+    shutil.copytree(sft_adapter, tmp_path / "sft" / "adapter")
+    with caplog.at_level(logging.WARNING):
+        first = training_stage.run(training_stage.open_part(stage, "dpo", "a"))
+    assert "DPO: 4 optimizer steps < warn_below_steps 5" in caplog.text
+    assert first.metrics["steps"] == 4 and first.metrics["shared"] == 0
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained")
+
+    monkeypatch.setattr(training_stage, "train_dpo", no_training)
+    second = training_stage.run(training_stage.open_part(stage, "dpo", "b"))
+    dpo = tmp_path / "dpo"
+    card_a, card_b = read_run_card(dpo / "a"), read_run_card(dpo / "b")
+    assert card_a["reused_from"] is None and card_b["reused_from"] == "a"
+    assert card_b["adapter_sha"] == card_a["adapter_sha"] == reuse.adapter_sha(dpo / "b" /
+                                                                               "adapter")
+    assert card_b["pairs_sha"] == card_a["pairs_sha"] == reuse.pairs_sha(tmp_path / "b.jsonl")
+    assert card_b["steps"] == 4 and card_b["steps_warning"] == card_a["steps_warning"] != ""
+    assert second.metrics["shared"] == 1 and second.metrics["eval"] == first.metrics["eval"]
+    task = json.loads((dpo / "b" / "adapter" / "medpref_task.json").read_text())
+    assert task["run"] == "b" and task["pairs_file"] == runs["b"]
+    logs = tmp_path / "reports" / "dpo"
+    assert (logs / "b" / "log_history.csv").read_text() == \
+        (logs / "a" / "log_history.csv").read_text()
+    training_stage.run(training_stage.open_part(stage, "summary"))
+    table = pd.read_csv(tmp_path / "reports" / "summary" / "runs.csv", keep_default_na=False)
+    assert list(table["shares_training_of"]) == ["", "a", ""]
+    assert list(table["status"]) == ["trained", "trained", "not run"]
+    assert table.loc[0, "adapter_sha"] == table.loc[1, "adapter_sha"] != ""
+    assert table.loc[0, "pairs_sha"] == table.loc[1, "pairs_sha"]
+    assert table.loc[1, "steps_warning"].startswith("DPO: 4 optimizer steps")
+    # the same pairs with another beta is another training; so is a tampered adapter
+    p.dpo.beta = 0.2
+    with pytest.raises(AssertionError, match="trained"):
+        training_stage.run(training_stage.open_part(stage, "dpo", "c"))
+    p.dpo.beta = 0.1
+    (dpo / "a" / "adapter" / "adapter_model.safetensors").write_bytes(b"tampered")
+    (dpo / "b" / "run.json").unlink()
+    with pytest.raises(AssertionError, match="trained"):
+        training_stage.run(training_stage.open_part(stage, "dpo", "c"))
 
 
 def test_trained_policies_are_backend_roles_with_their_adapters(tmp_path):
@@ -269,12 +333,16 @@ def test_profile_sets_precision_checkpointing_and_progress_from_the_hardware(tmp
     from medpref.training.profiles import resolve_bf16, target_modules
 
     tiny = load_params().training.profiles["tiny"]
-    args = dpo_config(tiny, tmp_path, 3, 0, 0.1, "sigmoid")
+    args = dpo_config(tiny, tmp_path, 0, 0.1, "sigmoid")
     gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     assert args.bf16 is gpu_bf16  # trl's default (True) is overridden on a CPU
     assert args.gradient_checkpointing is False and args.disable_tqdm is False
     assert args.padding_free is False and args.precompute_ref_log_probs is False
-    assert args.max_steps == 3 and args.save_steps == tiny.save_steps
+    # whole epochs, counted by the Trainer; a profile's max_steps is an explicit override
+    assert args.num_train_epochs == tiny.dpo_epochs and tiny.dpo_max_steps is None
+    assert args.max_steps == -1 and args.save_steps == tiny.save_steps
+    capped = dpo_config(tiny.model_copy(update={"dpo_max_steps": 3}), tmp_path, 0, 0.1, "sigmoid")
+    assert capped.max_steps == 3
     if not gpu_bf16:
         with pytest.raises(ValueError, match="bf16"):
             resolve_bf16(tiny.model_copy(update={"bf16": True}))
@@ -282,15 +350,56 @@ def test_profile_sets_precision_checkpointing_and_progress_from_the_hardware(tmp
     assert target_modules(tiny, "mistral") == tuple(tiny.target_modules["default"])
 
 
-def test_steps_follow_epochs_and_the_cap():
+def test_steps_follow_epochs_and_the_override():
     from medpref.training.profiles import optimizer_steps
 
     prof = load_params().training.profiles["tiny"].model_copy(
         update={"per_device_batch_size": 2, "grad_accumulation": 3})  # 6 pairs a step
-    assert optimizer_steps(7, prof, 1.0, None) == 2
-    assert optimizer_steps(7, prof, 2.0, None) == 4
-    assert optimizer_steps(100, prof, 1.0, 5) == 5
-    assert optimizer_steps(12, prof, 1.0, None, world_size=2) == 1
+    assert optimizer_steps(7, prof, 1, None) == 2
+    assert optimizer_steps(7, prof, 2, None) == 4
+    assert optimizer_steps(100, prof, 1, 5) == 5
+    assert optimizer_steps(3, prof, 1, 5) == 5  # an override is exact, not a cap
+    assert optimizer_steps(12, prof, 1, None, world_size=2) == 1
+    assert optimizer_steps(13, prof, 3, None, world_size=2) == 6
+
+
+def test_epochs_are_whole_passes_with_the_trainers_step_count(tiny_model_dir, sft_adapter,
+                                                             profile, tmp_path):
+    """No step cap: 2 epochs over 5 pairs at batch 1 × accumulation 2 are 2 × ceil(5/2) = 6
+    optimizer steps (the last step of an epoch takes the leftover pair), and SFT's one
+    epoch over 5 examples at batch 2 is ceil(5/2) = 3 steps."""
+    from medpref.training.profiles import optimizer_steps
+
+    prof = profile.model_copy(update={"sft_max_steps": None, "sft_epochs": 1,
+                                      "dpo_max_steps": None, "dpo_epochs": 2,
+                                      "per_device_batch_size": 1, "grad_accumulation": 2})
+    examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(5)]
+    run = train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "dpo", tmp_path / "ck",
+                    prof, beta=0.1, loss_type="sigmoid", seed=0)
+    assert run.n_pairs == 5 and run.fit.steps == 6 == optimizer_steps(5, prof, 2, None)
+    assert run.fit.log_history[-1]["epoch"] == pytest.approx(2.0) and run.card["epochs"] == 2
+    dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)[:3]
+    sft_prof = prof.model_copy(update={"per_device_batch_size": 2, "grad_accumulation": 1})
+    sft = train_dialogue_sft(tiny_model_dir, sft_examples(dialogues, SYSTEM, 5, 0),
+                             tmp_path / "sft", tmp_path / "ck-sft", sft_prof, seed=0)
+    assert sft.n_examples == 5 and sft.fit.steps == 3 == optimizer_steps(5, sft_prof, 1, None)
+    assert sft.fit.log_history[-1]["epoch"] == pytest.approx(1.0)
+
+
+def test_paper_profile_on_a_small_pairs_file_is_flagged_with_its_step_count():
+    """PLPF's batch 2 × accumulation 16 is 32 pairs a step: a 21-pair file is one step."""
+    from medpref.training.profiles import few_steps_warning
+
+    params = load_params().training
+    paper, tiny = params.profiles["paper"], params.profiles["tiny"]
+    message = few_steps_warning("DPO", 21, paper, paper.dpo_epochs, paper.dpo_max_steps,
+                                params.warn_below_steps)
+    assert message.startswith("DPO: 1 optimizer step < warn_below_steps 10")
+    assert "batch 2 × accumulation 16" in message and "ceil(21 / 32)" in message
+    assert few_steps_warning("DPO", 21 * 16, paper, paper.dpo_epochs, None, 10) == ""
+    # the tiny default: 3 epochs of the smallest committed pairs file (7 pairs) pass
+    assert few_steps_warning("DPO", 7, tiny, tiny.dpo_epochs, tiny.dpo_max_steps,
+                             params.warn_below_steps) == ""
 
 
 # -- the real model --------------------------------------------------------------------------
@@ -299,7 +408,7 @@ def test_steps_follow_epochs_and_the_cap():
 def test_dpo_on_the_embedded_model_moves_every_weight_and_raises_the_margin(tmp_path):
     base = REPO_ROOT / "models" / "smollm2-135m-instruct"
     prof = load_params().training.profiles["tiny"].model_copy(update={
-        "sft_max_steps": 1, "dpo_max_steps": 3, "dpo_epochs": 10.0, "max_length": 256})
+        "sft_max_steps": 1, "dpo_max_steps": 3, "dpo_epochs": 10, "max_length": 256})
     dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)[:2]
     sft = train_dialogue_sft(base, sft_examples(dialogues, SYSTEM, 2, 0, 2), tmp_path / "sft",
                              tmp_path / "ck1", prof, seed=0)
@@ -330,7 +439,7 @@ def test_sft_learns_only_the_doctor_turn(tiny_model_dir, profile, tmp_path):
     assert [m["role"] for m in examples[1]["prompt"]] == ["system", "assistant", "user"]
     tok, base = load_base(tiny_model_dir, load_hardware_of(profile))
     model = with_lora(base, lora_settings(profile, "llama"))
-    trainer = build_sft_trainer(model, tok, examples, sft_config(profile, tmp_path, 1, 0))
+    trainer = build_sft_trainer(model, tok, examples, sft_config(profile, tmp_path, 0))
     row = trainer.train_dataset[1]
     batch = trainer.data_collator([row])  # what the loss sees: -100 outside the answer
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()

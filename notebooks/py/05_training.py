@@ -32,7 +32,10 @@ stage.p.active_profile()
 # The progress bar below is trl's: steps done, rate and time left. A run killed midway
 # resumes from its last checkpoint (`training.checkpoints_dir`) when rerun with the same
 # params and data. A DPO run with fewer than `training.dpo.min_pairs` pairs is skipped,
-# and its reason is written instead of an adapter.
+# and its reason is written instead of an adapter. A DPO run whose training would be
+# another run's (same pairs, params, SFT adapter and code) copies that run's adapter
+# instead of training again (`shares_training_of` in the summary's `runs.csv`). A run
+# planned with fewer than `training.warn_below_steps` optimizer steps logs a warning.
 
 # %%
 out = training_stage.run(stage)

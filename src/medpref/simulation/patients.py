@@ -9,7 +9,9 @@ A patient answers the doctor's newest turn of every open consultation in one bat
   with the question frame removed for Chinese); else the history sentences of the
   patient information closest to it; examination and test findings only when the
   doctor asks for an examination or a test. Nothing above its threshold: "I'm not sure
-  about that." It cannot invent a fact and never speaks as the doctor.
+  about that."; a turn that asks nothing: "What do you think I have, and how should it
+  be treated?" (PLPF's patient asks about its illness then). It cannot invent a fact and
+  never speaks as the doctor.
 - ``llm``: PLPF's retrieval-augmented patient (the last rounds as the query, the top
   chunks of the case's knowledge base in its prompt), for served models that can keep
   the role.
@@ -30,6 +32,9 @@ from medpref.simulation.knowledge import Encoder, KnowledgeBase, retrieval_query
 from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
 
 DONT_KNOW = {"en": "I'm not sure about that.", "zh": "这个我不太清楚。"}
+# a doctor turn that asks nothing: the patient asks about its illness (PLPF's patient rule)
+ASK_DIAGNOSIS = {"en": "What do you think I have, and how should it be treated?",
+                 "zh": "医生，我这是什么病？该怎么治？"}
 # sections whose sentences are findings: given only after a test or examination is asked for
 FINDINGS = re.compile(r"exam|test|investigation|result|lab|mental state|检查|化验|结果|体格",
                       re.IGNORECASE)
@@ -168,9 +173,12 @@ class ExtractivePatient:
     def answer(self, case_id: str, lang: str, doctor_turn: str) -> tuple[str, list[dict]]:
         """The answer to one doctor turn and, per question sentence, where it came from."""
         src, p = self.sources[case_id], self.p
-        asked = [s for s in split_sentences(doctor_turn)
-                 if speech_act(s) in ("question", "recommendation")] or [doctor_turn]
         zh = lang == "zh" or is_chinese(doctor_turn)
+        asked = [s for s in split_sentences(doctor_turn)
+                 if speech_act(s) in ("question", "recommendation")]
+        if not asked:
+            return ASK_DIAGNOSIS["zh" if zh else "en"], [{"question": None,
+                                                         "from": "asks_diagnosis"}]
         said, trace = [], []
         for q in asked:
             pick = self._pick(src, q, zh, p)

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             out.mkdir(parents=True, exist_ok=True)
             tiny_model(out / "model")
     profile = load_params().training.profiles["tiny"].model_copy(update={
-        "dpo_max_steps": args.steps, "dpo_epochs": 50.0, "learning_rate": 5e-3,
+        "dpo_max_steps": args.steps, "dpo_epochs": 50, "learning_rate": 5e-3,
         "save_steps": 1000, "num_threads": 1})
     captured: dict = {}
 
