@@ -380,7 +380,7 @@ def test_epochs_are_whole_passes_with_the_trainers_step_count(tiny_model_dir, sf
     assert run.fit.log_history[-1]["epoch"] == pytest.approx(2.0) and run.card["epochs"] == 2
     dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)[:3]
     sft_prof = prof.model_copy(update={"per_device_batch_size": 2, "grad_accumulation": 1})
-    sft = train_dialogue_sft(tiny_model_dir, sft_examples(dialogues, SYSTEM, 5, 0),
+    sft = train_dialogue_sft(tiny_model_dir, sft_examples(dialogues, SYSTEM, 5, 0, 2),
                              tmp_path / "sft", tmp_path / "ck-sft", sft_prof, seed=0)
     assert sft.n_examples == 5 and sft.fit.steps == 3 == optimizer_steps(5, sft_prof, 1, None)
     assert sft.fit.log_history[-1]["epoch"] == pytest.approx(1.0)
@@ -394,10 +394,10 @@ def test_paper_profile_on_a_small_pairs_file_is_flagged_with_its_step_count():
     paper, tiny = params.profiles["paper"], params.profiles["tiny"]
     message = few_steps_warning("DPO", 21, paper, paper.dpo_epochs, paper.dpo_max_steps,
                                 params.warn_below_steps)
-    assert message.startswith("DPO: 1 optimizer step < warn_below_steps 10")
+    assert message.startswith(f"DPO: 1 optimizer step < warn_below_steps {params.warn_below_steps}")
     assert "batch 2 × accumulation 16" in message and "ceil(21 / 32)" in message
-    assert few_steps_warning("DPO", 21 * 16, paper, paper.dpo_epochs, None, 10) == ""
-    # the tiny default: 3 epochs of the smallest committed pairs file (7 pairs) pass
+    assert few_steps_warning("DPO", 32 * 10, paper, paper.dpo_epochs, None, 10) == ""
+    # the tiny default (batch 1): the smallest committed pairs file (7 pairs) passes
     assert few_steps_warning("DPO", 7, tiny, tiny.dpo_epochs, tiny.dpo_max_steps,
                              params.warn_below_steps) == ""
 

@@ -99,9 +99,9 @@ class DoctorDecoding(StrictModel):
 
     max_new_tokens: int = Field(64, ge=4, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
-    repetition_penalty: float = Field(1.0, ge=1.0, le=3.0)   # 1.0: off
-    no_repeat_ngram_size: int = Field(0, ge=0, le=20)        # 0: off
-    stop_after_question: bool = False   # keep a doctor turn up to its first question
+    repetition_penalty: float = Field(1.3, ge=1.0, le=3.0)   # 1.0: off
+    no_repeat_ngram_size: int = Field(4, ge=0, le=20)        # 0: off
+    stop_after_question: bool = True    # keep a doctor turn up to its first question
 
 
 class NextTurnParams(StrictModel):
