@@ -154,6 +154,8 @@ def test_the_extractive_patient_answers_a_scripted_question_with_its_scripted_an
     assert text == "Yes, up to 38.5 degrees since Monday." and trace[0]["from"] == "script"
     text, _ = patient.answer("sp-x", "en", "What is your favourite film?")
     assert text == DONT_KNOW["en"]
+    text, trace = patient.answer("sp-x", "en", "So, what brings you here today?")
+    assert text == c.chief_complaint and trace[0]["from"] == "complaint"
 
 
 def test_a_turn_that_asks_nothing_gets_the_patients_question_not_a_fact():

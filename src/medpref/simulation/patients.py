@@ -8,10 +8,10 @@ A patient answers the doctor's newest turn of every open consultation in one bat
   each question of the doctor's turn (MiniLM cosine for English; character-bigram Dice
   with the question frame removed for Chinese); else the history sentences of the
   patient information closest to it; examination and test findings only when the
-  doctor asks for an examination or a test. Nothing above its threshold: "I'm not sure
-  about that."; a turn that asks nothing: "What do you think I have, and how should it
-  be treated?" (PLPF's patient asks about its illness then). It cannot invent a fact and
-  never speaks as the doctor.
+  doctor asks for an examination or a test; "what brings you in?" gets the chief
+  complaint. Nothing above its threshold: "I'm not sure about that."; a turn that asks
+  nothing: "What do you think I have, and how should it be treated?" (PLPF's patient
+  asks about its illness then). It cannot invent a fact and never speaks as the doctor.
 - ``llm``: PLPF's retrieval-augmented patient (the last rounds as the query, the top
   chunks of the case's knowledge base in its prompt), for served models that can keep
   the role.
@@ -41,6 +41,12 @@ FINDINGS = re.compile(r"exam|test|investigation|result|lab|mental state|检查|�
 _TEST_WORDS = re.compile(r"\b(?:test|check|exam(?:ine|ination)?|measure|scan|x-?ray|blood|"
                          r"urine|ultrasound|ecg|ekg|level|result|listen|look at|feel your|"
                          r"temperature|pressure)\b|检查|化验|测|查|拍|听诊|量", re.IGNORECASE)
+# an open question about why the patient came: answered with the chief complaint
+OPENING = re.compile(r"what brings you|how can i help|what seems to be|what can i do for you|"
+                     r"what(?:'s| is) (?:the|your) (?:problem|trouble|matter|concern)|"
+                     r"what (?:happened|is going on|'s going on)|tell me (?:what|about (?:your|"
+                     r"the) (?:problem|symptoms|complaint))|哪里不舒服|怎么了|什么问题|"
+                     r"有什么(?:不舒服|症状)", re.IGNORECASE)
 _ZH_FRAME = re.compile(r"请问|你|您|我|的|了|吗|呢|吧|啊|有没有|是不是|是否|什么|怎么|怎样|一下|"
                        r"[，。？！、?!,.\s]")
 
@@ -137,6 +143,7 @@ class _Source:
     answers: list[str]
     history: list[str]
     findings: list[str]
+    complaint: str = ""
 
 
 @register_patient("extractive")
@@ -155,7 +162,8 @@ class ExtractivePatient:
             (findings if FINDINGS.search(section) else history).extend(split_sentences(text))
         pairs = [(q.get("doctor", "").strip(), q.get("patient", "").strip()) for q in case.script]
         pairs = [(q, a) for q, a in pairs if q and a]
-        return _Source([q for q, _ in pairs], [a for _, a in pairs], history, findings)
+        return _Source([q for q, _ in pairs], [a for _, a in pairs], history, findings,
+                       case.chief_complaint)
 
     def _vectors(self, texts: Sequence[str]) -> np.ndarray:
         todo = [t for t in dict.fromkeys(texts) if t not in self._vec_cache]
@@ -193,6 +201,8 @@ class ExtractivePatient:
         if len(sims) and sims.max() >= p.script_threshold:
             k = int(sims.argmax())
             return {"text": src.answers[k], "from": "script", "score": round(float(sims[k]), 3)}
+        if OPENING.search(q):
+            return {"text": src.complaint, "from": "complaint", "score": None}
         if _TEST_WORDS.search(q):       # a test or an examination asked for: its finding
             sims = self._similarity(q, src.findings, zh)
             if len(sims) and sims.max() >= p.findings_threshold:
