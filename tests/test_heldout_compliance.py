@@ -57,7 +57,7 @@ def toy_params(tmp_path, n_dialogues=8, n_items=3, **heldout_kw):
     raw["sampling"].update(dialogues=str(path), n_items=n_items, future_rounds=1,
                            min_future_rounds=1)
     raw["training"]["sft"]["dialogues"] = [str(path)]
-    raw["simulation"]["heldout"].update(dialogues=str(path), **heldout_kw)
+    raw["simulation"]["heldout"].update(enabled=True, dialogues=str(path), **heldout_kw)
     return parse_params(raw), path
 
 
@@ -253,7 +253,8 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
             "cases": str(tmp_path / "cases.jsonl"), "rounds": 1, "trained_policies": False,
             "grader": {"mode": "generate", "graded_items": None},
             "next_turn": {"enabled": False},
-            "heldout": {"dialogues": str(dialogues), "n_states": 6, "states_per_dialogue": 2},
+            "heldout": {"enabled": True, "dialogues": str(dialogues), "n_states": 6,
+                        "states_per_dialogue": 2},
             "doctors": [{"name": "sft", "role": "policy"}, {"name": "good", "role": "good"}]}})
     clients = {"policy": client(doctor_says("Do you have a fever?"), "policy"),
                "good": client(doctor_says("I comply: do you have a fever?"), "good"),

@@ -97,7 +97,7 @@ class GraderParams(StrictModel):
 class DoctorDecoding(StrictModel):
     """How the doctors under test decode in the SP test (per call, so it lives here)."""
 
-    max_new_tokens: int = Field(64, ge=4, le=4096)
+    max_new_tokens: int = Field(48, ge=4, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
     repetition_penalty: float = Field(1.3, ge=1.0, le=3.0)   # 1.0: off
     no_repeat_ngram_size: int = Field(4, ge=0, le=20)        # 0: off
@@ -125,7 +125,7 @@ class HeldoutParams(StrictModel):
     turn on states of dialogues stage 01 never split, scored per rule by stage 03's REM,
     against SFT by state with intervals clustered by dialogue."""
 
-    enabled: bool = True
+    enabled: bool = False
     dialogues: str = "data/embedded/dialogues.jsonl"  # the pool, less stage 01's splits
     n_states: int = Field(60, ge=1)
     states_per_dialogue: int = Field(4, ge=1, le=50)  # seeded cuts per dialogue
@@ -144,7 +144,7 @@ class SimulationParams(StrictModel):
     n_cases: int | None = Field(None, ge=1)           # a subset, one per department first
     case_ids: list[str] | None = None                 # overrides n_cases
     # Table 3 grid cells: the SP test on this many of the cases (round-robin; None: all)
-    grid_cases: int | None = Field(5, ge=1)
+    grid_cases: int | None = Field(3, ge=1)
     rounds: int = Field(5, ge=1, le=50)               # paper: 5
     doctor_prompt: str = "policy_doctor"                # the prompt the policies trained with
     doctor_decoding: DoctorDecoding = Field(default_factory=DoctorDecoding)
