@@ -77,3 +77,23 @@ def test_shared_prefix_option_scores_equal_the_plain_pass(embedded_llm_path):
             assert g[k] == pytest.approx(w[k], abs=1e-4) and g[k] == pytest.approx(o[k], abs=1e-4)
     # the rows differ from each other: each was read at its own last token
     assert len({round(m, 6) for _, m in got}) == 3
+
+
+def test_loop_controls_reach_generate_and_stop_repeated_ngrams(backend):
+    """With no_repeat_ngram_size the model cannot write a 4-gram twice; off, the same
+    prompt (a request to repeat) does repeat: the control reaches ``generate``."""
+    prompt = [{"role": "user", "content": "Write the sentence 'I am glad to see you.' five times."}]
+    client = LLMClient("policy", backend, GenerationParams(max_new_tokens=48))
+
+    def repeated_4grams(text):
+        words = text.lower().split()
+        grams = [tuple(words[i:i + 4]) for i in range(len(words) - 3)]
+        return len(grams) - len(set(grams))
+
+    plain = client.chat(prompt)
+    controlled = client.chat(prompt, no_repeat_ngram_size=4, repetition_penalty=1.3)
+    assert repeated_4grams(plain.text) > 0
+    tok, _ = backend._ensure_loaded()
+    tokens = tok(controlled.text, add_special_tokens=False)["input_ids"]
+    grams = [tuple(tokens[i:i + 4]) for i in range(len(tokens) - 3)]
+    assert len(grams) == len(set(grams)) and controlled.text != plain.text
