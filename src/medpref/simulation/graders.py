@@ -44,6 +44,7 @@ from medpref.simulation.grading import (
     heuristic_disease_count,
 )
 from medpref.simulation.knowledge import split_sentences
+from medpref.simulation.registry import Registry
 
 # which speech acts can earn an item of each category
 ACTS_FOR = {"symptoms": ("question",), "tests": ("question", "recommendation"),
@@ -68,22 +69,12 @@ class GraderContext:
     make_judge: Callable[[], Judge] | None = None
 
 
-GRADERS: dict[str, Callable[[GraderContext], Grader]] = {}
-
-
-def register_grader(name: str):
-    def deco(cls):
-        cls.name = name
-        GRADERS[name] = cls
-        return cls
-    return deco
+GRADERS = Registry("grader", "simulation.grader.mode")
+register_grader = GRADERS.register
 
 
 def build_grader(name: str, ctx: GraderContext) -> Grader:
-    if name not in GRADERS:
-        raise KeyError(f"simulation.grader.mode: no grader '{name}' (known: "
-                       f"{', '.join(sorted(GRADERS))})")
-    return GRADERS[name](ctx)
+    return GRADERS.build(name, ctx)
 
 
 def without_echoes(turns: Sequence[Turn], echo_overlap: float, min_new: int) -> list[Turn]:

@@ -30,6 +30,7 @@ from medpref.contracts import SPCase
 from medpref.simulation.echo import is_chinese, speech_act
 from medpref.simulation.knowledge import Encoder, KnowledgeBase, retrieval_query, split_sentences
 from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
+from medpref.simulation.registry import Registry
 
 DONT_KNOW = {"en": "I'm not sure about that.", "zh": "这个我不太清楚。"}
 # a doctor turn that asks nothing: the patient asks about its illness (PLPF's patient rule)
@@ -85,22 +86,12 @@ class PatientContext:
     make_client: Callable[[], Any] | None = None
 
 
-PATIENTS: dict[str, Callable[[PatientContext], Any]] = {}
-
-
-def register_patient(name: str):
-    def deco(cls):
-        cls.name = name
-        PATIENTS[name] = cls
-        return cls
-    return deco
+PATIENTS = Registry("patient", "simulation.patient.kind")
+register_patient = PATIENTS.register
 
 
 def build_patient(name: str, ctx: PatientContext):
-    if name not in PATIENTS:
-        raise KeyError(f"simulation.patient.kind: no patient '{name}' (known: "
-                       f"{', '.join(sorted(PATIENTS))})")
-    return PATIENTS[name](ctx)
+    return PATIENTS.build(name, ctx)
 
 
 @register_patient("llm")
