@@ -33,7 +33,9 @@ def apply_override(raw: dict, dotted: str) -> None:
 
 
 class ScratchStage(Stage):
-    out: Path = Path("/tmp/sp_probe")
+    """Stage 06 with its data and reports under ``out`` (set before the run)."""
+
+    out: Path = Path("sp_probe")
 
     @property
     def data_dir(self) -> Path:
