@@ -18,7 +18,7 @@ from medpref.rules import load_rules
 from medpref.simulation import heldout
 from medpref.simulation.config import DoctorConfig
 from medpref.stagekit import Stage
-from test_simulation import case, client, keyword_judge, toy_encode
+from test_simulation import case, client, keyword_judge, scripted_sim_stage
 
 RULES = load_rules("configs/rules/plpf_flowchart.yaml").rules
 
@@ -239,7 +239,6 @@ def test_run_writes_the_reports_with_scripted_policies(tmp_path):
 
 
 def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypatch):
-    from medpref.medqa import database
     from medpref.simulation import stage as sim_stage
 
     cases = [case("sp-a", "internal_medicine"), case("sp-b", "surgery", tests=())]
@@ -261,17 +260,10 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
                "patient": client(doctor_says("Yes."), "patient"),
                "judge": client(keyword_judge, "judge")}
 
-    class TmpStage(Stage):
-        data_dir = property(lambda self: tmp_path / "data")
-        reports_dir = property(lambda self: tmp_path / "reports")
-
-        def role(self, name, **overrides):
-            return clients[name]
-
-    monkeypatch.setattr(database, "load_encoder", lambda *a, **k: toy_encode)
+    new_stage = scripted_sim_stage(tmp_path, monkeypatch, clients)
     monkeypatch.setattr(sim_stage, "rem_scorer",
                         lambda stage, p: (FakeScorer(), SimpleNamespace(rules=RULES), "fake"))
-    out = sim_stage.run(TmpStage(name="06_simulation", params=params))
+    out = sim_stage.run(new_stage(params))
     row = out.heldout.table.set_index(["policy", "rule"]).loc[("good", "all")]
     assert row["delta_vs_sft"] == 1.0 and row["n_states"] == 6
     assert out.metrics["heldout/good"]["mean"] == 1.0

@@ -52,6 +52,23 @@ def case(cid="sp-t1", dept="internal_medicine", tests=("chest X-ray",), lang="en
                    "diseases": ["pneumonia"]})
 
 
+def scripted_sim_stage(tmp_path, monkeypatch, clients):
+    """Stage 06 whose roles are the scripted ``clients``, whose folders live under
+    ``tmp_path`` and whose MiniLM is :func:`toy_encode`: call it with the params."""
+    from medpref.medqa import database
+    from medpref.stagekit import Stage
+
+    class TmpStage(Stage):
+        data_dir = property(lambda self: tmp_path / "data")
+        reports_dir = property(lambda self: tmp_path / "reports")
+
+        def role(self, name, **overrides):
+            return clients[name]
+
+    monkeypatch.setattr(database, "load_encoder", lambda *a, **k: toy_encode)
+    return lambda params: TmpStage(name="06_simulation", params=params)
+
+
 def client(responder, role="x", option_responder=None):
     backend = ScriptedBackend(responder, name=role, option_responder=option_responder)
     return LLMClient(role, backend, GenerationParams(max_new_tokens=32), ledger=Ledger("t"))
@@ -406,10 +423,9 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     import json
 
     from medpref.contracts import write_jsonl
-    from medpref.medqa import database
     from medpref.params import parse_params
     from medpref.simulation import stage as sim_stage
-    from medpref.stagekit import Stage, StageFailed
+    from medpref.stagekit import StageFailed
 
     cases = [case("sp-a", "internal_medicine"), case("sp-b", "surgery", tests=())]
     write_jsonl(tmp_path / "cases.jsonl", cases)
@@ -428,16 +444,8 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
                "patient": client(lambda r: "Yes, since Monday.", "patient"),
                "judge": client(keyword_judge, "judge")}
 
-    class TmpStage(Stage):
-        data_dir = property(lambda self: tmp_path / "data")
-        reports_dir = property(lambda self: tmp_path / "reports")
-
-        def role(self, name, **overrides):
-            return clients[name]
-
-    monkeypatch.setattr(database, "load_encoder", lambda *a, **k: toy_encode)
-    st = TmpStage(name="06_simulation", params=params)
-    out = sim_stage.run(st)
+    new_stage = scripted_sim_stage(tmp_path, monkeypatch, clients)
+    out = sim_stage.run(new_stage(params))
     t2 = out.table2.set_index("doctor")
     # each case: fever asked; phlegm's judge answer is unparsable, so it abstains
     assert t2.loc["base", "ALL Sym."] == 100.0
@@ -468,7 +476,7 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     clients["policy"] = LLMClient("policy", failing, GenerationParams(), ledger=Ledger("t"))
     clients["mute"] = clients["policy"]
     with pytest.raises(StageFailed):
-        sim_stage.run(TmpStage(name="06_simulation", params=params))
+        sim_stage.run(new_stage(params))
 
 
 def test_embedding_only_grading_applies_the_four_disease_rule():

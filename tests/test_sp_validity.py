@@ -21,7 +21,7 @@ from medpref.simulation.patients import (
     ExtractivePatient,
     PatientContext,
 )
-from test_simulation import case, client, keyword_judge, toy_encode
+from test_simulation import case, client, keyword_judge, scripted_sim_stage, toy_encode
 
 
 def grading_setup(judge=None):
@@ -176,10 +176,9 @@ def test_findings_come_only_after_a_test_is_asked_for():
 
 def test_the_fidelity_guard_fails_a_run_whose_patient_invents_facts(tmp_path, monkeypatch):
     from medpref.contracts import write_jsonl
-    from medpref.medqa import database
     from medpref.params import parse_params
     from medpref.simulation import stage as sim_stage
-    from medpref.stagekit import Stage, StageFailed
+    from medpref.stagekit import StageFailed
 
     write_jsonl(tmp_path / "cases.jsonl", [case("sp-a")])
     params = parse_params({"simulation": {
@@ -190,20 +189,13 @@ def test_the_fidelity_guard_fails_a_run_whose_patient_invents_facts(tmp_path, mo
                "patient": client(lambda r: "My brother plays football in Madrid.", "patient"),
                "judge": client(keyword_judge, "judge")}
 
-    class TmpStage(Stage):
-        data_dir = property(lambda self: tmp_path / "data")
-        reports_dir = property(lambda self: tmp_path / "reports")
-
-        def role(self, name, **overrides):
-            return clients[name]
-
-    monkeypatch.setattr(database, "load_encoder", lambda *a, **k: toy_encode)
+    new_stage = scripted_sim_stage(tmp_path, monkeypatch, clients)
     with pytest.raises(StageFailed, match=r"base: 2 of 2 patient sentences \(100%\) not in"):
-        sim_stage.run(TmpStage(name="06_simulation", params=params))
+        sim_stage.run(new_stage(params))
     assert not (tmp_path / "reports" / "table2.csv").exists()     # nothing half-written
     # the same run with the extractive patient passes the guard
     params.simulation.patient = PatientParams()
-    out = sim_stage.run(TmpStage(name="06_simulation", params=params))
+    out = sim_stage.run(new_stage(params))
     assert out.behaviour.loc[0, "patient_unsupported_share"] == 0.0
 
 
