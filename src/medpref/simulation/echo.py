@@ -21,8 +21,6 @@ from functools import lru_cache
 from medpref.contracts import Turn
 from medpref.simulation.knowledge import split_sentences
 
-ACTS = ("question", "recommendation", "decline", "statement")
-
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _HAN_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -44,7 +42,8 @@ says told feel feeling felt think kind bit lot little describe describing go goi
 one today patient doctor glad welcome help happy nice meet hello hi
 """.split())
 
-_ZH_FRAME = re.compile(r"请问|你|您|我|的|了|吗|呢|吧|啊|有没有|是不是|是否|什么|怎么|怎样|"
+# Chinese question frame and function characters: no clinical content
+ZH_QUESTION_FRAME = re.compile(r"请问|你|您|我|的|了|吗|呢|吧|啊|有没有|是不是|是否|什么|怎么|怎样|"
                        r"多久|多少|哪里|哪儿|一下|一些|这个|那个|现在|最近|平时")
 
 _QUESTION_START = re.compile(
@@ -102,7 +101,7 @@ def content_units(text: str) -> frozenset[str]:
     character bigrams (single characters for a one-character run) outside the question
     frame."""
     units: set[str] = set()
-    for run in _HAN_RUN.findall(_ZH_FRAME.sub(" ", text)):
+    for run in _HAN_RUN.findall(ZH_QUESTION_FRAME.sub(" ", text)):
         units.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
     stem = _stemmer().stem
     units.update(stem(w) for w in _WORD.findall(_HAN_RUN.sub(" ", text.lower()))

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from medpref.contracts import SPCase
-from medpref.simulation.echo import is_chinese, speech_act
+from medpref.simulation.echo import ZH_QUESTION_FRAME, is_chinese, speech_act
 from medpref.simulation.knowledge import Encoder, KnowledgeBase, retrieval_query, split_sentences
 from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
 from medpref.simulation.registry import Registry
@@ -48,8 +48,7 @@ OPENING = re.compile(r"what brings you|how can i help|what seems to be|what can 
                      r"what (?:happened|is going on|'s going on)|tell me (?:what|about (?:your|"
                      r"the) (?:problem|symptoms|complaint))|哪里不舒服|怎么了|什么问题|"
                      r"有什么(?:不舒服|症状)", re.IGNORECASE)
-_ZH_FRAME = re.compile(r"请问|你|您|我|的|了|吗|呢|吧|啊|有没有|是不是|是否|什么|怎么|怎样|一下|"
-                       r"[，。？！、?!,.\s]")
+_PUNCT = re.compile(r"[，。？！、?!,.\s]")
 
 
 def is_dont_know(text: str) -> bool:
@@ -59,7 +58,7 @@ def is_dont_know(text: str) -> bool:
 def bigram_dice(a: str, b: str) -> float:
     """Dice overlap of the two texts' character bigrams, question frame removed."""
     def grams(t: str) -> set[str]:
-        t = _ZH_FRAME.sub("", t)
+        t = _PUNCT.sub("", ZH_QUESTION_FRAME.sub("", t))
         return {t[i:i + 2] for i in range(len(t) - 1)} or ({t} if t else set())
     x, y = grams(a), grams(b)
     return 2 * len(x & y) / (len(x) + len(y)) if x and y else 0.0
