@@ -164,6 +164,27 @@ def test_a_turn_that_asks_nothing_gets_the_patients_question_not_a_fact():
     assert text == ASK_DIAGNOSIS["en"] and trace[0]["from"] == "asks_diagnosis"
 
 
+def test_the_chinese_patient_answers_a_reworded_question_and_declines_an_unrelated_one():
+    import json
+
+    from medpref import REPO_ROOT
+    rows = (REPO_ROOT / "data/embedded/sp_cases.jsonl").read_text(encoding="utf-8").splitlines()
+    c = SPCase(**next(r for r in map(json.loads, rows) if r["id"] == "sp-0016"))
+    patient = extractive(c)
+    answers = {s["doctor"]: s["patient"] for s in c.script}
+    # reworded scripted questions get the scripted answer (bigram Dice, frame removed)
+    text, trace = patient.answer(c.id, "zh", "你有没有反酸的情况？")
+    assert text == answers["有没有反酸？"] and trace[0]["from"] == "script"
+    text, _ = patient.answer(c.id, "zh", "你的父母有胃病吗？")
+    assert text == answers["家里人有胃病吗？"]
+    # a short question found inside a history sentence gets that sentence (containment)
+    text, trace = patient.answer(c.id, "zh", "有没有高血压？")
+    assert "高血压" in text and trace[0]["from"] == "history"
+    # nothing of the case asked: the patient does not know
+    text, trace = patient.answer(c.id, "zh", "您今天天气好吗？")
+    assert text == DONT_KNOW["zh"] and trace[0]["from"] == "dont_know"
+
+
 def test_findings_come_only_after_a_test_is_asked_for():
     c = case("sp-x")
     patient = extractive(c)

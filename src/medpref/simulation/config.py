@@ -29,6 +29,11 @@ class PatientParams(StrictModel):
     history_threshold: float = Field(0.45, ge=-1.0, le=1.0)
     # ... and after a test or examination request, a findings sentence this close
     findings_threshold: float = Field(0.3, ge=-1.0, le=1.0)
+    # the same three for Chinese: bigram Dice to a scripted question; share of the
+    # question's bigrams found in a history / findings sentence (MiniLM is English-only)
+    zh_script_threshold: float = Field(0.4, ge=0.0, le=1.0)
+    zh_history_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    zh_findings_threshold: float = Field(0.5, ge=0.0, le=1.0)
     # the run fails when more of the patient's sentences than this are not in its case
     max_unsupported_share: float = Field(0.10, ge=0.0, le=1.0)
     role: str = "patient"

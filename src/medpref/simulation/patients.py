@@ -55,13 +55,27 @@ def is_dont_know(text: str) -> bool:
     return text.strip() in DONT_KNOW.values()
 
 
+# who is asked about, not what: dropped from a Chinese question before matching
+_ZH_SUBJECT = re.compile(r"孩子|宝宝|小孩|患者|病人|家里人|父母")
+
+
+def _zh_grams(t: str) -> set[str]:
+    t = _PUNCT.sub("", _ZH_SUBJECT.sub("", ZH_QUESTION_FRAME.sub("", t)))
+    return {t[i:i + 2] for i in range(len(t) - 1)} or ({t} if t else set())
+
+
 def bigram_dice(a: str, b: str) -> float:
-    """Dice overlap of the two texts' character bigrams, question frame removed."""
-    def grams(t: str) -> set[str]:
-        t = _PUNCT.sub("", ZH_QUESTION_FRAME.sub("", t))
-        return {t[i:i + 2] for i in range(len(t) - 1)} or ({t} if t else set())
-    x, y = grams(a), grams(b)
+    """Dice overlap of the two texts' character bigrams, question frame and subject removed:
+    a Chinese question against a scripted question."""
+    x, y = _zh_grams(a), _zh_grams(b)
     return 2 * len(x & y) / (len(x) + len(y)) if x and y else 0.0
+
+
+def bigram_containment(question: str, sentence: str) -> float:
+    """Share of the question's content bigrams found in the sentence: a short Chinese
+    question against a long history or findings sentence, which Dice would penalise."""
+    x, y = _zh_grams(question), _zh_grams(sentence)
+    return len(x & y) / len(x) if x and y else 0.0
 
 
 @dataclass
@@ -161,11 +175,13 @@ class ExtractivePatient:
             self._vec_cache.update(zip(todo, self.encode(todo)))
         return np.array([self._vec_cache[t] for t in texts]) if texts else np.zeros((0, 1))
 
-    def _similarity(self, query: str, texts: Sequence[str], zh: bool) -> np.ndarray:
+    def _similarity(self, query: str, texts: Sequence[str], zh: bool,
+                    scripted: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros(0)
         if zh:
-            return np.array([bigram_dice(query, t) for t in texts])
+            score = bigram_dice if scripted else bigram_containment
+            return np.array([score(query, t) for t in texts])
         return self._vectors(texts) @ self._vectors([query])[0]
 
     def answer(self, case_id: str, lang: str, doctor_turn: str) -> tuple[str, list[dict]]:
@@ -187,20 +203,22 @@ class ExtractivePatient:
         return (" ".join(said) if said else DONT_KNOW["zh" if zh else "en"]), trace
 
     def _pick(self, src: _Source, q: str, zh: bool, p) -> dict:
-        sims = self._similarity(q, src.questions, zh)
-        if len(sims) and sims.max() >= p.script_threshold:
+        cut = ((p.zh_script_threshold, p.zh_findings_threshold, p.zh_history_threshold) if zh
+               else (p.script_threshold, p.findings_threshold, p.history_threshold))
+        sims = self._similarity(q, src.questions, zh, scripted=True)
+        if len(sims) and sims.max() >= cut[0]:
             k = int(sims.argmax())
             return {"text": src.answers[k], "from": "script", "score": round(float(sims[k]), 3)}
         if OPENING.search(q):
             return {"text": src.complaint, "from": "complaint", "score": None}
         if _TEST_WORDS.search(q):       # a test or an examination asked for: its finding
             sims = self._similarity(q, src.findings, zh)
-            if len(sims) and sims.max() >= p.findings_threshold:
+            if len(sims) and sims.max() >= cut[1]:
                 k = int(sims.argmax())
                 return {"text": src.findings[k], "from": "findings",
                         "score": round(float(sims[k]), 3)}
         sims = self._similarity(q, src.history, zh)
-        if len(sims) and sims.max() >= p.history_threshold:
+        if len(sims) and sims.max() >= cut[2]:
             k = int(sims.argmax())
             return {"text": src.history[k], "from": "history", "score": round(float(sims[k]), 3)}
         return {"text": "", "from": "dont_know",
