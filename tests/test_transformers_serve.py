@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_stage01, stage01_on_server
+from medpref import REPO_ROOT
 from medpref.llm.cache import ResponseCache
 
 pytestmark = pytest.mark.slow
@@ -144,3 +145,79 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
     for role in ("served_doctor", "patient", "judge"):
         assert nt[role]["calls"] >= 1 and nt[role]["failures"] == 0, (role, nt[role])
     assert out.model_ids["served"] == f"openai:{model}"
+
+
+def served_stage(name: str, tmp_path, monkeypatch, served, roles, section=None):
+    """``name`` with each of ``roles`` on the ``transformers serve`` process (one request at
+    a time, the README's recipe), its section replaced by ``section``, folders and LLM
+    cache under ``tmp_path``."""
+    from medpref.llm.session import LLMSession
+    from medpref.params import Params, RoleConfig, ServerConfig, load_params
+    from medpref.stagekit import Stage
+
+    url, model = served
+    monkeypatch.setenv(URL_ENV, url)
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.setattr(Stage, "data_dir", property(lambda self: tmp_path / "data"))
+    monkeypatch.setattr(Stage, "reports_dir", property(lambda self: tmp_path / "reports"))
+    params = load_params()
+    if section is not None:
+        params = Params({**params._sections, name.split("_", 1)[1]: section}, params.raw,
+                        params.path)
+    llm = params.shared.llm
+    llm.servers["test"] = ServerConfig(base_url_env=URL_ENV, api_key_env=KEY_ENV,
+                                       max_concurrency=1, timeout_s=600.0, max_retries=1)
+    for role in roles:
+        llm.roles[role] = RoleConfig(backend="openai", model=model, server="test")
+    stage = Stage(name=name, params=params)
+    stage._llm = LLMSession(name, params.shared,
+                            cache=ResponseCache(tmp_path / "cache" / f"{name}.sqlite"))
+    return stage
+
+
+def ledger_roles(tmp_path) -> dict:
+    return json.loads((tmp_path / "reports" / "ledger.json").read_text())["roles"]
+
+
+def test_stage08_reader_and_pairwise_judge_served(tmp_path, monkeypatch, served_model):
+    """MedicineQA: Distill (the native tool call an openai role gets by default, with the
+    text fallback when the server answers in prose), Retrieve, Read and the two-order
+    judge, all on the server."""
+    from medpref.medqa import stage as s08
+    from medpref.medqa.config import MedQAParams
+
+    p = MedQAParams(n_distill_items=3, n_read_items=2, elo_shuffles=50, bootstrap=50,
+                    distill_max_new_tokens=24, read_max_new_tokens=32,
+                    embeddings_cache=str(tmp_path / "emb.npz"),
+                    models=[{"name": "distilled", "role": "policy", "retrieval": "distilled"},
+                            {"name": "closed_book", "role": "policy", "retrieval": "none"}])
+    stage = served_stage("08_medqa", tmp_path, monkeypatch, served_model,
+                         ["policy", "judge"], section=p)
+    out = s08.run(stage)
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    roles = ledger_roles(tmp_path)
+    assert roles["policy"]["calls"] >= 3 + 2 * 2 and roles["policy"]["failures"] == 0
+    assert roles["judge"]["calls"] >= 2 and roles["judge"]["failures"] == 0
+    verdicts = (tmp_path / "data" / "verdicts.jsonl").read_text().splitlines()
+    assert len(verdicts) == 2 * 2          # each read item, both orders, one pair of models
+    assert (tmp_path / "reports" / "table2_models.csv").exists()
+    assert set(out.models.values()) == {f"openai:{served_model[1]}"}
+
+
+def test_stage07_imap_extraction_and_relations_served(tmp_path, monkeypatch, served_model):
+    """imapScore with its judge on the server: sampled extraction (the default for an
+    openai role) and generated relations (the server gives no log-probs)."""
+    from medpref.imap import stage as s07
+    from medpref.imap.config import ImapParams
+
+    data = tmp_path / "qa.jsonl"        # one question, its three systems' answers
+    rows = (REPO_ROOT / "data/embedded/qa_human_scores.jsonl").read_text().splitlines()
+    data.write_text("\n".join(rows[:3]) + "\n")
+    p = ImapParams(data=str(data), relation_mode="generate", max_new_tokens_question=32,
+                   max_new_tokens_answer=32, link_min_similarity=None)
+    stage = served_stage("07_imapscore", tmp_path, monkeypatch, served_model, ["judge"],
+                         section=p)
+    out = s07.run(stage)
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    judge = ledger_roles(tmp_path)["judge"]
+    assert judge["calls"] >= 3 and judge["failures"] == 0
