@@ -119,7 +119,8 @@ def load_cases(p: SimulationParams) -> list[SPCase]:
 def held_out_dialogues(p: SimulationParams, params=None) -> list[Dialogue]:
     """The next-turn dialogues: ``dialogue_ids``, else the last ``n_dialogues`` of the
     source — of the embedded file, only dialogues stage 01 never split into preference
-    items (``params``: the whole params, to know those splits)."""
+    items (``params``: the whole params, to know those splits; without a ``sampling``
+    section there is no stage 01 and nothing was split)."""
     nt = p.next_turn
     if nt.source != "embedded":
         from medpref.data import adapters
@@ -131,7 +132,7 @@ def held_out_dialogues(p: SimulationParams, params=None) -> list[Dialogue]:
     if nt.dialogue_ids:
         wanted = set(nt.dialogue_ids)
         return [d for d in dialogues if d.id in wanted]
-    if nt.source == "embedded" and params is not None:
+    if nt.source == "embedded" and params is not None and "sampling" in params.raw:
         split = heldout.sampled_dialogue_ids(params, nt.dialogues)
         dialogues = [d for d in dialogues if d.id not in split]
     return dialogues[-nt.n_dialogues:]
