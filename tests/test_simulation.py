@@ -344,6 +344,46 @@ def test_next_turn_items_cut_before_answering_doctor_turns():
     assert items[0].reference == "d" and items[0].history[-1].text == "p"
 
 
+def test_next_turn_question_share_intervals_and_paired_verdicts():
+    def rows(doctor, preds, labels):
+        return [{"doctor": doctor, "item": f"d{i}@2", "prediction": p, "implication": lab,
+                 "rougeL_f1": 0.2, "bleu4": 0.1}
+                for i, (p, lab) in enumerate(zip(preds, labels))]
+
+    asks = ["Any fever?"] * 12
+    tells = ["Take rest."] * 12
+    sft = rows("sft", tells, ["not"] * 12)
+    better = rows("better", asks, ["fully"] * 12)
+    same = rows("same", tells, ["not"] * 12)
+    s = nextturn.summarise("better", better, n_boot=500)
+    assert s["question_share"] == 1.0 and s["gpd"] == 0.0 and s["gpd_lo"] == s["gpd_hi"] == 0.0
+    assert nextturn.summarise("sft", sft, n_boot=500)["question_share"] == 0.0
+    paired = nextturn.paired_table(sft + better + same, "sft", n_boot=500)
+    got = paired.set_index(["doctor", "metric"])
+    assert got.loc[("better", "gpd"), "diff"] == -2.0
+    assert got.loc[("better", "gpd"), "verdict"] == "lower"
+    assert got.loc[("better", "question"), "diff"] == 100.0
+    assert got.loc[("same", "gpd"), "verdict"] == "no detectable difference"
+    assert set(paired["items"]) == {12}
+    # without the reference doctor there is nothing to pair
+    assert nextturn.paired_table(better, "sft").empty
+
+
+def test_next_turn_dialogues_leave_out_what_stage_01_split():
+    from medpref.params import load_params
+    from medpref.simulation.heldout import sampled_dialogue_ids
+    from medpref.simulation.stage import held_out_dialogues
+
+    params = load_params()
+    p = params.simulation
+    split = sampled_dialogue_ids(params, p.next_turn.dialogues)
+    chosen = held_out_dialogues(p, params)
+    assert split and len(chosen) == p.next_turn.n_dialogues
+    assert not {d.id for d in chosen} & split
+    # without the whole params (no stage 01 to ask) the file's last dialogues, as before
+    assert [d.id for d in held_out_dialogues(p)][-1] == "d-0047" and "d-0047" in split
+
+
 def test_table3_grid_reads_cells_from_policy_names():
     t2 = pd.DataFrame([{"doctor": "base", "ALL Sym.": 1.0, "ALL Test": 2.0, "ALL Dis.": 3.0},
                        {"doctor": "grid_avg_1",

@@ -185,6 +185,33 @@ def test_the_chinese_patient_answers_a_reworded_question_and_declines_an_unrelat
     assert text == DONT_KNOW["zh"] and trace[0]["from"] == "dont_know"
 
 
+def test_the_llm_patient_speaks_as_the_cases_family_informant():
+    from medpref.simulation.knowledge import build_knowledge_bases
+    from medpref.simulation.patients import build_patient
+
+    seen = []
+
+    def responder(req):
+        seen.append(" ".join(m["content"] for m in req.messages))
+        return "Patient: She has had a fever since Monday."
+
+    consults = []
+    for informant in ("患者母亲", None):
+        c = case("sp-i").model_copy(update={"informant": informant})
+        kbs = build_knowledge_bases([c], toy_encode, 128)
+        patient = build_patient("llm", PatientContext(
+            PatientParams(kind="llm"), {c.id: c}, kbs, toy_encode, load_prompt("sp_patient"),
+            lambda: client(responder, "patient")))
+        turns = [Turn(role="patient", text=c.chief_complaint),
+                 Turn(role="doctor", text="Does she have a fever?")]
+        consults.append(consult.Consultation(c.id, c.department, c.lang, "doc", "m", turns))
+        (reply,) = patient.reply(consults[-1:])
+        assert reply.text == "She has had a fever since Monday."
+    mother, patient_self = seen
+    assert "as the patient's mother" in mother and "Your answer as the patient's mother" in mother
+    assert "as the patient," in patient_self and "mother" not in patient_self
+
+
 def test_findings_come_only_after_a_test_is_asked_for():
     c = case("sp-x")
     patient = extractive(c)

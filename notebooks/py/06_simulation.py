@@ -100,9 +100,15 @@ out.table6
 
 # %% [markdown]
 # ## Next-turn evaluation on held-out dialogues (PLPF Tables 4 and 6, Fig. 4)
+#
+# The dialogues are ones stage 01 never split into preference items. Beside the paper's
+# metrics: the share of predicted turns that ask a question, bootstrap 95 % intervals for
+# GPD and ROUGE-L F1, and every doctor against SFT paired by item (GPD points per item,
+# ROUGE-L F1 and BLEU-4 in points, asks-a-question in %).
 
 # %%
-out.next_turn
+display(out.next_turn)
+out.next_turn_paired
 
 # %% [markdown]
 # ## The graders against the hand-graded items (accuracy, Cohen's κ with its interval; `dev`: where settings were chosen, `test`: reported)

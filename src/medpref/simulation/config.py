@@ -116,8 +116,8 @@ class NextTurnParams(StrictModel):
     dialogues: str = "data/embedded/dialogues.jsonl"
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
     source_split: str = "test1"
-    dialogue_ids: list[str] | None = None      # None: the last n_dialogues of the file
-    n_dialogues: int = Field(3, ge=1)
+    dialogue_ids: list[str] | None = None      # None: the last n_dialogues (embedded: unsplit ones)
+    n_dialogues: int = Field(10, ge=1)
     cuts_per_dialogue: int = Field(1, ge=1, le=50)  # seeded doctor turns predicted per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)
     max_new_tokens: int = Field(64, ge=4, le=2048)

@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from medpref.contracts import Dialogue, Turn
 from medpref.llm import LLMClient
 from medpref.prompts import PromptTemplate
 from medpref.simulation.consult import doctor_messages, parse_doctor_answer
+from medpref.simulation.echo import speech_act
 from medpref.simulation.grading import GPD_LABELS, GPD_OPTIONS, Judge, parse_implication
+from medpref.simulation.knowledge import split_sentences
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ def text_scores(prediction: str, reference: str, lang: str) -> dict[str, float]:
 
 def evaluate_next_turn(items: Sequence[NextTurnItem], doctor: LLMClient, doctor_name: str,
                        template: PromptTemplate, judge: Judge, gpd_template: PromptTemplate,
-                       max_new_tokens: int) -> NextTurnResult:
+                       max_new_tokens: int, n_boot: int = 2000, seed: int = 0
+                       ) -> NextTurnResult:
     """Predict every item's doctor turn, score it, and judge its implication."""
     convs = [doctor_messages(template, it.history) for it in items]
     comps = doctor.chat_many(convs, max_new_tokens=max_new_tokens, temperature=0.0)
@@ -99,19 +103,91 @@ def evaluate_next_turn(items: Sequence[NextTurnItem], doctor: LLMClient, doctor_
             row["implication"] = GPD_LABELS.get(label, label) if label else None
             row["judge_raw"] = raw
         result.items.append(row)
-    result.summary = summarise(doctor_name, result.items)
+    result.summary = summarise(doctor_name, result.items, n_boot, seed)
     return result
 
 
-def summarise(doctor: str, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+# one item's share of GPT-Distance: GPD is the mean of these over the usable verdicts
+GPD_POINTS = {"fully": 0.0, "partially": 1.0, "not": 2.0}
+
+
+def asks_question(text: str | None) -> bool | None:
+    """Whether a predicted doctor turn asks the patient something (None: no prediction)."""
+    if text is None:
+        return None
+    return any(speech_act(s) == "question" for s in split_sentences(text))
+
+
+def item_values(row: dict[str, Any]) -> dict[str, float | None]:
+    """One item's values of the paired metrics (None where it has none)."""
+    label = row.get("implication")
+    asked = asks_question(row.get("prediction"))
+    return {"gpd": GPD_POINTS.get(label) if label else None,
+            "rougeL_f1": None if row.get("rougeL_f1") is None else 100 * row["rougeL_f1"],
+            "bleu4": None if row.get("bleu4") is None else 100 * row["bleu4"],
+            "question": None if asked is None else 100.0 * asked}
+
+
+def summarise(doctor: str, rows: Sequence[dict[str, Any]], n_boot: int = 2000,
+              seed: int = 0) -> dict[str, Any]:
+    """Means over the scored items, GPT-Distance, the share of turns that ask a question,
+    and bootstrap 95 % intervals over items for GPD and ROUGE-L F1."""
+    from medpref.metrics.intervals import bootstrap_ci
+
     scored = [r for r in rows if r.get("prediction") is not None]
 
     def mean(key: str) -> float:
         vals = [r[key] for r in scored if r.get(key) is not None]
         return float(np.mean(vals)) if vals else float("nan")
 
+    def interval(key: str) -> tuple[float, float]:
+        vals = [v[key] for v in map(item_values, scored) if v[key] is not None]
+        iv = bootstrap_ci(vals, n_boot=n_boot, seed=seed)
+        return iv.lo, iv.hi
+
     gpd = gpt_distance([r.get("implication") for r in scored])
+    (gpd_lo, gpd_hi), (rl_lo, rl_hi) = interval("gpd"), interval("rougeL_f1")
+    asked = [asks_question(r["prediction"]) for r in scored]
     return {"doctor": doctor, "items": len(rows), "failed": len(rows) - len(scored),
             "bleu4": 100 * mean("bleu4"), "rougeL_p": 100 * mean("rougeL_p"),
             "rougeL_r": 100 * mean("rougeL_r"), "rougeL_f1": 100 * mean("rougeL_f1"),
-            "len_pred": mean("len_pred"), "len_ref": mean("len_ref"), **gpd}
+            "rougeL_f1_lo": rl_lo, "rougeL_f1_hi": rl_hi,
+            "len_pred": mean("len_pred"), "len_ref": mean("len_ref"), **gpd,
+            "gpd_lo": gpd_lo, "gpd_hi": gpd_hi,
+            "question_share": float(np.mean(asked)) if asked else float("nan")}
+
+
+def paired_table(rows: Sequence[dict[str, Any]], reference: str, n_boot: int = 2000,
+                 seed: int = 0) -> pd.DataFrame:
+    """Every doctor against ``reference`` on the items both answered, per metric (GPD
+    points per item, ROUGE-L F1 and BLEU-4 in points, asks-a-question in %): difference,
+    bootstrap 95 % interval, sign-flip p, the minimum detectable difference, verdict."""
+    from medpref.metrics.intervals import paired_difference
+
+    values = {(r["doctor"], r["item"]): item_values(r) for r in rows
+              if r.get("prediction") is not None}
+    doctors = list(dict.fromkeys(r["doctor"] for r in rows))
+    out = []
+    if reference not in doctors:
+        return pd.DataFrame(columns=PAIRED_COLUMNS)
+    ref_items = {i for d, i in values if d == reference}
+    for doctor in doctors:
+        if doctor == reference:
+            continue
+        for metric in ("gpd", "rougeL_f1", "bleu4", "question"):
+            both = [(values[(doctor, i)][metric], values[(reference, i)][metric])
+                    for i in sorted(ref_items) if (doctor, i) in values
+                    and values[(doctor, i)][metric] is not None
+                    and values[(reference, i)][metric] is not None]
+            if not both:
+                continue
+            a, b = zip(*both)
+            cmp = paired_difference(a, b, n_boot=n_boot, seed=seed)
+            out.append({"doctor": doctor, "vs": reference, "metric": metric, "items": cmp.n,
+                        "diff": cmp.diff, "ci_lo": cmp.lo, "ci_hi": cmp.hi,
+                        "p_value": cmp.p_value, "mde": cmp.mde, "verdict": cmp.verdict()})
+    return pd.DataFrame(out, columns=PAIRED_COLUMNS)
+
+
+PAIRED_COLUMNS = ["doctor", "vs", "metric", "items", "diff", "ci_lo", "ci_hi", "p_value",
+                  "mde", "verdict"]

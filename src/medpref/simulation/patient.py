@@ -59,14 +59,30 @@ def parse_patient_answer(raw: str, end_marker: str, max_sentences: int | None) -
     return PatientAnswer(text=text, ended=ended, empty=not text)
 
 
+# a family informant (CSPT's sender names) as the prompt says who is speaking
+_INFORMANTS = {"患儿家属": "a parent of the child who is the patient",
+               "病人家属": "a family member of the patient",
+               "患者家属": "a family member of the patient",
+               "患者母亲": "the patient's mother", "患者父亲": "the patient's father",
+               "患者配偶": "the patient's spouse", "患者子女": "the patient's son or daughter"}
+
+
+def speaker_of(informant: str | None) -> str:
+    """Who answers the doctor: the patient, or the case's family informant."""
+    if not informant:
+        return "the patient"
+    return _INFORMANTS.get(informant, f"the person who accompanies the patient ({informant})")
+
+
 def render_patient_prompt(template: PromptTemplate, chunks: Sequence[str],
-                          history: Sequence[Turn], question: str, end_marker: str
-                          ) -> list[dict[str, str]]:
+                          history: Sequence[Turn], question: str, end_marker: str,
+                          informant: str | None = None) -> list[dict[str, str]]:
     """The patient's prompt: knowledge chunks, the conversation before the doctor's new
-    turn, and that turn."""
+    turn, that turn, and who speaks (the patient or the case's informant)."""
     knowledge = "\n".join(f"[{i + 1}] {c}" for i, c in enumerate(chunks))
     return template.render(knowledge=knowledge, history=format_dialogue(history) or "(none)",
-                           question=question, end_marker=end_marker)
+                           question=question, end_marker=end_marker,
+                           speaker=speaker_of(informant))
 
 
 @dataclass

@@ -116,6 +116,7 @@ class LLMPatient:
             raise ValueError("the llm patient needs a patient role and its prompt")
         self.p, self.kbs, self.encode = ctx.params, ctx.kbs, ctx.encode
         self.client, self.template = ctx.make_client(), ctx.template
+        self.informants = {cid: c.informant for cid, c in ctx.cases.items()}
 
     def reply(self, consults: Sequence[Any]) -> list[PatientReply]:
         p = self.p
@@ -126,7 +127,8 @@ class LLMPatient:
             top = kb.top(qv, p.top_k)
             retrieved.append(top)
             prompts.append(render_patient_prompt(self.template, [kb.chunks[i] for i in top],
-                                                 c.turns[:-1], c.turns[-1].text, p.end_marker))
+                                                 c.turns[:-1], c.turns[-1].text, p.end_marker,
+                                                 self.informants.get(c.case_id)))
         out = []
         for comp, top, q in zip(self.client.chat_many(prompts, max_new_tokens=p.max_new_tokens),
                                 retrieved, queries):

@@ -60,6 +60,7 @@ class SimulationOutputs:
     per_case: pd.DataFrame
     fidelity: pd.DataFrame
     next_turn: pd.DataFrame
+    next_turn_paired: pd.DataFrame
     compliance: pd.DataFrame
     grid: pd.DataFrame
     table6: pd.DataFrame
@@ -115,7 +116,11 @@ def load_cases(p: SimulationParams) -> list[SPCase]:
     return read_jsonl(repo_path(p.cases), SPCase)
 
 
-def held_out_dialogues(p: SimulationParams) -> list[Dialogue]:
+def held_out_dialogues(p: SimulationParams, params=None) -> list[Dialogue]:
+    """The next-turn dialogues: ``dialogue_ids``, else the last ``n_dialogues`` of the
+    source — of the embedded file, only dialogues stage 01 never split into preference
+    items (``params``: the whole params, to know those splits; without a ``sampling``
+    section there is no stage 01 and nothing was split)."""
     nt = p.next_turn
     if nt.source != "embedded":
         from medpref.data import adapters
@@ -127,6 +132,9 @@ def held_out_dialogues(p: SimulationParams) -> list[Dialogue]:
     if nt.dialogue_ids:
         wanted = set(nt.dialogue_ids)
         return [d for d in dialogues if d.id in wanted]
+    if nt.source == "embedded" and params is not None and "sampling" in params.raw:
+        split = heldout.sampled_dialogue_ids(params, nt.dialogues)
+        dialogues = [d for d in dialogues if d.id not in split]
     return dialogues[-nt.n_dialogues:]
 
 
@@ -285,7 +293,8 @@ def build_harness(stage, p: SimulationParams) -> Harness:
     ctx = GraderContext(p.grader, gsetup, lambda: make_judge(stage, p, p.grader.role))
     graders = {name: build_grader(name, ctx) for name in dict.fromkeys([p.grader.mode,
                                                                          *p.grader.compare])}
-    items = (nextturn.next_turn_items(held_out_dialogues(p), p.next_turn.cuts_per_dialogue,
+    items = (nextturn.next_turn_items(held_out_dialogues(p, stage.params),
+                                      p.next_turn.cuts_per_dialogue,
                                       stage.seed, p.next_turn.history_max_turns)
              if p.next_turn.enabled else [])
     h = Harness(cases, encode, kbs, templates, setup, graders[p.grader.mode], graders,
@@ -315,7 +324,8 @@ def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, cli
     if h.items:
         nt = nextturn.evaluate_next_turn(h.items, client, d.name, h.templates[p.doctor_prompt],
                                          h.gpd_judge, h.templates[p.next_turn.gpd_prompt],
-                                         p.next_turn.max_new_tokens)
+                                         p.next_turn.max_new_tokens,
+                                         p.grader.bootstrap_rounds, stage.seed)
     comp = compliance_of(consults, h.scorer, h.flowchart) if h.scorer is not None else None
     return DoctorResult(consults, grades, fid, nt, comp)
 
@@ -401,7 +411,10 @@ def assemble(p: SimulationParams, results: dict[str, DoctorResult], validation, 
     out = SimulationOutputs(
         consultations=consults, grades=grades, table2=t2, per_case=per_case,
         fidelity=tables.fidelity_table(fid_rows),
-        next_turn=nt, compliance=comp_long, grid=tables.table3_grid(t2, p.grid_pattern),
+        next_turn=nt, compliance=comp_long,
+        next_turn_paired=nextturn.paired_table(
+            [row for r in results.values() if r.next_turn for row in r.next_turn.items],
+            "sft", n_boot, h.setup.seed), grid=tables.table3_grid(t2, p.grid_pattern),
         table6=tables.table6(t2, nt, p.table6_policies), grader_validation=validation,
         table2_ci=tables.table2_intervals(per_case, n_boot),
         table2_paired=tables.table2_paired(per_case, n_boot=n_boot),
@@ -449,6 +462,7 @@ def write_outputs(stage, out: SimulationOutputs, nt_items: list[dict]) -> None:
     write_table(out.per_case, report("per_case"), floatfmt=".2f")
     write_table(out.fidelity, report("patient_fidelity"), floatfmt=".2f")
     write_table(out.next_turn, report("next_turn"), floatfmt=".2f")
+    write_table(out.next_turn_paired, report("next_turn_paired"), floatfmt=".3f")
     write_table(out.grid, report("table3_grid"), floatfmt=".1f")
     write_table(out.table6, report("table6_rethinker"), floatfmt=".2f")
     write_table(out.grader_validation, report("grader_validation"), floatfmt=".3f")
