@@ -118,11 +118,16 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
     params._sections["simulation"] = p.model_copy(update={
         "case_ids": ["sp-0002"], "rounds": 2, "trained_policies": False, "rem_radar": False,
         "doctors": [DoctorConfig(name="served", role="served_doctor")],
-        "doctor_decoding": p.doctor_decoding.model_copy(update={"max_new_tokens": 32}),
+        # transformers serve refuses the vLLM-style sampling extras (HTTP 422): off, as the
+        # README says for this server; the turn still ends at its first question
+        "doctor_decoding": p.doctor_decoding.model_copy(update={
+            "max_new_tokens": 32, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}),
         # the 135M patient invents facts: record that, do not stop the run on it here
         "patient": p.patient.model_copy(update={"kind": "llm", "max_new_tokens": 32,
                                                 "max_unsupported_share": 1.0}),
-        "grader": p.grader.model_copy(update={"mode": "generate", "compare": []}),
+        # the judge grades the transcript; its 229-item validation is a long run of its own
+        "grader": p.grader.model_copy(update={"mode": "generate", "compare": [],
+                                              "graded_items": None}),
         "next_turn": p.next_turn.model_copy(update={"n_dialogues": 1, "max_new_tokens": 24})})
     stage = Stage(name="06_simulation", params=params)
     stage._llm = LLMSession("06_simulation", params.shared,
@@ -198,10 +203,14 @@ def test_stage08_reader_and_pairwise_judge_served(tmp_path, monkeypatch, served_
     roles = ledger_roles(tmp_path)
     assert roles["policy"]["calls"] >= 3 + 2 * 2 and roles["policy"]["failures"] == 0
     assert roles["judge"]["calls"] >= 2 and roles["judge"]["failures"] == 0
+    # each read item, both orders, one pair of models: every verdict is a usable game or is
+    # recorded as unparsable (the 135M judge rarely answers in the asked form)
     verdicts = (tmp_path / "data" / "verdicts.jsonl").read_text().splitlines()
-    assert len(verdicts) == 2 * 2          # each read item, both orders, one pair of models
+    unparsable = (tmp_path / "reports" / "unparsable_verdicts.jsonl").read_text().splitlines()
+    assert len(verdicts) + len(unparsable) == 2 * 2 == out.metrics["judge_calls"]
     assert (tmp_path / "reports" / "table2_models.csv").exists()
-    assert set(out.models.values()) == {f"openai:{served_model[1]}"}
+    # every chat role on the server; the retriever's MiniLM stays local
+    assert set(out.models.values()) == {f"openai:{served_model[1]}", "models/all-minilm-l6-v2"}
 
 
 def test_stage07_imap_extraction_and_relations_served(tmp_path, monkeypatch, served_model):
