@@ -95,27 +95,14 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
                                                                   served_model):
     """The SP test with every chat role it has on the server: the doctor under test, PLPF's
     LLM patient, the judge grader (generate mode: the server gives no log-probs) and the
-    GPT-Distance judge. Proves their prompts, parsers, the doctor's decoding controls as
-    extra body fields and the fidelity bookkeeping on the served path."""
-    from medpref.llm.session import LLMSession
-    from medpref.params import RoleConfig, ServerConfig, load_params
+    GPT-Distance judge. Proves their prompts, parsers and the fidelity bookkeeping on the
+    served path."""
+    from medpref.params import load_params
     from medpref.simulation import stage as sim_stage
     from medpref.simulation.config import DoctorConfig
-    from medpref.stagekit import Stage
 
-    url, model = served_model
-    monkeypatch.setenv(URL_ENV, url)
-    monkeypatch.delenv(KEY_ENV, raising=False)
-    monkeypatch.setattr(Stage, "data_dir", property(lambda self: tmp_path / "data"))
-    monkeypatch.setattr(Stage, "reports_dir", property(lambda self: tmp_path / "reports"))
-    params = load_params()
-    llm = params.shared.llm
-    llm.servers["test"] = ServerConfig(base_url_env=URL_ENV, api_key_env=KEY_ENV,
-                                       max_concurrency=1, timeout_s=600.0, max_retries=1)
-    for role in ("served_doctor", "patient", "judge"):
-        llm.roles[role] = RoleConfig(backend="openai", model=model, server="test")
-    p = params.simulation
-    params._sections["simulation"] = p.model_copy(update={
+    p = load_params().simulation
+    section = p.model_copy(update={
         "case_ids": ["sp-0002"], "rounds": 2, "trained_policies": False, "rem_radar": False,
         "doctors": [DoctorConfig(name="served", role="served_doctor")],
         # transformers serve refuses the vLLM-style sampling extras (HTTP 422): off, as the
@@ -129,9 +116,8 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
         "grader": p.grader.model_copy(update={"mode": "generate", "compare": [],
                                               "graded_items": None}),
         "next_turn": p.next_turn.model_copy(update={"n_dialogues": 1, "max_new_tokens": 24})})
-    stage = Stage(name="06_simulation", params=params)
-    stage._llm = LLMSession("06_simulation", params.shared,
-                            cache=ResponseCache(tmp_path / "cache" / "06_simulation.sqlite"))
+    stage = served_stage("06_simulation", tmp_path, monkeypatch, served_model,
+                         ["served_doctor", "patient", "judge"], section=section)
     out = sim_stage.run(stage)
     stage.finish(out.metrics, models=out.model_ids, prompts=out.prompts)
 
@@ -146,10 +132,10 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
     assert any(g.method == "judge" for g in grades)
     fidelity = pd.read_csv(tmp_path / "reports" / "patient_fidelity.csv")
     assert int(fidelity["patient_sentences"].sum()) >= 1
-    nt = json.loads((tmp_path / "reports" / "ledger.json").read_text())["roles"]
+    roles = ledger_roles(tmp_path)
     for role in ("served_doctor", "patient", "judge"):
-        assert nt[role]["calls"] >= 1 and nt[role]["failures"] == 0, (role, nt[role])
-    assert out.model_ids["served"] == f"openai:{model}"
+        assert roles[role]["calls"] >= 1 and roles[role]["failures"] == 0, (role, roles[role])
+    assert out.model_ids["served"] == f"openai:{served_model[1]}"
 
 
 def served_stage(name: str, tmp_path, monkeypatch, served, roles, section=None):
