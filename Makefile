@@ -49,13 +49,18 @@ bench:  ## speed benchmarks (print their ratios; ~15 min on 2 cores)
 
 lint:  ## ruff over src, tests, scripts, benchmarks and notebooks; notebooks and their py:percent pairs agree
 	$(BIN)/ruff check .
-	$(BIN)/python -m medpref.notebooks check
+	@$(MAKE) --no-print-directory notebooks-check
 
-notebooks-sync:  ## write notebooks/py/*.py (py:percent) from notebooks/*.ipynb, or back with DIRECTION=from-py
-	$(BIN)/python -m medpref.notebooks sync $(if $(DIRECTION),--$(DIRECTION))
+NB_DIR ?= notebooks
 
-notebooks-check:  ## fail when a notebook and its py:percent pair differ
-	$(BIN)/python -m medpref.notebooks check
+notebooks-sync:  ## jupytext --sync: each notebook and its notebooks/py/*.py twin take the newer side's cells
+	$(BIN)/jupytext --sync $(NB_DIR)/*.ipynb $(wildcard $(NB_DIR)/py/*.py)
+
+notebooks-check:  ## fail when a notebook and its py:percent twin differ (jupytext --sync on a copy, then diff)
+	@tmp=$$(mktemp -d) && cp -rp $(NB_DIR)/. $$tmp/ \
+	  && $(BIN)/jupytext --quiet --sync $$tmp/*.ipynb $$(ls $$tmp/py/*.py 2>/dev/null) \
+	  && diff -r --brief $(NB_DIR) $$tmp; rc=$$?; rm -rf $$tmp; \
+	  if [ $$rc -ne 0 ]; then echo "notebooks and their py:percent twins differ: run make notebooks-sync"; exit 1; fi
 
 plots:  ## every curve and score table of dvc.yaml's plots section, as HTML (dvc_plots/index.html)
 	$(BIN)/dvc plots show

@@ -1,73 +1,97 @@
-"""Every pipeline notebook has a py:percent twin in notebooks/py/ that matches it."""
+"""Every pipeline notebook has a py:percent twin in notebooks/py/, kept by jupytext itself.
+
+`make notebooks-sync` is `jupytext --sync` over the folder (settings in
+notebooks/jupytext.toml); `make notebooks-check` (part of `make lint`) syncs a copy and
+fails when that changed anything. These tests drive both targets on copies of the folder.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from medpref import REPO_ROOT, notebooks
+from medpref import REPO_ROOT
 
 FOLDER = REPO_ROOT / "notebooks"
+BIN = Path(sys.executable).parent
 
 
-def test_every_notebook_has_a_pair_in_step():
-    problems = notebooks.check_pairs(FOLDER)
-    assert not problems, ("notebooks and their py:percent pairs differ; run "
-                          "`make notebooks-sync` (python -m medpref.notebooks sync):\n  "
-                          + "\n  ".join(problems))
-
-
-def test_jupytext_toml_matches_the_helper():
-    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
-    config = tomllib.loads((FOLDER / "jupytext.toml").read_text())
-    assert config["formats"] == f"ipynb,{notebooks.PAIR_DIR}//{notebooks.FORMAT}"
-    assert config["notebook_metadata_filter"] == notebooks.NOTEBOOK_METADATA_FILTER
-    assert config["cell_metadata_filter"] == notebooks.CELL_METADATA_FILTER
+def make(target: str, folder: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO_ROOT), target,
+                           f"NB_DIR={folder}", f"BIN={BIN}"],
+                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture
 def folder(tmp_path):
+    """A copy of the notebooks folder with one notebook (and its twin), timestamps kept."""
+    root = tmp_path / "notebooks"
+    (root / "py").mkdir(parents=True)
+    shutil.copy2(FOLDER / "jupytext.toml", root / "jupytext.toml")
     src = sorted(FOLDER.glob("*.ipynb"))[0]
-    shutil.copy(src, tmp_path / src.name)
-    return tmp_path, tmp_path / src.name
+    shutil.copy2(src, root / src.name)
+    shutil.copy2(FOLDER / "py" / f"{src.stem}.py", root / "py" / f"{src.stem}.py")
+    return root, root / src.name, root / "py" / f"{src.stem}.py"
 
 
-def test_pair_keeps_cells_and_parameters_tag(folder):
-    root, nb_path = folder
-    notebooks.sync_to_py([nb_path])
-    text = notebooks.pair_path(nb_path).read_text()
-    assert '# %% tags=["parameters"]' in text
-    assert "kernelspec" not in text  # no notebook metadata in the reviewed twin
-    nb = nbformat.read(nb_path, as_version=4)
-    back = notebooks.notebook_from_pair(text, nb.metadata)
-    assert [(c.cell_type, c.source) for c in back.cells] == \
-        [(c.cell_type, c.source) for c in nb.cells]
+def newer(path: Path) -> None:
+    later = time.time() + 5
+    os.utime(path, (later, later))
 
 
-def test_check_fails_on_missing_stale_and_orphan_pairs(folder):
-    root, nb_path = folder
-    assert "missing" in notebooks.check_pairs(root)[0]
-    notebooks.sync_to_py([nb_path])
-    assert notebooks.check_pairs(root) == []
-    pair = notebooks.pair_path(nb_path)
-    pair.write_text(pair.read_text() + "\n# %%\nprint('edited in the .py')\n")
-    assert "differs" in notebooks.check_pairs(root)[0]
-    (root / "py" / "99_gone.py").write_text("# %%\n")
-    assert any("without a notebook" in p for p in notebooks.check_pairs(root))
+def test_every_notebook_is_in_step_with_its_twin():
+    result = make("notebooks-check", FOLDER)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(p.stem for p in FOLDER.glob("*.ipynb")) == \
+        sorted(p.stem for p in (FOLDER / "py").glob("*.py"))
 
 
-def test_sync_from_py_carries_an_edit_into_the_notebook(folder):
-    root, nb_path = folder
-    notebooks.sync_to_py([nb_path])
-    pair = notebooks.pair_path(nb_path)
-    pair.write_text(pair.read_text() + "\n# %%\nprint('new cell')\n")
-    kernel = nbformat.read(nb_path, as_version=4).metadata["kernelspec"]
-    assert notebooks.sync_from_py([pair]) == [nb_path]
+def test_twins_keep_cells_and_the_parameters_tag_but_no_notebook_metadata():
+    for twin in (FOLDER / "py").glob("*.py"):
+        text = twin.read_text(encoding="utf-8")
+        assert "kernelspec" not in text, twin
+        nb = nbformat.read(FOLDER / f"{twin.stem}.ipynb", as_version=4)
+        if any("parameters" in c.metadata.get("tags", []) for c in nb.cells):
+            assert '# %% tags=["parameters"]' in text, twin
+
+
+def test_the_check_fails_on_an_edited_a_missing_and_an_orphan_twin(folder):
+    root, nb_path, twin = folder
+    assert make("notebooks-check", root).returncode == 0
+    original = twin.read_text()
+    twin.write_text(original + "\n# %%\nprint('edited in the .py')\n")
+    newer(twin)
+    failed = make("notebooks-check", root)
+    assert failed.returncode != 0 and "make notebooks-sync" in failed.stdout
+    twin.unlink()
+    assert make("notebooks-check", root).returncode != 0   # no twin: the sync would write one
+    shutil.copy2(FOLDER / "py" / f"{nb_path.stem}.py", twin)
+    assert make("notebooks-check", root).returncode == 0
+    (root / "py" / "99_gone.py").write_text("# %%\nprint(1)\n")
+    assert make("notebooks-check", root).returncode != 0   # a twin without its notebook
+
+
+def test_sync_carries_an_edit_of_the_twin_into_the_notebook(folder):
+    root, nb_path, twin = folder
+    before = nbformat.read(nb_path, as_version=4)
+    twin.write_text(twin.read_text() + "\n# %%\nprint('new cell')\n")
+    newer(twin)
+    result = make("notebooks-sync", root)
+    assert result.returncode == 0, result.stderr
     nb = nbformat.read(nb_path, as_version=4)
     assert nb.cells[-1].source == "print('new cell')"
-    assert nb.metadata["kernelspec"] == kernel and all(
-        not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    assert notebooks.check_pairs(root) == []
-    assert notebooks.sync_from_py([pair]) == []  # a second sync changes nothing
+    assert [c.id for c in nb.cells[:-1]] == [c.id for c in before.cells]   # ids kept
+    assert nb.metadata["kernelspec"] == before.metadata["kernelspec"]
+    assert "jupytext" not in nb.metadata   # pairing lives in jupytext.toml, not the notebook
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    assert make("notebooks-check", root).returncode == 0
+    data = nb_path.read_bytes()
+    assert make("notebooks-sync", root).returncode == 0
+    assert nb_path.read_bytes() == data   # a second sync writes the same bytes
