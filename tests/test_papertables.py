@@ -129,3 +129,71 @@ def test_a_row_label_from_two_columns_and_an_empty_stage_table(tmp_path):
     assert build_table(spec, tmp_path).table["row"].tolist() == ["dep Sym."]
     pd.DataFrame(columns=["w", "m"]).to_csv(tmp_path / "r" / "g.csv", index=False)
     assert build_table(spec, tmp_path).table.empty
+
+
+# -- headline metrics: the one metrics file dvc prints --------------------------------------
+
+def test_headlines_read_nested_keys_and_give_none_for_a_missing_stage(tmp_path):
+    import json
+
+    from medpref.papertables.spec import Headline
+    from medpref.papertables.stage import headline_value
+
+    (tmp_path / "m.json").write_text(json.dumps({"sp/sft": {"Sym.": 12.3456}, "n": 4,
+                                                 "flag": True, "none": None}))
+    assert headline_value(Headline(name="a", source="m.json", key=["sp/sft", "Sym."]),
+                          tmp_path) == 12.346
+    assert headline_value(Headline(name="a", source="m.json", key=["n"]), tmp_path) == 4
+    assert headline_value(Headline(name="a", source="m.json", key=["none"]), tmp_path) is None
+    assert headline_value(Headline(name="a", source="m.json", key=["sp/sft", "Test"]),
+                          tmp_path) is None
+    assert headline_value(Headline(name="a", source="gone.json", key=["n"]), tmp_path) is None
+    with pytest.raises(ValueError, match="headline 'a'.*not a number"):
+        headline_value(Headline(name="a", source="m.json", key=["flag"]), tmp_path)
+
+
+def test_a_headline_name_too_wide_for_the_metrics_table_is_refused(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("artefacts: []\nheadlines:\n"
+                    "  - {name: a_name_far_too_long_for_a_column, source: x.json, key: [a]}\n")
+    with pytest.raises(ValueError, match="r.yaml.*headlines.0.name"):
+        load_registry(path)
+    path.write_text("artefacts: []\nheadlines:\n  - {name: a, source: x.json, key: [a]}\n"
+                    "  - {name: a, source: y.json, key: [b]}\n")
+    with pytest.raises(ValueError, match="duplicate headline names"):
+        load_registry(path)
+
+
+def test_every_committed_headline_points_at_a_stage_metrics_file_stage_09_depends_on():
+    import yaml
+
+    registry = load_registry(REPO_ROOT / "configs" / "paper_tables.yaml")
+    deps = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["stages"]["tables"]["deps"]
+    assert registry.headlines
+    for h in registry.headlines:
+        assert h.source.endswith("metrics.json")
+        assert any(h.source == d or h.source.startswith(d.rstrip("/") + "/") for d in deps), \
+            f"stage 09 does not depend on {h.source} (headline {h.name})"
+
+
+def test_dvc_metrics_show_is_one_file_and_under_200_characters_a_line():
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    stages = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["stages"]
+    declared = [next(iter(m)) if isinstance(m, dict) else m
+                for s in stages.values() for m in s.get("do", s).get("metrics", [])]
+    assert declared == ["reports/09_tables/metrics.json"]
+    dvc = Path(sys.executable).parent / "dvc"
+    dvc = str(dvc) if dvc.exists() else shutil.which("dvc")
+    if dvc is None:
+        pytest.skip("dvc is not installed")
+    shown = subprocess.run([dvc, "metrics", "show"], cwd=REPO_ROOT, capture_output=True,
+                           text=True, timeout=300, check=True).stdout
+    lines = shown.splitlines()
+    assert lines and "reports/09_tables/metrics.json" in shown
+    assert max(len(line) for line in lines) < 200, shown

@@ -47,15 +47,30 @@ class ArtefactSpec(StrictModel):
         return self
 
 
+HEADLINE_NAME_MAX = 16   # `dvc metrics show` prints one column per headline
+
+
+class Headline(StrictModel):
+    """One number a user compares across experiments: ``key`` (a path of nested keys)
+    in a stage's ``metrics.json``. Stage 09's ``metrics.json`` holds the headlines only,
+    so ``dvc metrics show`` and ``dvc exp show`` stay one screen wide."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=HEADLINE_NAME_MAX)
+    source: str
+    key: list[str] = Field(min_length=1)
+
+
 class Registry(StrictModel):
     artefacts: list[ArtefactSpec]
+    headlines: list[Headline] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Registry:
-        ids = [a.id for a in self.artefacts]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"duplicate artefact ids {dupes}")
+        for kind, ids in (("artefact ids", [a.id for a in self.artefacts]),
+                          ("headline names", [h.name for h in self.headlines])):
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            if dupes:
+                raise ValueError(f"duplicate {kind} {dupes}")
         return self
 
 

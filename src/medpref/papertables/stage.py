@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,7 @@ import pandas as pd
 from medpref.contracts import atomic_write_text
 from medpref.papertables.build import BuiltTable, MissingSource, build_table, write_built
 from medpref.papertables.index import render_index
-from medpref.papertables.spec import ArtefactSpec, load_registry
+from medpref.papertables.spec import ArtefactSpec, Headline, load_registry
 from medpref.params import repo_path
 from medpref.stagekit import Stage
 
@@ -20,12 +21,31 @@ from medpref.stagekit import Stage
 class TablesOutputs:
     status: pd.DataFrame
     built: dict[str, BuiltTable] = field(default_factory=dict)
+    headlines: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def metrics(self) -> dict:
+        """The headline numbers (None where a stage has not made its metric) and how many
+        paper artefacts were made: the only metrics file ``dvc metrics show`` prints."""
         made = int((self.status["status"] == "made").sum())
-        return {"artefacts": len(self.status), "made": made,
-                "not_made": len(self.status) - made}
+        return {**self.headlines, "paper_made": made}
+
+
+def headline_value(h: Headline, root: Path) -> float | None:
+    """The number at ``h.key`` in ``h.source``; None when the stage has not written it.
+    A value that is there but not a number is a registry error."""
+    path = root / h.source
+    if not path.exists():
+        return None
+    node = json.loads(path.read_text(encoding="utf-8"))
+    for key in h.key:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    if node is not None and (isinstance(node, bool) or not isinstance(node, int | float)):
+        raise ValueError(f"headline '{h.name}': {h.source} key {h.key} is {node!r}, "
+                         "not a number")
+    return node if node is None or isinstance(node, int) else round(float(node), 3)
 
 
 def _copy_figure(spec: ArtefactSpec, root: Path, out_dir: Path) -> list[Path]:
@@ -68,7 +88,8 @@ def run(stage: Stage) -> TablesOutputs:
             rows.append({"paper": spec.paper, "artefact": spec.label, "stage": spec.stage,
                          "status": "not made", "files": str(exc), "from": spec.source})
     status = pd.DataFrame(rows)
-    out = TablesOutputs(status, built)
+    out = TablesOutputs(status, built,
+                        {h.name: headline_value(h, root) for h in registry.headlines})
     stage.check_yield(out.metrics["made"], len(status), what="paper artefacts")
     atomic_write_text(repo_path(p.index), render_index(root / "reports", status))
     return out
