@@ -51,11 +51,10 @@ def test_export_import_round_trip_is_byte_identical(tmp_path):
     fill_cache(src, "01_toy")
     fill_cache(src, "02_other")
     archive = tmp_path / "release" / "cache.tar.gz"
-    manifest = cache_archive.export_archive(src, archive, with_outputs=True, commit="abc")
+    manifest = cache_archive.export_archive(src, archive, commit="abc")
 
-    names = set(manifest["files"])
-    assert names == {"data/cache/llm/01_toy.sqlite", "data/cache/llm/02_other.sqlite",
-                     "data/toy/out.jsonl", "data/toy/folder/part.bin"}
+    names = set(manifest["files"])   # the caches only: outputs travel by dvc push / pull
+    assert names == {"data/cache/llm/01_toy.sqlite", "data/cache/llm/02_other.sqlite"}
     dst = make_repo(tmp_path / "b")
     report = cache_archive.import_archive(archive, dst)
     assert sorted(report.written) == sorted(names)
@@ -66,7 +65,7 @@ def test_export_import_round_trip_is_byte_identical(tmp_path):
     # importing again changes nothing; exporting again gives the same archive bytes
     assert cache_archive.import_archive(archive, dst).written == []
     again = tmp_path / "again.tar.gz"
-    cache_archive.export_archive(src, again, with_outputs=True, commit="abc")
+    cache_archive.export_archive(src, again, commit="abc")
     assert again.read_bytes() == archive.read_bytes()
 
 
@@ -244,16 +243,3 @@ def test_help_works_as_a_process():
                          text=True, check=True).stdout
     for word in ("run", "cache", "doctor"):
         assert word in out
-
-
-def test_models_stage_travels_only_when_asked(tmp_path):
-    src = make_repo(tmp_path / "a", {"data/toy/out.jsonl": b"1\n", "models/m/w.bin": b"w"})
-    (src / "dvc.lock").write_text(
-        "schema: '2.0'\nstages:\n  toy:\n    outs:\n    - path: data/toy/out.jsonl\n"
-        "  models:\n    outs:\n    - path: models/m\n")
-    fill_cache(src)
-    plain = cache_archive.export_archive(src, tmp_path / "a.tar.gz", with_outputs=True)
-    assert "models/m/w.bin" not in plain["files"] and "data/toy/out.jsonl" in plain["files"]
-    full = cache_archive.export_archive(src, tmp_path / "b.tar.gz", with_outputs=True,
-                                        with_models=True)
-    assert "models/m/w.bin" in full["files"]

@@ -1,14 +1,15 @@
-"""One archive of what a rerun needs to make no model call: the LLM caches (and outputs).
+"""One archive of what a rerun needs to make no model call: the LLM caches.
 
-``export`` packs every stage's cache file ``<cache_dir>/*.sqlite`` — and, on request, the
-DVC-cached outputs recorded in ``dvc.lock`` — into a ``.tar.gz`` with a ``MANIFEST.json``
-that names each file with its size and SHA-256. The archive is deterministic (sorted
-members, zero times and owners), so the same files give the same bytes.
+``export`` packs every stage's cache file ``<cache_dir>/*.sqlite`` into a ``.tar.gz`` with
+a ``MANIFEST.json`` that names each file with its size and SHA-256. The archive is
+deterministic (sorted members, zero times and owners), so the same files give the same
+bytes and its SHA-256 can be quoted in a paper.
 
 ``import_archive`` checks every member against the manifest before it writes anything,
 refuses paths outside the repository, and leaves identical files alone. On a fresh clone
 the restored caches make ``dvc repro`` answer every model call from the cache (0 calls in
-the ledgers); restored outputs make the stages they belong to up to date.
+the ledgers). The stages' outputs travel by DVC itself (``dvc push`` / ``dvc pull`` to a
+remote), not by this archive.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import hashlib
 import io
 import json
 import sqlite3
-import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -69,37 +69,6 @@ def llm_cache_files(root: Path) -> list[Path]:
     return sorted(cache_dir(root).glob("*.sqlite"))
 
 
-def git_tracked(root: Path) -> set[str]:
-    """Files git tracks under ``root`` (empty outside a git work tree)."""
-    try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True,
-                             check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return set()
-    return {p for p in out.decode().split("\0") if p}
-
-
-def dvc_output_files(root: Path, skip_stages: tuple[str, ...] = ("models",)) -> list[Path]:
-    """Every file of every ``outs`` entry in dvc.lock that git does not track (the
-    DVC-cached data products and executed notebooks; committed tables are in git).
-    The ``models`` stage is skipped unless asked: ``make setup`` rebuilds it from PyPI."""
-    lock = root / "dvc.lock"
-    if not lock.exists():
-        raise ArchiveError(f"{lock}: not found (run dvc repro once before exporting outputs)")
-    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
-    tracked = git_tracked(root)
-    files: set[Path] = set()
-    for name, stage in stages.items():
-        if name in skip_stages:
-            continue
-        for out in stage.get("outs", []):
-            path = root / out["path"]
-            found = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else (
-                [path] if path.is_file() else [])
-            files.update(p for p in found if p.relative_to(root).as_posix() not in tracked)
-    return sorted(files)
-
-
 def _tar_info(name: str, size: int) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode = size, 0, 0o644
@@ -112,8 +81,7 @@ def _tar_add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(_tar_info(name, len(data)), io.BytesIO(data))
 
 
-def export_archive(root: Path, dest: Path, with_outputs: bool = False, commit: str = "",
-                   with_models: bool = False) -> dict:
+def export_archive(root: Path, dest: Path, commit: str = "") -> dict:
     """Write the archive to ``dest`` (streamed: files are never held in memory whole);
     returns its manifest."""
     root = root.resolve()
@@ -123,10 +91,6 @@ def export_archive(root: Path, dest: Path, with_outputs: bool = False, commit: s
     for path in caches:
         checkpoint(path)
     entries = {p.relative_to(root).as_posix(): (p, "llm_cache") for p in caches}
-    if with_outputs:
-        skip = () if with_models else ("models",)
-        for p in dvc_output_files(root, skip_stages=skip):
-            entries.setdefault(p.relative_to(root).as_posix(), (p, "dvc_out"))
     files = {name: {"kind": kind, "size": p.stat().st_size, "sha256": sha256_file(p)}
              for name, (p, kind) in sorted(entries.items())}
     manifest = {"format": FORMAT, "git_commit": commit, "files": files}

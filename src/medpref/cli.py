@@ -2,7 +2,6 @@
 
     medpref run 03_rem                 # = dvc repro rem (upstream stages only if changed)
     medpref cache export [PATH]        # every stage's LLM cache as one .tar.gz + manifest
-    medpref cache export --with-outputs medpref-cache.tar.gz   # ... and the DVC outputs
     medpref cache import PATH          # restore them: dvc repro then replays every call
     medpref doctor                     # models, kernel, python/torch, backends' env, dvc
 """
@@ -61,13 +60,12 @@ def cmd_cache_export(args: argparse.Namespace) -> int:
     from medpref.provenance import git_commit
 
     dest = Path(args.path)
-    manifest = cache_archive.export_archive(args.root, dest, with_outputs=args.with_outputs,
-                                            commit=git_commit(), with_models=args.with_models)
+    manifest = cache_archive.export_archive(args.root, dest, commit=git_commit())
     files = manifest["files"]
-    n_cache = sum(1 for f in files.values() if f["kind"] == "llm_cache")
     size = sum(f["size"] for f in files.values())
-    print(f"wrote {dest}: {n_cache} LLM cache file(s), {len(files) - n_cache} output file(s), "
-          f"{size / 1e6:.2f} MB before compression; manifest {cache_archive.MANIFEST} inside")
+    print(f"wrote {dest}: {len(files)} LLM cache file(s), {size / 1e6:.2f} MB before "
+          f"compression; manifest {cache_archive.MANIFEST} inside (outputs travel by "
+          "`dvc push` / `dvc pull`)")
     return 0
 
 
@@ -105,12 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cache = sub.add_parser("cache", help="export or import the LLM caches as one archive")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True)
-    export = cache_sub.add_parser("export", help="write the caches (and outputs) to an archive")
+    export = cache_sub.add_parser("export", help="write the LLM caches to an archive")
     export.add_argument("path", nargs="?", default=DEFAULT_ARCHIVE)
-    export.add_argument("--with-outputs", action="store_true",
-                        help="also the DVC-cached outputs listed in dvc.lock")
-    export.add_argument("--with-models", action="store_true",
-                        help="with --with-outputs: also the models stage (make setup rebuilds it)")
     export.set_defaults(func=cmd_cache_export)
     imp = cache_sub.add_parser("import", help="restore an archive made by export")
     imp.add_argument("path")
