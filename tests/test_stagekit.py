@@ -21,6 +21,9 @@ class _Session:
     def write_ledger(self, path):
         return self.ledger.write(path)
 
+    def role_models(self):
+        return {}
+
     def close(self):
         self.closed = True
 
@@ -78,3 +81,54 @@ def test_finish_writes_scores_timings_ledger_and_provenance_apart(tmp_path, monk
     assert prov["stage"] == "sampling" and prov["models"] == {"annotator": "hf:x"}
     assert (folder / "ledger.json").exists()
     assert stage._llm.closed and out["metrics"] == {"items": 3}
+
+
+def test_provenance_names_the_roles_that_called_and_the_prompts_loaded(tmp_path, monkeypatch):
+    from scripted_stage import scripted_stage
+
+    from medpref.prompts import load_prompt
+
+    stage = scripted_stage("01_sampling", tmp_path, monkeypatch, lambda r: "an answer")
+    load_prompt("trajectory_doctor")
+    stage.role("annotator").chat([{"role": "user", "content": "hello"}])
+    stage.role("annotator", max_new_tokens=5).chat([{"role": "user", "content": "again"}])
+    stage.role("judge")   # made but never called: not the provenance's business
+    stage.finish({"items": 1}, models={"embedding": "minilm"}, prompts={"extra": "abc"})
+    folder = tmp_path / "reports" / "01_sampling"
+    prov = json.loads((folder / "provenance.json").read_text())
+    ledger = json.loads((folder / "ledger.json").read_text())
+    assert set(prov["roles"]) == set(ledger["roles"]) == {"annotator"}
+    assert prov["roles"]["annotator"] == stage.role("annotator").model_id
+    assert prov["models"] == {"embedding": "minilm"}
+    assert prov["prompts"]["extra"] == "abc"
+    assert prov["prompts"]["trajectory_doctor"] == load_prompt("trajectory_doctor").sha
+
+
+def test_a_ledger_role_without_a_client_of_the_session_is_an_error():
+    from medpref.llm.session import LLMSession
+
+    session = LLMSession("01_sampling", load_params().shared, cache=None)
+    session.ledger.record_call("ghost", Completion(text="x"), Price())
+    with pytest.raises(RuntimeError, match="role 'ghost'.*no client"):
+        session.role_models()
+
+
+def test_a_run_rewriting_reports_and_dvc_lock_leaves_the_commit_clean(tmp_path):
+    import subprocess
+
+    from medpref.provenance import git_commit
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@x", "PATH": __import__("os").environ["PATH"]}
+    (tmp_path / "reports").mkdir()
+    for rel in ("reports/table.csv", "dvc.lock", "code.py"):
+        (tmp_path / rel).write_text("v1\n")
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "x"]):
+        subprocess.run(cmd, cwd=tmp_path, env=env, check=True)
+    clean = git_commit(tmp_path)
+    assert len(clean) == 40 and "+dirty" not in clean
+    (tmp_path / "reports" / "table.csv").write_text("v2\n")
+    (tmp_path / "dvc.lock").write_text("v2\n")
+    assert git_commit(tmp_path) == clean
+    (tmp_path / "code.py").write_text("v2\n")
+    assert git_commit(tmp_path) == clean + "+dirty"

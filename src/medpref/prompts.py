@@ -49,8 +49,22 @@ class PromptTemplate:
         return messages
 
 
+_LOADED: dict[str, str] = {}
+
+
+def loaded_prompts() -> dict[str, str]:
+    """name → SHA of every template loaded since ``forget_loaded_prompts`` (each stage
+    opens with it): the prompts a stage's provenance records."""
+    return dict(sorted(_LOADED.items()))
+
+
+def forget_loaded_prompts() -> None:
+    _LOADED.clear()
+
+
 def load_prompt(name: str, directory: str | Path | None = None) -> PromptTemplate:
-    """Load ``<directory>/<name>.yaml`` (default ``configs/prompts``)."""
+    """Load ``<directory>/<name>.yaml`` (default ``configs/prompts``); recorded for the
+    provenance of the stage that loads it."""
     path = Path(directory or PROMPTS_DIR) / f"{name}.yaml"
     raw = path.read_text(encoding="utf-8")
     data = yaml.safe_load(raw) or {}
@@ -58,8 +72,10 @@ def load_prompt(name: str, directory: str | Path | None = None) -> PromptTemplat
     if unknown or "user" not in data:
         raise ValueError(f"{path}: a prompt file has `user` (required), `system` and "
                          f"`description`; found {sorted(data)}")
-    return PromptTemplate(name, data.get("system", ""), data["user"],
-                          hashlib.sha256(raw.encode()).hexdigest()[:12])
+    template = PromptTemplate(name, data.get("system", ""), data["user"],
+                              hashlib.sha256(raw.encode()).hexdigest()[:12])
+    _LOADED[name] = template.sha
+    return template
 
 
 def format_dialogue(turns, doctor: str = "Doctor", patient: str = "Patient") -> str:

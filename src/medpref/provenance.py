@@ -10,14 +10,20 @@ from typing import Any
 from medpref import REPO_ROOT, __version__
 from medpref.contracts import atomic_write_text
 
+# What a run itself rewrites: changes there do not make the code that ran differ from the
+# commit (the committed reports and dvc.lock are the previous run's until this one ends).
+RUN_OUTPUTS = ("reports", "dvc.lock")
 
-def git_commit() -> str:
-    """The checked-out commit, with '+dirty' when tracked files have changes."""
+
+def git_commit(root: Path = REPO_ROOT) -> str:
+    """The checked-out commit, with '+dirty' when tracked files other than the run's own
+    outputs (``RUN_OUTPUTS``) have changes."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", *(f":(exclude){p}" for p in RUN_OUTPUTS)],
+                               cwd=root, capture_output=True, text=True).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

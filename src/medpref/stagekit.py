@@ -63,6 +63,11 @@ class Stage:
     timings: dict[str, float] = field(default_factory=dict)
     _llm: Any = None
 
+    def __post_init__(self) -> None:
+        from medpref.prompts import forget_loaded_prompts
+
+        forget_loaded_prompts()   # the prompts this stage loads are its provenance's
+
     @property
     def key(self) -> str:
         return stage_key(self.name)
@@ -155,15 +160,24 @@ class Stage:
     def finish(self, metrics: dict[str, Any], *, models: dict[str, str] | None = None,
                prompts: dict[str, str] | None = None, sections: tuple[str, ...] = (),
                **extra: Any) -> dict[str, Any]:
-        """Write the ledger, metrics (scores only), timings and provenance; close models."""
+        """Write the ledger, metrics (scores only), timings and provenance; close models.
+
+        The provenance's ``roles`` (role → model id) and ``prompts`` (every template the
+        stage loaded) come from the stage's LLM session and the prompt loader; ``models``
+        and ``prompts`` passed here add what those cannot see (e.g. which doctor ran which
+        adapter, an embedding model)."""
+        from medpref.prompts import loaded_prompts
+
         ledger = self._llm.write_ledger(self.report("ledger.json")) if self._llm else None
+        roles = self._llm.role_models() if self._llm else {}
         write_metrics(metrics, self.report("metrics.json"))
         write_metrics({"wall_s": round(self.wall_s, 1),
                        "steps_s": {k: round(v, 1) for k, v in self.timings.items()}},
                       self.report("timings.json"))
         write_provenance(self.report("provenance.json"), provenance(
-            self.params, (self.key, *sections), models=models, prompts=prompts,
-            seed=self.seed, stage=self.key, **extra))
+            self.params, (self.key, *sections), models=models,
+            prompts={**loaded_prompts(), **(prompts or {})}, seed=self.seed, stage=self.key,
+            roles=roles, **extra))
         self.close()
         return {"metrics": metrics, "ledger": ledger["total"] if ledger else None,
                 "wall_s": round(self.wall_s, 1)}

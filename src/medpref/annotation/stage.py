@@ -210,8 +210,6 @@ def run(stage: Stage) -> AnnotationOutputs:
                                 columns=["strategy", "step", "item_id", "raw"]),
         examples=example_pairs(results.values()))
     out.metrics = stage_metrics(out, len(scored.judgements))
-    out.models = {"judge": stage.role(p.judge.role).model_id, "rem": scorer.client.model_id,
-                  "planner": stage.role(p.agent.planner_role).model_id}
     out.prompts = {k: v for r in results.values() for k, v in r.prompts.items()}
     out.prompts[scorer.prompt.name] = scorer.prompt.sha
     write_outputs(stage, out, cai.state_score_rows(scored.item_states, scored.judgements,

@@ -131,6 +131,23 @@ class LLMSession:
                 f"`free: true` on the role (or its server) if it costs nothing")
         return Price()
 
+    def role_models(self) -> dict[str, str | list[str]]:
+        """Every role this session's ledger counted (calls and cache hits), with the model
+        id(s) its clients used: one id, or a sorted list when a role ran several models
+        (e.g. the policy role with each trained adapter). What a stage's provenance says
+        about its models comes from here, not from the stage's code."""
+        ids: dict[str, set[str]] = {}
+        for client in self._clients.values():
+            ids.setdefault(client.role, set()).add(client.model_id)
+        out: dict[str, str | list[str]] = {}
+        for role in self.ledger.totals()["roles"]:
+            found = sorted(ids.get(role, ()))
+            if not found:
+                raise RuntimeError(f"role '{role}' is in the ledger of stage {self.stage} "
+                                   "but no client of this session made its calls")
+            out[role] = found[0] if len(found) == 1 else found
+        return out
+
     def write_ledger(self, path: str | Path) -> dict:
         return self.ledger.write(path)
 

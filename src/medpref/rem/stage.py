@@ -84,8 +84,6 @@ def run(stage: Stage) -> RemOutputs:
                              ignore_index=True),
         examples=raw_examples(runs))
     out.metrics = b03.stage_metrics(runs, p, train, out.majority)
-    out.models = {"rem": stage.role(p.role).model_id,
-                  "rem_finetuned": stage.role(p.role, adapter=p.train.adapter_dir).model_id}
     out.prompts = {p.prompt: load_prompt(p.prompt).sha}
     _write(out, inputs.flowchart, runs, compliance, states, paths)
     return out

@@ -67,10 +67,7 @@ def run(stage: Stage) -> SamplingOutputs:
         write_table(summary, stage.report("summary"))
         rounds = rounds_distribution(result, p.future_rounds)
         write_table(rounds, stage.report("future_rounds"))
-    models = {p.role: annotator.model_id}
-    if p.rounds.enabled:
-        models.update({f"{k}_rounds": c.model_id for k, c in speakers.items()})
     return SamplingOutputs(result.items, result.rejected, summary,
                            metrics(result, p.n_items, p.future_rounds), rounds, result.short,
-                           models=models, prompts=result.prompt_shas,
+                           prompts=result.prompt_shas,
                            n_dialogues=len(dialogues), n_exemplars=len(pool))

@@ -1,0 +1,39 @@
+"""The committed run's provenance: what each stage says it used is what its ledger counted,
+and it ran from a committed code tree."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from medpref import REPO_ROOT
+
+
+def _provenances():
+    return sorted((REPO_ROOT / "reports").rglob("provenance.json"))
+
+
+@pytest.mark.parametrize("path", _provenances(),
+                         ids=lambda p: p.parent.relative_to(REPO_ROOT / "reports").as_posix())
+def test_a_committed_provenance_names_exactly_the_roles_its_ledger_counted(path):
+    prov = json.loads(path.read_text(encoding="utf-8"))
+    ledger_path = path.with_name("ledger.json")
+    if not ledger_path.exists():   # a stage without model calls
+        assert not prov.get("roles"), path
+        return
+    ledger = json.loads(ledger_path.read_text(encoding="utf-8"))
+    assert "roles" in prov, f"{path}: no roles (written before provenance came from the session)"
+    assert set(prov["roles"]) == set(ledger["roles"]), path
+    assert all(prov["roles"].values()), path
+
+
+@pytest.mark.parametrize("path", _provenances(),
+                         ids=lambda p: p.parent.relative_to(REPO_ROOT / "reports").as_posix())
+def test_a_committed_provenance_comes_from_a_clean_commit(path):
+    commit = json.loads(path.read_text(encoding="utf-8"))["git_commit"]
+    assert len(commit) == 40 and "+dirty" not in commit, f"{path}: {commit}"
+
+
+def test_there_are_committed_provenances_with_ledgers():
+    assert sum(p.with_name("ledger.json").exists() for p in _provenances()) >= 6
