@@ -84,9 +84,8 @@ def test_finish_writes_scores_timings_ledger_and_provenance_apart(tmp_path, monk
 
 
 def test_provenance_names_the_roles_that_called_and_the_prompts_loaded(tmp_path, monkeypatch):
-    from scripted_stage import scripted_stage
-
     from medpref.prompts import load_prompt
+    from scripted_stage import scripted_stage
 
     stage = scripted_stage("01_sampling", tmp_path, monkeypatch, lambda r: "an answer")
     load_prompt("trajectory_doctor")
