@@ -137,3 +137,36 @@ def test_option_probs_failure_after_retries_raises(monkeypatch):
         backend = _backend(server, monkeypatch, max_retries=1)
         with pytest.raises(BackendError, match="gave up after 2 attempts"):
             backend.option_probs(_msgs(1), ("0", "1", "2"), ["Score: "])
+
+
+def test_a_server_without_loop_controls_gets_none_and_the_cache_key_says_so(monkeypatch,
+                                                                              tmp_path, caplog):
+    controls = GenerationParams(repetition_penalty=1.3, no_repeat_ngram_size=3)
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    with StubServer() as server:
+        on = LLMClient("policy", _backend(server, monkeypatch), controls)
+        on.chat(_msgs(1)[0])
+        assert server.requests[-1]["repetition_penalty"] == 1.3   # vLLM-style extra_body
+        off = LLMClient("policy", _backend(server, monkeypatch, loop_controls=False),
+                        controls, cache=cache)
+        with caplog.at_level("WARNING"):
+            off.chat_many(_msgs(2))
+            off.chat(_msgs(3)[2])
+    sent = server.requests[-3:]
+    assert all("repetition_penalty" not in r and "no_repeat_ngram_size" not in r for r in sent)
+    told = [r for r in caplog.records if "takes no loop controls" in r.getMessage()]
+    assert len(told) == 1 and "repetition_penalty 1.3" in told[0].getMessage()
+    # the cached answer is keyed as what ran: a call without controls finds it
+    plain = LLMClient("policy", _backend(server, monkeypatch), GenerationParams(), cache=cache)
+    assert plain.chat(_msgs(1)[0]).cached
+
+
+def test_the_server_param_reaches_the_backend(monkeypatch):
+    from medpref.llm.session import LLMSession
+    from medpref.params import SharedParams
+
+    monkeypatch.setenv("MEDPREF_TEST_URL", "http://127.0.0.1:9/v1")
+    shared = SharedParams.model_validate({"llm": {
+        "servers": {"serve": {"base_url_env": "MEDPREF_TEST_URL", "loop_controls": False}},
+        "roles": {"policy": {"backend": "openai", "model": "m", "server": "serve"}}}})
+    assert LLMSession("t", shared).role("policy").backend.loop_controls is False

@@ -106,10 +106,9 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
     section = p.model_copy(update={
         "case_ids": ["sp-0002"], "rounds": 2, "trained_policies": False, "rem_radar": False,
         "doctors": [DoctorConfig(name="served", role="served_doctor")],
-        # transformers serve refuses the vLLM-style sampling extras (HTTP 422): off, as the
-        # README says for this server; the turn still ends at its first question
-        "doctor_decoding": p.doctor_decoding.model_copy(update={
-            "max_new_tokens": 32, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}),
+        # the default loop controls stay on: the server's `loop_controls: false` leaves them
+        # out of the requests (it answers 422 to them); the turn still ends at its question
+        "doctor_decoding": p.doctor_decoding.model_copy(update={"max_new_tokens": 32}),
         # the 135M patient invents facts: record that, do not stop the run on it here
         "patient": p.patient.model_copy(update={"kind": "llm", "max_new_tokens": 32,
                                                 "max_unsupported_share": 1.0}),
@@ -158,7 +157,8 @@ def served_stage(name: str, tmp_path, monkeypatch, served, roles, section=None):
                         params.path)
     llm = params.shared.llm
     llm.servers["test"] = ServerConfig(base_url_env=URL_ENV, api_key_env=KEY_ENV,
-                                       max_concurrency=1, timeout_s=600.0, max_retries=1)
+                                       max_concurrency=1, timeout_s=600.0, max_retries=1,
+                                       loop_controls=False)   # it answers 422 to them
     for role in roles:
         llm.roles[role] = RoleConfig(backend="openai", model=model, server="test")
     stage = Stage(name=name, params=params)

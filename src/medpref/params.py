@@ -88,6 +88,11 @@ class ServerConfig(StrictModel):
     top_logprobs: int = Field(20, ge=1, le=20)
     #: every model on this server costs nothing (a local server on a paid-looking URL)
     free: bool = False
+    # the server takes vLLM's sampling extras (repetition_penalty, no_repeat_ngram_size) in
+    # the request body. OpenAI's API and `transformers serve` do not (the latter answers
+    # HTTP 422): set false, and the roles on this server decode without them, said once
+    # in the log; their cached answers are keyed without them
+    loop_controls: bool = True
 
 
 class PriceConfig(StrictModel):

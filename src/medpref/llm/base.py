@@ -31,6 +31,9 @@ class Backend(ABC):
     kind: str = "abstract"
     #: True when the backend bills per token (the budget guard then needs a price)
     paid: bool = False
+    #: False when the backend cannot apply ``GenerationParams.loop_controls()``; the
+    #: client then sends (and caches) its calls without them and says so once
+    loop_controls: bool = True
 
     @abstractmethod
     def identity(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ stops the run at once with the role and server named.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -51,6 +52,7 @@ class LLMClient:
         self.cache = cache
         self.ledger = ledger or Ledger(stage="adhoc")
         self.price = price or Price()
+        self._told_loop_controls = False
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -90,8 +92,26 @@ class LLMClient:
         requests = [ChatRequest.of(list(m), params, tools, prefix) for m in conversations]
         return self.complete(requests)
 
+    def _without_loop_controls(self, requests: Sequence[ChatRequest]) -> list[ChatRequest]:
+        """The requests as a backend without loop controls runs them (see
+        ``Backend.loop_controls``), said once per client."""
+        if self.backend.loop_controls:
+            return list(requests)
+        out = []
+        for req in requests:
+            dropped = req.params.loop_controls()
+            if dropped and not self._told_loop_controls:
+                log.warning("role '%s': %s takes no loop controls (loop_controls: false); "
+                            "decoding without %s", self.role, self.backend.describe(),
+                            ", ".join(f"{k} {v}" for k, v in dropped.items()))
+                self._told_loop_controls = True
+            out.append(dataclasses.replace(req, params=req.params.with_overrides(
+                repetition_penalty=1.0, no_repeat_ngram_size=0)) if dropped else req)
+        return out
+
     def complete(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         """Answer prepared requests (they may differ in settings, e.g. seeds)."""
+        requests = self._without_loop_controls(requests)
         records = [self._chat_request_record(r) for r in requests]
         results, missing, keys = self._lookup(records, lambda hit: _completion_from_record(
             hit, cached=True))

@@ -119,10 +119,11 @@ class OpenAIBackend(Backend):
                  continue_prefix: bool = False, top_logprobs: int = 20,
                  option_search_tokens: int = 24, server: str = "openai",
                  prefix_instruction: str = 'Start your reply with "{prefix}".',
-                 max_backoff_s: float = 60.0):
+                 max_backoff_s: float = 60.0, loop_controls: bool = True):
         import openai
 
         self.model = model
+        self.loop_controls = loop_controls
         self.server = server
         self.base_url = base_url or os.environ.get(base_url_env) or None
         self.api_key_env = api_key_env

@@ -47,7 +47,8 @@ def _openai(cfg: RoleConfig, shared: SharedParams) -> Backend:
                             backoff_s=s.backoff_s, timeout_s=s.timeout_s,
                             deadline_s=s.deadline_s, continue_prefix=s.continue_prefix,
                             prefix_instruction=s.prefix_instruction,
-                            top_logprobs=s.top_logprobs, server=cfg.server)
+                            top_logprobs=s.top_logprobs, server=cfg.server,
+                            loop_controls=s.loop_controls)
     backend.paid = backend.paid and not s.free
     return backend
 
