@@ -13,6 +13,7 @@ from medpref.llm.scripted import ScriptedBackend
 from medpref.llm.types import GenerationParams
 from medpref.medqa import stage as s06
 from medpref.medqa.config import MedQAParams
+from medpref.medqa.judging import order_agreement
 from medpref.params import ParamsError, parse_params
 
 
@@ -108,7 +109,7 @@ def test_stage_end_to_end_with_scripted_models(params):
 
     battles = s06.run_battles(p, clients["judge"], subset, answers)
     assert len(battles.judged.raw) == 4 * 3 * 2 and not battles.judged.unparsable
-    assert s06.order_agreement(battles.judged.judgements) == 1.0   # this judge is fair
+    assert order_agreement(battles.judged.judgements) == 1.0   # this judge is fair
     ratings = s06.ratings_for(battles.judged.judgements, p, 13, "stage")
     assert ratings.iloc[-1]["model"] == "closed_book"
     top = ratings.set_index("model")
@@ -132,7 +133,7 @@ def test_position_biased_judge_rates_everyone_equal(params):
     subset = s06.read_subset(items, 3, seed=1)
     answers = s06.run_read(p, clients, tree, subset, results)
     battles = s06.run_battles(p, clients["judge"], subset, answers)
-    assert s06.order_agreement(battles.judged.judgements) == 0.0
+    assert order_agreement(battles.judged.judgements) == 0.0
     # merged battles: each split reads as a tie, exactly
     battle = p.model_copy(update={"elo_game": "battle"})
     ratings = s06.ratings_for(battles.judged.judgements, battle, 1, "stage")

@@ -15,6 +15,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau, spearmanr
 
+from medpref.imap.config import ImapParams
+from medpref.imap.textmetrics import BERTSCORE, TEXT_METRICS
+
 DIMENSIONS = ("acc", "cmp", "spc")
 DIM_LABELS = {"acc": "ACC", "cmp": "CMP", "spc": "SPC"}
 
@@ -83,3 +86,34 @@ def plot_heatmap(long: pd.DataFrame, metrics: Sequence[str], title: str,
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+IMAP_SCORES = ("imapScore (judge)", "imapScore (ontology)", "imapScore +KG")
+
+
+def metric_order(judge_relations: bool = True, bertscore: bool = True) -> list[str]:
+    """Table 2's rows: each baseline then its +imap, then the imapScore variants."""
+    bases = [b for b in TEXT_METRICS if bertscore or b != BERTSCORE]
+    rows = [m for base in bases for m in (base, f"{base} +imap")]
+    return rows + ([*IMAP_SCORES] if judge_relations else ["imapScore (ontology)"])
+
+
+def table_caption(p: ImapParams, n_items: int, extraction_mode: str) -> str:
+    """What the correlation table shows, including what "human" means for the source."""
+    if p.source == "embedded":
+        human = ("human scores: the embedded synthetic triples' ACC/CMP/SPC ratings (0-5)")
+    else:
+        human = ("human scores: the MTS-Dialog correlation study rated facts, not "
+                 "ACC/CMP/SPC; here ACC = FactualPrecision, CMP = FactualRecall, SPC = "
+                 "1 - Edit Distance (Correction) (all 0-1), so 'SPC' is not a specificity "
+                 "rating, and the texts are dialogue summaries, not answers to questions")
+    return (f"Spearman ρ and Kendall τ (×100) of each metric with human scores, within each "
+            f"system's responses ({n_items} items, source: {p.source}); AVE is the mean over "
+            f"systems and dimensions of the defined cells (n_undefined: cells left out "
+            f"because a metric or score was constant). {human}. Rows: the paper's Table 2 "
+            f"has 14 metrics; here ROUGE-1/2/L and BLEU-4 (language-aware tokens: one per "
+            f"Han character; BLEU with sacrebleu 13a/zh), BERTScore-F1 on the embedded "
+            f"MiniLM (the paper's BERTScore uses larger encoders), the MiniLM sentence "
+            f"cosine (not a paper metric), and imapScore (λ read as a "
+            f"{p.lambda_reading} of containment pairs; imaps extracted {extraction_mode}"
+            f"{' x' + str(p.extraction.samples) if extraction_mode == 'sampled' else ''}).")

@@ -21,8 +21,17 @@ judge covers values the ontology cannot link.
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from medpref.imap.config import ImapParams
+from medpref.imap.extraction import resolve_mode
+from medpref.imap.items import ItemImaps
+from medpref.imap.ontology import normalise
 from medpref.imap.score import Relation
+from medpref.llm.client import LLMClient
+from medpref.prompts import load_prompt
 
 #: First word(s) of a relation as judges write it → the relation.
 _RELATION_WORDS: dict[str, Relation] = {
@@ -81,3 +90,88 @@ def combine(kg: Relation | None, judge: Relation | None) -> Relation:
     if kg is not None and kg.related:
         return kg
     return judge or Relation.UNMATCHED
+
+
+PairKey = tuple[str, str, str, str]   # (item id, term, label value, response value)
+
+
+@dataclass
+class RelationJudgement:
+    """The judge's answer for one label-response value pair: raw (text or option
+    probabilities) and parsed."""
+
+    item_id: str
+    term: str
+    label_value: str
+    response_value: str
+    raw: str | None
+    probs: dict[str, float] | None
+    error: str | None
+    relation: Relation | None
+    reason: str | None
+
+    def to_record(self) -> dict:
+        return {"item_id": self.item_id, "term": self.term, "label_value": self.label_value,
+                "response_value": self.response_value, "raw": self.raw, "probs": self.probs,
+                "error": self.error, "relation": self.relation.value if self.relation else None,
+                "reason": self.reason}
+
+
+def relation_pairs(imaps: Sequence[ItemImaps]) -> list[PairKey]:
+    """Every (item, shared term, label value, response value) to relate."""
+    return [(im.item.id, t, lv, rv) for im in imaps for t in im.shared_terms
+            for lv in im.label[t] for rv in im.response[t]]
+
+
+def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps],
+                    seed: int = 0) -> dict[PairKey, RelationJudgement] | None:
+    """One judgement per value pair, all in one batch; None when ``judge_relations`` is
+    off (the ontology path needs no judge). Same-text pairs are exact without a call.
+    In the sampled extraction mode a generated relation is asked ``samples`` times and
+    kept when it repeats ``min_agree`` times (the paper's rule for relations too)."""
+    if not p.judge_relations:
+        return None
+    template = load_prompt(p.relation_prompt)
+    jobs = [k for k in relation_pairs(imaps) if not same_text(k[2], k[3])]
+    msgs = [template.render(term=t, label_value=lv, response_value=rv) for _, t, lv, rv in jobs]
+    if p.relation_mode == "options":
+        scored = client.option_scores(msgs, list(RELATION_OPTIONS), OPTION_PREFIX) if msgs else []
+        return {k: RelationJudgement(*k, None, {o: round(v, 6) for o, v in s.probs.items()},
+                                     None, relation_from_options(s.probs), None) if s.ok else
+                RelationJudgement(*k, None, None, s.error, None, f"model call failed: {s.error}")
+                for k, s in zip(jobs, scored)}
+    if resolve_mode(p.extraction.mode, client) == "sampled":
+        return _sampled_relations(p, client, jobs, msgs, seed)
+    comps = client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation, temperature=0.0)
+    out = {}
+    for key, comp in zip(jobs, comps):
+        rel, reason = _parse_comp(comp)
+        out[key] = RelationJudgement(*key, comp.text, None, comp.error, rel, reason)
+    return out
+
+
+def _parse_comp(comp) -> tuple[Relation | None, str | None]:
+    return parse_relation(comp.text) if comp.ok else (None, f"model call failed: {comp.error}")
+
+
+def _sampled_relations(p: ImapParams, client: LLMClient, jobs: list[PairKey], msgs: list,
+                       seed: int) -> dict[PairKey, RelationJudgement]:
+    ep = p.extraction
+    samples = [client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation,
+                                temperature=ep.temperature, top_p=ep.top_p, seed=seed + k)
+               for k in range(ep.samples)]
+    out = {}
+    for j, key in enumerate(jobs):
+        comps = [s[j] for s in samples]
+        parsed = [_parse_comp(c)[0] for c in comps]
+        votes = Counter(r for r in parsed if r is not None).most_common(1)
+        rel = votes[0][0] if votes and votes[0][1] >= ep.min_agree else None
+        reason = None if rel else f"no relation in >= {ep.min_agree} of {ep.samples} samples"
+        out[key] = RelationJudgement(*key, "\n---\n".join(c.text for c in comps), None,
+                                     next((c.error for c in comps if not c.ok), None),
+                                     rel, reason)
+    return out
+
+
+def same_text(a: str, b: str) -> bool:
+    return bool(normalise(a)) and normalise(a) == normalise(b)

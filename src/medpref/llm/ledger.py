@@ -3,6 +3,9 @@
 The ledger counts, per role: calls that reached a backend, cache hits, failures,
 tokens in and out, estimated cost (from the price table in params) and latency. It is
 written as a DVC metric at the end of a stage, so a warm rerun visibly makes zero calls.
+A stage whose methods share a role (NoteChat's planner and its single-prompt baselines)
+also counts its batches per (method, step) here (:meth:`Ledger.record_batch`); that
+breakdown is the stage's to report and stays out of ``ledger.json``.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,6 +41,22 @@ class RoleTally:
     latency_s: float = 0.0
 
 
+@dataclass
+class StepTally:
+    """The batches one step of one method sent, counted from their completions."""
+
+    method: str
+    step: str
+    batches: int = 0
+    requests: int = 0
+    cache_hits: int = 0
+    failures: int = 0
+    tokens_out: int = 0
+    #: model time of the completions when they were generated (cached ones included),
+    #: i.e. what a cold run costs; the role tallies count only this run's calls
+    model_s: float = 0.0
+
+
 class Ledger:
     """Thread-safe tally of one stage's model use, with a spending limit."""
 
@@ -45,6 +65,7 @@ class Ledger:
         self.max_cost_usd = max_cost_usd
         self._roles: dict[str, RoleTally] = defaultdict(RoleTally)
         self._first_errors: dict[str, str] = {}
+        self._steps: dict[tuple[str, str], StepTally] = {}
         self._reserved_usd = 0.0  # estimates of calls in flight (not yet charged)
         self._lock = threading.Lock()
 
@@ -99,6 +120,22 @@ class Ledger:
             tally.tokens_out += completion.tokens_out
             tally.cost_usd += price.cost(completion.tokens_in, completion.tokens_out)
             tally.latency_s += completion.latency_s
+
+    def record_batch(self, method: str, step: str, completions: Sequence[Completion]) -> None:
+        """Count one batch sent for ``step`` of ``method``, cached answers included."""
+        with self._lock:
+            tally = self._steps.setdefault((method, step), StepTally(method, step))
+            tally.batches += 1
+            tally.requests += len(completions)
+            tally.cache_hits += sum(c.cached for c in completions)
+            tally.failures += sum(not c.ok for c in completions)
+            tally.tokens_out += sum(c.tokens_out for c in completions)
+            tally.model_s += sum(c.latency_s for c in completions)
+
+    def steps(self) -> dict[tuple[str, str], StepTally]:
+        """The per-(method, step) tallies, in the order the steps first ran."""
+        with self._lock:
+            return dict(self._steps)
 
     def first_error(self, role: str) -> str:
         """The first recorded failure of a role ('' when none), for one-line messages."""

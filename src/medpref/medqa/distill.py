@@ -9,13 +9,14 @@ is the share of well-formed calls, as in RagPULSE's Table 2.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
 from medpref.contracts import MedicineQAItem
 from medpref.llm.client import LLMClient
 from medpref.llm.types import Completion
+from medpref.medqa.config import MedQAParams
 from medpref.medqa.retrieval import history_query, last_question_query
 from medpref.medqa.toolcall import (
     SEARCH_ENGINE_TOOL,
@@ -25,7 +26,7 @@ from medpref.medqa.toolcall import (
     parse_native_calls,
     parse_text_call,
 )
-from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.prompts import PromptTemplate, format_dialogue, load_prompt
 
 ToolMode = Literal["text", "native"]
 
@@ -117,3 +118,21 @@ def distill(items: Sequence[MedicineQAItem], client: LLMClient, template: Prompt
 def follow_rate(rows: Sequence[DistilledQuery]) -> float:
     """Instruction-follow rate: the share of well-formed calls."""
     return sum(r.well_formed for r in rows) / len(rows) if rows else float("nan")
+
+
+def distilling_roles(p: MedQAParams) -> list[str]:
+    return list(dict.fromkeys(m.role for m in p.models if m.retrieval == "distilled"))
+
+
+def run_distill(p: MedQAParams, clients: Mapping[str, LLMClient],
+                items: Sequence[MedicineQAItem]) -> dict[str, list[DistilledQuery]]:
+    """Each distilling role's parsed calls, one batch per role."""
+    out = {}
+    for role in distilling_roles(p):
+        client = clients[role]
+        mode = resolve_tool_mode(p.tool_mode, client)
+        template = load_prompt(p.distill_tools_prompt if mode == "native" else p.distill_prompt)
+        out[role] = distill(items, client, template, mode, prefix=p.distill_prefix,
+                            fallback=p.distill_fallback, max_turns=p.history_max_turns,
+                            max_new_tokens=p.distill_max_new_tokens)
+    return out

@@ -13,12 +13,14 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from medpref.contracts import MedicineQAItem, PairwiseJudgement
 from medpref.llm.client import LLMClient
-from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.medqa.config import MedQAParams
+from medpref.medqa.read import Answer
+from medpref.prompts import PromptTemplate, format_dialogue, load_prompt
 
 #: The judge's answer starts after this prefix (local models continue it).
 VERDICT_PREFIX = "Verdict:"
@@ -131,3 +133,35 @@ def position_bias(raw_rows: Sequence[dict]) -> dict[str, float]:
             counts["unparsable"] += 1
     n = max(1, len(raw_rows))
     return {f"share_{k}": v / n for k, v in counts.items()}
+
+
+@dataclass
+class BattleRun:
+    slots: list[BattleSlot]
+    judged: JudgedBattles
+    skipped: list[dict] = field(default_factory=list)
+
+
+def run_battles(p: MedQAParams, judge: LLMClient, subset: Sequence[MedicineQAItem],
+                answers: Sequence[Answer]) -> BattleRun:
+    """Judge every pair on every read item in both orders (failed answers skip the slot)."""
+    texts = {(a.config, a.item_id): a.text for a in answers if a.error is None}
+    slots = battle_plan([m.name for m in p.models], [it.id for it in subset])
+    ready = [s for s in slots
+             if (s.model_a, s.item_id) in texts and (s.model_b, s.item_id) in texts]
+    skipped = [{"id": s.id, "reason": "an answer of this pair failed"} for s in slots
+               if s not in ready]
+    judged = judge_battles(ready, {it.id: it for it in subset}, texts, judge,
+                           load_prompt(p.judge_prompt), p.history_max_turns,
+                           p.judge_max_new_tokens)
+    return BattleRun(slots, judged, skipped)
+
+
+def order_agreement(judgements: Sequence[PairwiseJudgement]) -> float:
+    """Share of battles judged in both orders whose two verdicts name the same winner."""
+    pairs: dict[tuple, dict[str, str]] = {}
+    for j in judgements:
+        if j.order:
+            pairs.setdefault((j.item, j.model_a, j.model_b), {})[j.order] = j.winner
+    both = [v for v in pairs.values() if len(v) == 2]
+    return sum(v["ab"] == v["ba"] for v in both) / len(both) if both else float("nan")

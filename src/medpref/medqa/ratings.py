@@ -38,7 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from medpref.contracts import PairwiseJudgement
+from medpref.contracts import PairwiseJudgement, read_jsonl
+from medpref.medqa.config import MedQAParams
+from medpref.params import repo_path
 
 _SCORE = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5}
 
@@ -246,3 +248,19 @@ def rating_table(battles: Sequence[Battle], *, k: float, initial: float, n_shuff
     ranks = table["elo"].round(6).rank(method="min", ascending=False).astype(int)
     table.insert(4, "elo_rank", ranks)
     return table
+
+
+def ratings_for(judgements: Sequence[PairwiseJudgement], p: MedQAParams, seed: int,
+                source: str) -> pd.DataFrame:
+    table = rating_table(battles_from_judgements(judgements, p.elo_game), k=p.elo_k,
+                         initial=p.elo_initial, n_shuffles=p.elo_shuffles, n_boot=p.bootstrap,
+                         ci=p.ci, prior_ties=p.bt_prior_ties, seed=seed, point=p.elo_point,
+                         scale=EloScale(p.elo_scale, p.elo_base))
+    table.insert(0, "verdicts", source)
+    return table
+
+
+def stored_judgements(p: MedQAParams) -> list[PairwiseJudgement]:
+    """Verdicts from elsewhere (``medqa.stored_verdicts``), in the contract's shape."""
+    return [] if p.stored_verdicts is None else read_jsonl(repo_path(p.stored_verdicts),
+                                                           PairwiseJudgement)

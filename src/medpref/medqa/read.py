@@ -8,15 +8,18 @@ that share a role go to the model in one batch.
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from medpref.contracts import MedicineQAItem
 from medpref.llm.client import LLMClient
-from medpref.medqa.config import ModelConfig
+from medpref.medqa.config import MedQAParams, ModelConfig
 from medpref.medqa.database import MedicineTree, attribute_label
-from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.medqa.retrieval import RetrievalResult
+from medpref.medqa.sources import source_of
+from medpref.prompts import PromptTemplate, format_dialogue, load_prompt
 
 
 @dataclass(frozen=True)
@@ -84,3 +87,24 @@ def read_answers(configs: Sequence[ModelConfig], items: Sequence[MedicineQAItem]
                                   [list(tree.items[i].key) for i in keys], comp.text,
                                   comp.finish_reason, comp.error))
     return answers
+
+
+def read_subset(items: Sequence[MedicineQAItem], n: int, seed: int) -> list[MedicineQAItem]:
+    """A seeded sample of ``n`` questions (in file order) for the Read step and battles."""
+    picked = sorted(random.Random(seed).sample(range(len(items)), min(n, len(items))))
+    return [items[i] for i in picked]
+
+
+def run_read(p: MedQAParams, clients: Mapping[str, LLMClient], tree: MedicineTree,
+             subset: Sequence[MedicineQAItem], results: Mapping[str, Sequence[RetrievalResult]]
+             ) -> list[Answer]:
+    """Every configuration's answer to every question of the read subset."""
+    by_source = {s: {r.item_id: r for r in res} for s, res in results.items()}
+
+    def evidence_of(cfg: ModelConfig, item_id: str) -> Sequence[int]:
+        return by_source[source_of(cfg)][item_id].top_items[:p.read_top_k]
+
+    templates = {"read": load_prompt(p.read_prompt),
+                 "closed_book": load_prompt(p.closed_book_prompt)}
+    return read_answers(p.models, subset, clients, tree, evidence_of, templates,
+                        p.history_max_turns, p.read_max_new_tokens)

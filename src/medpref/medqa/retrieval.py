@@ -18,13 +18,15 @@ reported for the layout of Table 3. :func:`chance_hit_rate` gives that random ba
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from math import comb
 
 import numpy as np
 
 from medpref.contracts import ContractError, MedicineQAItem
+from medpref.medqa.config import MedQAParams
+from medpref.medqa.database import Encoder, MedicineTree
 from medpref.prompts import format_dialogue
 
 
@@ -124,3 +126,35 @@ def check_gold(items: Sequence[MedicineQAItem], item_keys: Sequence[tuple[str, s
             if (item.gold_medicine, attribute) not in keys:
                 raise ContractError(path, line, "gold_attributes", f"item {item.id}: "
                                     f"'{item.gold_medicine}' has no attribute '{attribute}'")
+
+
+def name_vectors(p: MedQAParams, tree: MedicineTree, encode: Encoder) -> np.ndarray | None:
+    """The generic names' vectors (document keys) when documents are ranked by name."""
+    return encode(tree.names) if p.doc_level == "generic_name" else None
+
+
+def retrieve_all(sources: Mapping[str, Sequence[str]], items: Sequence[MedicineQAItem],
+                 encode: Encoder, item_vecs: np.ndarray, tree: MedicineTree, keep: int,
+                 name_vecs: np.ndarray | None = None) -> dict[str, list[RetrievalResult]]:
+    """Rank the tree's items for every query of every source and locate the gold.
+    ``name_vecs`` (the generic names' vectors): rank documents by name, as the paper
+    does; None ranks them by their best item."""
+    keys = [it.key for it in tree.items]
+    names = tree.names
+    out = {}
+    for source, queries in sources.items():
+        qvecs = encode(list(queries))
+        orders = rank_items(qvecs, item_vecs)
+        doc_orders = ([[names[i] for i in o] for o in rank_items(qvecs, name_vecs)]
+                      if name_vecs is not None else [None] * len(orders))
+        out[source] = [evaluate_ranking(it, source, q, order, keys, keep, docs)
+                       for it, q, order, docs in zip(items, queries, orders, doc_orders)]
+    return out
+
+
+def retrieval_records(results: Mapping[str, Sequence[RetrievalResult]], tree: MedicineTree
+                      ) -> list[dict]:
+    """One row per (source, question): the query, gold ranks and the top item keys."""
+    return [{"item": r.item_id, "source": r.source, "query": r.query, "doc_rank": r.doc_rank,
+             "attr_rank": r.attr_rank, "top_items": [list(tree.items[i].key) for i in r.top_items]}
+            for res in results.values() for r in res]

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
 from medpref.contracts import ClinicalNote, Turn
+from medpref.llm.client import LLMClient
 from medpref.notechat import metrics
 from medpref.notechat.concepts import ConceptExtractor
+from medpref.notechat.config import NoteChatParams
+from medpref.notechat.dialogues import StageRun
 
 HUMAN = "Human"
 NOTECHAT = "NoteChat"
@@ -152,3 +156,55 @@ def coverage_figure(frame: pd.DataFrame, max_rounds: int):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def systems(run: StageRun) -> dict[str, dict[str, list]]:
+    """Every system's dialogue per note, in Table 3's row order (baselines, NoteChat, Human)."""
+    out: dict[str, dict[str, list]] = {
+        name: {r.note_id: r.turns for r in results} for name, results in run.baselines.items()}
+    out[NOTECHAT] = {r.note.id: r.turns for r in run.notechat}
+    out[HUMAN] = {n.id: list(n.reference_dialogue or []) for n in run.notes}
+    return out
+
+
+@dataclass
+class Evaluation:
+    """Scores of every system: per dialogue, corpus diversity, the tables' notes."""
+
+    per_dialogue: pd.DataFrame
+    diversity: dict[str, dict[str, float | None]]
+    notes: list[str]
+
+    def blocks(self, run: StageRun) -> dict[str, pd.DataFrame]:
+        return table3_blocks(self.per_dialogue, list(systems(run)), self.diversity)
+
+
+def evaluate_run(run: StageRun, clients: dict[str, LLMClient], p: NoteChatParams, seed: int,
+                 extractor: ConceptExtractor) -> Evaluation:
+    dialogues = systems(run)
+    return Evaluation(score_systems(dialogues, run.notes, extractor),
+                      system_diversity(dialogues, run.notes, p.self_bleu_sample, seed),
+                      table3_notes(run, clients, p))
+
+
+def table3_notes(run: StageRun, clients: dict[str, LLMClient], p: NoteChatParams) -> list[str]:
+    """What the rows of Table 3 are, where they differ from the paper's."""
+    notes = []
+    first_of: dict[str, str] = {}
+    for b in p.baselines:
+        model = clients[b.name].model_id
+        if model in first_of:
+            notes.append(f"`{b.name}` is `{model}`, the same model as `{first_of[model]}` "
+                         f"under another sampling seed (not the paper's GPT-4; point "
+                         f"`notechat.baselines` overrides at a real backend to make it one).")
+        else:
+            first_of[model] = b.name
+            notes.append(f"`{b.name}` is a single prompt to `{model}` (the paper: ChatGPT/GPT-4).")
+    split = sum(len(r.plays) > 1 for r in run.notechat)
+    notes.append(f"NoteChat's Combine step (joining the per-SOAP-part dialogues of notes over "
+                 f"{p.long_note_words} words; {split} of {len(run.notechat)} notes here) is "
+                 f"rule-based (medpref.notechat.sections.combine_parts), not the paper's LLM "
+                 f"Combine prompt.")
+    notes.append("Diversity: Texygen self-BLEU-4 across each system's utterances over all "
+                 "its dialogues (sacrebleu 13a/zh tokens, exp smoothing); lower = more diverse.")
+    return notes
