@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from medpref.contracts import Medicine, MedicineQAItem, PairwiseJudgement, read_jsonl
+from medpref.llm import pairwise
 from medpref.llm.client import LLMClient
 from medpref.medqa.config import MedQAParams, ModelConfig
 from medpref.medqa.database import (
@@ -286,12 +287,8 @@ def stored_judgements(p: MedQAParams) -> list[PairwiseJudgement]:
 
 def order_agreement(judgements: Sequence[PairwiseJudgement]) -> float:
     """Share of battles judged in both orders whose two verdicts name the same winner."""
-    pairs: dict[tuple, dict[str, str]] = {}
-    for j in judgements:
-        if j.order:
-            pairs.setdefault((j.item, j.model_a, j.model_b), {})[j.order] = j.winner
-    both = [v for v in pairs.values() if len(v) == 2]
-    return sum(v["ab"] == v["ba"] for v in both) / len(both) if both else float("nan")
+    return pairwise.order_agreement(((j.item, j.model_a, j.model_b), j.order, j.winner)
+                                    for j in judgements if j.order)
 
 
 # -- 7: the models table --------------------------------------------------------------------
