@@ -11,17 +11,16 @@ from medpref.annotation import agent as agent_mod
 from medpref.annotation import analysis, cai, grid
 from medpref.annotation.config import AnnotationParams, ScoringConfig
 from medpref.annotation.judging import (
-    combine_orders,
     judge_both_orders,
     judge_items,
     one_order,
     parse_choice,
     shown_order,
-    to_item_frame,
 )
 from medpref.annotation.pairs import Decision
 from medpref.annotation.stage import load_items
 from medpref.contracts import ContractError, UnlabeledItem
+from medpref.llm.pairwise import combine_orders, to_candidate_frame
 from medpref.params import ParamsError, load_params, parse_params
 from medpref.prompts import load_prompt
 from medpref.rem.base import RuleJudgement
@@ -77,7 +76,7 @@ def test_parse_choice_golden(text, expected):
 
 
 def test_both_orders_combine():
-    assert to_item_frame("1", "ba") == "2" and to_item_frame("equal", "ba") == "equal"
+    assert to_candidate_frame("1", "ba") == "2" and to_candidate_frame("equal", "ba") == "equal"
     assert combine_orders("1", "1") == "1"
     assert combine_orders("1", "2") == "tie"  # disagreement is a tie
     assert combine_orders("equal", "2") == "tie"

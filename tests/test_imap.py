@@ -16,7 +16,7 @@ from medpref.contracts import ContractError
 from medpref.imap import extraction as ex
 from medpref.imap import stage as ev
 from medpref.imap.config import ImapParams
-from medpref.imap.correlation import correlations, rank_correlations, table2
+from medpref.imap.correlation import correlations, table2
 from medpref.imap.ontology import ConceptLinker, Lexicon, OntologyMatcher
 from medpref.imap.relations import (
     RELATION_OPTIONS,
@@ -33,6 +33,7 @@ from medpref.imap.structure import (
     values_by_term,
 )
 from medpref.imap.textmetrics import ngram_scores, text_metrics
+from medpref.metrics.human import rank_correlations
 from medpref.params import ParamsError, parse_params
 
 E, B, C, U = (Relation.EXACT, Relation.BELONGING, Relation.CONTAINMENT, Relation.UNMATCHED)

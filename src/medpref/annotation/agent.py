@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from medpref.annotation.judging import Choice, Reading, judge_items, parse_choice, to_item_frame
+from medpref.annotation.judging import Choice, Reading, judge_items, parse_choice, shown_pair
 from medpref.annotation.judging import shown_order as _judge_order
 from medpref.annotation.pairs import (
     Decision,
@@ -32,6 +32,7 @@ from medpref.annotation.pairs import (
 )
 from medpref.contracts import PreferencePair, UnlabeledItem
 from medpref.llm.client import LLMClient
+from medpref.llm.pairwise import to_candidate_frame
 from medpref.prompts import PromptTemplate, format_dialogue
 
 STRATEGY = "agent"
@@ -155,11 +156,6 @@ def _dialogue(item: UnlabeledItem, s: AgentSettings) -> str:
     return format_dialogue(item.history[-s.history_max_turns:])
 
 
-def _pair_texts(item: UnlabeledItem, order: str) -> tuple[str, str]:
-    a, b = item.candidates[0].response, item.candidates[1].response
-    return (a, b) if order == "ab" else (b, a)
-
-
 def plan(items, clients: AgentClients, prompts: AgentPrompts, s: AgentSettings,
          records: list[dict]) -> dict[str, str]:
     """Planner: long-term plan, then short-term objectives; item id → objectives."""
@@ -177,19 +173,19 @@ def rank(items, objectives, clients, prompts, s, records) -> dict[str, Choice]:
     orders = {i.id: shown_order(i.id, s.seed) for i in items}
 
     def variables(i):
-        first, second = _pair_texts(i, orders[i.id])
+        first, second = shown_pair(i, orders[i.id])
         return {"history": _dialogue(i, s), "objectives": objectives[i.id],
                 "response_1": first, "response_2": second}
 
     shown = _ask(clients.ranker, prompts.rank, items, variables, "rank", s.rank_tokens,
                  parse_choice, records, prefix=s.judge_prefix,
                  note=lambda i: {"order": orders[i.id]})
-    return {iid: to_item_frame(c, orders[iid]) for iid, c in shown.items()}
+    return {iid: to_candidate_frame(c, orders[iid]) for iid, c in shown.items()}
 
 
 def _draft_variables(objectives, s):
     def variables(i):
-        first, second = _pair_texts(i, "ab")
+        first, second = shown_pair(i, "ab")
         return {"history": _dialogue(i, s), "objectives": objectives[i.id],
                 "response_1": first, "response_2": second}
     return variables

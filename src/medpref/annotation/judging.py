@@ -7,7 +7,8 @@ Two readings (``annotation.judge.orders``):
   candidate of every item is the sampled one, so a fixed order would turn the judge's
   position bias into a bias for one candidate source.
 * ``both`` — this project's addition: the item is asked in both orders and only a choice
-  that survives the swap counts; any disagreement (position bias, one "equal") is a tie.
+  that survives the swap counts; any disagreement (position bias, one "equal") is a tie
+  (the two-order judge is shared: :mod:`medpref.llm.pairwise`).
 
 Both readings are computed from the same answers (the seeded order's answer is one of
 the two), so reporting both costs one extra call per item. An answer the parser cannot
@@ -25,11 +26,10 @@ from typing import Literal
 from medpref.annotation.pairs import Decision, decision_for, pair_from_winner
 from medpref.contracts import PreferencePair, UnlabeledItem
 from medpref.llm.client import LLMClient
+from medpref.llm.pairwise import ORDERS, Order, combine_orders, judge_pairs, shown
 from medpref.prompts import PromptTemplate, format_dialogue
 
 Choice = Literal["1", "2", "equal"]
-Order = Literal["ab", "ba"]
-ORDERS: tuple[Order, Order] = ("ab", "ba")
 Reading = Literal["one", "both"]
 READINGS: tuple[Reading, Reading] = ("one", "both")
 
@@ -72,13 +72,6 @@ def parse_choice(text: str) -> Choice | None:
     return min(hits)[1]  # type: ignore[return-value]
 
 
-def to_item_frame(choice: Choice | None, order: Order) -> Choice | None:
-    """A choice about the shown order, as a choice about the item's candidates."""
-    if choice is None or choice == "equal" or order == "ab":
-        return choice
-    return "2" if choice == "1" else "1"
-
-
 def one_order(choice: Choice | None) -> str:
     """One question's choice (item frame) → "1" / "2" / "tie" ("equal", dropped) /
     "unparsable"."""
@@ -87,19 +80,9 @@ def one_order(choice: Choice | None) -> str:
     return "tie" if choice == "equal" else choice
 
 
-def combine_orders(ab: Choice | None, ba: Choice | None) -> str:
-    """Both orders' choices (item frame) → "1" / "2" / "tie" / "unparsable"."""
-    if ab is None or ba is None:
-        return "unparsable"
-    if ab == ba and ab != "equal":
-        return ab
-    return "tie"
-
-
 # -- asking the judge ------------------------------------------------------------------------
 def shown_pair(item: UnlabeledItem, order: Order) -> tuple[str, str]:
-    a, b = item.candidates[0].response, item.candidates[1].response
-    return (a, b) if order == "ab" else (b, a)
+    return shown(item.candidates[0].response, item.candidates[1].response, order)
 
 
 def judge_messages(template: PromptTemplate, item: UnlabeledItem, order: Order,
@@ -123,16 +106,14 @@ def ask_judge(items: Sequence[UnlabeledItem], client: LLMClient, template: Promp
     """Ask the judge every (item, order) listed (one batch); → the choices in the item's
     frame by (item id, order), and one record per raw answer."""
     jobs = [(item, order) for item in items for order in orders[item.id]]
-    answers = client.chat_many([judge_messages(template, i, o, history_max_turns)
-                                for i, o in jobs], prefix=prefix)
-    records, frame = [], {}
-    for (item, order), comp in zip(jobs, answers):
-        shown = parse_choice(comp.text) if comp.ok else None
-        frame[item.id, order] = to_item_frame(shown, order)
-        records.append({"strategy": strategy, "step": step, "item_id": item.id,
-                        "order": order, "raw": comp.text, "error": comp.error,
-                        "parsed": shown, "model": client.model_id,
-                        "prompt_sha": template.sha})
+    answers = judge_pairs(client, jobs, lambda i, o: judge_messages(template, i, o,
+                                                                    history_max_turns),
+                          parse_choice, prefix=prefix)
+    frame = {(a.key.id, a.order): a.verdict for a in answers}
+    records = [{"strategy": strategy, "step": step, "item_id": a.key.id, "order": a.order,
+                "raw": a.completion.text, "error": a.completion.error,
+                "parsed": a.shown_verdict, "model": client.model_id,
+                "prompt_sha": template.sha} for a in answers]
     return frame, records
 
 

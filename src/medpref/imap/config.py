@@ -6,9 +6,20 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from medpref.imap.extraction import ExtractionParams
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
+
+
+class ExtractionParams(StrictModel):
+    """How the judge extracts imaps (``imapscore.extraction``)."""
+
+    mode: Literal["auto", "sampled", "greedy"] = "auto"
+    samples: int = Field(3, ge=1, le=20)
+    temperature: float = Field(0.9, gt=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    #: A pair is kept when it is found in at least this many samples.
+    min_agree: int = Field(2, ge=1, le=20)
+    force_query_term: bool = True
 
 
 class ImapParams(StrictModel):

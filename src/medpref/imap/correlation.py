@@ -11,23 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
-from scipy.stats import kendalltau, spearmanr
 
 from medpref.imap.config import ImapParams
 from medpref.imap.textmetrics import BERTSCORE, TEXT_METRICS
+from medpref.metrics.human import rank_correlations
 
 DIMENSIONS = ("acc", "cmp", "spc")
 DIM_LABELS = {"acc": "ACC", "cmp": "CMP", "spc": "SPC"}
-
-
-def rank_correlations(metric: Sequence[float], human: Sequence[float]) -> tuple[float, float]:
-    """(Spearman ρ, Kendall τ-b); NaN when either side is constant or has < 3 points."""
-    x, y = np.asarray(metric, dtype=float), np.asarray(human, dtype=float)
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan"), float("nan")
-    return float(spearmanr(x, y).statistic), float(kendalltau(x, y).statistic)
 
 
 def correlations(scores: pd.DataFrame, metrics: Sequence[str], group: str = "system",

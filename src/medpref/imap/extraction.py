@@ -25,12 +25,11 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
-from pydantic import Field
 
 from medpref.contracts import ScoredQA
+from medpref.imap.config import ExtractionParams, ImapParams
 from medpref.imap.structure import (
     ANSWER_COMPONENTS,
     QUESTION_COMPONENTS,
@@ -43,25 +42,9 @@ from medpref.imap.structure import (
 from medpref.llm.client import LLMClient
 from medpref.llm.types import ChatRequest
 from medpref.metrics import text as tm
-from medpref.params import StrictModel
 from medpref.prompts import load_prompt
 
-if TYPE_CHECKING:  # imap.config imports this module
-    from medpref.imap.config import ImapParams
-
 QUESTION_PREFIX = "Query-"
-
-
-class ExtractionParams(StrictModel):
-    """How the judge extracts imaps (``imapscore.extraction``)."""
-
-    mode: Literal["auto", "sampled", "greedy"] = "auto"
-    samples: int = Field(3, ge=1, le=20)
-    temperature: float = Field(0.9, gt=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    #: A pair is kept when it is found in at least this many samples.
-    min_agree: int = Field(2, ge=1, le=20)
-    force_query_term: bool = True
 
 
 def resolve_mode(mode: str, client: LLMClient) -> str:

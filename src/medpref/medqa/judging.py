@@ -1,11 +1,12 @@
 """Pairwise battles of the configurations' answers, judged by the ``judge`` role.
 
 Every unordered pair of configurations meets on every read item, in both orders: in
-order ``ab`` the judge sees model_a's answer as "Answer 1", in ``ba`` model_b's. Each
-verdict becomes a :class:`~medpref.contracts.PairwiseJudgement` whose ``winner`` names
-the model (not the position), so the two orders of a battle can be compared and
-averaged. The judge's raw text is kept; :func:`parse_verdict` is pure and an
-unparsable verdict is recorded and left out of the ratings (never guessed).
+order ``ab`` the judge sees model_a's answer as "Answer 1", in ``ba`` model_b's (the shared
+two-order judge, :mod:`medpref.llm.pairwise`, asks). Each verdict becomes a
+:class:`~medpref.contracts.PairwiseJudgement` whose ``winner`` names the model (not the
+position), so the two orders of a battle can be compared and averaged. The judge's raw
+text is kept; :func:`parse_verdict` is pure and an unparsable verdict is recorded and
+left out of the ratings (never guessed).
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from medpref.contracts import MedicineQAItem, PairwiseJudgement
+from medpref.llm import pairwise
 from medpref.llm.client import LLMClient
+from medpref.llm.pairwise import (
+    ORDERS,
+    Order,
+    judge_pairs,
+    position_shares,
+    shown,
+    to_candidate_frame,
+)
 from medpref.medqa.config import MedQAParams
 from medpref.medqa.read import Answer
 from medpref.prompts import PromptTemplate, format_dialogue, load_prompt
@@ -48,7 +58,7 @@ class BattleSlot:
     item_id: str
     model_a: str
     model_b: str
-    order: Literal["ab", "ba"]
+    order: Order
 
     @property
     def id(self) -> str:
@@ -57,23 +67,18 @@ class BattleSlot:
     @property
     def shown(self) -> tuple[str, str]:
         """(first shown, second shown) model names."""
-        return (self.model_a, self.model_b) if self.order == "ab" else (self.model_b,
-                                                                      self.model_a)
+        return shown(self.model_a, self.model_b, self.order)
 
 
 def battle_plan(models: Sequence[str], item_ids: Sequence[str]) -> list[BattleSlot]:
     """Every pair of models (in params order) on every item, in both orders."""
     return [BattleSlot(item, a, b, order) for item in item_ids
-            for a, b in itertools.combinations(models, 2) for order in ("ab", "ba")]
+            for a, b in itertools.combinations(models, 2) for order in ORDERS]
 
 
 def winner_of(slot: BattleSlot, verdict: Verdict) -> Literal["model_a", "model_b", "tie"]:
     """Map a positional verdict back to the model that won."""
-    if verdict == "tie":
-        return "tie"
-    first_won = verdict == "1"
-    a_first = slot.order == "ab"
-    return "model_a" if first_won == a_first else "model_b"
+    return {"1": "model_a", "2": "model_b"}.get(to_candidate_frame(verdict, slot.order), "tie")
 
 
 def judge_messages(template: PromptTemplate, item: MedicineQAItem, first: str, second: str,
@@ -100,39 +105,41 @@ def judge_battles(slots: Sequence[BattleSlot], items: Mapping[str, MedicineQAIte
                   template: PromptTemplate, max_turns: int, max_new_tokens: int
                   ) -> JudgedBattles:
     """One batched judge call per slot; ``answers`` maps (config, item id) → text."""
-    messages = [judge_messages(template, items[s.item_id], answers[(s.shown[0], s.item_id)],
-                               answers[(s.shown[1], s.item_id)], max_turns) for s in slots]
-    completions = judge.chat_many(messages, prefix=VERDICT_PREFIX, max_new_tokens=max_new_tokens)
+    def messages(slot: BattleSlot, _order: Order) -> list[dict[str, str]]:
+        first, second = slot.shown
+        return judge_messages(template, items[slot.item_id], answers[(first, slot.item_id)],
+                              answers[(second, slot.item_id)], max_turns)
+
+    judged = judge_pairs(judge, [(s, s.order) for s in slots], messages, parse_verdict,
+                         prefix=VERDICT_PREFIX, max_new_tokens=max_new_tokens)
     out = JudgedBattles([], [], [])
-    for slot, comp in zip(slots, completions):
+    for a in judged:
+        slot, comp = a.key, a.completion
         row = {"id": slot.id, "item": slot.item_id, "model_a": slot.model_a,
                "model_b": slot.model_b, "order": slot.order, "raw": comp.text,
                "error": comp.error}
         out.raw.append(row)
-        try:
-            if not comp.ok:
-                raise VerdictError(f"judge call failed: {comp.error}")
-            verdict = parse_verdict(comp.text)
-        except VerdictError as exc:
-            out.unparsable.append({**row, "reason": str(exc)})
+        if a.shown_verdict is None:
+            out.unparsable.append({**row, "reason": a.reason})
             continue
         out.judgements.append(PairwiseJudgement(
             id=slot.id, item=slot.item_id, model_a=slot.model_a, model_b=slot.model_b,
-            winner=winner_of(slot, verdict), judge=judge.model_id, order=slot.order,
-            verdict=verdict, raw=comp.text))
+            winner=winner_of(slot, a.shown_verdict), judge=judge.model_id, order=slot.order,
+            verdict=a.shown_verdict, raw=comp.text))
     return out
 
 
 def position_bias(raw_rows: Sequence[dict]) -> dict[str, float]:
     """Shares of verdicts "1", "2", "tie" and unparsable over all judge calls."""
-    counts = {"1": 0, "2": 0, "tie": 0, "unparsable": 0}
-    for row in raw_rows:
-        try:
-            counts[parse_verdict(row["raw"]) if not row.get("error") else "unparsable"] += 1
-        except VerdictError:
-            counts["unparsable"] += 1
-    n = max(1, len(raw_rows))
-    return {f"share_{k}": v / n for k, v in counts.items()}
+    return position_shares([None if row.get("error") else _readable(row["raw"])
+                            for row in raw_rows])
+
+
+def _readable(text: str) -> Verdict | None:
+    try:
+        return parse_verdict(text)
+    except VerdictError:
+        return None
 
 
 @dataclass
@@ -159,9 +166,5 @@ def run_battles(p: MedQAParams, judge: LLMClient, subset: Sequence[MedicineQAIte
 
 def order_agreement(judgements: Sequence[PairwiseJudgement]) -> float:
     """Share of battles judged in both orders whose two verdicts name the same winner."""
-    pairs: dict[tuple, dict[str, str]] = {}
-    for j in judgements:
-        if j.order:
-            pairs.setdefault((j.item, j.model_a, j.model_b), {})[j.order] = j.winner
-    both = [v for v in pairs.values() if len(v) == 2]
-    return sum(v["ab"] == v["ba"] for v in both) / len(both) if both else float("nan")
+    return pairwise.order_agreement(((j.item, j.model_a, j.model_b), j.order, j.winner)
+                                    for j in judgements if j.order)

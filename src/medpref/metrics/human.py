@@ -14,12 +14,21 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from scipy.stats import kendalltau, spearmanr
 
-from medpref.imap.correlation import rank_correlations
 from medpref.metrics.text import bleu4, rouge
 
 Scorer = Callable[[str, str, str], float]   # (reference, response, lang) -> score
+
+
+def rank_correlations(metric: Sequence[float], human: Sequence[float]) -> tuple[float, float]:
+    """(Spearman ρ, Kendall τ-b); NaN when either side is constant or has < 3 points."""
+    x, y = np.asarray(metric, dtype=float), np.asarray(human, dtype=float)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan"), float("nan")
+    return float(spearmanr(x, y).statistic), float(kendalltau(x, y).statistic)
 
 
 def _r(kind: str) -> Scorer:
