@@ -5,6 +5,7 @@ min_pairs skips, profiles → trainer arguments, the trained-policy registry."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -464,3 +465,55 @@ def test_sft_corpus_notes_a_missing_file_and_reads_real_sets_when_present(tmp_pa
         RealDialogues(source="mts_dialog", split="train", limit=5)]})
     dialogues, sources = load_dialogues(real)
     assert len(dialogues) == 5 and sources[0].name == "mts_dialog:train"
+
+
+# -- held-out implicit reward by cross-fitting ------------------------------------------------
+
+def test_folds_are_dealt_evenly_and_seeded():
+    from medpref.training.heldout import deal_folds
+
+    folds = deal_folds(10, 3, seed=1)
+    assert sorted(folds.count(f) for f in range(3)) == [3, 3, 4]
+    assert folds == deal_folds(10, 3, seed=1) and folds != deal_folds(10, 3, seed=2)
+    with pytest.raises(ValueError, match="2 <= folds <= pairs"):
+        deal_folds(2, 3, seed=0)
+
+
+def test_margin_is_beta_times_the_change_of_the_log_prob_gap():
+    from medpref.training.heldout import margins, summarise
+
+    # policy gap (−1) − (−3) = 2, reference gap (−2) − (−2) = 0 → 0.1 × 2
+    assert margins([(-1.0, -3.0)], [(-2.0, -2.0)], beta=0.1) == [pytest.approx(0.2)]
+    rows = [{"pair": i, "fold": i % 2, "chosen_source": "sampled" if i < 3 else "generated",
+             "margin": m, "correct": int(m > 0)} for i, m in enumerate([0.5, 0.2, -0.1, 0.3])]
+    s = summarise(rows, n_boot=200)
+    assert s["heldout_pairs"] == 4 and s["heldout_acc"] == 0.75
+    assert s["heldout_acc_sampled"] == pytest.approx(2 / 3, abs=1e-4) and s["heldout_pairs_generated"] == 1
+    assert s["heldout_acc_lo"] <= 0.75 <= s["heldout_acc_hi"]
+    assert s["heldout_margin"] == pytest.approx(0.225)
+
+
+def test_crossfit_finds_a_learnable_preference_and_not_shuffled_labels(
+        tiny_model_dir, sft_adapter, profile, tmp_path):
+    from medpref.training.heldout import crossfit, summarise
+
+    # one answer preferred to another whatever the history: learnable from 8 pairs
+    pairs = [p.model_copy(update={"chosen": GOOD[0], "rejected": BAD[0]}) for p in _pairs(12)]
+    learnable = [pair_to_conversation(p, SYSTEM) for p in pairs]
+    coin = random.Random(0)
+    shuffled = [ex if coin.random() < 0.5 else
+                {**ex, "chosen": ex["rejected"], "rejected": ex["chosen"]} for ex in learnable]
+    sources = ["sampled" if i % 2 else "generated" for i in range(12)]
+    results = {}
+    lively = profile.model_copy(update={"dpo_max_steps": 8})
+    for label, examples in (("learnable", learnable), ("shuffled", shuffled)):
+        rows = crossfit(tiny_model_dir, sft_adapter, examples, sources, tmp_path / label,
+                        lively, folds=3, beta=0.1, loss_type="sigmoid", seed=0)
+        assert sorted(r["pair"] for r in rows) == list(range(12))   # each pair scored once
+        assert {r["fold"] for r in rows} == {0, 1, 2}
+        assert not (tmp_path / label).exists()                    # fold policies removed
+        results[label] = summarise(rows, n_boot=200)
+    good, noise = results["learnable"], results["shuffled"]
+    assert good["heldout_acc"] >= 0.75 and good["heldout_margin_lo"] > 0, good
+    assert noise["heldout_acc"] < good["heldout_acc"], (good, noise)
+    assert abs(noise["heldout_margin"]) < good["heldout_margin"], (good, noise)

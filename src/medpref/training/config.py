@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
@@ -79,6 +79,19 @@ class DPOParams(StrictModel):
     max_pairs: int | None = Field(ge=1)    # seeded subset (null: all)
     eval_pairs: int | None = Field(ge=1)   # reward metrics after training on the first N
     output_dir: str                        # <output_dir>/<run>/adapter
+    # held-out implicit reward by cross-fitting (medpref.training.heldout): k folds, each
+    # scored by a policy trained on the others (0: off); for the runs named (null: all)
+    heldout_folds: int = Field(0, ge=0, le=20)
+    heldout_runs: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _heldout_folds(self) -> DPOParams:
+        if self.heldout_folds == 1:
+            raise ValueError("heldout_folds: 0 (off) or at least 2 folds")
+        unknown = sorted(set(self.heldout_runs or ()) - set(self.runs))
+        if unknown:
+            raise ValueError(f"heldout_runs names runs not in runs: {unknown}")
+        return self
 
 
 class TrainingParams(StrictModel):

@@ -22,11 +22,12 @@ from typing import Any
 
 import pandas as pd
 
+from medpref.contracts import atomic_write_text
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
 from medpref.stagekit import Stage
-from medpref.training import policies, reuse
+from medpref.training import heldout, policies, reuse
 from medpref.training.config import TrainingParams
 from medpref.training.dialogue_sft import (
     load_dialogues,
@@ -195,6 +196,9 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
                  "strategies": sorted({pair.strategy for pair in pairs}),
                  "adapter": policies.portable_path(out_dir / "adapter"),
                  "role": policies.role_name(stage.params, name), **_hardware(stage)})
+    with stage.step("held-out reward"):
+        card["heldout"] = _heldout(stage, name, pairs, examples, sft_adapter,
+                                   None if source is None else others[source])
     if is_main_process():  # (the main process saved or copied the adapter)
         card["adapter_sha"] = reuse.adapter_sha(out_dir / "adapter")
         write_json(out_dir / RUN_CARD, card)
@@ -203,12 +207,47 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
     final, evaluation = fit_record["final"], fit_record["evaluation"]
     metrics = {"trained": 1, "shared": int(source is not None), "pairs": card["pairs"],
                "epochs": card["epochs"], "steps": card["steps"],
-               "train": _slashless(final), "eval": _slashless(evaluation)}
+               "train": _slashless(final), "eval": _slashless(evaluation),
+               "heldout": card["heldout"] or {}}
     row = {**card, **{f"eval_{k}": v for k, v in evaluation.items()}}
     return TrainingOutputs(pd.DataFrame([row]), metrics,
                            {"base": _base_model(stage),
                             "sft_adapter": policies.portable_path(sft_adapter)},
                            {prompt.name: prompt.sha}, extra={"card": card})
+
+
+def _heldout(stage: RunStage, name: str, pairs, examples: list[dict[str, Any]],
+             sft_adapter: Path, source_dir: Path | None) -> dict[str, Any] | None:
+    """The run's cross-fitted held-out reward (``medpref.training.heldout``): computed,
+    or copied from the run whose training this one shares; its per-pair rows go to
+    ``heldout.jsonl`` beside the adapter and ``heldout.csv`` in the run's reports (empty
+    when the run is not cross-fitted). None when off for this run."""
+    p: TrainingParams = stage.p
+    k, wanted = p.dpo.heldout_folds, p.dpo.heldout_runs
+    rows: list[dict[str, Any]] | None = None
+    if k >= 2 and (wanted is None or name in wanted) and len(pairs) >= k:
+        copied = source_dir / heldout.HELDOUT_ROWS if source_dir is not None else None
+        if copied is not None and copied.exists():
+            rows = [json.loads(line) for line in copied.read_text(encoding="utf-8")
+                    .splitlines() if line.strip()]
+        else:
+            rows = heldout.crossfit(
+                repo_path(_base_model(stage)), sft_adapter, examples,
+                [pair.chosen_source for pair in pairs],
+                repo_path(p.checkpoints_dir) / "heldout" / name, p.active_profile(),
+                folds=k, beta=p.dpo.beta, loss_type=p.dpo.loss_type, seed=stage.seed)
+    _write_heldout(stage, name, rows)
+    return heldout.summarise(rows, seed=stage.seed) if rows else None
+
+
+def _write_heldout(stage: RunStage, name: str, rows: list[dict[str, Any]] | None) -> None:
+    if not is_main_process():
+        return
+    if rows is not None:
+        atomic_write_text(policies.run_dir(stage.params, name) / heldout.HELDOUT_ROWS,
+                          "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    table = pd.DataFrame(rows or [], columns=heldout.ROW_COLUMNS)
+    atomic_write_text(stage.report("heldout.csv"), table.to_csv(index=False))
 
 
 def _skipped_run(stage: RunStage, name: str, reason: str, pairs,
@@ -220,6 +259,7 @@ def _skipped_run(stage: RunStage, name: str, reason: str, pairs,
         card = write_skipped(policies.run_dir(stage.params, name), stage.reports_dir, name,
                              reason, pairs=n_pairs, pairs_file=p.dpo.runs[name],
                              pairs_sha=sha)
+        _write_heldout(stage, name, None)
     return TrainingOutputs(pd.DataFrame([card]), {"trained": 0, "pairs": n_pairs},
                            extra={"card": card})
 
@@ -285,7 +325,8 @@ def _slashless(values: dict[str, float]) -> dict[str, float]:
 SUMMARY_COLUMNS = ["run", "status", "reason", "pairs_file", "pairs_sha", "pairs", "epochs",
                    "steps", "steps_warning", "shares_training_of", "adapter_sha", "runtime_s",
                    "eval_loss", "eval_rewards/chosen", "eval_rewards/rejected",
-                   "eval_rewards/margins", "eval_rewards/accuracies", "role"]
+                   "eval_rewards/margins", "eval_rewards/accuracies", *heldout.COLUMNS,
+                   "role"]
 TEXT_COLUMNS = ["reason", "pairs_sha", "steps_warning", "shares_training_of", "adapter_sha",
                 "role"]
 
@@ -296,7 +337,7 @@ def _summary_row(stage: Stage, name: str) -> dict[str, Any]:
     if card is None:
         return {"run": name, "status": "not run", "reason": f"stage training_dpo@{name} has "
                 "not run", "pairs_file": p.dpo.runs[name]}
-    row = {**card, "shares_training_of": card.get("reused_from")}
+    row = {**card, **(card.get("heldout") or {}), "shares_training_of": card.get("reused_from")}
     metrics = repo_path(p.reports) / "dpo" / name / "metrics.json"
     if card["status"] == "trained" and metrics.exists():
         evals = json.loads(metrics.read_text(encoding="utf-8")).get("eval", {})
