@@ -488,7 +488,8 @@ def test_margin_is_beta_times_the_change_of_the_log_prob_gap():
              "margin": m, "correct": int(m > 0)} for i, m in enumerate([0.5, 0.2, -0.1, 0.3])]
     s = summarise(rows, n_boot=200)
     assert s["heldout_pairs"] == 4 and s["heldout_acc"] == 0.75
-    assert s["heldout_acc_sampled"] == pytest.approx(2 / 3, abs=1e-4) and s["heldout_pairs_generated"] == 1
+    assert s["heldout_acc_sampled"] == pytest.approx(2 / 3, abs=1e-4)
+    assert s["heldout_pairs_generated"] == 1
     assert s["heldout_acc_lo"] <= 0.75 <= s["heldout_acc_hi"]
     assert s["heldout_margin"] == pytest.approx(0.225)
 
