@@ -256,6 +256,9 @@ def _stage(tmp_path, monkeypatch, scripted_client, responder, **update):
         def write_ledger(self, path):
             return self.ledger.write(path)
 
+        def role_models(self):
+            return {role: client.model_id for role in self.ledger.totals()["roles"]}
+
         def close(self):
             pass
 

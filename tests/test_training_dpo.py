@@ -195,6 +195,7 @@ def _stage(tmp_path, runs: dict[str, str], min_pairs: int = 4):
 
     stage = open_stage("05_training")
     p = stage.p
+    p.dpo.heldout_runs, p.dpo.heldout_folds = None, 0   # a test turns it on where it checks it
     p.dpo.runs = runs
     p.dpo.min_pairs = min_pairs
     p.dpo.output_dir = str(tmp_path / "dpo")
@@ -245,6 +246,7 @@ def test_identical_pairs_files_train_once_and_share_the_adapter(
     p = stage.p
     p.profiles[p.profile] = profile  # 4 steps (its dpo_max_steps override)
     p.warn_below_steps = 5
+    p.dpo.heldout_folds, p.dpo.heldout_runs = 2, ["a", "b"]   # c: not cross-fitted
     roles = stage.params.shared.llm.roles
     roles["policy"] = roles["policy"].model_copy(update={"model": str(tiny_model_dir)})
     shutil.copytree(sft_adapter, tmp_path / "sft" / "adapter")
@@ -278,6 +280,14 @@ def test_identical_pairs_files_train_once_and_share_the_adapter(
     assert table.loc[0, "adapter_sha"] == table.loc[1, "adapter_sha"] != ""
     assert table.loc[0, "pairs_sha"] == table.loc[1, "pairs_sha"]
     assert table.loc[1, "steps_warning"].startswith("DPO: 4 optimizer steps")
+    # the held-out reward: computed for a (every pair once), copied for b, which shares it
+    acc = [float(table.loc[0, c]) for c in ("heldout_acc_lo", "heldout_acc", "heldout_acc_hi")]
+    assert float(table.loc[0, "heldout_pairs"]) == 4 and 0 <= acc[0] <= acc[1] <= acc[2] <= 1
+    assert table.loc[1, "heldout_margin"] == table.loc[0, "heldout_margin"]
+    assert table.loc[2, "heldout_pairs"] == ""
+    rows_a = pd.read_csv(logs / "a" / "heldout.csv")
+    assert sorted(rows_a["pair"]) == [0, 1, 2, 3] and set(rows_a["fold"]) == {0, 1}
+    assert (logs / "b" / "heldout.csv").read_text() == (logs / "a" / "heldout.csv").read_text()
     # the same pairs with another beta is another training; so is a tampered adapter
     p.dpo.beta = 0.2
     with pytest.raises(AssertionError, match="trained"):
