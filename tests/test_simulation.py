@@ -238,6 +238,38 @@ def test_patient_fidelity_counts_volunteered_and_unsupported_sentences():
     assert fid.volunteered == 1 and fid.unsupported == 0
 
 
+def test_a_short_scripted_answer_is_the_cases_own_text_whatever_its_embedding():
+    """The extractive patient's "No." is a scripted answer: supported, though a bare "No."
+    is close to nothing in an embedding (the committed run once stopped on it)."""
+    c = case()
+    c.script.append({"doctor": "Any chest pain?", "patient": "No."})
+    kb = build_knowledge_bases([c], toy_encode, 128)["sp-t1"]
+    assert "no" in kb.verbatim and "a little yellow phlegm in the morning" in kb.verbatim
+    turns = [Turn(role="patient", text="cough"), Turn(role="doctor", text="Any chest pain?"),
+             Turn(role="patient", text="No.")]
+    strict = patient_fidelity(turns, kb, lambda texts: toy_encode(texts) * 0.0, support=0.45,
+                              relevance=0.25)   # an encoder that matches nothing
+    assert strict.sentences == 1 and strict.unsupported == 0
+    turns[2] = Turn(role="patient", text="No, never.")    # not the case's sentence
+    assert patient_fidelity(turns, kb, lambda texts: toy_encode(texts) * 0.0, support=0.45,
+                            relevance=0.25).unsupported == 1
+
+
+def test_the_fidelity_guard_pools_small_doctors_and_checks_large_ones():
+    from medpref.simulation.stage import check_fidelity
+    from medpref.stagekit import StageFailed
+
+    def row(doctor, sentences, unsupported):
+        return {"doctor": doctor, "sentences": sentences, "unsupported": unsupported,
+                "unsupported_at": ["made up"] * unsupported}
+
+    check_fidelity([row("big", 40, 2), row("tiny", 1, 1)], 0.1, min_sentences=10)
+    with pytest.raises(StageFailed, match="big: 6 of 40"):
+        check_fidelity([row("big", 40, 6), row("tiny", 1, 0)], 0.1, min_sentences=10)
+    with pytest.raises(StageFailed, match="all doctors: 3 of 9"):
+        check_fidelity([row("a", 5, 2), row("b", 4, 1)], 0.1, min_sentences=10)
+
+
 # -- Eq. 6 -----------------------------------------------------------------------------------
 
 def keyword_judge(req):

@@ -238,7 +238,7 @@ def test_the_fidelity_guard_fails_a_run_whose_patient_invents_facts(tmp_path, mo
                "judge": client(keyword_judge, "judge")}
 
     new_stage = scripted_sim_stage(tmp_path, monkeypatch, clients)
-    with pytest.raises(StageFailed, match=r"base: 2 of 2 patient sentences \(100%\) not in"):
+    with pytest.raises(StageFailed, match=r"all doctors: 2 of 2 patient sentences \(100%\) not in"):
         sim_stage.run(new_stage(params))
     assert not (tmp_path / "reports" / "table2.csv").exists()     # nothing half-written
     # the same run with the extractive patient passes the guard

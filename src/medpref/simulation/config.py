@@ -34,8 +34,11 @@ class PatientParams(StrictModel):
     zh_script_threshold: float = Field(0.4, ge=0.0, le=1.0)
     zh_history_threshold: float = Field(0.5, ge=0.0, le=1.0)
     zh_findings_threshold: float = Field(0.5, ge=0.0, le=1.0)
-    # the run fails when more of the patient's sentences than this are not in its case
+    # the run fails when more of the patient's sentences than this are not in its case:
+    # over all doctors, and per doctor with at least guard_min_sentences sentences (one
+    # sentence of three cases is no share to stop a run on)
     max_unsupported_share: float = Field(0.10, ge=0.0, le=1.0)
+    guard_min_sentences: int = Field(10, ge=1)
     role: str = "patient"
     prompt: str = "sp_patient"
     chunk_tokens: int = Field(128, ge=8, le=4096)     # a chunk's size cap (Han chars count 1 each)

@@ -86,13 +86,29 @@ def build_chunks(case: SPCase, limit: int) -> list[str]:
     return [c for unit in knowledge_units(case) for c in chunk_text(unit, limit)]
 
 
+def normalise_sentence(text: str) -> str:
+    """Lower case, single spaces, no closing punctuation: how a verbatim match compares."""
+    return " ".join(text.lower().split()).rstrip(" .!?;。！？；")
+
+
+def case_sentences(case: SPCase) -> frozenset[str]:
+    """Every sentence of the case's information and scripted answers, normalised."""
+    texts = [str(v) for v in case.patient_info.values()]
+    texts += [pair.get("patient", "") for pair in case.script]
+    return frozenset(n for t in texts for s in split_sentences(t)
+                     if (n := normalise_sentence(s)))
+
+
 @dataclass
 class KnowledgeBase:
-    """One case's chunks and their (L2-normalised) vectors."""
+    """One case's chunks and their (L2-normalised) vectors, and its sentences verbatim
+    (a short scripted answer such as "No." is the case's own text, whatever MiniLM makes
+    of it)."""
 
     case_id: str
     chunks: list[str]
     vectors: np.ndarray
+    verbatim: frozenset[str] = frozenset()
 
     def top(self, query_vec: np.ndarray, k: int) -> list[int]:
         """Indices of the ``k`` chunks most similar to the query, best first."""
@@ -115,7 +131,8 @@ def build_knowledge_bases(cases: Sequence[SPCase], encode: Encoder,
     out, start = {}, 0
     for c in cases:
         n = len(chunks[c.id])
-        out[c.id] = KnowledgeBase(c.id, chunks[c.id], vecs[start:start + n])
+        out[c.id] = KnowledgeBase(c.id, chunks[c.id], vecs[start:start + n],
+                                  case_sentences(c))
         start += n
     return out
 

@@ -18,7 +18,12 @@ import numpy as np
 
 from medpref.contracts import Turn
 from medpref.prompts import PromptTemplate, format_dialogue
-from medpref.simulation.knowledge import Encoder, KnowledgeBase, split_sentences
+from medpref.simulation.knowledge import (
+    Encoder,
+    KnowledgeBase,
+    normalise_sentence,
+    split_sentences,
+)
 
 _LABEL = re.compile(r"^\s*(?:patient|患者|病人)\s*[:：]\s*", re.IGNORECASE)
 _PROMPT_ECHO = re.compile(r"\n?\s*your (?:answer|response|reply)[^\n:]*:.*$",
@@ -112,7 +117,8 @@ def patient_fidelity(turns: Sequence[Turn], kb: KnowledgeBase, encode: Encoder,
                      skip: Callable[[str], bool] | None = None) -> Fidelity:
     """Check every patient sentence after the opening one.
 
-    Unsupported: no knowledge chunk reaches ``support`` similarity. Volunteered: grounded
+    Unsupported: no knowledge chunk reaches ``support`` similarity and the sentence is
+    not one of the case's own sentences verbatim. Volunteered: grounded
     in the knowledge base, but neither the sentence nor the chunk it comes from reaches
     ``relevance`` similarity to the doctor turn it answers (a fact nobody asked for).
     Questions the patient asks are skipped, and sentences ``skip`` names (the
@@ -136,7 +142,7 @@ def patient_fidelity(turns: Sequence[Turn], kb: KnowledgeBase, encode: Encoder,
         asked = np.maximum(asked, np.sum(source * q_vecs, axis=1))
     for (q, s), g, a in zip(pairs, grounded, asked):
         kind = None
-        if g < support:
+        if g < support and normalise_sentence(s) not in kb.verbatim:
             out.unsupported += 1
             out.unsupported_at.append(s)
             kind = "unsupported"

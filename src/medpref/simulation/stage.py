@@ -184,17 +184,22 @@ def repetition_share(text: str, n: int = 3) -> float:
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
-def check_fidelity(rows: Sequence[dict], limit: float) -> None:
-    """Fail the run when the patient states too much that is not in its case: per
-    doctor, the unsupported share of patient sentences must stay within ``limit``."""
+def check_fidelity(rows: Sequence[dict], limit: float, min_sentences: int = 1) -> None:
+    """Fail the run when the patient states too much that is not in its case: the
+    unsupported share of patient sentences must stay within ``limit`` over all doctors,
+    and for each doctor with at least ``min_sentences`` of them."""
     bad = []
+    groups = {"all doctors": rows}
     for doctor in dict.fromkeys(r["doctor"] for r in rows):
         mine = [r for r in rows if r["doctor"] == doctor]
+        if sum(r["sentences"] for r in mine) >= min_sentences:
+            groups[doctor] = mine
+    for name, mine in groups.items():
         sentences = sum(r["sentences"] for r in mine)
         unsupported = sum(r["unsupported"] for r in mine)
         if sentences and unsupported / sentences > limit:
             example = next((u for r in mine for u in r["unsupported_at"]), "")
-            bad.append(f"{doctor}: {unsupported} of {sentences} patient sentences "
+            bad.append(f"{name}: {unsupported} of {sentences} patient sentences "
                        f"({unsupported / sentences:.0%}) not in the case, e.g. '{example[:80]}'")
     if bad:
         raise StageFailed("06_simulation: unsupported share above "
@@ -365,7 +370,7 @@ def run(stage) -> SimulationOutputs:
     stage.check_yield(sum(1 for c in consults if c.doctor_turns),
                       sum(len(cases_for(p, h, d)) for d in doctors), what="consultations")
     check_fidelity([f for r in results.values() for f in r.fidelity],
-                   p.patient.max_unsupported_share)
+                   p.patient.max_unsupported_share, p.patient.guard_min_sentences)
     out = assemble(p, results, validation, doctors, model_ids, h)
     write_outputs(stage, out, [row for r in results.values() if r.next_turn
                                for row in r.next_turn.items])
