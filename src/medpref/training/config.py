@@ -81,8 +81,9 @@ class DPOParams(StrictModel):
     output_dir: str                        # <output_dir>/<run>/adapter
     # held-out implicit reward by cross-fitting (medpref.training.heldout): k folds, each
     # scored by a policy trained on the others (0: off); for the runs named (null: all)
-    heldout_folds: int = Field(0, ge=0, le=20)
-    heldout_runs: list[str] | None = None
+    heldout_folds: int = Field(3, ge=0, le=20)
+    heldout_runs: list[str] | None = Field(
+        default_factory=lambda: ["gpt4_rank", "cai_avg", "cai_dep", "agent"])
 
     @model_validator(mode="after")
     def _heldout_folds(self) -> DPOParams:
