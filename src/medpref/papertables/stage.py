@@ -90,6 +90,6 @@ def run(stage: Stage) -> TablesOutputs:
     status = pd.DataFrame(rows)
     out = TablesOutputs(status, built,
                         {h.name: headline_value(h, root) for h in registry.headlines})
-    stage.check_yield(out.metrics["made"], len(status), what="paper artefacts")
+    stage.check_yield(out.metrics["paper_made"], len(status), what="paper artefacts")
     atomic_write_text(repo_path(p.index), render_index(root / "reports", status))
     return out
