@@ -73,23 +73,12 @@ def _adapter_weights(folder):
     return load_file(str(folder / "adapter_model.safetensors"))
 
 
-def _completion_logp(model, tok, prompt, answer) -> float:
-    """Sum of log p(answer tokens | prompt), computed here without trl."""
-    import torch
-
-    head = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
-                                   return_dict=True)["input_ids"]
-    full = tok.apply_chat_template(prompt + answer, tokenize=True, return_dict=True)["input_ids"]
-    assert full[:len(head)] == head
-    with torch.no_grad():
-        logits = model(torch.tensor([full])).logits[0, :-1].log_softmax(-1)
-    targets = torch.tensor(full[1:])
-    return float(logits[len(head) - 1:].gather(1, targets[len(head) - 1:, None]).sum())
-
-
 def _mean_margin(model, tok, examples) -> float:
-    return sum(_completion_logp(model, tok, ex["prompt"], ex["chosen"])
-               - _completion_logp(model, tok, ex["prompt"], ex["rejected"])
+    """Mean log-prob gap (chosen − rejected), computed by the held-out module, not trl."""
+    from medpref.training.heldout import completion_logp
+
+    return sum(completion_logp(model, tok, ex["prompt"], ex["chosen"])
+               - completion_logp(model, tok, ex["prompt"], ex["rejected"])
                for ex in examples) / len(examples)
 
 
