@@ -6,8 +6,6 @@ common letters serve as stop strings: rows stop early and at different steps.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from conftest import make_tiny_llama
@@ -133,35 +131,3 @@ def test_a_model_is_loaded_once_per_process_and_key(tiny_model_dir):
     b = HFBackend(str(tiny_model_dir), batch_size=8)._ensure_loaded()
     assert a[1] is b[1] and a[0] is b[0]
     assert load_model(tiny_model_dir, dtype="bfloat16")[1] is not a[1]
-
-
-def test_an_adapter_saved_by_another_process_keys_the_same_cache_entries(tmp_path):
-    """peft writes target_modules from a set, so two saves of one training list them in
-    different orders: the saved config is canonical and the cache fingerprint ignores
-    the order, while other weights or other settings still change it."""
-    import json
-
-    from medpref.llm.hf import _adapter_fingerprint
-    from medpref.training.sft import write_canonical_config
-
-    def adapter(name: str, modules: list[str], weights: bytes, r: int = 8) -> Path:
-        folder = tmp_path / name
-        folder.mkdir()
-        (folder / "adapter_model.safetensors").write_bytes(weights)
-        (folder / "adapter_config.json").write_text(json.dumps(
-            {"r": r, "target_modules": modules, "peft_type": "LORA"}))
-        return folder
-
-    a = adapter("a", ["q_proj", "v_proj", "down_proj"], b"w1")
-    b = adapter("b", ["down_proj", "q_proj", "v_proj"], b"w1")
-    assert _adapter_fingerprint(a) == _adapter_fingerprint(b)
-    assert _adapter_fingerprint(adapter("c", ["q_proj"], b"w1")) != _adapter_fingerprint(a)
-    assert _adapter_fingerprint(adapter("d", ["q_proj", "v_proj", "down_proj"], b"w2")) \
-        != _adapter_fingerprint(a)
-    assert _adapter_fingerprint(adapter("e", ["q_proj", "v_proj", "down_proj"], b"w1",
-                                        r=16)) != _adapter_fingerprint(a)
-    write_canonical_config(a)
-    write_canonical_config(b)
-    assert (a / "adapter_config.json").read_bytes() == (b / "adapter_config.json").read_bytes()
-    assert json.loads((a / "adapter_config.json").read_text())["target_modules"] == [
-        "down_proj", "q_proj", "v_proj"]

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from medpref.models.prepare import sha256_file
+from medpref.identity import sha256_of
 
 MANIFEST = "MANIFEST.json"
 FORMAT = "medpref-cache/1"
@@ -91,7 +91,7 @@ def export_archive(root: Path, dest: Path, commit: str = "") -> dict:
     for path in caches:
         checkpoint(path)
     entries = {p.relative_to(root).as_posix(): (p, "llm_cache") for p in caches}
-    files = {name: {"kind": kind, "size": p.stat().st_size, "sha256": sha256_file(p)}
+    files = {name: {"kind": kind, "size": p.stat().st_size, "sha256": sha256_of(p)}
              for name, (p, kind) in sorted(entries.items())}
     manifest = {"format": FORMAT, "git_commit": commit, "files": files}
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +149,7 @@ def import_archive(archive: Path, root: Path, force: bool = False) -> ImportRepo
             manifest = _read_manifest(tar, archive)
             targets = {n: _safe_target(root, n) for n in manifest["files"]}
             same = {n for n, t in targets.items()
-                    if t.is_file() and sha256_file(t) == manifest["files"][n]["sha256"]}
+                    if t.is_file() and sha256_of(t) == manifest["files"][n]["sha256"]}
             clashes = sorted(n for n, t in targets.items() if t.exists() and n not in same)
             if clashes and not force:
                 raise ArchiveError(f"{len(clashes)} file(s) differ from the archive, e.g. "

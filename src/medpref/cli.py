@@ -3,6 +3,7 @@
     medpref run 03_rem                 # = dvc repro rem (upstream stages only if changed)
     medpref cache export [PATH]        # every stage's LLM cache as one .tar.gz + manifest
     medpref cache import PATH          # restore them: dvc repro then replays every call
+    medpref cache rekey [--model DIR]  # carry a cache keyed by model names to content ids
     medpref doctor                     # models, kernel, python/torch, backends' env, dvc
 """
 
@@ -76,6 +77,24 @@ def cmd_cache_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache_rekey(args: argparse.Namespace) -> int:
+    from medpref.llm.rekey import find_adapters, rekey_caches, vouched_embedded_models
+
+    models = vouched_embedded_models(args.root / "models")
+    for folder in args.model:
+        if not (folder / "config.json").exists():
+            print(f"medpref cache rekey: --model {folder}: no config.json there", file=sys.stderr)
+            return 1
+        models[folder.name] = folder
+    adapters = find_adapters(args.root) + list(args.adapter)
+    report = rekey_caches(cache_archive.cache_dir(args.root), models, adapters)
+    print(f"models vouched for: {', '.join(sorted(models)) or 'none'}; "
+          f"{len(adapters)} adapter folder(s) matched by their older fingerprint")
+    for line in report.lines() or ["nothing to rekey"]:
+        print(line)
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks = doctor.run_checks(args.root, verify_hashes=not args.quick)
     for check in checks:
@@ -110,6 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("path")
     imp.add_argument("--force", action="store_true", help="overwrite files that differ")
     imp.set_defaults(func=cmd_cache_import)
+
+    rekey = cache_sub.add_parser(
+        "rekey", help="rewrite entries keyed by a model's folder name (older caches) under "
+        "its content identity; embedded models are vouched for by models/manifest.json")
+    rekey.add_argument("--model", type=Path, action="append", default=[],
+                       help="a model folder that still holds the weights that made its "
+                       "cached answers (repeatable)")
+    rekey.add_argument("--adapter", type=Path, action="append", default=[],
+                       help="an adapter folder outside data/ (repeatable)")
+    rekey.set_defaults(func=cmd_cache_rekey)
 
     doc = sub.add_parser("doctor", help="check models, kernel, versions, backends, dvc")
     doc.add_argument("--quick", action="store_true", help="skip hashing the model files")

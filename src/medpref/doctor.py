@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from medpref.models.prepare import sha256_file
+from medpref.identity import sha256_of
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 KERNEL_NAME = "medpref"
@@ -52,7 +52,7 @@ def check_models(root: Path, verify_hashes: bool = True) -> Check:
     if missing:
         return Check("models", FAIL, f"{len(missing)} file(s) missing, e.g. {missing[0]}; {fix}")
     if verify_hashes:
-        bad = [f for f, sha in files.items() if sha256_file(root / "models" / f) != sha]
+        bad = [f for f, sha in files.items() if sha256_of(root / "models" / f) != sha]
         if bad:
             return Check("models", FAIL, f"{len(bad)} file(s) differ from the manifest, "
                                          f"e.g. {bad[0]}; run `make models` with --force")

@@ -39,6 +39,10 @@ class Backend(ABC):
     def identity(self) -> dict[str, Any]:
         """What identifies this backend's answers in the cache (never a secret)."""
 
+    def model_label(self) -> str:
+        """The model's name as people and price lists know it (no disk access)."""
+        return self.identity()["model"]
+
     def describe(self) -> str:
         """Where calls go, for messages (never a secret)."""
         return f"backend '{self.kind}'"

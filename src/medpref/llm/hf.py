@@ -8,14 +8,13 @@ every role that names the same folder and adapter, so a stage loads each model o
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from medpref.identity import content_id
 from medpref.llm.base import Backend, CallGate, OnComplete, OnOptions
 from medpref.llm.errors import BackendConfigError
 from medpref.llm.types import ChatRequest, Completion, Message, OptionScores
@@ -32,45 +31,18 @@ def _resolve_device(device: str) -> str:
     return device
 
 
-def _dir_fingerprint(path: Path) -> str:
-    """Cheap identity of a model/adapter folder: names, sizes and mtimes of its files."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        st = f.stat()
-        h.update(f"{f.relative_to(path)}:{st.st_size}".encode())
-    return h.hexdigest()[:16]
-
-
-#: adapter_config.json lists that peft fills from a set: their order changes from one
-#: process to the next (string hashing is salted), not their meaning
-_SET_VALUED = ("target_modules", "exclude_modules", "modules_to_save")
-
-
-def canonical_adapter_config(text: str) -> str:
-    """An adapter_config.json with its set-valued lists sorted and its keys in order, so
-    the same training writes the same bytes (DVC hash) and keys the same cache entries."""
-    config = json.loads(text)
-    for key in _SET_VALUED:
-        if isinstance(config.get(key), list):
-            config[key] = sorted(config[key])
-    return json.dumps(config, indent=2, sort_keys=True) + "\n"
-
-
-def _adapter_fingerprint(path: Path) -> str:
-    """Content hash of a LoRA adapter (weights and canonical config), so a retrained
-    adapter misses and the same adapter saved by another process hits."""
-    h = hashlib.sha256()
-    for f in sorted(path.glob("*.safetensors")):
-        h.update(f.read_bytes())
-    config = path / "adapter_config.json"
-    if config.exists():
-        h.update(canonical_adapter_config(config.read_text(encoding="utf-8")).encode())
-    return h.hexdigest()[:16]
+def _folder_id(path: Path) -> str:
+    if not path.exists():
+        raise BackendConfigError(
+            f"no model or adapter at '{path}'; run `make setup` to prepare the embedded "
+            f"models, or point the role's `model`/`adapter` at an existing folder")
+    return content_id(path)
 
 
 def load_model(path: str | Path, adapter: str | Path | None = None, device: str = "auto",
                dtype: str = "auto"):
-    """Load (once per process) a tokenizer and causal LM, with an optional LoRA adapter."""
+    """Load (once per process and content) a tokenizer and causal LM, with an optional
+    LoRA adapter."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -80,7 +52,9 @@ def load_model(path: str | Path, adapter: str | Path | None = None, device: str 
             f"no model at '{path}' (config.json missing); run `make setup` to prepare the "
             "embedded models, or point the role's `model` at a local model folder")
     device = _resolve_device(device)
-    key = (str(path.resolve()), str(adapter) if adapter else None, device, dtype)
+    # by content: two folders holding one model share a load, new weights behind a
+    # folder's name are loaded again
+    key = (content_id(path), _folder_id(Path(adapter)) if adapter else None, device, dtype)
     with _LOAD_LOCK:
         if key in _LOADED:
             return _LOADED[key]
@@ -119,12 +93,22 @@ class HFBackend(Backend):
         self.batch_size = max(1, batch_size)
         self.model_name = model_name or self.model_path.name
         self._tok = self._model = None
+        self._identity: dict[str, Any] | None = None
+
+    def model_label(self) -> str:
+        return self.model_name
 
     def identity(self) -> dict[str, Any]:
-        ident = {"backend": self.kind, "model": self.model_name}
-        if self.adapter is not None:
-            ident["adapter"] = _adapter_fingerprint(self.adapter)
-        return ident
+        """The model by name (for people) and by content (for the cache): the weights'
+        and the adapter's :func:`~medpref.identity.content_id`, so new weights
+        behind the same folder name miss every cached answer of the old ones."""
+        if self._identity is None:
+            ident = {"backend": self.kind, "model": self.model_name,
+                     "weights": _folder_id(self.model_path)}
+            if self.adapter is not None:
+                ident["adapter"] = _folder_id(self.adapter)
+            self._identity = ident
+        return dict(self._identity)
 
     def _ensure_loaded(self):
         if self._model is None:

@@ -12,6 +12,7 @@ that name the same model share one backend, so a model is loaded once per stage.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,31 @@ from medpref.llm.ledger import Ledger, Price
 from medpref.llm.types import GenerationParams
 from medpref.params import RoleConfig, SharedParams, repo_path
 
+_log = logging.getLogger(__name__)
+
 BackendFactory = Callable[[RoleConfig, SharedParams], Backend]
+
+
+#: model folders that dvc.yaml's stages depend on (``- models``): a folder elsewhere works,
+#: but ``dvc status`` cannot see its weights change (the cache still can)
+TRACKED_MODELS_DIR = "models"
+_told_untracked: set[str] = set()
 
 
 def _hf(cfg: RoleConfig, shared: SharedParams) -> Backend:
     from medpref.llm.hf import HFBackend
 
     model_path = repo_path(cfg.model)
+    tracked = repo_path(TRACKED_MODELS_DIR).resolve()
+    for folder in filter(None, (model_path, repo_path(cfg.adapter) if cfg.adapter else None)):
+        inside = folder.resolve().is_relative_to(tracked) or \
+            folder.resolve().is_relative_to(repo_path("data").resolve())
+        if not inside and str(folder) not in _told_untracked:
+            _told_untracked.add(str(folder))
+            _log.warning("model folder %s is outside %s/ (and data/): cached answers follow "
+                         "its content, but dvc.yaml does not depend on it, so `dvc status` "
+                         "will not see its weights change; put it under %s/", folder,
+                         TRACKED_MODELS_DIR, TRACKED_MODELS_DIR)
     return HFBackend(str(model_path), adapter=str(repo_path(cfg.adapter)) if cfg.adapter else None,
                      device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
                      model_name=Path(cfg.model).name)
@@ -120,7 +139,7 @@ class LLMSession:
     def price_for(self, role: str, cfg: RoleConfig, backend: Backend) -> Price:
         """The model's price; a paid server's model without one is refused (the budget
         guard could not count it) unless the role or the server is marked ``free``."""
-        model = backend.identity()["model"]
+        model = backend.model_label()
         price = self.shared.llm.prices.get(model)
         if price is not None:
             return Price(**price.model_dump())

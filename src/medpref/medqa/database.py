@@ -94,17 +94,6 @@ def build_tree(medicines: Sequence[Medicine], mode: ItemTextMode = "generic_attr
 
 # -- embeddings -----------------------------------------------------------------------
 
-def model_fingerprint(path: str | Path) -> str:
-    """Identity of a sentence-transformers folder: file names and sizes, JSON contents."""
-    path = Path(path)
-    h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        h.update(f"{f.relative_to(path)}:{f.stat().st_size}".encode())
-        if f.suffix == ".json":
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def texts_fingerprint(texts: Sequence[str], model_id: str) -> str:
     """Content address of a set of embeddings: the texts, in order, and the model."""
     payload = json.dumps({"model": model_id, "texts": list(texts)}, ensure_ascii=False)

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from medpref.contracts import Medicine, MedicineQAItem, read_jsonl
+from medpref.identity import content_id
 from medpref.medqa.config import MedQAParams
 from medpref.medqa.database import (
     Encoder,
@@ -32,7 +33,6 @@ from medpref.medqa.database import (
     build_tree,
     embed_items,
     load_encoder,
-    model_fingerprint,
 )
 from medpref.medqa.distill import DistilledQuery, run_distill
 from medpref.medqa.judging import BattleRun, run_battles
@@ -71,7 +71,7 @@ def load_inputs(p: MedQAParams) -> tuple[MedicineTree, list[MedicineQAItem]]:
 def embed_database(p: MedQAParams, tree: MedicineTree) -> tuple[Encoder, np.ndarray, bool]:
     """The query encoder and the item vectors (from the cache when it matches)."""
     encode = load_encoder(repo_path(p.embedding_model), p.embedding_batch_size)
-    model_id = f"{Path(p.embedding_model).name}:{model_fingerprint(repo_path(p.embedding_model))}"
+    model_id = f"{Path(p.embedding_model).name}:{content_id(repo_path(p.embedding_model))}"
     vecs, hit = embed_items(tree, encode, repo_path(p.embeddings_cache), model_id)
     return encode, vecs, hit
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from medpref.contracts import Dialogue, read_jsonl
+from medpref.identity import content_id
 from medpref.params import repo_path
 from medpref.training.config import SFTParams, TrainingProfile
 from medpref.training.profiles import (
@@ -27,7 +28,6 @@ from medpref.training.profiles import (
 )
 from medpref.training.runs import (
     FitResult,
-    file_digest,
     finish_checkpoints,
     fit,
     run_key,
@@ -173,7 +173,7 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
     if warning:
         _log.warning(warning)
     key = run_key(kind="sft", profile=profile.model_dump(), seed=seed, data=data,
-                  base=file_digest(Path(base_path) / "config.json"))
+                  base=content_id(base_path))
     result = fit(trainer, ckpt_dir, key)
     model.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     card = {"kind": "policy_sft", "examples": len(data), "dropped_too_long": dropped,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from medpref.contracts import PreferencePair, read_jsonl
+from medpref.identity import content_id
 from medpref.training.config import TrainingProfile
 from medpref.training.dialogue_sft import clip_history, drop_too_long
 from medpref.training.profiles import (
@@ -31,7 +32,6 @@ from medpref.training.profiles import (
 )
 from medpref.training.runs import (
     FitResult,
-    file_digest,
     finish_checkpoints,
     fit,
     last_logged,
@@ -158,8 +158,8 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
         _log.warning(warning)
     key = run_key(kind="dpo", profile=profile.model_dump(), seed=seed, beta=beta,
                   loss_type=loss_type, data=data,
-                  base=file_digest(Path(base_path) / "config.json"),
-                  sft=file_digest(sft_adapter) if sft_adapter else None)
+                  base=content_id(base_path),
+                  sft=content_id(sft_adapter) if sft_adapter else None)
     result = fit(trainer, ckpt_dir, key)
     evaluation = {k.removeprefix("eval_"): v for k, v in trainer.evaluate().items()
                   if k.removeprefix("eval_") in REWARD_KEYS}

@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from medpref.identity import content_id
 from medpref.training.runs import FIT_RECORD, read_run_card, run_key
 from medpref.training.sft import TASK_CARD
 
@@ -40,24 +41,16 @@ def sha_of_files(files: list[Path]) -> str:
 
 
 def pairs_sha(path: str | Path) -> str:
-    """Content hash of a pairs file."""
-    return sha_of_files([Path(path)])
+    """Content identity of a pairs file (its SHA-256, 16 hex digits)."""
+    return content_id(path)
 
 
 def adapter_sha(adapter_dir: str | Path) -> str:
-    """Hash of an adapter's weights (its ``*.safetensors``; not its config or task card)."""
-    files = sorted(Path(adapter_dir).glob("*.safetensors"))
-    if not files:
+    """Content identity of an adapter folder (weights and canonical config), the same
+    identity that keys its cached answers (:func:`medpref.identity.content_id`)."""
+    if not any(Path(adapter_dir).glob("*.safetensors")):
         raise FileNotFoundError(f"{adapter_dir}: no adapter weights")
-    return sha_of_files(files)
-
-
-def base_digest(base_path: str | Path) -> str:
-    """The base model's ``config.json`` and the names and sizes of its files (hashing the
-    weights of a 7B model would cost more than the check is worth)."""
-    base = Path(base_path)
-    sizes = sorted((p.name, p.stat().st_size) for p in base.iterdir() if p.is_file())
-    return run_key(config=(base / "config.json").read_text(encoding="utf-8"), files=sizes)
+    return content_id(adapter_dir)
 
 
 def code_digest() -> str:

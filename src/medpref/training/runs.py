@@ -40,18 +40,6 @@ def run_key(**parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def file_digest(*paths: str | Path) -> str:
-    """Content hash of files (a folder: its files), for run keys."""
-    h = hashlib.sha256()
-    for path in paths:
-        path = Path(path)
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for f in files:
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def prepare_checkpoints(ckpt_dir: str | Path, key: str) -> str | None:
     """Make ``ckpt_dir`` ready for a run with ``key``; the checkpoint to resume from, if
     one of the same run exists (else ``None``, and stale checkpoints are removed)."""

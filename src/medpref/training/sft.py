@@ -301,7 +301,7 @@ def read_task_card(adapter_dir: str | Path) -> dict[str, Any]:
 
 def write_canonical_config(folder: Path) -> None:
     """Rewrite a saved adapter's config with peft's set-valued lists in sorted order."""
-    from medpref.llm.hf import canonical_adapter_config
+    from medpref.identity import canonical_adapter_config
 
     config = Path(folder) / "adapter_config.json"
     if config.exists():

@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from medpref.contracts import atomic_write_text
+from medpref.identity import content_id
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
@@ -44,7 +45,6 @@ from medpref.training.profiles import resolve_bf16
 from medpref.training.runs import (
     FIT_RECORD,
     RUN_CARD,
-    file_digest,
     read_run_card,
     write_json,
     write_run_logs,
@@ -271,8 +271,8 @@ def _share_key(stage: RunStage, examples: list[dict[str, Any]], sft_adapter: Pat
                            seed=stage.seed, beta=p.dpo.beta, loss_type=p.dpo.loss_type,
                            eval_pairs=p.dpo.eval_pairs, warn_below_steps=p.warn_below_steps,
                            examples=examples,
-                           base=reuse.base_digest(repo_path(_base_model(stage))),
-                           sft=file_digest(sft_adapter))
+                           base=content_id(repo_path(_base_model(stage))),
+                           sft=content_id(sft_adapter))
 
 
 def _train_run(stage: RunStage, name: str, examples: list[dict[str, Any]], sft_adapter: Path,
