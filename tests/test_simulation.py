@@ -428,6 +428,77 @@ def test_table3_grid_reads_cells_from_policy_names():
     assert set(grid.weighting) == {"avg", "dep"}
 
 
+GRID = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
+
+
+def per_case_of(doctor, symptoms, tests, diseases):
+    return [{"doctor": doctor, "case": f"c{i}", "symptoms": s, "tests": t, "diseases": d}
+            for i, (s, t, d) in enumerate(zip(symptoms, tests, diseases))]
+
+
+def test_table3_companion_pairs_each_cell_with_avg_and_says_no_detectable_difference():
+    nan = float("nan")
+    per_case = pd.DataFrame(
+        per_case_of("grid_avg_1", [0] * 6, [1, 0, 1, 0, 1, 0], [1] * 6)
+        + per_case_of("grid_dep_1", [1, 1, 1, 1, 0.5, 1], [0, 1, 0, 1, 0, 1],
+                      [0, 0, 0, 0, 0, nan])
+        + per_case_of("grid_dep_2", [1] * 6, [1] * 6, [1] * 6)
+        + per_case_of("sft", [1] * 6, [1] * 6, [1] * 6))
+    ci = tables.table3_intervals(per_case, GRID, n_boot=500)
+    assert list(ci.columns) == tables.GRID_CI_COLUMNS
+    assert set(ci["policy"]) == {"grid_avg_1", "grid_dep_1", "grid_dep_2"}
+    got = ci.set_index(["policy", "metric"])
+    avg = got.loc[("grid_avg_1", "Sym.")]
+    assert avg["verdict"] == "reference" and avg["score"] == avg["ci_lo"] == avg["ci_hi"] == 0.0
+    # a difference whose interval excludes 0: higher (symptoms), lower (diseases, 5 pairs)
+    sym = got.loc[("grid_dep_1", "Sym.")]
+    assert sym["vs"] == "avg k=1" and sym["diff"] == pytest.approx(550 / 6)
+    assert sym["diff_lo"] > 0 and sym["verdict"] == "higher"
+    dis = got.loc[("grid_dep_1", "Dis.")]
+    assert dis["paired_n"] == 5 and dis["n"] == 5 and dis["diff"] == -100.0
+    assert dis["verdict"] == "lower"
+    # equal means, opposite cases: the interval holds 0, no ranking; the mde by hand
+    test = got.loc[("grid_dep_1", "Test")]
+    assert test["diff"] == 0.0 and test["diff_lo"] < 0 < test["diff_hi"]
+    assert test["verdict"] == "no detectable difference" and test["p_value"] == 1.0
+    sd = 100 * np.sqrt(6 / 5)     # the six differences are ±100
+    assert test["mde"] == pytest.approx((1.959964 + 0.841621) * sd / np.sqrt(6), rel=1e-5)
+    # a cell without its avg cell of the same length is not compared
+    assert got.loc[("grid_dep_2", "Sym."), "verdict"] == "no avg k=2 cell"
+    assert np.isnan(got.loc[("grid_dep_2", "Sym."), "diff"])
+    # no grid policy: an empty table with the columns
+    empty = tables.table3_intervals(per_case[per_case.doctor == "sft"], GRID)
+    assert empty.empty and list(empty.columns) == tables.GRID_CI_COLUMNS
+
+
+def test_table6_companion_pairs_each_column_with_gpt4_by_case_and_by_item():
+    per_case = pd.DataFrame(per_case_of("gpt4_rank", [0.5, 0, 1, 0], [0] * 4, [0] * 4)
+                            + per_case_of("agent", [0.5, 0, 1, 0], [0] * 4, [0] * 4))
+
+    def items(doctor, labels):
+        return [{"doctor": doctor, "item": f"d{i}@2", "prediction": "Any fever?",
+                 "implication": lab} for i, lab in enumerate(labels)]
+
+    nt = items("gpt4_rank", ["not"] * 8) + items("agent", [None] + ["fully"] * 7)
+    wanted = {"GPT4": "gpt4_rank", "Rethinker": "agent_norerank", "Rethinker+GPT4": "agent"}
+    ci = tables.table6_intervals(per_case, nt, wanted, n_boot=500)
+    assert list(ci.columns) == tables.TABLE6_CI_COLUMNS
+    assert "Rethinker" not in set(ci["column"])       # no such policy trained
+    got = ci.set_index(["metric", "column"])
+    assert got.loc[("CSPT Sym.", "GPT4"), "verdict"] == "reference"
+    assert got.loc[("CSPT Sym.", "GPT4"), "score"] == pytest.approx(37.5)
+    same = got.loc[("CSPT Sym.", "Rethinker+GPT4")]
+    assert same["diff"] == 0.0 and same["verdict"] == "no detectable difference"
+    assert same["policy"] == "agent" and same["paired_n"] == 4
+    gpd = got.loc[("Next-turn GPD", "Rethinker+GPT4")]     # the unusable verdict is dropped
+    assert gpd["n"] == 7 and gpd["paired_n"] == 7 and gpd["diff"] == -2.0
+    assert gpd["verdict"] == "lower" and gpd["score"] == 0.0
+    # without the GPT-4 ranking policy nothing is paired
+    alone = tables.table6_intervals(per_case[per_case.doctor == "agent"],
+                                    [r for r in nt if r["doctor"] == "agent"], wanted, n_boot=50)
+    assert set(alone["verdict"]) == {"no GPT4 policy"}
+
+
 def test_next_turn_scores_chinese_by_character_and_judges_implication():
     from medpref.contracts import Dialogue
 

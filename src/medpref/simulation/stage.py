@@ -16,7 +16,8 @@ policy found under ``simulation.trained_policies``):
 5. held-out process compliance: its next turn on states of dialogues stage 01 never split,
    scored per rule by the REM, against SFT by state (:mod:`~medpref.simulation.heldout`);
 
-then the PLPF Table 3 grid and follow-up Table 6 from the policies that exist, the
+then the PLPF Table 3 grid and follow-up Table 6 from the policies that exist (each with
+a companion of intervals, paired verdicts and minimum detectable differences), the
 grader's agreement with the hand-graded items (accuracy, Cohen's κ with its interval,
 per split), the doctors' behaviour and a transcripts page for clinicians.
 """
@@ -75,6 +76,8 @@ class SimulationOutputs:
     radar: Any = None
     consult_rows: list[dict] = field(default_factory=list)   # honesty + behaviour counts
     heldout: Any = None        # heldout.HeldoutResult: held-out process compliance
+    grid_ci: pd.DataFrame = field(default_factory=pd.DataFrame)     # beside table3_grid
+    table6_ci: pd.DataFrame = field(default_factory=pd.DataFrame)   # beside table6
 
 
 # -- inputs --------------------------------------------------------------------------------
@@ -413,19 +416,22 @@ def assemble(p: SimulationParams, results: dict[str, DoctorResult], validation, 
         comp_long["rank"] = comp_long.groupby("rule")["mean"].rank(ascending=False,
                                                                      method="min")
     n_boot = p.grader.bootstrap_rounds
+    nt_rows = [row for r in results.values() if r.next_turn for row in r.next_turn.items]
     out = SimulationOutputs(
         consultations=consults, grades=grades, table2=t2, per_case=per_case,
         fidelity=tables.fidelity_table(fid_rows),
         next_turn=nt, compliance=comp_long,
-        next_turn_paired=nextturn.paired_table(
-            [row for r in results.values() if r.next_turn for row in r.next_turn.items],
-            "sft", n_boot, h.setup.seed), grid=tables.table3_grid(t2, p.grid_pattern),
+        next_turn_paired=nextturn.paired_table(nt_rows, "sft", n_boot, h.setup.seed),
+        grid=tables.table3_grid(t2, p.grid_pattern),
         table6=tables.table6(t2, nt, p.table6_policies), grader_validation=validation,
         table2_ci=tables.table2_intervals(per_case, n_boot),
         table2_paired=tables.table2_paired(per_case, n_boot=n_boot),
         behaviour=tables.doctor_behaviour(fid_rows), consult_rows=fid_rows,
         doctors=doctors, model_ids=model_ids,
-        prompts={n: t.sha for n, t in h.templates.items()})
+        prompts={n: t.sha for n, t in h.templates.items()},
+        grid_ci=tables.table3_intervals(per_case, p.grid_pattern, n_boot=n_boot),
+        table6_ci=tables.table6_intervals(per_case, nt_rows, p.table6_policies,
+                                          n_boot=n_boot))
     out.metrics = metrics_of(out)
     if comp:
         from medpref.rem.compliance import radar_plot
@@ -470,6 +476,8 @@ def write_outputs(stage, out: SimulationOutputs, nt_items: list[dict]) -> None:
     write_table(out.next_turn_paired, report("next_turn_paired"), floatfmt=".3f")
     write_table(out.grid, report("table3_grid"), floatfmt=".1f")
     write_table(out.table6, report("table6_rethinker"), floatfmt=".2f")
+    write_table(out.grid_ci, report("table3_grid_ci"), floatfmt=".3f")
+    write_table(out.table6_ci, report("table6_rethinker_ci"), floatfmt=".3f")
     write_table(out.grader_validation, report("grader_validation"), floatfmt=".3f")
     write_table(out.table2_ci, report("table2_ci"), floatfmt=".1f")
     write_table(out.table2_paired, report("table2_paired"), floatfmt=".3f")

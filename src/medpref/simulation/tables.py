@@ -1,4 +1,6 @@
-"""The reports of stage 06: Table 2, PLPF Table 3 grid, follow-up Table 6, next turn."""
+"""The reports of stage 06: Table 2, PLPF Table 3 grid, follow-up Table 6, next turn, and
+beside each comparison table its intervals, paired verdicts and minimum detectable
+differences (:mod:`medpref.metrics.intervals`)."""
 
 from __future__ import annotations
 
@@ -155,6 +157,113 @@ def verdict(cmp) -> str:
     if pd.isna(cmp.lo) or pd.isna(cmp.hi) or cmp.lo <= 0 <= cmp.hi:
         return "no detectable difference"
     return "higher" if cmp.diff > 0 else "lower"
+
+
+# -- companions of PLPF Table 3 and follow-up Table 6: intervals and paired verdicts ------
+
+#: The column each comparison table is paired against: PLPF Table 3's baseline weighting
+#: (Avg, w = 1) at the same trajectory length; follow-up Table 6's GPT-4 ranking.
+GRID_REFERENCE = "avg"
+TABLE6_REFERENCE = "GPT4"
+COMPARISON_COLUMNS = ["n", "score", "ci_lo", "ci_hi", "vs", "paired_n", "diff", "diff_lo",
+                      "diff_hi", "p_value", "mde", "verdict"]
+GRID_CI_COLUMNS = ["weighting", "trajectory", "metric", "policy", *COMPARISON_COLUMNS]
+TABLE6_CI_COLUMNS = ["metric", "column", "policy", *COMPARISON_COLUMNS]
+
+
+def compare_scores(mine: pd.Series, ref: pd.Series | None, vs: str, n_boot: int = 2000,
+                   seed: int = 0) -> dict:
+    """One row of a companion table. ``mine`` and ``ref``: a score per unit (case or
+    item, the index; NaN: none). ``mine``'s mean with a bootstrap 95 % interval over its
+    units; against ``ref`` (None: this row is the reference) the paired difference over
+    the units both have, its interval, sign-flip p, the minimum difference this many
+    units could detect (α .05, power .8) and the verdict: "no detectable difference"
+    when the interval holds 0, else "higher" / "lower" (the sign of mine − ref)."""
+    from medpref.metrics.intervals import bootstrap_ci, paired_difference
+
+    mine = mine.dropna()
+    iv = bootstrap_ci(mine.to_numpy(), n_boot=n_boot, seed=seed)
+    row = {"n": iv.n, "score": iv.estimate, "ci_lo": iv.lo, "ci_hi": iv.hi, "vs": vs,
+           **dict.fromkeys(["paired_n", "diff", "diff_lo", "diff_hi", "p_value", "mde"],
+                           float("nan"))}
+    if ref is None:
+        return {**row, "vs": "", "verdict": "reference"}
+    both = pd.concat([mine.rename("mine"), ref.rename("ref")], axis=1, join="inner").dropna()
+    if both.empty:
+        return {**row, "verdict": "no paired units"}
+    cmp = paired_difference(both["mine"].to_numpy(), both["ref"].to_numpy(), n_boot=n_boot,
+                            seed=seed)
+    return {**row, "paired_n": cmp.n, "diff": cmp.diff, "diff_lo": cmp.lo, "diff_hi": cmp.hi,
+            "p_value": cmp.p_value, "mde": cmp.mde, "verdict": verdict(cmp)}
+
+
+def _case_scores(per_case: pd.DataFrame, doctor: str, cat: str) -> pd.Series:
+    """A doctor's per-case score of one category in points (NaN: empty category)."""
+    sub = per_case[per_case["doctor"] == doctor]
+    return 100.0 * sub.set_index("case")[cat].astype(float)
+
+
+def table3_intervals(per_case: pd.DataFrame, pattern: str, reference: str = GRID_REFERENCE,
+                     n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Companion of :func:`table3_grid`: per cell (weighting × trajectory) and category,
+    the score with its interval over cases, and the cell against the ``reference``
+    weighting's cell of the same trajectory length, paired by case."""
+    cells = {} if per_case.empty else {
+        d: grid_cell(d, pattern) for d in per_case["doctor"].unique()}
+    cells = {d: c for d, c in cells.items() if c is not None}
+    by_cell = {c: d for d, c in cells.items()}
+    rows = []
+    for doctor, (weighting, k) in sorted(cells.items(), key=lambda x: (x[1][1], x[1][0])):
+        ref = by_cell.get((reference, k))
+        for cat in CATEGORIES:
+            mine = _case_scores(per_case, doctor, cat)
+            other = None if weighting == reference else (
+                _case_scores(per_case, ref, cat) if ref else pd.Series(dtype=float))
+            row = compare_scores(mine, other, f"{reference} k={k}", n_boot, seed)
+            if weighting != reference and ref is None:
+                row["verdict"] = f"no {reference} k={k} cell"
+            rows.append({"weighting": weighting, "trajectory": k, "metric": SHORT[cat],
+                         "policy": doctor, **row})
+    return pd.DataFrame(rows, columns=GRID_CI_COLUMNS)
+
+
+def _gpd_points(nt_rows: Sequence[dict], doctor: str) -> pd.Series:
+    """A doctor's GPT-Distance points per next-turn item (NaN: no usable verdict)."""
+    from medpref.simulation.nextturn import item_values
+
+    vals = {r["item"]: item_values(r)["gpd"] for r in nt_rows
+            if r["doctor"] == doctor and r.get("prediction") is not None}
+    return pd.Series({i: float("nan") if v is None else v for i, v in vals.items()},
+                     dtype=float)
+
+
+def table6_intervals(per_case: pd.DataFrame, nt_rows: Sequence[dict],
+                     wanted: Mapping[str, str], reference: str = TABLE6_REFERENCE,
+                     n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Companion of :func:`table6`: per column that has a policy, CSPT Sym. (points per
+    case) and next-turn GPD (points per item, lower is better) with their intervals, and
+    the column against the ``reference`` column, paired by case or by item."""
+    doctors = set(per_case["doctor"]) if not per_case.empty else set()
+    doctors |= {r["doctor"] for r in nt_rows}
+    present = {label: next(d for d in sorted(doctors) if table6_policy(d, policy))
+               for label, policy in wanted.items()
+               if any(table6_policy(d, policy) for d in doctors)}
+    series = {"CSPT Sym.": lambda d: (_case_scores(per_case, d, "symptoms")
+                                      if not per_case.empty else pd.Series(dtype=float)),
+              "Next-turn GPD": lambda d: _gpd_points(nt_rows, d)}
+    rows = []
+    for metric, of in series.items():
+        for label, doctor in present.items():
+            mine = of(doctor)
+            if mine.dropna().empty:
+                continue
+            ref = None if label == reference else (
+                of(present[reference]) if reference in present else pd.Series(dtype=float))
+            row = compare_scores(mine, ref, reference, n_boot, seed)
+            if label != reference and reference not in present:
+                row["verdict"] = f"no {reference} policy"
+            rows.append({"metric": metric, "column": label, "policy": doctor, **row})
+    return pd.DataFrame(rows, columns=TABLE6_CI_COLUMNS)
 
 
 def doctor_behaviour(rows: Sequence[dict]) -> pd.DataFrame:
