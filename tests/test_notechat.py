@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
 import pytest
 
 from medpref import REPO_ROOT
@@ -463,8 +464,21 @@ def _check_stage_outputs(tmp_path, p, run, stats):
     assert "`single_prompt_strong` is `scripted:scripted`, the same model as " \
         "`single_prompt` under another sampling seed" in table3
     for name in ("table2.csv", "per_dialogue.csv", "calls.csv", "coverage_by_round.png",
-                 "malformed.jsonl"):
+                 "malformed.jsonl", "turn_quality.md", "turn_quality_per_dialogue.md"):
         assert (tmp_path / "reports" / name).exists(), name
+    # turn quality beside Table 3: per system and per dialogue, every turn counted
+    assert "Turn quality" in table3 and "passing %" in table3
+    quality = pd.read_csv(tmp_path / "reports" / "turn_quality.csv")
+    assert list(quality.columns) == ["system", "dialogues", "turns", "role %", "leak %",
+                                     "repeat %", "passing %"]
+    assert set(quality["system"]) == {"single_prompt", "single_prompt_strong", "NoteChat",
+                                      "Human"}
+    per_dialogue = pd.read_csv(tmp_path / "reports" / "turn_quality_per_dialogue.csv")
+    assert list(per_dialogue.columns) == ["system", "note_id", "turns", "role", "leak",
+                                          "repeat", "passing"]
+    nc_turns = per_dialogue.loc[per_dialogue["system"] == "NoteChat", "turns"].sum()
+    assert nc_turns == sum(len(r.turns) for r in run.notechat)
+    assert (per_dialogue["passing"] <= per_dialogue["turns"]).all()
     calls = stage.calls_table(run)
     assert set(calls["method"]) == {"notechat", "single_prompt", "single_prompt_strong"}
     assert {"model_calls", "cache_hits", "model_s", "wall_s"} <= set(calls.columns)
@@ -552,6 +566,7 @@ def test_run_in_the_stage_shape_with_scripted_models(tmp_path, monkeypatch, inde
     assert out.metrics["notes"] == 2 and "wall_s" not in out.metrics
     assert (tmp_path / "data/02_notechat/dialogues.jsonl").exists()
     assert "Combine step" in out.table3_markdown and "rule-based" in out.table3_markdown
+    assert set(out.turn_quality["system"]) >= {"NoteChat", "Human"}
     stage.finish(out.metrics, models=out.models, prompts=out.prompts)
     saved = json.loads((tmp_path / "reports/02_notechat/metrics.json").read_text())
     assert saved == json.loads(json.dumps(out.metrics))

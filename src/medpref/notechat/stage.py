@@ -41,6 +41,12 @@ from medpref.notechat.tables import (
     table3_markdown,
     table3_wide,
 )
+from medpref.notechat.turn_quality import (
+    TABLE3_NOTE,
+    quality_per_dialogue,
+    quality_per_system,
+    table3_block,
+)
 from medpref.params import repo_path
 from medpref.prompts import PromptTemplate
 from medpref.reports import save_figure, write_table
@@ -85,6 +91,8 @@ def output_paths(data: Path, reports: Path) -> dict[str, Path]:
             "trace": data / "trace.jsonl", "malformed": reports / "malformed.jsonl",
             "table3": reports / "table3", "table2": reports / "table2",
             "per_dialogue": reports / "per_dialogue", "calls": reports / "calls",
+            "turn_quality": reports / "turn_quality",
+            "turn_quality_per_dialogue": reports / "turn_quality_per_dialogue",
             "events": reports / "malformed_summary", "coverage": reports / "coverage",
             "figure": reports / "coverage_by_round.png"}
 
@@ -96,12 +104,18 @@ def write_outputs(run: StageRun, clients: dict[str, LLMClient],
     order = list(systems(run))
     blocks = ev.blocks(run)
     events = all_events(run)
+    quality = quality_per_dialogue(systems(run))
+    per_system = quality_per_system(quality)
+    blocks["Turn quality"] = table3_block(per_system)  # beside Table 3's keyword metrics
     write_jsonl(paths["dialogues"], notechat_dialogues(run, clients, templates))
     write_jsonl(paths["baselines"], baseline_dialogues(run, clients))
     write_jsonl(paths["trace"], run.log.trace)
     write_jsonl(paths["malformed"], events)
     write_table(table3_wide(blocks), paths["table3"])
-    atomic_write_text(paths["table3"].with_suffix(".md"), table3_markdown(blocks, ev.notes))
+    atomic_write_text(paths["table3"].with_suffix(".md"),
+                      table3_markdown(blocks, [*ev.notes, TABLE3_NOTE]))
+    write_table(per_system, paths["turn_quality"], floatfmt=".1f")
+    write_table(quality, paths["turn_quality_per_dialogue"])
     write_table(evaluate.table2(ev.per_dialogue, order), paths["table2"], floatfmt=".2f")
     write_table(ev.per_dialogue, paths["per_dialogue"])
     write_table(calls_table(run), paths["calls"], floatfmt=".2f")
@@ -171,6 +185,11 @@ class NoteChatOutputs:
     @property
     def table3_markdown(self) -> str:
         return self.paths["table3"].with_suffix(".md").read_text()
+
+    @property
+    def turn_quality(self) -> pd.DataFrame:
+        """Turn-quality flags per dialogue (counts of turns), as written."""
+        return pd.read_csv(self.paths["turn_quality_per_dialogue"].with_suffix(".csv"))
 
     @property
     def table2_markdown(self) -> str:

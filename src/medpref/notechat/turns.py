@@ -59,6 +59,11 @@ def normalise(text: str) -> str:
     return re.sub(r"\W+", " ", text.lower()).strip()
 
 
+def sentences(text: str) -> list[str]:
+    """The text's sentences (split after ``.``, ``!`` or ``?``), empty ones left out."""
+    return [s for s in _SENTENCE.split(text) if s.strip()]
+
+
 def speaker_segments(text: str, default: Role | None = None) -> list[tuple[Role | None, str]]:
     """Split text at speaker tags: ``[(role, text), ...]``.
 

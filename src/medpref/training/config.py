@@ -68,6 +68,9 @@ class SFTParams(StrictModel):
     system_prompt: str                 # configs/prompts/<name>.yaml: the policy's system text
     max_examples: int | None = Field(ge=1)  # seeded subset of doctor-turn examples (null: all)
     output_dir: str                    # the SFT adapter
+    # only doctor turns that pass medpref.notechat.turn_quality are targets (failing ones
+    # stay as context); off until the lead turns it on (it retrains SFT and what follows)
+    turn_quality: bool = False
 
 
 class DPOParams(StrictModel):

@@ -46,6 +46,9 @@ class DialogueSource:
     name: str
     dialogues: int
     note: str = ""
+    targets: int = 0                 # answering doctor turns (SFT targets) before filtering
+    failing_turn_quality: int = 0    # targets that fail the turn-quality checks
+    kept: int = 0                    # targets trained on (failing ones go when the filter is on)
 
 
 def _real_dialogues(source: str, split: str, limit: int | None) -> list[Dialogue]:
@@ -94,15 +97,46 @@ def clip_history(messages: list[dict[str, str]], max_turns: int | None) -> list[
     return head + messages[len(head):][-max_turns:]
 
 
+def target_passes(context: list[dict[str, str]], target: str) -> bool:
+    """The doctor turn passes the turn-quality checks (medpref.notechat.turn_quality), the
+    dialogue's earlier turns (``context``, system message aside) as what it may copy."""
+    from medpref.notechat.turn_quality import check_turn
+
+    earlier = [m["content"] for m in context if m["role"] != "system"]
+    return check_turn(target, "doctor", earlier).passes
+
+
+def count_targets(dialogues: list[Dialogue], sources: list[DialogueSource],
+                  turn_quality: bool) -> None:
+    """Fill each source's ``targets``, ``failing_turn_quality`` (counted whether or not
+    the filter is on, so the report shows what turning it on would drop) and ``kept``
+    (before ``max_examples`` and the length limit). ``dialogues`` are the sources'
+    dialogues in order, as :func:`load_dialogues` returns them."""
+    start = 0
+    for source in sources:
+        part = dialogues[start:start + source.dialogues]
+        start += source.dialogues
+        pairs = [split_target(ex) for ex in dialogues_to_sft_examples(part, "")]
+        source.targets = len(pairs)
+        source.failing_turn_quality = sum(not target_passes(c, t) for c, t in pairs)
+        source.kept = source.targets - (source.failing_turn_quality if turn_quality else 0)
+
+
 def sft_examples(dialogues: list[Dialogue], system_prompt: str, max_examples: int | None,
-                 seed: int, history_max_turns: int | None = None
+                 seed: int, history_max_turns: int | None = None, turn_quality: bool = False
                  ) -> list[dict[str, list[dict[str, str]]]]:
     """trl prompt-completion examples, one per answering doctor turn (a seeded subset of
     ``max_examples`` when set): ``{"prompt": [messages], "completion": [assistant]}``;
-    the context is the last ``history_max_turns`` turns."""
+    the context is the last ``history_max_turns`` turns.
+
+    With ``turn_quality`` a doctor turn that fails the turn-quality checks is not a
+    target; it stays in the context of the dialogue's later targets (the loss never falls
+    on context, and cutting it out would leave the patient answering a missing turn)."""
     examples = []
     for ex in dialogues_to_sft_examples(dialogues, system_prompt):
         context, target = split_target(ex)
+        if turn_quality and not target_passes(context, target):
+            continue
         examples.append({"prompt": clip_history(context, history_max_turns),
                          "completion": [{"role": "assistant", "content": target}]})
     if max_examples is not None and len(examples) > max_examples:

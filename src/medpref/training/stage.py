@@ -31,6 +31,7 @@ from medpref.stagekit import Stage
 from medpref.training import heldout, policies, reuse
 from medpref.training.config import TrainingParams
 from medpref.training.dialogue_sft import (
+    count_targets,
     load_dialogues,
     sft_examples,
     train_dialogue_sft,
@@ -124,7 +125,8 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
     with stage.step("load"):
         dialogues, sources = load_dialogues(p.sft)
         examples = sft_examples(dialogues, prompt.system.strip(), p.sft.max_examples, stage.seed,
-                                p.active_profile().history_max_turns)
+                                p.active_profile().history_max_turns, p.sft.turn_quality)
+        count_targets(dialogues, sources, p.sft.turn_quality)
     out_dir = repo_path(p.sft.output_dir)
     with stage.step("train"):
         result = train_dialogue_sft(
@@ -135,6 +137,7 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
             warn_below_steps=p.warn_below_steps)
     logs = result.fit.train_logs()
     card = {"run": "sft", "status": "trained", "examples": result.n_examples,
+            "turn_quality": p.sft.turn_quality,
             "dropped_too_long": result.n_dropped, "epochs": p.active_profile().sft_epochs,
             "steps": result.fit.steps, "steps_warning": result.warning,
             "resumed_from": result.fit.resumed_from, "runtime_s": round(result.fit.runtime_s, 1),
@@ -146,6 +149,8 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
         write_table(table, stage.report("sources"))
     metrics = {"examples": result.n_examples, "dropped_too_long": result.n_dropped,
                "epochs": card["epochs"], "steps": result.fit.steps, "dialogues": len(dialogues),
+               "turn_quality": p.sft.turn_quality,
+               "failing_turn_quality": sum(s.failing_turn_quality for s in sources),
                "loss_first": logs[0]["loss"] if logs else None,
                "loss_last": logs[-1]["loss"] if logs else None}
     return TrainingOutputs(table, metrics, {"base": _base_model(stage)},

@@ -1,0 +1,170 @@
+"""Turn quality (medpref.notechat.turn_quality) on hand-written turns, stage 02's report
+frames, and SFT's filter of failing doctor targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from medpref.contracts import Dialogue, Turn
+from medpref.notechat.turn_quality import (
+    CHECKS,
+    check_dialogue,
+    claims_other_role,
+    leaks_prompt,
+    markers_from_template,
+    prompt_markers,
+    quality_per_dialogue,
+    quality_per_system,
+    repeats_sentence,
+    table3_block,
+)
+from medpref.training.dialogue_sft import (
+    DialogueSource,
+    count_targets,
+    sft_examples,
+    target_passes,
+)
+
+# -- role ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["I'm Dr. John Smith, and I'm glad to meet you.",
+                                  "Doctor, I'm sorry. I'm a doctor.",
+                                  "My name is Dr. Alex.", "I am a physician myself.",
+                                  "Hello, I’m Dr. Emily Petterson."])
+def test_a_patient_claiming_to_be_a_doctor_is_flagged(text):
+    assert claims_other_role(text, "patient")
+
+
+@pytest.mark.parametrize("text", ["Dr. Smith said I should rest.",
+                                  "Thanks, Dr. Smith. Does that mean I need pills?",
+                                  "I'm doing okay, doctor.", "I'm dreading the doctor's bill."])
+def test_a_patient_naming_a_doctor_is_not_a_claim(text):
+    assert not claims_other_role(text, "patient")
+
+
+@pytest.mark.parametrize("text", ["I'm a medical journalist writing about asthma.",
+                                  "I am your patient today.", "I'll be your personal trainer."])
+def test_a_doctor_claiming_another_role_is_flagged(text):
+    assert claims_other_role(text, "doctor")
+
+
+@pytest.mark.parametrize("text", ["Hello, I'm Dr. Elena Martinez.", "I'm a doctor here.",
+                                  "I'm patient with you; take your time.",
+                                  "The patient portal has your results."])
+def test_a_doctor_being_a_doctor_is_not_flagged(text):
+    assert not claims_other_role(text, "doctor")
+
+
+# -- leakage ---------------------------------------------------------------------------------
+
+def test_markers_come_from_the_prompt_headings_and_instructions():
+    headings, instructions = markers_from_template(
+        "Clinical note:\n{{note}}\n\nBring up next: {{keywords}}\n\n"
+        "Write the doctor's next turn only: one or two sentences. Be kind.")
+    assert headings == ["clinical note:", "bring up next:"]
+    assert instructions == ["write the doctor s next turn"]  # 6 words; "Be kind." too short
+    headings, instructions = prompt_markers()  # the project's NoteChat prompt files
+    assert "conversation so far:" in headings
+    assert "write the doctor s next turn" in instructions
+
+
+@pytest.mark.parametrize("text", [
+    "Conversation so far: the patient has a cough.",
+    "I'll start. Write the doctor's next turn only: one or two sentences.",
+    "Do you have joint pain (absent) or fever?",
+    "Your rash (present) looks better.",
+    "How are you? Patient: I'm fine.",
+    "A: I'm Dr. Alex. B: How is it going today?",
+    "Subjective: chest pain for two days.",
+])
+def test_prompt_and_annotation_leakage_is_flagged(text):
+    assert leaks_prompt(text)
+
+
+@pytest.mark.parametrize("text", [
+    "The doctor told me to rest.", "Is the rash still present?",
+    "I was absent from work (sick) last week.", "Plan A is rest; plan B is surgery.",
+    "Let's go over the conversation we had last time.",
+    "The note says your blood pressure is high.",
+])
+def test_ordinary_speech_does_not_leak(text):
+    assert not leaks_prompt(text)
+
+
+# -- repetition ------------------------------------------------------------------------------
+
+def test_a_sentence_said_twice_in_the_turn_is_flagged():
+    assert repeats_sentence("I'm here to relax today. Sometimes I rest. I'm here to relax today.")
+    assert not repeats_sentence("Yes. Yes. I think so.")  # short repeats are natural
+
+
+def test_a_sentence_copied_from_an_earlier_turn_is_flagged():
+    earlier = ["Good day, I'm Dr. Emily Petterson, a wonderful physician from the clinic."]
+    assert repeats_sentence("Hello. I'm Dr. Emily Petterson, a wonderful physician from the "
+                            "clinic.", earlier)
+    assert not repeats_sentence("I have had a headache for two days now.", earlier)
+    assert not repeats_sentence("I'm going to take it off.", ["I'm going to take it off now."])
+
+
+def test_a_turn_passes_only_without_any_flag():
+    flags = check_dialogue([
+        {"role": "doctor", "text": "What brings you in today?"},
+        Turn(role="patient", text="I'm Dr. John Smith, and I have a cough."),
+        Turn(role="doctor", text="Conversation so far: how long has the cough lasted?"),
+        Turn(role="patient", text="About a week, and it is worse at night.")])
+    assert [f.passes for f in flags] == [True, False, False, True]
+    assert (flags[1].role, flags[1].leak, flags[2].leak, flags[2].role) == (True, False, True,
+                                                                            False)
+
+
+# -- stage 02's report -----------------------------------------------------------------------
+
+def test_report_counts_flags_per_dialogue_and_shares_per_system():
+    good = [Turn(role="doctor", text="What brings you in?"), Turn(role="patient", text="A cough.")]
+    bad = [Turn(role="doctor", text="Doctor: hello."),
+           Turn(role="patient", text="I'm a doctor.")]
+    per = quality_per_dialogue({"NoteChat": {"n-1": good, "n-2": bad, "n-3": []},
+                                "Human": {"n-1": good}})
+    assert list(per.columns) == ["system", "note_id", "turns", *CHECKS, "passing"]
+    assert per.loc[1, ["turns", "role", "leak", "repeat", "passing"]].tolist() == [2, 1, 1, 0, 0]
+    assert per.loc[2, "turns"] == 0
+    summary = quality_per_system(per).set_index("system")
+    assert list(summary.columns) == ["dialogues", "turns", "role %", "leak %", "repeat %",
+                                     "passing %"]
+    assert summary.loc["NoteChat", "turns"] == 4
+    assert summary.loc["NoteChat", "passing %"] == pytest.approx(50.0)
+    assert summary.loc["NoteChat", "role %"] == pytest.approx(25.0)
+    assert summary.loc["Human", "passing %"] == pytest.approx(100.0)
+    assert list(table3_block(summary.reset_index()).columns)[0] == "Turn quality"
+
+
+# -- SFT reads passing turns -----------------------------------------------------------------
+
+def _dialogue() -> Dialogue:
+    return Dialogue(id="d", turns=[Turn(role="patient", text="My knee hurts."),
+                                   Turn(role="doctor", text="Conversation so far: since when?"),
+                                   Turn(role="patient", text="Two days."),
+                                   Turn(role="doctor", text="Did you fall?")])
+
+
+def test_sft_filter_drops_a_failing_target_and_keeps_it_as_context():
+    d = _dialogue()
+    everything = sft_examples([d], "sys", None, 0)
+    assert [ex["completion"][0]["content"] for ex in everything] == [
+        "Conversation so far: since when?", "Did you fall?"]
+    kept = sft_examples([d], "sys", None, 0, turn_quality=True)
+    assert [ex["completion"][0]["content"] for ex in kept] == ["Did you fall?"]
+    assert "Conversation so far: since when?" in [m["content"] for m in kept[0]["prompt"]]
+    assert target_passes([{"role": "user", "content": "Hi."}], "How can I help?")
+
+
+def test_sources_report_counts_targets_failing_and_kept():
+    good = Dialogue(id="g", turns=[Turn(role="patient", text="I feel dizzy."),
+                                   Turn(role="doctor", text="When did it start?")])
+    sources = [DialogueSource("a.jsonl", 1), DialogueSource("b.jsonl", 1)]
+    count_targets([good, _dialogue()], sources, turn_quality=False)
+    assert [(s.targets, s.failing_turn_quality, s.kept) for s in sources] == [(1, 0, 1),
+                                                                               (2, 1, 2)]
+    count_targets([good, _dialogue()], sources, turn_quality=True)
+    assert [(s.targets, s.failing_turn_quality, s.kept) for s in sources] == [(1, 0, 1),
+                                                                               (2, 1, 1)]
