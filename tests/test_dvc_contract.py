@@ -192,7 +192,7 @@ def expand(path: str, stage: dict) -> list[str]:
     """A matrix stage's ``${item.x}`` paths, one per combination of its matrix."""
     if "${" not in path:
         return [path]
-    if "foreach" in stage:  # ${key} over the keys of the foreach's params mapping
+    if "foreach" in stage:  # ${key} over a params mapping's keys, ${item} over a list
         node = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
         ref = stage["foreach"]
         if isinstance(ref, str):
@@ -200,6 +200,8 @@ def expand(path: str, stage: dict) -> list[str]:
                 node = node[part]
         else:
             node = ref
+        if isinstance(node, list):
+            return [path.replace("${item}", str(k)) for k in node]
         return [path.replace("${key}", str(k)) for k in node]
     matrix = {k: v for k, v in stage.get("matrix", {}).items()}
     for key, value in list(matrix.items()):

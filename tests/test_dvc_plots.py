@@ -12,15 +12,16 @@ from medpref import REPO_ROOT
 SPEC = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())
 
 
-def _foreach_keys(stage: dict) -> list[str]:
-    """The keys of a ``foreach: ${section.key}`` stage, read from params.yaml."""
+def _foreach_keys(stage: dict) -> tuple[str, list[str]]:
+    """The variable that names a ``foreach: ${section.key}`` stage (``${key}`` over a
+    mapping, ``${item}`` over a list) and its values, read from params.yaml."""
     ref = stage["foreach"]
-    if not isinstance(ref, str):
-        return list(ref)
-    node = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    for part in ref.strip("${}").split("."):
-        node = node[part]
-    return list(node)
+    node = ref
+    if isinstance(ref, str):
+        node = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+        for part in ref.strip("${}").split("."):
+            node = node[part]
+    return ("${item}" if isinstance(node, list) else "${key}"), list(node)
 
 
 def declared_outs() -> set[str]:
@@ -28,10 +29,10 @@ def declared_outs() -> set[str]:
     outs = set()
     for stage in SPEC["stages"].values():
         body = stage.get("do", stage)
-        keys = _foreach_keys(stage) if "foreach" in stage else [None]
+        var, keys = _foreach_keys(stage) if "foreach" in stage else ("", [None])
         for entry in body.get("outs", []) + body.get("metrics", []) + body.get("plots", []):
             path = next(iter(entry)) if isinstance(entry, dict) else entry
-            outs.update(path.replace("${key}", k) if k else path for k in keys)
+            outs.update(path.replace(var, k) if k else path for k in keys)
     return outs
 
 

@@ -185,6 +185,7 @@ def _stage(tmp_path, runs: dict[str, str], min_pairs: int = 4):
     stage = open_stage("05_training")
     p = stage.p
     p.dpo.heldout_runs, p.dpo.heldout_folds = None, 0   # a test turns it on where it checks it
+    stage.params.annotation.strategies = []   # the runs are exactly `runs`
     p.dpo.runs = runs
     p.dpo.min_pairs = min_pairs
     p.dpo.output_dir = str(tmp_path / "dpo")

@@ -7,8 +7,8 @@
 # model as the reference. Both steps use LoRA (peft) and trl's `SFTTrainer`/`DPOTrainer`.
 #
 # This notebook runs one *part* of the stage, chosen by the `part` parameter (dvc.yaml
-# passes it): `sft`, one `dpo` run (`run` = a key of `training.dpo.runs`: an annotation
-# strategy or a weighting × trajectory cell of PLPF Table 3), or the `summary` of all runs.
+# passes it): `sft`, one `dpo` run (`run` = an annotation strategy, `annotation.strategies`,
+# or a weighting × trajectory cell of PLPF Table 3, `training.dpo.runs`), or the `summary`.
 # The size of a run is `training.profile` (`tiny` on the CPU by default, `paper` for
 # PLPF's setting); where it runs is an accelerate config (README, *Training*).
 
@@ -16,7 +16,7 @@
 # papermill parameters (dvc.yaml passes part and run)
 params_path = "params.yaml"
 part = "sft"      # sft | dpo | summary
-run = ""          # with part == "dpo": the run (a key of training.dpo.runs)
+run = ""          # with part == "dpo": the run (policies.dpo_runs)
 
 # %%
 from medpref.stagekit import open_stage

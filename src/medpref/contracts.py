@@ -173,7 +173,10 @@ class UnlabeledItem(Record):
         return history
 
 
-Strategy = Literal["gpt4_rank", "cai_avg", "cai_dep", "agent"]
+# the annotation strategy that made a pair: a name of annotation.strategies (stage 04's
+# registry, medpref.annotation.strategies); the papers' four are gpt4_rank, cai_avg,
+# cai_dep and agent
+Strategy = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 
 
 class PreferencePair(Record):

@@ -9,6 +9,7 @@ pairs kept; the follow-up sets t1 = t2 = 0.5.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -18,6 +19,9 @@ from medpref.scoring.formulas import DepSettings
 from medpref.stagekit import GuardParams
 
 WeightingName = Literal["avg", "dep"]
+#: The strategies of the papers, in the order stage 04 runs them (its LLM calls follow it).
+DEFAULT_STRATEGIES = ("gpt4_rank", "cai_avg", "cai_dep", "agent")
+STRATEGY_NAME = r"^[a-z][a-z0-9_]*$"  # a file name, a DVC stage suffix and a DPO run name
 
 
 class ScoringConfig(StrictModel):
@@ -105,6 +109,9 @@ class GridConfig(StrictModel):
 
 
 class AnnotationParams(StrictModel):
+    # the strategies stage 04 runs, in order (medpref.annotation.strategies): each writes
+    # <output_dir>/pairs/<name>.jsonl and gets the DPO run <name> (dvc.yaml reads the list)
+    strategies: list[str] = Field(default_factory=lambda: list(DEFAULT_STRATEGIES))
     input: str = "data/01_sampling/unlabeled.jsonl"
     rules: str = "configs/rules/plpf_flowchart.yaml"
     max_items: int | None = Field(None, ge=1)  # the first N items (None: all)
@@ -119,3 +126,17 @@ class AnnotationParams(StrictModel):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     grid: GridConfig = Field(default_factory=GridConfig)
     guard: GuardParams = Field(default_factory=GuardParams)
+
+    @field_validator("strategies")
+    @classmethod
+    def _strategy_names(cls, v: list[str]) -> list[str]:
+        bad = [n for n in v if not re.match(STRATEGY_NAME, n)]
+        if bad:
+            raise ValueError(f"strategy names must match {STRATEGY_NAME}, got {bad}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"a strategy is listed twice: {v}")
+        return v
+
+    def pairs_file(self, strategy: str) -> str:
+        """Where stage 04 writes a strategy's pairs (and its DPO run reads them)."""
+        return f"{self.output_dir}/pairs/{strategy}.jsonl"

@@ -1,9 +1,10 @@
-"""Stage 04_annotation: label every unlabeled item of stage 01 with four strategies.
+"""Stage 04_annotation: label every unlabeled item of stage 01 with each strategy.
 
-``run(stage)`` loads the items, runs gpt4_rank, cai_avg / cai_dep (stage 03's REM, by
-name from ``rem.scorers``) and agent, checks the yield, writes pairs, decisions and raw
-answers, and returns the tables the notebook shows. Each step is a function of its own
-(also used by the grid cells, :mod:`medpref.annotation.grid`).
+``run(stage)`` loads the items, runs the strategies ``annotation.strategies`` names, in
+its order (:mod:`medpref.annotation.strategies`; built in: gpt4_rank, cai_avg / cai_dep
+with stage 03's REM, by name from ``rem.scorers``, and agent), checks the yield, writes
+pairs, decisions and raw answers, and returns the tables the notebook shows. Each step is
+a function of its own (also used by the grid cells, :mod:`medpref.annotation.grid`).
 """
 
 from __future__ import annotations
@@ -19,31 +20,21 @@ from medpref.annotation import agent as agent_mod
 from medpref.annotation import analysis, cai
 from medpref.annotation.config import AnnotationParams
 from medpref.annotation.judging import READINGS, gpt4_rank_pairs, judge_items
-from medpref.annotation.pairs import Decision
-from medpref.contracts import ContractError, PreferencePair, UnlabeledItem, read_jsonl, write_jsonl
+from medpref.annotation.strategies import StrategyResult, register_strategy, strategy_plan
+from medpref.contracts import ContractError, UnlabeledItem, read_jsonl, write_jsonl
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
 from medpref.rules import Flowchart, load_rules
 from medpref.stagekit import Stage
 
-STRATEGIES = ("gpt4_rank", "cai_avg", "cai_dep", "agent")
 #: The summary row of the gpt4_rank reading whose pairs are not written, and its metrics key.
 ALTERNATIVE = {"one": "gpt4_rank (one order: follow-up)",
                "both": "gpt4_rank (both orders: ours)"}
 METRICS_KEY = {ALTERNATIVE["one"]: "gpt4_rank_one_order",
                ALTERNATIVE["both"]: "gpt4_rank_both_orders"}
-
-
-@dataclass
-class StrategyResult:
-    """One strategy's output: a decision per item, the pairs kept, the raw model answers."""
-
-    name: str
-    decisions: list[Decision]
-    pairs: list[PreferencePair]
-    records: list[dict] = field(default_factory=list)
-    prompts: dict[str, str] = field(default_factory=dict)
+#: The strategy whose verdicts the yield guard counts (the REM-scored one, PLPF's).
+GUARDED = "cai_dep"
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -149,11 +140,64 @@ def run_agent(stage: Stage, items: Sequence[UnlabeledItem]) -> StrategyResult:
                           prompts.shas())
 
 
+# -- the registered strategies -------------------------------------------------------------
+@dataclass
+class AnnotationInputs:
+    """What a strategy reads: the stage (params, roles, seed), the items and the rules.
+    The REM scores the states once, when first asked (cai_avg and cai_dep share them)."""
+
+    stage: Stage
+    items: list[UnlabeledItem]
+    flowchart: Flowchart
+    _scorer: Any = field(default=None, init=False, repr=False)
+    _scored: ScoredStates | None = field(default=None, init=False, repr=False)
+
+    @property
+    def p(self) -> AnnotationParams:
+        return self.stage.p
+
+    def scored(self) -> ScoredStates:
+        if self._scored is None:
+            with self.stage.step("cai_states"):
+                self._scorer = rem_scorer(self.stage, self.flowchart)
+                self._scored = score_states(self.items, self._scorer, self.flowchart,
+                                            self.p.cai.trajectory)
+        return self._scored
+
+    @property
+    def scorer(self):
+        self.scored()
+        return self._scorer
+
+
+@register_strategy("gpt4_rank")
+def gpt4_rank(inputs: AnnotationInputs) -> list[StrategyResult]:
+    with inputs.stage.step("gpt4_rank"):
+        return run_gpt4_rank(inputs.stage, inputs.items)
+
+
+@register_strategy("cai_avg")
+def cai_avg(inputs: AnnotationInputs) -> list[StrategyResult]:
+    return [run_cai(inputs.items, inputs.scored(), inputs.flowchart, inputs.p, "avg")]
+
+
+@register_strategy("cai_dep")
+def cai_dep(inputs: AnnotationInputs) -> list[StrategyResult]:
+    return [run_cai(inputs.items, inputs.scored(), inputs.flowchart, inputs.p, "dep")]
+
+
+@register_strategy("agent")
+def agent(inputs: AnnotationInputs) -> list[StrategyResult]:
+    with inputs.stage.step("agent"):
+        return [run_agent(inputs.stage, inputs.items)]
+
+
 # -- the run --------------------------------------------------------------------------------
 @dataclass
 class AnnotationOutputs:
-    """What stage 04 produced; ``results`` are the four written strategies, ``shown``
-    also the gpt4_rank reading that is only reported."""
+    """What stage 04 produced; ``results`` are the written strategies (one per
+    ``annotation.strategies`` entry), ``shown`` also the gpt4_rank reading that is only
+    reported."""
 
     items: int
     results: dict[str, StrategyResult]
@@ -177,29 +221,46 @@ def usable_items(result: StrategyResult) -> int:
     return sum(d.outcome in ("1", "2", "tie") for d in result.decisions)
 
 
+def run_strategies(inputs: AnnotationInputs,
+                   names: Sequence[str]) -> dict[str, list[StrategyResult]]:
+    """Each named strategy in order (the order of the model calls): its results, the
+    written one first. An unknown name fails before any model call."""
+    produced = {}
+    for name, strategy in strategy_plan(names):
+        results = strategy(inputs)
+        if not results or results[0].name != name:
+            raise ValueError(f"annotation strategy '{name}' must return its own result "
+                             f"first, got {[r.name for r in results]}")
+        produced[name] = results
+    return produced
+
+
+def guarded_result(inputs: AnnotationInputs, results: dict[str, StrategyResult]):
+    """The REM-scored strategy's result (``GUARDED``), computed from the scored states
+    (no model call) when it is not among the strategies run."""
+    if GUARDED in results:
+        return results[GUARDED]
+    return run_cai(inputs.items, inputs.scored(), inputs.flowchart, inputs.p, "dep")
+
+
 def run(stage: Stage) -> AnnotationOutputs:
-    """All four strategies on every item; fails before writing when the REM gave a verdict
-    (a winner or a tie) on too few items, or a role's calls failed too often
-    (``annotation.guard``)."""
+    """Every strategy of ``annotation.strategies`` on every item; fails before writing when
+    the REM gave a verdict (a winner or a tie) on too few items, or a role's calls failed
+    too often (``annotation.guard``)."""
     p: AnnotationParams = stage.p
-    items = load_items(p)
-    flowchart = load_rules(repo_path(p.rules))
+    strategy_plan(p.strategies)  # an unknown name fails here, before any work
+    inputs = AnnotationInputs(stage, load_items(p), load_rules(repo_path(p.rules)))
+    items, flowchart = inputs.items, inputs.flowchart
     rem_row = rem_table5_row(p)
-    with stage.step("gpt4_rank"):
-        judged = run_gpt4_rank(stage, items)
-    with stage.step("cai_states"):
-        scorer = rem_scorer(stage, flowchart)
-        scored = score_states(items, scorer, flowchart, p.cai.trajectory)
-    cai_results = [run_cai(items, scored, flowchart, p, w) for w in ("avg", "dep")]
-    with stage.step("agent"):
-        agent = run_agent(stage, items)
-    results = {r.name: r for r in (judged[0], *cai_results, agent)}
+    produced = run_strategies(inputs, p.strategies)
+    results = {name: res[0] for name, res in produced.items()}
+    scored = inputs.scored()  # state_scores.jsonl and the coverage, whichever strategies ran
     # the guard reads the REM-scored strategy (PLPF's); the judge's and the agents'
     # unreadable answers are counted per strategy in the summary instead
-    stage.check_yield(usable_items(results["cai_dep"]), len(items),
-                      what="items the REM scored (cai_dep verdicts)")
+    stage.check_yield(usable_items(guarded_result(inputs, results)), len(items),
+                      what=f"items the REM scored ({GUARDED} verdicts)")
 
-    shown = [judged[0], *judged[1:], *cai_results, agent]
+    shown = [r for res in produced.values() for r in res]
     out = AnnotationOutputs(
         items=len(items), results=results, shown=shown, rem_row=rem_row,
         coverage=cai.length_coverage(scored.item_states),
@@ -211,7 +272,7 @@ def run(stage: Stage) -> AnnotationOutputs:
         examples=example_pairs(results.values()))
     out.metrics = stage_metrics(out, len(scored.judgements))
     out.prompts = {k: v for r in results.values() for k, v in r.prompts.items()}
-    out.prompts[scorer.prompt.name] = scorer.prompt.sha
+    out.prompts[inputs.scorer.prompt.name] = inputs.scorer.prompt.sha
     write_outputs(stage, out, cai.state_score_rows(scored.item_states, scored.judgements,
                                                    flowchart, p.scoring))
     return out
@@ -238,8 +299,8 @@ def example_pairs(results, width: int = 160) -> list[str]:
 
 def write_outputs(stage: Stage, out: AnnotationOutputs, state_rows: list[dict]) -> None:
     """Pairs per strategy, all decisions and raw answers, the report tables and figures."""
-    for res in out.results.values():
-        write_jsonl(stage.data(f"pairs/{res.name}.jsonl"), res.pairs)
+    for name, res in out.results.items():
+        write_jsonl(stage.data(f"pairs/{name}.jsonl"), res.pairs)
     write_jsonl(stage.data("decisions.jsonl"),
                 [d.to_record() for res in out.shown for d in res.decisions])
     write_jsonl(stage.data("raw_answers.jsonl"),

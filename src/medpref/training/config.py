@@ -74,7 +74,9 @@ class SFTParams(StrictModel):
 
 
 class DPOParams(StrictModel):
-    # run name → pairs file (contract "Labeled preference pair"); dvc.yaml's foreach reads it
+    # the runs besides one per annotation strategy (those come from annotation.strategies,
+    # first; medpref.training.policies.dpo_runs): run name → pairs file (contract "Labeled
+    # preference pair"), e.g. the Table 3 grid cells; dvc.yaml's training_dpo_grid reads it
     runs: dict[str, str]
     beta: float = Field(gt=0.0, le=10.0)   # λ of PLPF Eq. 5
     loss_type: Literal["sigmoid", "ipo", "hinge", "robust"]
@@ -83,18 +85,15 @@ class DPOParams(StrictModel):
     eval_pairs: int | None = Field(ge=1)   # reward metrics after training on the first N
     output_dir: str                        # <output_dir>/<run>/adapter
     # held-out implicit reward by cross-fitting (medpref.training.heldout): k folds, each
-    # scored by a policy trained on the others (0: off); for the runs named (null: all)
+    # scored by a policy trained on the others (0: off); for the runs named ("strategies":
+    # each annotation strategy's run; null: all)
     heldout_folds: int = Field(3, ge=0, le=20)
-    heldout_runs: list[str] | None = Field(
-        default_factory=lambda: ["gpt4_rank", "cai_avg", "cai_dep", "agent"])
+    heldout_runs: Literal["strategies"] | list[str] | None = "strategies"
 
     @model_validator(mode="after")
     def _heldout_folds(self) -> DPOParams:
         if self.heldout_folds == 1:
             raise ValueError("heldout_folds: 0 (off) or at least 2 folds")
-        unknown = sorted(set(self.heldout_runs or ()) - set(self.runs))
-        if unknown:
-            raise ValueError(f"heldout_runs names runs not in runs: {unknown}")
         return self
 
 

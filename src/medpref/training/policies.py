@@ -21,9 +21,36 @@ SFT_RUN = "sft"
 
 @dataclass(frozen=True)
 class TrainedPolicy:
-    run: str            # "sft" or a key of training.dpo.runs
+    run: str            # "sft" or a DPO run (policies.dpo_runs)
     role: str           # the role name it is registered under: policy_<run>
     adapter: str        # repo-relative adapter folder
+
+
+def dpo_runs(params: Params) -> dict[str, str]:
+    """Every DPO run → its pairs file, in order: one run per annotation strategy
+    (``annotation.strategies``, named after it, on the pairs stage 04 writes for it), then
+    ``training.dpo.runs`` (the grid cells). A name in both is an error."""
+    ann = params.annotation
+    runs = {name: ann.pairs_file(name) for name in ann.strategies}
+    clash = sorted(set(runs) & set(params.training.dpo.runs))
+    if clash:
+        raise ValueError(f"training.dpo.runs: {clash} already the DPO runs of "
+                         "annotation.strategies (each strategy has its run)")
+    return {**runs, **params.training.dpo.runs}
+
+
+def heldout_runs(params: Params) -> list[str]:
+    """The runs whose held-out reward is cross-fitted (``training.dpo.heldout_runs``)."""
+    wanted, runs = params.training.dpo.heldout_runs, dpo_runs(params)
+    if wanted is None:
+        return list(runs)
+    if wanted == "strategies":
+        return list(params.annotation.strategies)
+    unknown = sorted(set(wanted) - set(runs))
+    if unknown:
+        raise ValueError(f"training.dpo.heldout_runs names runs that are not DPO runs: "
+                         f"{unknown} (known: {sorted(runs)})")
+    return list(wanted)
 
 
 def run_dir(params: Params, run: str) -> Path:
@@ -45,7 +72,7 @@ def role_name(params: Params, run: str) -> str:
 def trained_policies(params: Params, include_sft: bool = True) -> list[TrainedPolicy]:
     """Every run that trained (skipped and not-yet-run ones are left out), in params order:
     the SFT policy first, then each DPO run."""
-    runs = ([SFT_RUN] if include_sft else []) + list(params.training.dpo.runs)
+    runs = ([SFT_RUN] if include_sft else []) + list(dpo_runs(params))
     out = []
     for run in runs:
         card = read_run_card(run_dir(params, run))

@@ -72,9 +72,12 @@ def open_part(stage: Stage, part: str, run: str = "") -> RunStage:
     p: TrainingParams = stage.p
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
-    if part == "dpo" and run not in p.dpo.runs:
-        raise ValueError(f"no DPO run {run!r} in training.dpo.runs (known: {sorted(p.dpo.runs)})")
+    runs = policies.dpo_runs(stage.params)
+    if part == "dpo" and run not in runs:
+        raise ValueError(f"no DPO run {run!r} in annotation.strategies or training.dpo.runs "
+                         f"(known: {sorted(runs)})")
     p.active_profile()  # an unknown profile fails here, before any work
+    policies.heldout_runs(stage.params)  # and a misnamed held-out run
     return RunStage(name=stage.name, params=stage.params, started=stage.started,
                     part_dir=f"dpo/{run}" if part == "dpo" else part)
 
@@ -169,12 +172,13 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
     """One DPO run: skipped (too few pairs, no file), a copy of an earlier run with the
     same share key (:mod:`medpref.training.reuse`), or trained from the SFT adapter."""
     p: TrainingParams = stage.p
-    pairs_path = repo_path(p.dpo.runs[name])
+    runs = policies.dpo_runs(stage.params)
+    pairs_path = repo_path(runs[name])
     out_dir = policies.run_dir(stage.params, name)
     with stage.step("load"):
         pairs = load_pairs(pairs_path, p.dpo.max_pairs, stage.seed) if pairs_path.exists() \
             else None
-    reason = skip_reason(Path(p.dpo.runs[name]), None if pairs is None else len(pairs),
+    reason = skip_reason(Path(runs[name]), None if pairs is None else len(pairs),
                          p.dpo.min_pairs)
     if reason is not None:
         return _skipped_run(stage, name, reason, pairs,
@@ -186,8 +190,8 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
     examples = [pair_to_conversation(pair, prompt.system.strip(),
                                      p.active_profile().history_max_turns) for pair in pairs]
     key = _share_key(stage, examples, sft_adapter)
-    task_card = {**_task_card(prompt), "run": name, "pairs_file": p.dpo.runs[name]}
-    others = {run: policies.run_dir(stage.params, run) for run in p.dpo.runs if run != name}
+    task_card = {**_task_card(prompt), "run": name, "pairs_file": runs[name]}
+    others = {run: policies.run_dir(stage.params, run) for run in runs if run != name}
     source = reuse.find_same_training(others, key)
     if source is None:
         with stage.step("train"):
@@ -196,7 +200,7 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
         with stage.step("reuse"):
             card, fit_record = _reuse_run(stage, name, source, others[source], task_card,
                                           len(pairs))
-    card.update({"run": name, "status": "trained", "pairs_file": p.dpo.runs[name],
+    card.update({"run": name, "status": "trained", "pairs_file": runs[name],
                  "pairs_sha": reuse.pairs_sha(pairs_path), "share_key": key,
                  "strategies": sorted({pair.strategy for pair in pairs}),
                  "adapter": policies.portable_path(out_dir / "adapter"),
@@ -228,9 +232,9 @@ def _heldout(stage: RunStage, name: str, pairs, examples: list[dict[str, Any]],
     ``heldout.jsonl`` beside the adapter and ``heldout.csv`` in the run's reports (empty
     when the run is not cross-fitted). None when off for this run."""
     p: TrainingParams = stage.p
-    k, wanted = p.dpo.heldout_folds, p.dpo.heldout_runs
+    k, wanted = p.dpo.heldout_folds, policies.heldout_runs(stage.params)
     rows: list[dict[str, Any]] | None = None
-    if k >= 2 and (wanted is None or name in wanted) and len(pairs) >= k:
+    if k >= 2 and name in wanted and len(pairs) >= k:
         copied = source_dir / heldout.HELDOUT_ROWS if source_dir is not None else None
         if copied is not None and copied.exists():
             rows = [json.loads(line) for line in copied.read_text(encoding="utf-8")
@@ -257,13 +261,12 @@ def _write_heldout(stage: RunStage, name: str, rows: list[dict[str, Any]] | None
 
 def _skipped_run(stage: RunStage, name: str, reason: str, pairs,
                  sha: str | None) -> TrainingOutputs:
-    p: TrainingParams = stage.p
     card = {"run": name, "status": "skipped", "reason": reason}
     n_pairs = 0 if pairs is None else len(pairs)
     if is_main_process():
         card = write_skipped(policies.run_dir(stage.params, name), stage.reports_dir, name,
-                             reason, pairs=n_pairs, pairs_file=p.dpo.runs[name],
-                             pairs_sha=sha)
+                             reason, pairs=n_pairs,
+                             pairs_file=policies.dpo_runs(stage.params)[name], pairs_sha=sha)
         _write_heldout(stage, name, None)
     return TrainingOutputs(pd.DataFrame([card]), {"trained": 0, "pairs": n_pairs},
                            extra={"card": card})
@@ -336,12 +339,19 @@ TEXT_COLUMNS = ["reason", "pairs_sha", "steps_warning", "shares_training_of", "a
                 "role"]
 
 
+def dvc_stage(stage: Stage, run: str) -> str:
+    """The dvc.yaml stage that trains a DPO run: ``training_dpo@<strategy>`` for an
+    annotation strategy's run, ``training_dpo_grid@<run>`` for the others."""
+    grid = run not in stage.params.annotation.strategies
+    return f"training_dpo{'_grid' if grid else ''}@{run}"
+
+
 def _summary_row(stage: Stage, name: str) -> dict[str, Any]:
     p: TrainingParams = stage.p
     card = read_run_card(policies.run_dir(stage.params, name))
     if card is None:
-        return {"run": name, "status": "not run", "reason": f"stage training_dpo@{name} has "
-                "not run", "pairs_file": p.dpo.runs[name]}
+        return {"run": name, "status": "not run", "reason": f"stage {dvc_stage(stage, name)} "
+                "has not run", "pairs_file": policies.dpo_runs(stage.params)[name]}
     row = {**card, **(card.get("heldout") or {}), "shares_training_of": card.get("reused_from")}
     metrics = repo_path(p.reports) / "dpo" / name / "metrics.json"
     if card["status"] == "trained" and metrics.exists():
@@ -353,7 +363,7 @@ def _summary_row(stage: Stage, name: str) -> dict[str, Any]:
 def margin_curves(stage: Stage) -> pd.DataFrame:
     """Long table of the logged DPO reward margins and accuracies per run and step."""
     frames = []
-    for name in stage.p.dpo.runs:
+    for name in policies.dpo_runs(stage.params):
         path = repo_path(stage.p.reports) / "dpo" / name / "log_history.csv"
         if path.exists():
             logs = pd.read_csv(path)
@@ -383,8 +393,7 @@ def plot_margins(curves: pd.DataFrame):
 
 
 def run_summary(stage: RunStage) -> TrainingOutputs:
-    p: TrainingParams = stage.p
-    rows = [_summary_row(stage, name) for name in p.dpo.runs]
+    rows = [_summary_row(stage, name) for name in policies.dpo_runs(stage.params)]
     table = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
     table[TEXT_COLUMNS] = table[TEXT_COLUMNS].astype(object).fillna("")
     trained = policies.trained_policies(stage.params)
@@ -418,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="stage 05 (training): one part")
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--part", choices=PARTS, required=True)
-    ap.add_argument("--dpo-run", default="", help="the DPO run (a key of training.dpo.runs)")
+    ap.add_argument("--dpo-run", default="", help="the DPO run (policies.dpo_runs)")
     args = ap.parse_args(argv)
     stage = open_part(open_stage("05_training", args.params), args.part, args.dpo_run)
     out = run(stage)
