@@ -37,3 +37,21 @@ def test_a_committed_provenance_comes_from_a_clean_commit(path):
 
 def test_there_are_committed_provenances_with_ledgers():
     assert sum(p.with_name("ledger.json").exists() for p in _provenances()) >= 6
+
+
+@pytest.mark.parametrize("path", _provenances(),
+                         ids=lambda p: p.parent.relative_to(REPO_ROOT / "reports").as_posix())
+def test_a_committed_provenance_names_the_content_of_every_local_model(path):
+    """Each local model a role ran is recorded with its weights' content identity, and the
+    embedded model's is the one `make setup` prepares here."""
+    from medpref.identity import content_id
+
+    prov = json.loads(path.read_text(encoding="utf-8"))
+    ids = {i for v in (prov.get("roles") or {}).values() for i in ([v] if isinstance(v, str)
+                                                                     else v)}
+    for model_id in sorted(i for i in ids if i.startswith("hf:")):
+        assert model_id in prov["models"], f"{path}: no content identity for {model_id}"
+        name = model_id.removeprefix("hf:").split("+")[0]
+        folder = REPO_ROOT / "models" / name
+        if folder.exists():
+            assert prov["models"][model_id] == content_id(folder), (path, model_id)

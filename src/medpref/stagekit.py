@@ -162,20 +162,22 @@ class Stage:
                **extra: Any) -> dict[str, Any]:
         """Write the ledger, metrics (scores only), timings and provenance; close models.
 
-        The provenance's ``roles`` (role → model id) and ``prompts`` (every template the
-        stage loaded) come from the stage's LLM session and the prompt loader; ``models``
-        and ``prompts`` passed here add what those cannot see (e.g. which doctor ran which
-        adapter, an embedding model)."""
+        The provenance's ``roles`` (role → model id), ``models`` (model id → content
+        identity of its weights) and ``prompts`` (every template the stage loaded) come from
+        the stage's LLM session and the prompt loader; ``models`` and ``prompts`` passed
+        here add what those cannot see (e.g. which doctor ran which adapter, an embedding
+        model)."""
         from medpref.prompts import loaded_prompts
 
         ledger = self._llm.write_ledger(self.report("ledger.json")) if self._llm else None
         roles = self._llm.role_models() if self._llm else {}
+        weights = self._llm.model_contents() if self._llm else {}
         write_metrics(metrics, self.report("metrics.json"))
         write_metrics({"wall_s": round(self.wall_s, 1),
                        "steps_s": {k: round(v, 1) for k, v in self.timings.items()}},
                       self.report("timings.json"))
         write_provenance(self.report("provenance.json"), provenance(
-            self.params, (self.key, *sections), models=models,
+            self.params, (self.key, *sections), models={**weights, **(models or {})},
             prompts={**loaded_prompts(), **(prompts or {})}, seed=self.seed, stage=self.key,
             roles=roles, **extra))
         self.close()

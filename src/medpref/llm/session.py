@@ -151,6 +151,12 @@ class LLMSession:
                 f"`free: true` on the role (or its server) if it costs nothing")
         return Price()
 
+    def model_contents(self) -> dict[str, str]:
+        """Model id → content identity of its weights, for every client of a local model
+        (:func:`medpref.identity.content_id`; the adapter's is part of the id)."""
+        return {c.model_id: c.identity["weights"] for c in self._clients.values()
+                if "weights" in c.identity}
+
     def role_models(self) -> dict[str, str | list[str]]:
         """Every role this session's ledger counted (calls and cache hits), with the model
         id(s) its clients used: one id, or a sorted list when a role ran several models
