@@ -24,6 +24,9 @@ class _Session:
     def role_models(self):
         return {}
 
+    def model_contents(self):
+        return {}
+
     def close(self):
         self.closed = True
 
