@@ -113,9 +113,11 @@ def test_grid_cells_are_left_out_unless_asked():
     assert len(heldout.heldout_doctors(docs, pattern, True)) == 5
 
 
-def test_the_cost_estimate_is_states_times_policies():
-    gen, rem = heldout.estimated_seconds(60, 6, 64, 6)
-    assert gen == pytest.approx(360 * 64 / 130) and rem == pytest.approx(360 * 6 * 0.1)
+def test_the_cost_estimate_is_states_times_policies_at_the_measured_rates():
+    gen, rem = heldout.estimated_seconds(60, 6, 6)
+    assert gen == pytest.approx(360 * 2.9) and rem == pytest.approx(360 * 6 * 0.46)
+    # the committed run took 1,872 s for this work (reports/06_simulation/timings.json)
+    assert 1500 < gen + rem < 2500
 
 
 # -- scores and the paired table -----------------------------------------------------------

@@ -635,3 +635,17 @@ def test_embedding_only_grading_applies_the_four_disease_rule():
     assert g["fever"].passed and g["fever"].method == "embedding"
     assert g["pneumonia"].turns_named == [0] and g["pneumonia"].candidates == [4]
     assert not g["pneumonia"].passed and not g["chest X-ray"].passed
+
+
+def test_a_comparison_whose_differences_never_vary_shows_no_mde():
+    """Three cases all scored 0 by both policies: the formula's MDE is 0, which would read
+    as "any difference would have been seen"; the tables show it as not estimable."""
+    import math
+
+    from medpref.metrics.intervals import paired_difference
+    from medpref.simulation.tables import shown_mde
+
+    flat = paired_difference([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+    assert flat.mde == 0 and math.isnan(shown_mde(flat))
+    varied = paired_difference([1.0, 0.0, 2.0], [0.0, 0.0, 0.0])
+    assert shown_mde(varied) == varied.mde > 0

@@ -36,18 +36,18 @@ from medpref.prompts import PromptTemplate
 from medpref.simulation.consult import doctor_messages, parse_doctor_answer
 from medpref.simulation.doctors import grid_cell
 from medpref.simulation.nextturn import cut_points
+from medpref.simulation.tables import shown_mde
 
 REFERENCE = "sft"
 COLUMNS = ["policy", "n_states", "rule", "mean", "delta_vs_sft", "ci_lo", "ci_hi", "p_value",
            "mde", "verdict"]
 STATE_COLUMNS = ["dialogue", "cut", "history_turns", "in_sft_corpus"]
 
-#: Throughput of the embedded SmolLM2-135M on 2 CPU cores, for the printed estimate:
-#: generation at batch 16, and the REM's one-pass scoring of a state on six rules (its
-#: ~330-token history run once, then six ~70-token rule tails, at the ~1,300 prompt
-#: tokens/s of stage 03's ledger).
-GEN_TOKENS_PER_S = 130.0
-REM_S_PER_RULE = 0.1
+#: Seconds on 2 CPU cores for the printed estimate, measured in the committed run's
+#: ledger (reports/06_simulation/ledger.json): 342 uncached policy turns in 978 s
+#: (2.9 s a turn) and 1,908 uncached REM scorings of a state on one rule in 880 s.
+GEN_S_PER_TURN = 2.9
+REM_S_PER_RULE = 0.46
 
 
 @dataclass(frozen=True)
@@ -129,12 +129,11 @@ def heldout_doctors(doctors: Sequence, grid_pattern: str, include_grid: bool) ->
     return [d for d in doctors if include_grid or grid_cell(d.name, grid_pattern) is None]
 
 
-def estimated_seconds(n_states: int, n_policies: int, max_new_tokens: int, n_rules: int
-                      ) -> tuple[float, float]:
+def estimated_seconds(n_states: int, n_policies: int, n_rules: int) -> tuple[float, float]:
     """(generation, REM) seconds of an uncached run on 2 CPU cores (an upper bound: REM
     calls on states two policies answered alike are made once)."""
     turns = n_states * n_policies
-    return turns * max_new_tokens / GEN_TOKENS_PER_S, turns * n_rules * REM_S_PER_RULE
+    return turns * GEN_S_PER_TURN, turns * n_rules * REM_S_PER_RULE
 
 
 # -- one policy's turns and the REM's scores -----------------------------------------------
@@ -220,7 +219,7 @@ def _versus(by_state: pd.DataFrame, policy: str, reference: str, n_boot: int, le
                             level=level, seed=seed,
                             clusters=list(both.index.get_level_values("dialogue")))
     return {"delta_vs_sft": cmp.diff, "ci_lo": cmp.lo, "ci_hi": cmp.hi, "p_value": cmp.p_value,
-            "mde": cmp.mde, "verdict": cmp.verdict()}
+            "mde": shown_mde(cmp), "verdict": cmp.verdict()}
 
 
 def metrics_of(result: HeldoutResult) -> dict[str, Any]:
@@ -252,7 +251,7 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
                            hp.n_states, hp.states_per_dialogue, stage.seed, hp.history_max_turns)
     policies = heldout_doctors(doctors, p.grid_pattern, hp.include_grid)
     rules = list(h.flowchart.rules)
-    gen_s, rem_s = estimated_seconds(len(states), len(policies), hp.max_new_tokens, len(rules))
+    gen_s, rem_s = estimated_seconds(len(states), len(policies), len(rules))
     print(f"held-out compliance: {len(states)} states of "
           f"{len({s.dialogue for s in states})} dialogues (stage 01 split {len(excluded)}) "
           f"× {len(policies)} policies; uncached ≈ {gen_s:.0f} s generation + "

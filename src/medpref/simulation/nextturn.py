@@ -25,6 +25,7 @@ from medpref.simulation.consult import doctor_messages, parse_doctor_answer
 from medpref.simulation.echo import speech_act
 from medpref.simulation.grading import GPD_LABELS, GPD_OPTIONS, Judge, parse_implication
 from medpref.simulation.knowledge import split_sentences
+from medpref.simulation.tables import shown_mde
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ def paired_table(rows: Sequence[dict[str, Any]], reference: str, n_boot: int = 2
             cmp = paired_difference(a, b, n_boot=n_boot, seed=seed)
             out.append({"doctor": doctor, "vs": reference, "metric": metric, "items": cmp.n,
                         "diff": cmp.diff, "ci_lo": cmp.lo, "ci_hi": cmp.hi,
-                        "p_value": cmp.p_value, "mde": cmp.mde, "verdict": cmp.verdict()})
+                        "p_value": cmp.p_value, "mde": shown_mde(cmp), "verdict": cmp.verdict()})
     return pd.DataFrame(out, columns=PAIRED_COLUMNS)
 
 

@@ -11,6 +11,14 @@ import pandas as pd
 from medpref.simulation.doctors import grid_cell, table6_policy
 from medpref.simulation.grading import CATEGORIES, eq6
 
+
+def shown_mde(cmp) -> float:
+    """A comparison's minimum detectable difference as a table shows it: NaN ("not
+    estimable") where the paired differences do not vary at all (every item scored the
+    same difference, often 0 on both sides), since the formula's 0 would read as "any
+    difference would have been seen" on as few as 3 items."""
+    return float("nan") if cmp.mde == 0 else cmp.mde
+
 SHORT = {"symptoms": "Sym.", "tests": "Test", "diseases": "Dis."}
 
 
@@ -148,7 +156,8 @@ def table2_paired(per_case: pd.DataFrame, references: Sequence[str] = ("base", "
                                         100.0 * both[ref].to_numpy(), n_boot=n_boot, seed=seed)
                 rows.append({"doctor": doctor, "vs": ref, "metric": SHORT[cat], "cases": cmp.n,
                              "diff": cmp.diff, "ci_lo": cmp.lo, "ci_hi": cmp.hi,
-                             "p_value": cmp.p_value, "mde": cmp.mde, "verdict": verdict(cmp)})
+                             "p_value": cmp.p_value, "mde": shown_mde(cmp),
+                             "verdict": verdict(cmp)})
     return pd.DataFrame(rows)
 
 
@@ -194,7 +203,7 @@ def compare_scores(mine: pd.Series, ref: pd.Series | None, vs: str, n_boot: int 
     cmp = paired_difference(both["mine"].to_numpy(), both["ref"].to_numpy(), n_boot=n_boot,
                             seed=seed)
     return {**row, "paired_n": cmp.n, "diff": cmp.diff, "diff_lo": cmp.lo, "diff_hi": cmp.hi,
-            "p_value": cmp.p_value, "mde": cmp.mde, "verdict": verdict(cmp)}
+            "p_value": cmp.p_value, "mde": shown_mde(cmp), "verdict": verdict(cmp)}
 
 
 def _case_scores(per_case: pd.DataFrame, doctor: str, cat: str) -> pd.Series:
