@@ -91,12 +91,19 @@ out.radar
 
 # %% [markdown]
 # ## PLPF Table 3 / follow-up Fig. 10 and follow-up Table 6 (from the policies that exist)
+#
+# Beside each table, its intervals (bootstrap 95 % over cases, or items for GPD) and every
+# column paired against the table's reference (the `avg` cell of the same trajectory
+# length; GPT-4 ranking): difference, interval, sign-flip p-value, the minimum detectable
+# difference (α .05, power .8) and the verdict (`table3_grid_ci.md`, `table6_rethinker_ci.md`).
 
 # %%
-out.grid
+display(out.grid)
+out.grid_ci
 
 # %%
-out.table6
+display(out.table6)
+out.table6_ci
 
 # %% [markdown]
 # ## Next-turn evaluation on held-out dialogues (PLPF Tables 4 and 6, Fig. 4)
