@@ -259,6 +259,9 @@ def _stage(tmp_path, monkeypatch, scripted_client, responder, **update):
         def role_models(self):
             return {role: client.model_id for role in self.ledger.totals()["roles"]}
 
+        def model_contents(self):
+            return {}
+
         def close(self):
             pass
 
