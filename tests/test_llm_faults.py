@@ -187,7 +187,8 @@ def test_failed_option_call_is_recorded_and_the_scorer_skips_it(tmp_path, monkey
 def test_server_without_logprobs_is_detected_once_with_the_mode_to_use(monkeypatch):
     with StubServer(reply="Score: 2", logprobs=False) as server:
         client = LLMClient("rem", _backend(server, monkeypatch), GenerationParams())
-        with pytest.raises(BackendError, match=r"no log-probs.*annotation\.rem\.mode: sampled"
+        with pytest.raises(BackendError, match=r"no log-probs.*annotation\.rem_scorer: a "
+                                                 r"rem\.scorers entry with mode: sampled"
                                                  r".*relation_mode: generate"):
             client.option_scores(_msgs(5), ("0", "1", "2"), "Score: ")
         assert len(server.requests) == 1

@@ -170,3 +170,22 @@ def test_the_server_param_reaches_the_backend(monkeypatch):
         "servers": {"serve": {"base_url_env": "MEDPREF_TEST_URL", "loop_controls": False}},
         "roles": {"policy": {"backend": "openai", "model": "m", "server": "serve"}}}})
     assert LLMSession("t", shared).role("policy").backend.loop_controls is False
+
+
+def test_a_served_role_refuses_a_lora_adapter_it_cannot_load(monkeypatch):
+    """A server answers with the model it serves: an adapter on an openai role (stage 04's
+    ``finetuned`` REM, a trained SP policy) would be dropped without a word and the base
+    model's answers recorded as the adapter's."""
+    from medpref.llm.errors import BackendConfigError
+    from medpref.llm.session import LLMSession
+    from medpref.params import SharedParams
+
+    monkeypatch.setenv("MEDPREF_TEST_URL", "http://127.0.0.1:9/v1")
+    shared = SharedParams.model_validate({"llm": {
+        "servers": {"serve": {"base_url_env": "MEDPREF_TEST_URL"}},
+        "roles": {"rem": {"backend": "openai", "model": "m", "server": "serve"}}}})
+    session = LLMSession("t", shared)
+    with pytest.raises(BackendConfigError, match=r"'m' on server 'serve' cannot take the LoRA "
+                                                 r"adapter data/03_rem/rem_lora"):
+        session.role("rem", adapter="data/03_rem/rem_lora")
+    assert session.role("rem").model_id == "openai:m"   # without one it is served as before

@@ -1,6 +1,7 @@
-"""Stage 01 against a real OpenAI-compatible server: ``transformers serve`` on 127.0.0.1
-serving the embedded SmolLM2-135M. Skipped only when the server's extra dependencies
-(fastapi, uvicorn; pinned in requirements.lock) are missing."""
+"""Stages 01, 02, 04, 06, 07 and 08 against a real OpenAI-compatible server:
+``transformers serve`` on 127.0.0.1 serving the embedded SmolLM2-135M, every chat role of
+the stage on it. Skipped only when the server's extra dependencies (fastapi, uvicorn;
+pinned in requirements.lock) are missing."""
 
 from __future__ import annotations
 
@@ -171,6 +172,12 @@ def ledger_roles(tmp_path) -> dict:
     return json.loads((tmp_path / "reports" / "ledger.json").read_text())["roles"]
 
 
+def requests(roles: dict, role: str) -> int:
+    """What a role was asked (calls + cache hits); 0 for a role never asked."""
+    tally = roles.get(role, {})
+    return tally.get("calls", 0) + tally.get("cache_hits", 0)
+
+
 def test_stage08_reader_and_pairwise_judge_served(tmp_path, monkeypatch, served_model):
     """MedicineQA: Distill (the native tool call an openai role gets by default, with the
     text fallback when the server answers in prose), Retrieve, Read and the two-order
@@ -217,3 +224,188 @@ def test_stage07_imap_extraction_and_relations_served(tmp_path, monkeypatch, ser
     stage.finish(out.metrics, models=out.models, prompts=out.prompts)
     judge = ledger_roles(tmp_path)["judge"]
     assert judge["calls"] >= 3 and judge["failures"] == 0
+
+
+@pytest.fixture(scope="module")
+def notechat_index(tmp_path_factory):
+    """Stage 02's QuickUMLS index, built from the embedded lexicon (the notechat_index
+    stage's work) into a temporary folder."""
+    from medpref.notechat.lexicon_index import build_index
+
+    dest = tmp_path_factory.mktemp("notechat") / "quickumls_index"
+    build_index(REPO_ROOT / "data" / "embedded" / "lexicon", dest)
+    return dest
+
+
+def test_stage02_notechat_with_planner_doctor_patient_and_polisher_served(
+        tmp_path, monkeypatch, served_model, notechat_index):
+    """NoteChat on one embedded note with all four of its agents on the server: the planner
+    (the draft, and the two single-prompt baseline rows, which use its role), the doctor
+    and patient of two role-play rounds, and the polisher (the rethinker role). The answer
+    prefixes ("Doctor:", "Patient:") are asked for in words (the server does not continue
+    an assistant message). Checks their prompts, turn parsing, the trace and Table 3 on
+    the served path; a turn the 135M model spoils is recorded as dropped, not lost."""
+    from medpref.notechat import stage as s02
+    from medpref.params import load_params
+
+    p = load_params().notechat.model_copy(update={
+        "index": str(notechat_index), "n_notes": 1, "max_rounds": 2,
+        "planner_max_new_tokens": 48, "doctor_max_new_tokens": 32,
+        "patient_max_new_tokens": 24, "polish_max_new_tokens": 64,
+        "baseline_max_new_tokens": 64})
+    served = ["planner", "doctor", "patient", "rethinker"]
+    stage = served_stage("02_notechat", tmp_path, monkeypatch, served_model, served, section=p)
+    out = s02.run(stage)
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+
+    roles = ledger_roles(tmp_path)
+    print("\nstage 02 served roles:", json.dumps(roles))
+    trace = [json.loads(line) for line in out.paths["trace"].read_text().splitlines()]
+    steps = pd.Series([t["step"] for t in trace]).value_counts().to_dict()
+    # every call is in the trace with its raw answer, counted once on the ledger
+    expected = {"planner": steps.get("planning", 0) + steps.get("single_prompt", 0),
+                "doctor": steps.get("doctor", 0), "patient": steps.get("patient", 0),
+                "rethinker": steps.get("polish", 0)}
+    assert expected["planner"] == 1 + 2       # the draft, the two baseline rows
+    for role in served:
+        assert requests(roles, role) == expected[role] >= 1, (role, roles[role], steps)
+        assert roles[role]["failures"] == 0 and roles[role]["tokens_out"] > 0, role
+    assert all(t["error"] is None and t["raw"] for t in trace)
+    # a spoiled turn is dropped and said so, never silently lost
+    dropped = [t for t in trace if t["step"] in ("doctor", "patient") and t["text"] is None]
+    events = [json.loads(line) for line in out.paths["malformed"].read_text().splitlines()]
+    assert len(dropped) == sum(e.get("action") == "dropped" for e in events)
+    (dialogue,) = [json.loads(line) for line in out.paths["dialogues"].read_text().splitlines()]
+    assert dialogue["turns"] and dialogue["turns"][0]["role"] == "doctor"
+    baselines = out.paths["baselines"].read_text().splitlines()
+    assert len(baselines) == 2                # one dialogue per baseline row
+    assert "NoteChat" in out.table3_markdown and out.paths["figure"].exists()
+    provenance = json.loads((tmp_path / "reports" / "provenance.json").read_text())
+    assert {provenance["roles"][r] for r in served} == {f"openai:{served_model[1]}"}
+
+
+def _two_items() -> list:
+    """Two unlabeled items in stage 01's shape: an asking (sampled) and an advising
+    (generated) reply, each with one round of future."""
+    from medpref.contracts import UnlabeledItem
+
+    def item(iid, complaint, asks, advises):
+        def cand(reply, source, patient):
+            return {"response": reply, "source": source,
+                    "future": [{"role": "patient", "text": patient},
+                               {"role": "doctor", "text": "Thank you, that helps."}]}
+        return UnlabeledItem.model_validate({
+            "id": iid, "history": [{"role": "patient", "text": complaint}],
+            "candidates": [cand(asks, "sampled", "No, nothing like that."),
+                           cand(advises, "generated", "All right.")]})
+
+    return [item("u-throat", "I have had a sore throat and a fever of 38.5 for three days.",
+                 "Do you also have a cough or trouble swallowing, and have you taken "
+                 "anything for the fever?", "It is probably a virus. Drink fluids and rest."),
+            item("u-chest", "My chest feels tight when I climb stairs, for about two weeks.",
+                 "Does the tightness spread to your arm or jaw, and does it ease when you "
+                 "rest?", "Try taking the stairs more slowly.")]
+
+
+def _annotation_section(tmp_path, **update):
+    from medpref.contracts import write_jsonl
+    from medpref.params import load_params
+
+    write_jsonl(tmp_path / "unlabeled.jsonl", _two_items())
+    return load_params().annotation.model_copy(update={
+        "input": str(tmp_path / "unlabeled.jsonl"), "max_items": 2, **update})
+
+
+def test_stage04_annotation_with_judge_agents_and_a_sampled_rem_served(tmp_path, monkeypatch,
+                                                                      served_model):
+    """Preference annotation of one item with every role it calls on the server: the
+    judge (gpt4_rank, both orders for the reading it reports, and the agent's re-rank of
+    a tie), the planner, ranker and rethinker of the agent strategy, and the REM. The REM
+    is stage 03's ``sampled`` scorer (its 3-shot prompt, read from text), the only one a
+    server without log-probs can run (``expected`` and ``finetuned`` cannot: next test),
+    cut to k = 1 and 24 tokens, and ``cai.trajectory: 1``: 2 states x 6 rules calls (the
+    served 135M model wrote ~1-2 tokens/s on the shared 2-core machine). Token budgets
+    are cut likewise. An answer the 135M model writes out of form is recorded as
+    unparsable (raw answers, unscored states), not lost."""
+    from medpref.annotation import stage as s04
+
+    n = 1
+    p = _annotation_section(tmp_path, rem_scorer="sampled", max_items=n)
+    p = p.model_copy(update={
+        "cai": p.cai.model_copy(update={"trajectory": 1}),
+        "judge": p.judge.model_copy(update={"max_new_tokens": 8}),
+        "agent": p.agent.model_copy(update={"plan_tokens": 32, "objective_tokens": 24,
+                                            "rank_tokens": 8, "need_tokens": 4,
+                                            "rethink_tokens": 24}),
+        # the 135M REM may leave a state unscored: recorded below, no reason to stop here
+        "guard": p.guard.model_copy(update={"min_yield": 0.0, "max_failure_rate": 0.0})})
+    served = ["judge", "planner", "ranker", "rethinker", "rem"]
+    stage = served_stage("04_annotation", tmp_path, monkeypatch, served_model, served,
+                         section=p)
+    scorers = stage.params.rem.scorers
+    scorers["sampled"] = scorers["sampled"].model_copy(update={"k": 1, "max_new_tokens": 24})
+    out = s04.run(stage)
+    stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",))
+
+    roles = ledger_roles(tmp_path)
+    print("\nstage 04 served roles:", json.dumps(roles))
+    for role, tally in roles.items():
+        assert role in served and tally["failures"] == 0, (role, tally)
+        assert tally["calls"] >= 1 and tally["tokens_out"] > 0, (role, tally)
+    # every judge/agent answer is kept raw; the unreadable ones are listed, not dropped
+    raw = [json.loads(line) for line in (tmp_path / "data" / "raw_answers.jsonl")
+           .read_text().splitlines()]
+    by_step = pd.Series([r["step"] for r in raw]).value_counts().to_dict()
+    planned = sum(r["step"] == "short_plan" and r["parsed"] is not None for r in raw)
+    # the judge: both orders of both items; the agent's re-rank of a tie asks the question
+    # gpt4_rank already asked (the same request), so it is a cache hit
+    assert roles["judge"]["calls"] == by_step["judge"] == 2 * n
+    assert roles["judge"]["cache_hits"] == by_step.get("rerank", 0)
+    assert requests(roles, "planner") == n + by_step.get("short_plan", 0)
+    assert by_step["long_plan"] == n
+    assert requests(roles, "ranker") == by_step.get("rank", 0) == planned >= 1
+    # the Rethinker speaks on the Ranker's ties: is a better reply needed, then writes it
+    assert requests(roles, "rethinker") == by_step.get("need", 0) + by_step.get("rethink", 0)
+    assert all(r["error"] is None and r["raw"] for r in raw)
+    unparsable = (tmp_path / "reports" / "unparsable.jsonl").read_text().splitlines()
+    assert len(unparsable) == sum(r["parsed"] is None for r in raw)
+    # the REM: each distinct state x rule x k sampled once; an all-unreadable rule leaves
+    # its state (and the item) unscored, and says how many answers it could not read
+    states = [json.loads(line) for line in (tmp_path / "data" / "state_scores.jsonl")
+              .read_text().splitlines()]
+    assert len({s["state_key"] for s in states}) == len(states) == 2 * n
+    k = stage.params.rem.scorers["sampled"].k
+    assert roles["rem"]["calls"] == len(states) * 6 * k and roles["rem"]["cache_hits"] == 0
+    for s in states:
+        assert len(s["rule_scores"]) == 6
+        assert s["unparsable"] >= k * sum(v is None for v in s["rule_scores"].values())
+    unscored = {s["item_id"] for s in states if None in s["rule_scores"].values()}
+    assert {d.item_id for d in out.results["cai_dep"].decisions
+            if d.outcome == "unscored"} == unscored
+    for name in ("gpt4_rank", "cai_avg", "cai_dep", "agent"):
+        assert (tmp_path / "data" / "pairs" / f"{name}.jsonl").exists()
+    assert (tmp_path / "reports" / "summary.csv").exists()
+    provenance = json.loads((tmp_path / "reports" / "provenance.json").read_text())
+    assert set(provenance["roles"]) == set(roles) >= {"judge", "planner", "ranker", "rem"}
+    assert set(provenance["roles"].values()) == {f"openai:{served_model[1]}"}
+
+
+def test_stage04_probability_rem_served_stops_before_writing_naming_the_sampled_one(
+        tmp_path, monkeypatch, served_model):
+    """``transformers serve`` ignores ``logprobs``/``top_logprobs`` and returns none, so a
+    REM read from score-token probabilities (Table 5's ``expected``; ``finetuned`` also
+    needs an adapter, which a served role refuses) cannot run there: the first option call
+    stops the stage before it writes, with one line naming the sampled scorer."""
+    from medpref.annotation import stage as s04
+    from medpref.stagekit import StageFailed
+
+    p = _annotation_section(tmp_path, rem_scorer="expected", strategies=["cai_dep"],
+                            max_items=1)
+    stage = served_stage("04_annotation", tmp_path, monkeypatch, served_model, ["rem"],
+                         section=p)
+    with pytest.raises(StageFailed, match=r"returned no log-probs for model .*"
+                                          r"annotation\.rem_scorer: a rem\.scorers entry "
+                                          r"with mode: sampled"):
+        s04.run(stage)
+    stage.close()
+    assert not (tmp_path / "data").exists()

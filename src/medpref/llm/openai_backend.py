@@ -61,9 +61,9 @@ OPENAI_URL = "https://api.openai.com/v1"
 #: servers that bill per token: a model there needs a price (or ``free: true``)
 PAID_HOSTS = {"api.openai.com"}
 NO_LOGPROBS_HINT = ("option scoring needs log-probs: use the sampled mode instead "
-                    "(rem.scorers / rem.compliance_scorers / annotation.rem.mode: sampled; "
-                    "imapscore.relation_mode: generate), or a server that returns them "
-                    "(vLLM, OpenAI)")
+                    "(rem.compliance_scorers / annotation.rem_scorer: a rem.scorers entry "
+                    "with mode: sampled; imapscore.relation_mode: generate), or a server "
+                    "that returns them (vLLM, OpenAI)")
 
 
 class EmptyCompletion(Exception):

@@ -60,6 +60,11 @@ def _openai(cfg: RoleConfig, shared: SharedParams) -> Backend:
 
     if cfg.server not in shared.llm.servers:
         raise BackendConfigError(f"role names server '{cfg.server}', not in shared.llm.servers")
+    if cfg.adapter:  # a server cannot load it: its answers would be the base model's
+        raise BackendConfigError(
+            f"model '{cfg.model}' on server '{cfg.server}' cannot take the LoRA adapter "
+            f"{cfg.adapter}: serve the adapted model (e.g. vLLM --lora-modules) and name it "
+            f"as the role's model, or play the role with the hf backend")
     s = shared.llm.servers[cfg.server]
     backend = OpenAIBackend(cfg.model, base_url_env=s.base_url_env, api_key_env=s.api_key_env,
                             max_concurrency=s.max_concurrency, max_retries=s.max_retries,
