@@ -321,7 +321,7 @@ def test_stage04_annotation_with_judge_agents_and_a_sampled_rem_served(tmp_path,
     """Preference annotation of one item with every role it calls on the server: the
     judge (gpt4_rank, both orders for the reading it reports, and the agent's re-rank of
     a tie), the planner, ranker and rethinker of the agent strategy, and the REM. The REM
-    is stage 03's ``sampled`` scorer (its 3-shot prompt, read from text), the only one a
+    is stage 03's ``sampled`` scorer (1 in-context example, read from text), the only one a
     server without log-probs can run (``expected`` and ``finetuned`` cannot: next test),
     cut to k = 1 and 24 tokens, and ``cai.trajectory: 1``: 2 states x 6 rules calls (the
     served 135M model wrote ~1-2 tokens/s on the shared 2-core machine). Token budgets
@@ -343,7 +343,8 @@ def test_stage04_annotation_with_judge_agents_and_a_sampled_rem_served(tmp_path,
     stage = served_stage("04_annotation", tmp_path, monkeypatch, served_model, served,
                          section=p)
     scorers = stage.params.rem.scorers
-    scorers["sampled"] = scorers["sampled"].model_copy(update={"k": 1, "max_new_tokens": 24})
+    scorers["sampled"] = scorers["sampled"].model_copy(
+        update={"k": 1, "max_new_tokens": 24, "n_examples": 1})
     out = s04.run(stage)
     stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",))
 
