@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from medpref.identity import canonical_adapter_config, content_id, sha256_of
+from medpref.identity import canonical_adapter_config, content_id, file_sha256
 from medpref.llm.cache import canonical_json, request_key
 
 
@@ -55,7 +55,7 @@ def vouched_embedded_models(models_dir: Path) -> dict[str, Path]:
         by_folder.setdefault(rel.split("/", 1)[0], []).append((rel, sha))
     out = {}
     for name, entries in by_folder.items():
-        if all((models_dir / rel).is_file() and sha256_of(models_dir / rel) == sha
+        if all((models_dir / rel).is_file() and file_sha256(models_dir / rel) == sha
                for rel, sha in entries):
             out[name] = models_dir / name
     return out
