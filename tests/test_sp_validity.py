@@ -295,3 +295,54 @@ def test_paired_table_says_no_detectable_difference_for_identical_doctors():
     assert sym.loc["dpo", "verdict"] == "higher" and sym.loc["dpo", "diff"] == pytest.approx(50)
     assert sym.loc["dpo", "cases"] == 8 and sym.loc["dpo", "p_value"] < 0.05
     assert "Test" not in set(paired["metric"])            # no case has a test item
+
+
+def disease_case(disease):
+    c = cough_case()
+    return c.model_copy(update={"checklist": c.checklist.model_copy(update={
+        "diseases": [disease]})})
+
+
+@pytest.mark.parametrize("doctor_says, disease, passes", [
+    # named, with a qualifier the item has and the doctor left out
+    ("Yellowing phlegm may indicate pneumonia.", "community-acquired pneumonia (right lower lobe)",
+     True),
+    ("This could be polycystic ovary syndrome (PCOS), or endometriosis.",
+     "polycystic ovary syndrome", True),
+    # the same organ, not the disease (the cosine alone passed these in the committed run)
+    ("She started to pull away from both ears because of her eardrums.",
+     "acute otitis media (right)", False),
+    ("Endometrial cancer treatment depends on the type.", "uterine fibroids (leiomyoma)", False),
+    # only a modifier in common
+    ("The pain is in the right lower part of the chest.",
+     "community-acquired pneumonia (right lower lobe)", False),
+    # denied, ruled out
+    ("He coughs at night but no other signs of asthma were present.",
+     "childhood asthma (allergic)", False),
+    ("We ruled out appendicitis.", "acute appendicitis", False),
+    # "not just" affirms
+    ("This could lead to more than one problem, not just hernia.",
+     "right indirect inguinal hernia", True),
+    # a run-on list with no separators is still a list of candidates
+    ("A possible diagnosis includes pancreatitis acute bronchitis gastroenteritis dehydration "
+     "anemia hyperthyroidism malnutrition.", "acute rotavirus gastroenteritis with moderate "
+     "dehydration", False),
+])
+def test_a_disease_passes_only_when_named_not_denied_and_not_in_a_long_list(doctor_says,
+                                                                              disease, passes):
+    c = disease_case(disease)
+    turns = [Turn(role="patient", text="I have had a cough for two weeks."),
+             Turn(role="doctor", text=doctor_says)]
+    grader = build_grader("echo_aware", GraderContext(
+        GraderParams(match_threshold=-1.0), grading_setup()))   # every sentence "matches"
+    g = grade(grader, turns, c)[disease]
+    assert g.passed is passes, (doctor_says, g)
+
+
+def test_disease_words_count_the_shapes_of_diseases_not_diagnosis():
+    from medpref.simulation.echo import disease_words, names_disease
+    assert disease_words("pancreatitis bronchitis gastroenteritis anemia anaemia "
+                         "hyperthyroidism") == 6
+    assert disease_words("The diagnosis and prognosis are good; the mechanism is clear.") == 0
+    assert disease_words("iron deficiency, a syndrome, a tumour and lymphomas") == 4
+    assert names_disease("有没有发热？", "发热")   # Chinese: the shared unit suffices

@@ -85,6 +85,68 @@ def item_parts(item: str) -> list[str]:
     return list(dict.fromkeys([item, *[p for p in parts if content_units(p)]]))
 
 
+# words that qualify a disease without naming it: a sentence sharing only these with a
+# checklist disease ("right lower lobe", "acute") has not named that disease
+_DISEASE_MODIFIERS = frozenset("""
+acute chronic left right upper lower bilateral unilateral lobe mild moderate severe early
+late primary secondary recurrent suspected possible probable type stage grade
+""".split())
+
+# a negation cue in the few words before the disease: "no signs of asthma", "ruled out
+# pneumonia", "it isn't appendicitis" do not name it as the diagnosis
+_NEGATION_CUES = frozenset("""
+no not without never nor denies deny denied unlikely negative excluded isn't aren't
+wasn't weren't doesn't don't didn't
+""".split())
+_NEGATION_PHRASES = re.compile(r"\bruled? out\b|\brules out\b|\bfree of\b", re.IGNORECASE)
+_NOT_A_NEGATION = re.compile(r"\bnot (?:just|only)\b", re.IGNORECASE)   # "not just hernia": more
+NEGATION_WINDOW = 5
+
+# disease-shaped words: a sentence holding many of these is a list of candidates even
+# when nothing separates them ("pancreatitis bronchitis gastroenteritis anemia ...")
+_DISEASE_WORD = re.compile(
+    r"\b[a-z]+(?:itis|osis|oses|a?emia|omas?|pathy|iasis|ism)\b|"
+    r"\b(?:syndrome|disease|infection|cancer|failure|disorder|deficiency|tumou?r)s?\b",
+    re.IGNORECASE)
+_NOT_DISEASES = frozenset("""
+diagnosis diagnoses prognosis prognoses mechanism mechanisms organism organisms aroma
+diploma academia stoma
+""".split())
+
+
+def disease_core(item: str) -> frozenset[str]:
+    """The units that name a checklist disease: those of the item and its parts, less the
+    modifiers (laterality, site, severity, acuity)."""
+    modifiers = content_units(" ".join(_DISEASE_MODIFIERS))
+    return frozenset(u for part in item_parts(item) for u in content_units(part)) - modifiers
+
+
+def names_disease(sentence: str, item: str) -> bool:
+    """The sentence names the disease: it shares a unit of :func:`disease_core` with it, and
+    (English) some such mention has no negation cue in the ``NEGATION_WINDOW`` words before
+    it. A sentence only about the same organ or topic ("the eardrums" for otitis media)
+    does not name it, whatever its cosine."""
+    core = disease_core(item)
+    if not core & content_units(sentence):
+        return False
+    if is_chinese(sentence):
+        return True
+    stem = _stemmer().stem
+    text = _NEGATION_PHRASES.sub(" not ", _NOT_A_NEGATION.sub(" also ", sentence.lower()))
+    words = _WORD.findall(text)
+    hits = [i for i, w in enumerate(words) if w not in _STOP and stem(w) in core]
+    if not hits:        # a unit shared through a Chinese run or a digit-free token split
+        return True
+    return any(not _NEGATION_CUES & set(words[max(0, i - NEGATION_WINDOW):i]) for i in hits)
+
+
+def disease_words(sentence: str) -> int:
+    """How many distinct disease-shaped words (-itis, -osis, -emia, -oma, ..., "syndrome",
+    "cancer") the sentence holds."""
+    found = {m.group(0).lower() for m in _DISEASE_WORD.finditer(sentence)}
+    return len(found - _NOT_DISEASES)
+
+
 def is_chinese(text: str) -> bool:
     return len(_HAN.findall(text)) >= max(1, len(text.strip()) // 4)
 

@@ -12,8 +12,10 @@ item. Four are registered:
   patient are excluded, :mod:`medpref.simulation.echo`), the sentence's act must fit
   the category (a symptom asked, a test asked about or recommended, a disease named, not
   declined), and it must match the item by MiniLM cosine (English) or by content-unit
-  share (any language). A disease passes only in a turn naming fewer than
-  ``max_candidates`` candidates.
+  share (any language). A disease must be named, not alluded to: the sentence shares a
+  unit of the disease's name beyond its modifiers and does not negate it ("no signs of
+  asthma"); it passes only in a turn naming fewer than ``max_candidates`` candidates,
+  counting list pieces or disease-shaped words, whichever is more.
 
 Adding a grader: one class with ``grade(consults, cases)`` and ``@register_grader``.
 """
@@ -31,9 +33,11 @@ from medpref.contracts import SPCase, Turn
 from medpref.simulation.echo import (
     DoctorSentence,
     content_units,
+    disease_words,
     doctor_sentences,
     is_chinese,
     item_parts,
+    names_disease,
 )
 from medpref.simulation.grading import (
     CATEGORIES,
@@ -190,7 +194,13 @@ class EchoAwareGrader:
         grade = ItemGrade(c.case_id, c.doctor, cat, item, False, "echo_aware",
                           echo_excluded=echoes)
         if cat == "diseases":
-            counts = {k: heuristic_disease_count(c.turns[sents[k].turn].text, item) for k in own}
+            # a disease is named, not alluded to or denied: the matched sentence shares a
+            # unit of the disease's name and does not negate it (echo.names_disease)
+            own = [k for k in own if names_disease(sents[k].text, item)]
+            # candidates: the list pieces of the turn, or the disease-shaped words of the
+            # sentence when a run-on list has no separators, whichever is more
+            counts = {k: max(heuristic_disease_count(c.turns[sents[k].turn].text, item),
+                             disease_words(sents[k].text)) for k in own}
             grade.turns_named = [sents[k].turn for k in own]
             grade.candidates = [counts[k] for k in own]
             own = [k for k in own if counts[k] < self.max_candidates]
