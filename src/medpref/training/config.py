@@ -69,8 +69,8 @@ class SFTParams(StrictModel):
     max_examples: int | None = Field(ge=1)  # seeded subset of doctor-turn examples (null: all)
     output_dir: str                    # the SFT adapter
     # only doctor turns that pass medpref.notechat.turn_quality are targets (failing ones
-    # stay as context); off until the lead turns it on (it retrains SFT and what follows)
-    turn_quality: bool = False
+    # stay as context); false keeps them (it retrains SFT and what follows)
+    turn_quality: bool = True
 
 
 class DPOParams(StrictModel):
