@@ -149,6 +149,19 @@ def test_paired_difference_reads_noise_as_no_detectable_difference():
     assert c.mde == pytest.approx(iv.minimum_detectable_difference(d.std(ddof=1), 60))
 
 
+def test_an_interval_clear_of_zero_is_no_finding_while_the_paired_test_disagrees():
+    """The committed SP test's shape: 17 cases, 4 differ, all one way. The percentile
+    bootstrap never draws a negative mean, while the exact sign-flip p is 2 / 2^4."""
+    b = np.zeros(17)
+    a = b.copy()
+    a[[7, 8, 10, 11]] = [100.0, 50.0, 100.0, 100.0]
+    c = iv.paired_difference(a, b, n_boot=2000)
+    assert c.lo > 0                                  # the interval alone would say "higher"
+    assert c.p_value == pytest.approx(0.125, abs=0.01)
+    assert c.verdict() == "no detectable difference"
+    assert c.verdict(alpha=0.2) == "higher"
+
+
 def test_paired_difference_detects_a_clear_shift_in_either_direction():
     rng = np.random.default_rng(7)
     b = rng.normal(5.0, 1.0, size=50)

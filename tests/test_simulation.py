@@ -450,13 +450,15 @@ def test_table3_companion_pairs_each_cell_with_avg_and_says_no_detectable_differ
     got = ci.set_index(["policy", "metric"])
     avg = got.loc[("grid_avg_1", "Sym.")]
     assert avg["verdict"] == "reference" and avg["score"] == avg["ci_lo"] == avg["ci_hi"] == 0.0
-    # a difference whose interval excludes 0: higher (symptoms), lower (diseases, 5 pairs)
+    # a difference whose interval excludes 0 and whose paired test agrees: higher (symptoms)
     sym = got.loc[("grid_dep_1", "Sym.")]
     assert sym["vs"] == "avg k=1" and sym["diff"] == pytest.approx(550 / 6)
     assert sym["diff_lo"] > 0 and sym["verdict"] == "higher"
     dis = got.loc[("grid_dep_1", "Dis.")]
     assert dis["paired_n"] == 5 and dis["n"] == 5 and dis["diff"] == -100.0
-    assert dis["verdict"] == "lower"
+    # 5 pairs all one way: the interval is [-100, -100], but the sign-flip p is 2 / 2^5
+    assert dis["diff_hi"] < 0 and dis["p_value"] == pytest.approx(0.0625, abs=0.01)
+    assert dis["verdict"] == "no detectable difference"
     # equal means, opposite cases: the interval holds 0, no ranking; the mde by hand
     test = got.loc[("grid_dep_1", "Test")]
     assert test["diff"] == 0.0 and test["diff_lo"] < 0 < test["diff_hi"]

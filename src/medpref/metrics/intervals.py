@@ -59,9 +59,15 @@ class PairedComparison:
     mde: float
     correlation: float
 
-    def verdict(self) -> str:
-        """A "higher" / "lower" than B when the interval excludes 0, else "no detectable
-        difference" (also when there is no interval: nothing was detected)."""
+    def verdict(self, alpha: float = 0.05) -> str:
+        """A "higher" / "lower" than B when the interval excludes 0 *and* the paired test
+        agrees (``p_value`` < ``alpha``), else "no detectable difference" (also when there
+        is no interval or no p-value: nothing was detected). Both are asked because on few
+        items they part: when the few items that differ all differ one way, the percentile
+        bootstrap excludes 0 while the exact sign-flip p cannot fall below 2 / 2^k for k
+        differing items (0.125 at k = 4)."""
+        if not self.p_value < alpha:
+            return "no detectable difference"
         if self.lo > 0:
             return "higher"
         if self.hi < 0:

@@ -135,7 +135,8 @@ def table2_paired(per_case: pd.DataFrame, references: Sequence[str] = ("base", "
     """Every doctor against each reference doctor, per category, paired over the cases
     both were graded on: difference in points, bootstrap 95 % interval, sign-flip
     p-value, the minimum difference this many cases could detect (α .05, power .8) and
-    the verdict ("no detectable difference" when the interval holds 0)."""
+    the verdict (``PairedComparison.verdict``: "no detectable difference" unless the
+    interval excludes 0 and the sign-flip p is below .05)."""
     from medpref.metrics.intervals import paired_difference
 
     wide = {cat: per_case.pivot_table(index="case", columns="doctor", values=cat,
@@ -157,15 +158,8 @@ def table2_paired(per_case: pd.DataFrame, references: Sequence[str] = ("base", "
                 rows.append({"doctor": doctor, "vs": ref, "metric": SHORT[cat], "cases": cmp.n,
                              "diff": cmp.diff, "ci_lo": cmp.lo, "ci_hi": cmp.hi,
                              "p_value": cmp.p_value, "mde": shown_mde(cmp),
-                             "verdict": verdict(cmp)})
+                             "verdict": cmp.verdict()})
     return pd.DataFrame(rows)
-
-
-def verdict(cmp) -> str:
-    """'no detectable difference' unless the interval excludes 0 (then higher/lower)."""
-    if pd.isna(cmp.lo) or pd.isna(cmp.hi) or cmp.lo <= 0 <= cmp.hi:
-        return "no detectable difference"
-    return "higher" if cmp.diff > 0 else "lower"
 
 
 # -- companions of PLPF Table 3 and follow-up Table 6: intervals and paired verdicts ------
@@ -186,8 +180,9 @@ def compare_scores(mine: pd.Series, ref: pd.Series | None, vs: str, n_boot: int 
     item, the index; NaN: none). ``mine``'s mean with a bootstrap 95 % interval over its
     units; against ``ref`` (None: this row is the reference) the paired difference over
     the units both have, its interval, sign-flip p, the minimum difference this many
-    units could detect (α .05, power .8) and the verdict: "no detectable difference"
-    when the interval holds 0, else "higher" / "lower" (the sign of mine − ref)."""
+    units could detect (α .05, power .8) and the verdict: "higher" / "lower" (the sign
+    of mine − ref) when the interval excludes 0 and p < .05, else "no detectable
+    difference"."""
     from medpref.metrics.intervals import bootstrap_ci, paired_difference
 
     mine = mine.dropna()
@@ -203,7 +198,7 @@ def compare_scores(mine: pd.Series, ref: pd.Series | None, vs: str, n_boot: int 
     cmp = paired_difference(both["mine"].to_numpy(), both["ref"].to_numpy(), n_boot=n_boot,
                             seed=seed)
     return {**row, "paired_n": cmp.n, "diff": cmp.diff, "diff_lo": cmp.lo, "diff_hi": cmp.hi,
-            "p_value": cmp.p_value, "mde": shown_mde(cmp), "verdict": verdict(cmp)}
+            "p_value": cmp.p_value, "mde": shown_mde(cmp), "verdict": cmp.verdict()}
 
 
 def _case_scores(per_case: pd.DataFrame, doctor: str, cat: str) -> pd.Series:
