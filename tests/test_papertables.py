@@ -121,6 +121,14 @@ def test_every_made_artefact_exists_with_the_papers_headers_and_traces_to_its_so
                                   check_dtype=False)
 
 
+def test_a_stage_table_written_without_header_is_an_empty_table(tmp_path):
+    """An empty DataFrame's CSV is one newline (no header): nothing to report, not a crash
+    (stage 06's paired table with one SP case)."""
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "table5.csv").write_text("\n")
+    assert build_table(_spec(), tmp_path).table["source"].tolist() == [PAPER]
+
+
 def test_a_row_label_from_two_columns_and_an_empty_stage_table(tmp_path):
     (tmp_path / "r").mkdir()
     pd.DataFrame([{"w": "dep", "m": "Sym.", "1": 0.5}]).to_csv(tmp_path / "r" / "g.csv",
