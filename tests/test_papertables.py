@@ -121,6 +121,14 @@ def test_every_made_artefact_exists_with_the_papers_headers_and_traces_to_its_so
                                   check_dtype=False)
 
 
+def test_a_stage_table_written_without_header_is_an_empty_table(tmp_path):
+    """An empty DataFrame's CSV is one newline (no header): nothing to report, not a crash
+    (stage 06's paired table with one SP case)."""
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "table5.csv").write_text("\n")
+    assert build_table(_spec(), tmp_path).table["source"].tolist() == [PAPER]
+
+
 def test_a_row_label_from_two_columns_and_an_empty_stage_table(tmp_path):
     (tmp_path / "r").mkdir()
     pd.DataFrame([{"w": "dep", "m": "Sym.", "1": 0.5}]).to_csv(tmp_path / "r" / "g.csv",
@@ -197,3 +205,33 @@ def test_dvc_metrics_show_is_one_file_and_under_200_characters_a_line():
     lines = shown.splitlines()
     assert lines and "reports/09_tables/metrics.json" in shown
     assert max(len(line) for line in lines) < 200, shown
+
+
+def test_stage_09_reads_the_stage_files_beside_its_own_reports_folder(tmp_path, monkeypatch):
+    """The tables come from the reports/ folder that holds stage 09's own (the repository's;
+    here one moved under tmp_path, as a chained test moves every stage's), not from the
+    repository's whatever the stages wrote."""
+    from medpref.papertables import stage as s09
+    from medpref.params import load_params
+    from medpref.stagekit import Stage
+
+    monkeypatch.setattr(Stage, "reports_dir",
+                        property(lambda self: tmp_path / "reports" / self.name))
+    (tmp_path / "reports" / "r").mkdir(parents=True)
+    pd.DataFrame([{"scorer": "finetuned", "exact": 47.69, "fuzzy": 84.6}]).to_csv(
+        tmp_path / "reports" / "r" / "table5.csv", index=False)
+    registry = tmp_path / "registry.yaml"
+    registry.write_text("artefacts:\n"
+                        "  - {id: t5, paper: PLPF, label: Table 5, stage: rem, "
+                        "source: reports/r/table5.csv, row: scorer, "
+                        "columns: {Exact Match: exact}}\n"
+                        "  - {id: gone, paper: PLPF, label: Gone, stage: rem, "
+                        "source: reports/gone/x.csv, row: scorer, columns: {E: exact}}\n")
+    params = load_params()
+    params._sections["tables"] = params.tables.model_copy(
+        update={"registry": str(registry), "index": str(tmp_path / "reports" / "index.md")})
+    out = s09.run(Stage(name="09_tables", params=params))
+    assert dict(zip(out.status["artefact"], out.status["status"])) == {
+        "Table 5": "made", "Gone": "not made"}
+    assert (tmp_path / "reports" / "09_tables" / "paper" / "t5.csv").exists()
+    assert "09_tables/paper/t5.csv" in out.status.iloc[0]["files"]

@@ -217,6 +217,16 @@ def test_runs_with_too_few_pairs_or_no_file_are_skipped_with_their_reason(tmp_pa
                                              f"no pairs file {tmp_path / 'absent.jsonl'}"]
 
 
+def test_a_strategy_that_made_no_pair_is_skipped_not_a_crash(tmp_path):
+    """Stage 04 writes an empty pairs file for a strategy with no pair (every item tied or
+    unparsable): its DPO run is skipped with "0 pairs", as for too few."""
+    (tmp_path / "empty.jsonl").write_text("")
+    stage, training_stage = _stage(tmp_path, {"empty": str(tmp_path / "empty.jsonl")})
+    out = training_stage.run(training_stage.open_part(stage, "dpo", "empty"))
+    assert out.metrics["trained"] == 0
+    assert read_run_card(tmp_path / "dpo" / "empty")["reason"] == "0 pairs < min_pairs 4"
+
+
 def test_identical_pairs_files_train_once_and_share_the_adapter(
         tiny_model_dir, sft_adapter, profile, tmp_path, monkeypatch, caplog):
     """Run b's pairs file has run a's content: b copies a's adapter (it does not train),

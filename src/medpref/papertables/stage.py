@@ -72,7 +72,9 @@ def build_artefact(spec: ArtefactSpec, root: Path, out_dir: Path,
 
 def run(stage: Stage) -> TablesOutputs:
     p = stage.p
-    root = repo_path(".")
+    # the folder holding the stages' reports/: the repository (reports/09_tables/..), or
+    # wherever the stage's own reports folder was moved with the others (a test's tmp_path)
+    root = stage.reports_dir.parent.parent
     registry = load_registry(repo_path(p.registry))
     rows, built = [], {}
     for spec in registry.artefacts:

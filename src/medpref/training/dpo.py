@@ -59,8 +59,9 @@ def pair_to_conversation(pair: PreferencePair, system_prompt: str,
 
 
 def load_pairs(path: str | Path, max_pairs: int | None, seed: int) -> list[PreferencePair]:
-    """The pairs of a file (a seeded subset of ``max_pairs`` when set)."""
-    pairs = read_jsonl(path, PreferencePair)
+    """The pairs of a file (a seeded subset of ``max_pairs`` when set). An empty file (a
+    strategy that made no pair: stage 04 writes it all the same) has none."""
+    pairs = read_jsonl(path, PreferencePair, allow_empty=True)
     if max_pairs is not None and len(pairs) > max_pairs:
         pairs = random.Random(seed).sample(pairs, max_pairs)
     return pairs
