@@ -320,6 +320,11 @@ def disease_case(disease):
     ("He coughs at night but no other signs of asthma were present.",
      "childhood asthma (allergic)", False),
     ("We ruled out appendicitis.", "acute appendicitis", False),
+    # a qualifier of the item is not its name; a curly apostrophe still negates
+    ("She doesn\u2019t seem allergic, just very sensitive skin.", "childhood asthma (allergic)",
+     False),
+    ("It doesn\u2019t look like asthma.", "childhood asthma (allergic)", False),
+    ("He has asthma.", "childhood asthma (allergic)", True),
     # "not just" affirms
     ("This could lead to more than one problem, not just hernia.",
      "right indirect inguinal hernia", True),

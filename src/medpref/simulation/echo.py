@@ -89,7 +89,8 @@ def item_parts(item: str) -> list[str]:
 # checklist disease ("right lower lobe", "acute") has not named that disease
 _DISEASE_MODIFIERS = frozenset("""
 acute chronic left right upper lower bilateral unilateral lobe mild moderate severe early
-late primary secondary recurrent suspected possible probable type stage grade
+late primary secondary recurrent suspected possible probable type stage grade episode
+major minor childhood allergic tubal community acquired
 """.split())
 
 # a negation cue in the few words before the disease: "no signs of asthma", "ruled out
@@ -132,7 +133,8 @@ def names_disease(sentence: str, item: str) -> bool:
     if is_chinese(sentence):
         return True
     stem = _stemmer().stem
-    text = _NEGATION_PHRASES.sub(" not ", _NOT_A_NEGATION.sub(" also ", sentence.lower()))
+    text = sentence.lower().replace("\u2019", "'")          # "doesn’t" as "doesn't"
+    text = _NEGATION_PHRASES.sub(" not ", _NOT_A_NEGATION.sub(" also ", text))
     words = _WORD.findall(text)
     hits = [i for i, w in enumerate(words) if w not in _STOP and stem(w) in core]
     if not hits:        # a unit shared through a Chinese run or a digit-free token split
