@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import pytest
 
 from medpref import REPO_ROOT
@@ -86,3 +89,42 @@ def make_tiny_llama(path, tokenizer, max_positions: int = 512):
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@contextlib.contextmanager
+def transformers_serve(model: str, log: Path):
+    """``transformers serve`` of the model folder on a free 127.0.0.1 port, stopped on
+    exit; yields the base URL (``…/v1``). Fails the test with the server's log when it
+    does not come up within 5 min."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cli = Path(sys.executable).with_name("transformers")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([str(cli), "serve", model, "--host", "127.0.0.1", "--port",
+                                 str(port), "--device", "cpu"], stdout=fh, stderr=fh, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"transformers serve did not start: {log.read_text()[-2000:]}")
+            time.sleep(1)
+        yield f"{base}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

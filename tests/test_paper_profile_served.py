@@ -41,17 +41,13 @@ the wall time per stage.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import transformers_serve
 from medpref import REPO_ROOT
 from medpref.stagekit import Stage
 
@@ -133,11 +129,6 @@ STOPPED = {"07_imapscore"}
 CHAIN: dict[str, dict] = {}   # stage → {"wall_s": ..., "roles": {role: calls + cache hits}}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, embedded_llm_path):
@@ -155,30 +146,9 @@ def tiny_model(tmp_path_factory, embedded_llm_path):
 def tiny_served(tmp_path_factory, tiny_model):
     """(base URL, model id) of ``transformers serve`` serving the tiny llama."""
     model = str(Path(tiny_model).resolve())
-    port = _free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    cli = Path(sys.executable).with_name("transformers")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    with open(log, "w") as fh:
-        proc = subprocess.Popen([str(cli), "serve", model, "--host", "127.0.0.1", "--port",
-                                 str(port), "--device", "cpu"], stdout=fh, stderr=fh, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"transformers serve did not start: {log.read_text()[-2000:]}")
-            time.sleep(1)
-        yield f"{base}/v1", model
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with transformers_serve(model, log) as url:
+        yield url, model
 
 
 def _under(root: Path, tree):

@@ -121,14 +121,6 @@ def test_every_made_artefact_exists_with_the_papers_headers_and_traces_to_its_so
                                   check_dtype=False)
 
 
-def test_a_stage_table_written_without_header_is_an_empty_table(tmp_path):
-    """An empty DataFrame's CSV is one newline (no header): nothing to report, not a crash
-    (stage 06's paired table with one SP case)."""
-    (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "table5.csv").write_text("\n")
-    assert build_table(_spec(), tmp_path).table["source"].tolist() == [PAPER]
-
-
 def test_a_row_label_from_two_columns_and_an_empty_stage_table(tmp_path):
     (tmp_path / "r").mkdir()
     pd.DataFrame([{"w": "dep", "m": "Sym.", "1": 0.5}]).to_csv(tmp_path / "r" / "g.csv",
@@ -235,3 +227,18 @@ def test_stage_09_reads_the_stage_files_beside_its_own_reports_folder(tmp_path, 
         "Table 5": "made", "Gone": "not made"}
     assert (tmp_path / "reports" / "09_tables" / "paper" / "t5.csv").exists()
     assert "09_tables/paper/t5.csv" in out.status.iloc[0]["files"]
+
+
+def test_stage_06s_table2_companions_with_one_case_keep_their_header(tmp_path):
+    """One SP case and one doctor: no paired row and no interval to build, yet the files
+    stage 06 writes have their header, so stage 09 reads an empty table (not a crash)."""
+    from medpref.reports import write_table
+    from medpref.simulation import tables
+
+    per_case = pd.DataFrame([{"doctor": "base", "case": "c0", "symptoms": 1.0, "tests": None,
+                              "diseases": 0.0}])
+    (tmp_path / "r").mkdir()
+    paired = tables.table2_paired(per_case, n_boot=50)
+    assert paired.empty and list(paired.columns) == tables.TABLE2_PAIRED_COLUMNS
+    write_table(paired, tmp_path / "r" / "table5")
+    assert build_table(_spec(), tmp_path).table["source"].tolist() == [PAPER]

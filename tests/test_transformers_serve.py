@@ -6,18 +6,12 @@ pinned in requirements.lock) are missing."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import run_stage01, stage01_on_server
+from conftest import run_stage01, stage01_on_server, transformers_serve
 from medpref import REPO_ROOT
 from medpref.llm.cache import ResponseCache
 
@@ -28,40 +22,14 @@ pytest.importorskip("uvicorn", reason="transformers serve needs uvicorn (require
 URL_ENV, KEY_ENV = "MEDPREF_SERVE_URL", "MEDPREF_SERVE_KEY"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def served_model(embedded_llm_path, tmp_path_factory):
     """(base URL, model id) of a ``transformers serve`` process, stopped afterwards."""
     model = str(Path(embedded_llm_path).resolve())
-    port = _free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    cli = Path(sys.executable).with_name("transformers")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    with open(log, "w") as fh:
-        proc = subprocess.Popen([str(cli), "serve", model, "--host", "127.0.0.1", "--port",
-                                 str(port), "--device", "cpu"], stdout=fh, stderr=fh, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"transformers serve did not start: {log.read_text()[-2000:]}")
-            time.sleep(1)
-        yield f"{base}/v1", model
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with transformers_serve(model, log) as url:
+        yield url, model
 
 
 def test_stage01_against_transformers_serve(tmp_path, monkeypatch, served_model):

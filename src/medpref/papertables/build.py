@@ -43,10 +43,7 @@ def _our_rows(spec: ArtefactSpec, root: Path) -> tuple[list[dict], list[Cell]]:
     path = root / spec.source
     if not path.exists():
         raise MissingSource(f"{spec.source} not found (stage '{spec.stage}' has not made it)")
-    try:
-        df = pd.read_csv(path)
-    except pd.errors.EmptyDataError:  # an empty table written without its header
-        df = pd.DataFrame()
+    df = pd.read_csv(path)
     if df.empty:  # the stage ran and had nothing to report (e.g. no policy per grid cell)
         return [], []
     for col, want in spec.filter.items():

@@ -115,6 +115,7 @@ diploma academia stoma
 """.split())
 
 
+@lru_cache(maxsize=None)
 def disease_core(item: str) -> frozenset[str]:
     """The units that name a checklist disease: those of the item and its parts, less the
     modifiers (laterality, site, severity, acuity)."""

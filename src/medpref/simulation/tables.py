@@ -127,7 +127,14 @@ def table2_intervals(per_case: pd.DataFrame, n_boot: int = 2000, seed: int = 0
             iv = bootstrap_ci(vals, n_boot=n_boot, seed=seed)
             rows.append({"doctor": doctor, "metric": SHORT[cat], "score": iv.estimate,
                          "ci_lo": iv.lo, "ci_hi": iv.hi, "cases": iv.n})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=TABLE2_CI_COLUMNS)
+
+
+#: Columns of the Table 2 companions, written even when there is no row (one SP case, or
+#: one doctor), so a reader always finds a header.
+TABLE2_CI_COLUMNS = ["doctor", "metric", "score", "ci_lo", "ci_hi", "cases"]
+TABLE2_PAIRED_COLUMNS = ["doctor", "vs", "metric", "cases", "diff", "ci_lo", "ci_hi", "p_value",
+                         "mde", "verdict"]
 
 
 def table2_paired(per_case: pd.DataFrame, references: Sequence[str] = ("base", "sft"),
@@ -159,7 +166,7 @@ def table2_paired(per_case: pd.DataFrame, references: Sequence[str] = ("base", "
                              "diff": cmp.diff, "ci_lo": cmp.lo, "ci_hi": cmp.hi,
                              "p_value": cmp.p_value, "mde": shown_mde(cmp),
                              "verdict": cmp.verdict()})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=TABLE2_PAIRED_COLUMNS)
 
 
 # -- companions of PLPF Table 3 and follow-up Table 6: intervals and paired verdicts ------
