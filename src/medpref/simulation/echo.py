@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from medpref.contracts import Turn
 from medpref.simulation.knowledge import split_sentences
@@ -115,7 +115,7 @@ diploma academia stoma
 """.split())
 
 
-@lru_cache(maxsize=None)
+@cache
 def disease_core(item: str) -> frozenset[str]:
     """The units that name a checklist disease: those of the item and its parts, less the
     modifiers (laterality, site, severity, acuity)."""
