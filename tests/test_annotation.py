@@ -263,7 +263,8 @@ def _agent_setup(scripted_client, responder, rerank=True, reading="both"):
     settings = agent_mod.AgentSettings(
         history_max_turns=8, plan_tokens=a.plan_tokens, objective_tokens=a.objective_tokens,
         rank_tokens=a.rank_tokens, need_tokens=a.need_tokens, rethink_tokens=a.rethink_tokens,
-        rerank=rerank, judge_prefix="Answer:", judge_reading=reading, seed=3)
+        rerank=rerank, judge_prefix="Answer:", judge_tokens=P.judge.max_new_tokens,
+        judge_reading=reading, seed=3)
     return clients, prompts, settings
 
 

@@ -119,6 +119,7 @@ class AgentSettings:
     rethink_tokens: int
     rerank: bool
     judge_prefix: str
+    judge_tokens: int
     judge_reading: Reading
     seed: int
 
@@ -229,7 +230,7 @@ def _rerank(ties, clients, prompts, s, records) -> dict[str, Decision]:
         return {}
     judged = judge_items(ties, clients.judge, prompts.judge, s.history_max_turns, STRATEGY,
                          reading=s.judge_reading, seed=s.seed, prefix=s.judge_prefix,
-                         step="rerank")[s.judge_reading]
+                         step="rerank", max_new_tokens=s.judge_tokens)[s.judge_reading]
     records += judged.records
     return {d.item_id: d for d in judged.decisions}
 

@@ -102,13 +102,13 @@ class JudgedItems:
 
 def ask_judge(items: Sequence[UnlabeledItem], client: LLMClient, template: PromptTemplate,
               history_max_turns: int, strategy: str, orders: dict[str, list[Order]],
-              prefix: str = "", step: str = "judge"):
+              prefix: str = "", step: str = "judge", max_new_tokens: int | None = None):
     """Ask the judge every (item, order) listed (one batch); → the choices in the item's
     frame by (item id, order), and one record per raw answer."""
     jobs = [(item, order) for item in items for order in orders[item.id]]
     answers = judge_pairs(client, jobs, lambda i, o: judge_messages(template, i, o,
                                                                     history_max_turns),
-                          parse_choice, prefix=prefix)
+                          parse_choice, prefix=prefix, max_new_tokens=max_new_tokens)
     frame = {(a.key.id, a.order): a.verdict for a in answers}
     records = [{"strategy": strategy, "step": step, "item_id": a.key.id, "order": a.order,
                 "raw": a.completion.text, "error": a.completion.error,
@@ -137,14 +137,15 @@ def decide(items: Sequence[UnlabeledItem], frame: dict, reading: Reading, seed: 
 def judge_items(items: Sequence[UnlabeledItem], client: LLMClient, template: PromptTemplate,
                 history_max_turns: int, strategy: str, *, reading: Reading, seed: int,
                 also: Sequence[Reading] = (), prefix: str = "",
-                step: str = "judge") -> dict[str, JudgedItems]:
+                step: str = "judge", max_new_tokens: int | None = None
+                ) -> dict[str, JudgedItems]:
     """Judge every item under ``reading`` (and the readings in ``also``) from one batch of
     answers: the orders any of them needs are asked once each."""
     readings = list(dict.fromkeys([reading, *also]))
     orders = {i.id: (list(ORDERS) if "both" in readings else [shown_order(i.id, seed)])
               for i in items}
     frame, records = ask_judge(items, client, template, history_max_turns, strategy,
-                               orders, prefix, step)
+                               orders, prefix, step, max_new_tokens)
     return {r: JudgedItems(decide(items, frame, r, seed, strategy),
                            records if r == reading else []) for r in readings}
 

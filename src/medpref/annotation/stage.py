@@ -69,11 +69,11 @@ def run_gpt4_rank(stage: Stage, items: Sequence[UnlabeledItem]) -> list[Strategy
     the other reading from the same batch of answers (shown, not written)."""
     p: AnnotationParams = stage.p
     template = load_prompt(p.judge.prompt)
-    client = stage.role(p.judge.role, max_new_tokens=p.judge.max_new_tokens)
+    client = stage.role(p.judge.role)
     other = [r for r in READINGS if r != p.judge.orders] if p.judge.report_both else []
     judged = judge_items(items, client, template, p.history_max_turns, "gpt4_rank",
                          reading=p.judge.orders, seed=stage.seed, also=other,
-                         prefix=p.judge.answer_prefix)
+                         prefix=p.judge.answer_prefix, max_new_tokens=p.judge.max_new_tokens)
     out = [StrategyResult("gpt4_rank", judged[p.judge.orders].decisions,
                           gpt4_rank_pairs(items, judged[p.judge.orders].decisions),
                           judged[p.judge.orders].records, {template.name: template.sha})]
@@ -129,12 +129,13 @@ def run_agent(stage: Stage, items: Sequence[UnlabeledItem]) -> StrategyResult:
     clients = agent_mod.AgentClients(
         planner=stage.role(a.planner_role), ranker=stage.role(a.ranker_role),
         rethinker=stage.role(a.rethinker_role),
-        judge=stage.role(p.judge.role, max_new_tokens=p.judge.max_new_tokens))
+        judge=stage.role(p.judge.role))
     settings = agent_mod.AgentSettings(
         history_max_turns=p.history_max_turns, plan_tokens=a.plan_tokens,
         objective_tokens=a.objective_tokens, rank_tokens=a.rank_tokens,
         need_tokens=a.need_tokens, rethink_tokens=a.rethink_tokens, rerank=a.rerank,
-        judge_prefix=p.judge.answer_prefix, judge_reading=p.judge.orders, seed=stage.seed)
+        judge_prefix=p.judge.answer_prefix, judge_tokens=p.judge.max_new_tokens,
+        judge_reading=p.judge.orders, seed=stage.seed)
     result = agent_mod.agent_rank(items, clients, prompts, settings)
     return StrategyResult("agent", result.decisions, result.pairs, result.records,
                           prompts.shas())
