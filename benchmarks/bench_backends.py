@@ -19,7 +19,7 @@ from medpref.llm.client import LLMClient
 from medpref.llm.hf import HFBackend
 from medpref.llm.openai_backend import OpenAIBackend
 from medpref.llm.stub_server import StubServer
-from medpref.llm.types import GenerationParams
+from medpref.llm.types import CallSpec, GenerationParams
 
 QUESTIONS = [
     "I have had a dry cough for two weeks and a mild fever. What should I do?",
@@ -40,13 +40,13 @@ QUESTIONS = [
 def bench_hf(n_prompts: int, tokens: int) -> dict:
     path = REPO_ROOT / "models" / "smollm2-135m-instruct"
     prompts = [[{"role": "user", "content": q}] for q in (QUESTIONS * 4)[:n_prompts]]
-    params = GenerationParams(max_new_tokens=tokens)
+    call = CallSpec("policy", "", tokens)
     out = {}
     for label, batch in (("unbatched", 1), ("batched", 8)):
-        client = LLMClient("policy", HFBackend(str(path), batch_size=batch), params)
-        client.chat(prompts[0], max_new_tokens=4)  # load + warm up, not timed
+        client = LLMClient("policy", HFBackend(str(path), batch_size=batch), GenerationParams())
+        client.chat(prompts[0], call.but(max_new_tokens=4))  # load + warm up, not timed
         t0 = time.perf_counter()
-        comps = client.chat_many(prompts)
+        comps = client.chat_many(prompts, call)
         wall = time.perf_counter() - t0
         n_tokens = sum(c.tokens_out for c in comps)
         out[label] = {"batch": batch, "tokens": n_tokens, "wall_s": wall,
@@ -63,9 +63,9 @@ def bench_openai(n_calls: int, latency_s: float, concurrency: int) -> dict:
         for label, conc in (("sequential", 1), ("concurrent", concurrency)):
             backend = OpenAIBackend("stub", base_url_env="MEDPREF_BENCH_URL",
                                     api_key_env="MEDPREF_BENCH_NO_KEY", max_concurrency=conc)
-            client = LLMClient("judge", backend, GenerationParams(max_new_tokens=16))
+            client = LLMClient("judge", backend, GenerationParams())
             t0 = time.perf_counter()
-            comps = client.chat_many(prompts)
+            comps = client.chat_many(prompts, CallSpec("judge", "", 16))
             wall = time.perf_counter() - t0
             assert all(c.ok for c in comps)
             out[label] = {"concurrency": conc, "calls": n_calls, "wall_s": wall,

@@ -27,7 +27,8 @@ import time
 from medpref.contracts import ClinicalNote, read_jsonl
 from medpref.llm.hf import HFBackend
 from medpref.llm.types import ChatRequest, GenerationParams
-from medpref.notechat.roleplay import PREFIX, STOP
+from medpref.notechat.config import TURN_PREFIX
+from medpref.notechat.roleplay import STOP
 from medpref.params import load_params, repo_path
 from medpref.prompts import load_prompt
 
@@ -109,7 +110,7 @@ def main() -> None:
     params = GenerationParams(max_new_tokens=args.max_new_tokens, stop=STOP["doctor"],
                               temperature=0.0 if args.greedy else all_params.notechat.temperature,
                               seed=all_params.shared.seed)
-    requests = [ChatRequest.of(m, params, prefix=PREFIX["doctor"]) for m in prompt_set(args.n)]
+    requests = [ChatRequest.of(m, params, prefix=TURN_PREFIX["doctor"]) for m in prompt_set(args.n)]
     print(f"{len(requests)} doctor-turn prompts, max_new_tokens {args.max_new_tokens}, "
           f"temperature {params.temperature}, stop {list(STOP['doctor'])}")
     compare(backend, requests, [("cut after", _set(stop_in_generate=False)),

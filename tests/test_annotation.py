@@ -104,7 +104,8 @@ def test_single_order_gpt4_rank_asks_once_and_drops_equal(scripted_client):
     client = scripted_client(respond)
     items = [make_item(f"u-{i}", "Take rest." if i % 2 else "Drink water.", "Any fever?")
              for i in range(12)]
-    judged = judge_items(items, client, JUDGE, 8, "gpt4_rank", reading="one", seed=5)
+    judged = judge_items(items, client, JUDGE, 8, "gpt4_rank", reading="one", seed=5,
+                         call=P.judge.call)
     assert set(judged) == {"one"}
     one = judged["one"]
     assert len(one.records) == len(items)  # one call per item
@@ -124,6 +125,7 @@ def test_both_readings_share_one_batch_of_answers(scripted_client):
     client = scripted_client(lambda r: "Response 1, clearly.")  # a position-biased judge
     items = [make_item(f"u-{i}", "Any fever?", "Take rest.") for i in range(6)]
     judged = judge_items(items, client, JUDGE, 8, "gpt4_rank", reading="one", seed=5,
+                         call=P.judge.call,
                          also=["both"])
     assert len(judged["one"].records) == 2 * len(items) and judged["both"].records == []
     assert all(d.outcome == "tie" for d in judged["both"].decisions)  # ours: bias → tie
@@ -134,7 +136,7 @@ def test_position_bias_becomes_a_tie(scripted_client):
     """A judge that always answers 'Response 1' disagrees with itself across orders."""
     client = scripted_client(lambda r: "Response 1, clearly.")
     items = [make_item("u-1", "Any fever?", "Take rest.")]
-    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", prefix="Answer:")
+    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", P.judge.call)
     assert [d.outcome for d in judged.decisions] == ["tie"]
     assert {r["order"] for r in judged.records} == {"ab", "ba"}
 
@@ -146,7 +148,7 @@ def test_consistent_judge_gives_a_preference(scripted_client):
         return "Response 1" if "fever" in first else "Response 2"
     client = scripted_client(prefers_fever)
     items = [make_item("u-1", "Take rest.", "Any fever or chills?")]
-    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank")
+    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", P.judge.call)
     d = judged.decisions[0]
     assert d.outcome == "2" and d.winner_source == "generated"
 
@@ -156,7 +158,7 @@ def test_unparsable_judge_answers_are_recorded_and_skipped(scripted_client):
     client = scripted_client(lambda r: next(answers))
     from medpref.annotation.judging import gpt4_rank_pairs
     items = [make_item("u-1", "Any fever?", "Take rest.")]
-    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank")
+    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", P.judge.call)
     assert judged.decisions[0].outcome == "unparsable"
     assert [r["parsed"] for r in judged.records] == ["1", None]
     assert judged.records[1]["raw"] == "I am not sure what you mean."
@@ -260,10 +262,8 @@ def _agent_setup(scripted_client, responder, rerank=True, reading="both"):
     prompts = agent_mod.AgentPrompts(*(load_prompt(n) for n in (
         a.long_plan_prompt, a.short_plan_prompt, a.rank_prompt, a.need_prompt,
         a.rethink_prompt, "annotation_judge")))
-    settings = agent_mod.AgentSettings(
-        history_max_turns=8, plan_tokens=a.plan_tokens, objective_tokens=a.objective_tokens,
-        rank_tokens=a.rank_tokens, need_tokens=a.need_tokens, rethink_tokens=a.rethink_tokens,
-        rerank=rerank, judge_prefix="Answer:", judge_reading=reading, seed=3)
+    settings = agent_mod.AgentSettings(history_max_turns=8, calls=P.agent_calls,
+                                       rerank=rerank, judge_reading=reading, seed=3)
     return clients, prompts, settings
 
 

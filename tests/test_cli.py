@@ -15,9 +15,11 @@ from medpref.llm.client import LLMClient
 from medpref.llm.ledger import Ledger
 from medpref.llm.replay import ReplayBackend
 from medpref.llm.scripted import ScriptedBackend
-from medpref.llm.types import GenerationParams
+from medpref.llm.types import CallSpec, GenerationParams
 
 PROMPTS = [[{"role": "user", "content": f"question {i}"}] for i in range(5)]
+
+CALL = CallSpec("judge", "", 8)
 
 
 def make_repo(root, files=None):
@@ -37,9 +39,9 @@ def fill_cache(root, stage="01_toy"):
     """Run a scripted 'stage' whose calls land in the repo's cache; returns its answers."""
     cache = ResponseCache(root / "data/cache/llm" / f"{stage}.sqlite")
     backend = ScriptedBackend(lambda r: "answer to " + r.messages[-1]["content"])
-    client = LLMClient("judge", backend, GenerationParams(max_new_tokens=8), cache=cache,
+    client = LLMClient("judge", backend, GenerationParams(), cache=cache,
                        ledger=Ledger(stage))
-    answers = [c.text for c in client.chat_many(PROMPTS)]
+    answers = [c.text for c in client.chat_many(PROMPTS, CALL)]
     identity = backend.identity()
     cache.close()
     return answers, identity
@@ -87,9 +89,9 @@ def test_imported_cache_replays_every_call(tmp_path):
 
     cache = ResponseCache(dst / "data/cache/llm/01_toy.sqlite")
     ledger = Ledger("01_toy")
-    client = LLMClient("judge", ReplayBackend(identity), GenerationParams(max_new_tokens=8),
+    client = LLMClient("judge", ReplayBackend(identity), GenerationParams(),
                        cache=cache, ledger=ledger)
-    assert [c.text for c in client.chat_many(PROMPTS)] == answers
+    assert [c.text for c in client.chat_many(PROMPTS, CALL)] == answers
     roles = ledger.totals()["roles"]
     assert roles["judge"]["calls"] == 0
     cache.close()

@@ -111,17 +111,17 @@ def test_swapped_weights_behind_one_folder_name_miss_the_cache(tmp_path, monkeyp
     from conftest import make_tiny_llama
     from medpref.llm.client import LLMClient
     from medpref.llm.hf import HFBackend
-    from medpref.llm.types import GenerationParams
+    from medpref.llm.types import CallSpec, GenerationParams
 
     tok = AutoTokenizer.from_pretrained(TOKENIZER)
     folder = make_tiny_llama(tmp_path / "policy-base", tok)
     cache = ResponseCache(tmp_path / "cache" / "test.sqlite")
-    params = GenerationParams(max_new_tokens=4, temperature=0.0)
+    params = GenerationParams(temperature=0.0)
     messages = [{"role": "user", "content": "Where does it hurt?"}]
 
     def ask() -> tuple[LLMClient, int]:
         client = LLMClient("policy", HFBackend(str(folder), device="cpu"), params, cache=cache)
-        client.chat(messages)
+        client.chat(messages, CallSpec("policy", "", 4))
         return client, client.ledger.totals()["total"]["calls"]
 
     first, calls = ask()

@@ -10,15 +10,17 @@ from medpref.llm.client import LLMClient
 from medpref.llm.errors import BudgetExceededError
 from medpref.llm.ledger import Ledger, Price
 from medpref.llm.scripted import ScriptedBackend
-from medpref.llm.types import GenerationParams
+from medpref.llm.types import CallSpec, GenerationParams
 
 MSG = [{"role": "user", "content": "word " * 400}]  # ≈ 400 tokens by the estimate
+
+CALL = CallSpec("judge", "", 100)
 
 
 def _client(cache, max_cost, price):
     backend = ScriptedBackend(lambda r: "short answer")
     ledger = Ledger("04_test", max_cost_usd=max_cost)
-    return LLMClient("judge", backend, GenerationParams(max_new_tokens=100), cache=cache,
+    return LLMClient("judge", backend, GenerationParams(), cache=cache,
                      ledger=ledger, price=price), backend
 
 
@@ -26,24 +28,24 @@ def test_budget_guard_refuses_before_calling(cache):
     # estimate ≈ (≈500 in × $10 + 100 out × $30) / 1e6 ≈ $0.008 > $0.001
     client, backend = _client(cache, 0.001, Price(10.0, 30.0))
     with pytest.raises(BudgetExceededError, match="04_test.*judge.*budget"):
-        client.chat(MSG)
+        client.chat(MSG, CALL)
     assert backend.requests == []
 
 
 def test_cache_hits_cost_nothing_and_are_never_refused(cache):
     client, backend = _client(cache, 1.0, Price(10.0, 30.0))
-    client.chat(MSG)
+    client.chat(MSG, CALL)
     spent = client.ledger.spent_usd
     assert spent > 0
     client.ledger.max_cost_usd = spent  # no room left for new calls ...
-    assert client.chat(MSG).cached  # ... but a hit needs none
+    assert client.chat(MSG, CALL).cached  # ... but a hit needs none
     with pytest.raises(BudgetExceededError):
-        client.chat([{"role": "user", "content": "a new question"}])
+        client.chat([{"role": "user", "content": "a new question"}], CALL)
 
 
 def test_ledger_totals_and_file(cache, tmp_path):
     client, _ = _client(cache, None, Price(1.0, 2.0))
-    client.chat_many([MSG, [{"role": "user", "content": "other"}], MSG])
+    client.chat_many([MSG, [{"role": "user", "content": "other"}], MSG], CALL)
     totals = client.ledger.write(tmp_path / "ledger.json")
     assert json.loads((tmp_path / "ledger.json").read_text()) == totals
     judge = totals["roles"]["judge"]

@@ -28,7 +28,7 @@ from medpref.llm.openai_backend import OpenAIBackend
 from medpref.llm.redact import redact, url_without_credentials
 from medpref.llm.session import LLMSession
 from medpref.llm.stub_server import StubServer
-from medpref.llm.types import ChatRequest, GenerationParams
+from medpref.llm.types import CallSpec, GenerationParams
 from medpref.params import RoleConfig, ServerConfig, load_params
 from medpref.stagekit import Stage, StageFailed
 
@@ -36,6 +36,8 @@ SECRET = "-".join(["medpref", "fake", "credential", "for", "leak", "tests"])
 URL_ENV, KEY_ENV = "MEDPREF_FAULT_URL", "MEDPREF_FAULT_KEY"
 LOGPROBS = {"0": math.log(0.1), "1": math.log(0.2), "2": math.log(0.6)}
 GOOD = "Any red flags? Patient: none\nDoctor: Then we watch and wait."
+
+CALL = CallSpec("judge", "", 256)  # the client's default budget, no prefix
 
 
 def _env(monkeypatch, server: StubServer | None) -> None:
@@ -173,7 +175,8 @@ def test_failed_option_call_is_recorded_and_the_scorer_skips_it(tmp_path, monkey
                     fail_status=500) as server:
         client = LLMClient("rem", _backend(server, monkeypatch, max_retries=1),
                            GenerationParams(), cache=cache, ledger=ledger)
-        scorer = build_scorer("expected", client, flowchart, [], comment=False)
+        scorer = build_scorer("expected", client, flowchart, [], comment=False,
+                              call=CallSpec("rem", "rem_judge", 64, "Comment:"))
         out = scorer.score_states(states, [flowchart["A"]])
     assert [j["A"].score is None for j in out] == [False, True, False]
     assert out[0]["A"].score == pytest.approx((0.2 + 2 * 0.6) / 0.9)
@@ -229,10 +232,10 @@ def test_billed_usage_overspend_stops_the_next_call(monkeypatch, tmp_path):
     ledger = Ledger("t", max_cost_usd=1.5)
     with StubServer(usage=(1_000_000, 0)) as server:
         client = LLMClient("judge", _backend(server, monkeypatch, max_concurrency=1),
-                           GenerationParams(max_new_tokens=8), cache=cache, ledger=ledger,
+                           GenerationParams(), cache=cache, ledger=ledger,
                            price=Price(input_per_1m=1.0, output_per_1m=1.0))
         with pytest.raises(BudgetExceededError, match=r"\$2\.0000 charged.*\$1\.50"):
-            client.chat_many(_msgs(5))
+            client.chat_many(_msgs(5), CALL.but(max_new_tokens=8))
         assert len(server.requests) == 2
     assert ledger.totals()["total"]["cost_usd"] == pytest.approx(2.0)
     assert len(cache) == 2  # what was paid for is kept
@@ -249,7 +252,7 @@ def test_retry_after_is_waited_for(monkeypatch):
     with StubServer(fail_with=[429], retry_after=2) as server:
         client = LLMClient("judge", _backend(server, monkeypatch, max_retries=2),
                            GenerationParams())
-        comp = client.chat(_msgs(1)[0])
+        comp = client.chat(_msgs(1)[0], CALL)
     assert comp.ok
     gap = server.request_times[1] - server.request_times[0]
     assert 2.0 <= gap < 4.0, gap  # the backoff alone would be ~0.01 s
@@ -259,7 +262,7 @@ def test_one_deadline_bounds_a_call_and_its_retries(monkeypatch):
     with StubServer(always_fail=503, latency_s=0.1) as server:
         backend = _backend(server, monkeypatch, max_retries=20, backoff_s=0.2, deadline_s=1.0)
         t0 = time.monotonic()
-        comp = LLMClient("judge", backend, GenerationParams()).chat(_msgs(1)[0])
+        comp = LLMClient("judge", backend, GenerationParams()).chat(_msgs(1)[0], CALL)
         elapsed = time.monotonic() - t0
     assert not comp.ok and "deadline 1s" in comp.error
     assert elapsed < 1.5 and len(server.requests) < 8
@@ -272,7 +275,7 @@ def test_empty_or_null_completion_is_a_failure_never_cached(monkeypatch, tmp_pat
     with StubServer(reply=reply) as server:
         client = LLMClient("judge", _backend(server, monkeypatch), GenerationParams(),
                            cache=cache, ledger=ledger)
-        comp = client.chat(_msgs(1)[0])
+        comp = client.chat(_msgs(1)[0], CALL)
     assert not comp.ok and "empty completion" in comp.error
     assert len(cache) == 0 and ledger.totals()["total"]["failures"] == 1
 
@@ -281,9 +284,9 @@ def test_cache_key_includes_the_server(monkeypatch, tmp_path):
     cache = ResponseCache(tmp_path / "c.sqlite")
     with StubServer(reply="from A") as a, StubServer(reply="from B") as b:
         first = LLMClient("judge", _backend(a, monkeypatch), GenerationParams(),
-                          cache=cache).chat(_msgs(1)[0])
+                          cache=cache).chat(_msgs(1)[0], CALL)
         second = LLMClient("judge", _backend(b, monkeypatch), GenerationParams(),
-                           cache=cache).chat(_msgs(1)[0])
+                           cache=cache).chat(_msgs(1)[0], CALL)
     assert first.text.startswith("from A") and second.text.startswith("from B")
     assert not second.cached and len(b.requests) == 1
 
@@ -291,8 +294,7 @@ def test_cache_key_includes_the_server(monkeypatch, tmp_path):
 def test_identical_sampled_answers_are_warned_about(monkeypatch, caplog):
     with StubServer() as server:  # answers the same whatever the temperature
         client = LLMClient("judge", _backend(server, monkeypatch), GenerationParams())
-        reqs = [ChatRequest.of(_msgs(1)[0], client.params(temperature=0.7, seed=s))
-                for s in range(3)]
+        reqs = [client.request(_msgs(1)[0], CALL, temperature=0.7, seed=s) for s in range(3)]
         with caplog.at_level(logging.WARNING):
             client.complete(reqs)
     assert "identical" in caplog.text and "temperature" in caplog.text
@@ -304,7 +306,7 @@ def test_the_answer_prefix_is_sent_like_the_hf_backend(monkeypatch, continue_pre
         client = LLMClient("annotator", _backend(server, monkeypatch,
                                                  continue_prefix=continue_prefix),
                            GenerationParams())
-        comp = client.chat(_msgs(1)[0], prefix="Doctor:")
+        comp = client.chat(_msgs(1)[0], CALL.but(answer_prefix="Doctor:"))
     body = server.requests[0]
     if continue_prefix:  # pre-filled and continued, as hf renders it
         assert body["messages"][-1] == {"role": "assistant", "content": "Doctor:"}
@@ -318,8 +320,8 @@ def test_a_batch_shows_a_progress_bar(monkeypatch, capsys):
     monkeypatch.setenv("MEDPREF_PROGRESS", "1")
     with StubServer() as server:
         client = LLMClient("judge", _backend(server, monkeypatch), GenerationParams())
-        client.chat_many(_msgs(3))
-        client.chat_many(_msgs(4))  # 3 hits... if cached; no cache here: 4 calls
+        client.chat_many(_msgs(3), CALL)
+        client.chat_many(_msgs(4), CALL)  # 3 hits... if cached; no cache here: 4 calls
     out = capsys.readouterr().out
     assert "judge · chat" in out and "calls=3" in out and "failed=0" in out
     assert "tok/s=" in out

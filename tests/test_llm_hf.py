@@ -6,13 +6,15 @@ import pytest
 
 from medpref.llm.client import LLMClient
 from medpref.llm.hf import HFBackend
-from medpref.llm.types import GenerationParams
+from medpref.llm.types import CallSpec, GenerationParams
 
 pytestmark = pytest.mark.slow
 
 PROMPTS = [[{"role": "user", "content": "I have had a dry cough for two weeks. What could it be?"}],
            [{"role": "user", "content": "Say hello."}],
            [{"role": "user", "content": "My ankle is swollen after a fall. Should I worry?"}]]
+
+CALL = CallSpec("policy", "", 24)
 
 
 @pytest.fixture(scope="module")
@@ -21,21 +23,21 @@ def backend(embedded_llm_path):
 
 
 def test_greedy_batched_generation_is_deterministic_and_in_order(backend):
-    client = LLMClient("policy", backend, GenerationParams(max_new_tokens=24))
-    first = client.chat_many(PROMPTS)
-    second = client.chat_many(PROMPTS)
+    client = LLMClient("policy", backend, GenerationParams())
+    first = client.chat_many(PROMPTS, CALL)
+    second = client.chat_many(PROMPTS, CALL)
     assert [c.text for c in first] == [c.text for c in second]
     assert all(c.text and c.tokens_out > 0 and c.tokens_in > 5 for c in first)
     assert all(c.tokens_out <= 24 for c in first)
     # each answer belongs to its own prompt (batching sorts by length, then restores order)
-    single = client.chat(PROMPTS[1])
+    single = client.chat(PROMPTS[1], CALL)
     assert single.text == first[1].text
 
 
 def test_seeded_sampling_repeats_with_its_seed(backend):
-    client = LLMClient("policy", backend, GenerationParams(max_new_tokens=16))
-    a = client.chat(PROMPTS[0], temperature=1.0, seed=3)
-    b = client.chat(PROMPTS[0], temperature=1.0, seed=3)
+    client = LLMClient("policy", backend, GenerationParams())
+    a = client.chat(PROMPTS[0], CALL.but(max_new_tokens=16), temperature=1.0, seed=3)
+    b = client.chat(PROMPTS[0], CALL.but(max_new_tokens=16), temperature=1.0, seed=3)
     assert a.text == b.text
 
 
@@ -83,15 +85,16 @@ def test_loop_controls_reach_generate_and_stop_repeated_ngrams(backend):
     """With no_repeat_ngram_size the model cannot write a 4-gram twice; off, the same
     prompt (a request to repeat) does repeat: the control reaches ``generate``."""
     prompt = [{"role": "user", "content": "Write the sentence 'I am glad to see you.' five times."}]
-    client = LLMClient("policy", backend, GenerationParams(max_new_tokens=48))
+    client = LLMClient("policy", backend, GenerationParams())
+    call = CALL.but(max_new_tokens=48)
 
     def repeated_4grams(text):
         words = text.lower().split()
         grams = [tuple(words[i:i + 4]) for i in range(len(words) - 3)]
         return len(grams) - len(set(grams))
 
-    plain = client.chat(prompt)
-    controlled = client.chat(prompt, no_repeat_ngram_size=4, repetition_penalty=1.3)
+    plain = client.chat(prompt, call)
+    controlled = client.chat(prompt, call, no_repeat_ngram_size=4, repetition_penalty=1.3)
     assert repeated_4grams(plain.text) > 0
     tok, _ = backend._ensure_loaded()
     tokens = tok(controlled.text, add_special_tokens=False)["input_ids"]

@@ -14,7 +14,7 @@ from medpref.llm.pairwise import (
     shown,
 )
 from medpref.llm.scripted import ScriptedBackend
-from medpref.llm.types import GenerationParams
+from medpref.llm.types import CallSpec, GenerationParams
 
 PAIRS = {"k1": ("good answer", "poor answer"), "k2": ("poor reply", "good reply")}
 
@@ -40,8 +40,8 @@ def judge(responder):
 def run(responder):
     backend, client = judge(responder)
     jobs = [(k, o) for k in PAIRS for o in ORDERS]
-    return backend, judge_pairs(client, jobs, messages, parse, prefix="Verdict:",
-                                max_new_tokens=4)
+    return backend, judge_pairs(client, jobs, messages, parse,
+                                CallSpec("judge", "", 4, answer_prefix="Verdict:"))
 
 
 def test_both_orders_are_asked_with_the_candidates_swapped():
@@ -90,7 +90,8 @@ def test_a_parser_that_raises_gives_its_reason():
     def strict(text):
         raise ValueError(f"unparsable verdict {text!r}")
     _, client = judge(lambda r: "maybe")
-    [answer] = judge_pairs(client, [("k1", "ab")], messages, strict)
+    [answer] = judge_pairs(client, [("k1", "ab")], messages, strict,
+                           CallSpec("judge", "", 256))
     assert answer.shown_verdict is None and answer.reason == "unparsable verdict 'maybe'"
 
 

@@ -12,11 +12,13 @@ from medpref.llm.errors import BackendConfigError
 from medpref.llm.ledger import Ledger
 from medpref.llm.openai_backend import OpenAIBackend
 from medpref.llm.stub_server import StubServer
-from medpref.llm.types import GenerationParams
+from medpref.llm.types import CallSpec, GenerationParams
 
 # a made-up, clearly fake credential (assembled so it does not look like a real key);
 # the tests only need a distinctive string to search every output for
 SECRET = "-".join(["medpref", "fake", "credential", "for", "leak", "tests"])
+
+CALL = CallSpec("policy", "", 256)  # the client's default budget, no prefix
 
 
 def _backend(server: StubServer, monkeypatch, **kw) -> OpenAIBackend:
@@ -36,7 +38,7 @@ def test_retries_then_succeeds(monkeypatch, status):
     with StubServer(fail_with=[status, status]) as server:
         client = LLMClient("judge", _backend(server, monkeypatch, max_retries=3),
                            GenerationParams())
-        comp = client.chat(_msgs(1)[0])
+        comp = client.chat(_msgs(1)[0], CALL)
     assert comp.ok and comp.text.startswith("stub answer")
     assert len(server.requests) == 3  # two failures, then the answer
 
@@ -46,7 +48,7 @@ def test_gives_up_after_the_bound_and_records_the_failure(monkeypatch, tmp_path)
     with StubServer(always_fail=500) as server:
         client = LLMClient("judge", _backend(server, monkeypatch, max_retries=2),
                            GenerationParams(), cache=cache, ledger=Ledger("t"))
-        comp = client.chat(_msgs(1)[0])
+        comp = client.chat(_msgs(1)[0], CALL)
     assert not comp.ok and "gave up after 3 attempts" in comp.error
     assert len(server.requests) == 3
     assert client.ledger.totals()["total"]["failures"] == 1
@@ -56,7 +58,7 @@ def test_gives_up_after_the_bound_and_records_the_failure(monkeypatch, tmp_path)
 def test_client_errors_are_not_retried(monkeypatch):
     with StubServer(always_fail=400) as server:
         comp = LLMClient("judge", _backend(server, monkeypatch, max_retries=4),
-                         GenerationParams()).chat(_msgs(1)[0])
+                         GenerationParams()).chat(_msgs(1)[0], CALL)
     assert not comp.ok and len(server.requests) == 1
 
 
@@ -64,7 +66,7 @@ def test_concurrency_never_exceeds_the_limit(monkeypatch):
     with StubServer(latency_s=0.05) as server:
         client = LLMClient("judge", _backend(server, monkeypatch, max_concurrency=3),
                            GenerationParams())
-        out = client.chat_many(_msgs(20))
+        out = client.chat_many(_msgs(20), CALL)
     assert len(out) == 20 and all(c.ok for c in out)
     assert server.peak_in_flight <= 3
     assert server.peak_in_flight >= 2  # it did run concurrently
@@ -77,7 +79,7 @@ def test_key_is_sent_but_never_stored(monkeypatch, tmp_path):
     with StubServer() as server:
         client = LLMClient("judge", _backend(server, monkeypatch), GenerationParams(),
                            cache=cache, ledger=ledger)
-        client.chat_many(_msgs(3))
+        client.chat_many(_msgs(3), CALL)
         assert all(h == f"Bearer {SECRET}" for h in server.auth_headers)
     cache.close()
     ledger.write(tmp_path / "ledger.json")
@@ -145,20 +147,20 @@ def test_a_server_without_loop_controls_gets_none_and_the_cache_key_says_so(monk
     cache = ResponseCache(tmp_path / "c.sqlite")
     with StubServer() as server:
         on = LLMClient("policy", _backend(server, monkeypatch), controls)
-        on.chat(_msgs(1)[0])
+        on.chat(_msgs(1)[0], CALL)
         assert server.requests[-1]["repetition_penalty"] == 1.3   # vLLM-style extra_body
         off = LLMClient("policy", _backend(server, monkeypatch, loop_controls=False),
                         controls, cache=cache)
         with caplog.at_level("WARNING"):
-            off.chat_many(_msgs(2))
-            off.chat(_msgs(3)[2])
+            off.chat_many(_msgs(2), CALL)
+            off.chat(_msgs(3)[2], CALL)
     sent = server.requests[-3:]
     assert all("repetition_penalty" not in r and "no_repeat_ngram_size" not in r for r in sent)
     told = [r for r in caplog.records if "takes no loop controls" in r.getMessage()]
     assert len(told) == 1 and "repetition_penalty 1.3" in told[0].getMessage()
     # the cached answer is keyed as what ran: a call without controls finds it
     plain = LLMClient("policy", _backend(server, monkeypatch), GenerationParams(), cache=cache)
-    assert plain.chat(_msgs(1)[0]).cached
+    assert plain.chat(_msgs(1)[0], CALL).cached
 
 
 def test_the_server_param_reaches_the_backend(monkeypatch):

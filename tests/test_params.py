@@ -8,7 +8,9 @@ import pytest
 import yaml
 
 from medpref import REPO_ROOT
+from medpref.llm.types import CallSpec
 from medpref.params import ParamsError, load_params, parse_params
+from medpref.prompts import load_prompt
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +118,51 @@ def test_code_defaults_are_the_committed_values():
     bad = [b for b in bad if not b.startswith(("shared.llm.roles", "shared.llm.prices",
                                                "shared.llm.servers"))]
     assert not bad, "\n".join(bad)
+
+
+def every_call(params) -> dict[str, CallSpec]:
+    """Every call the committed params declare, by a readable name."""
+    an, sa, mq, im, nc, rem, sim = (params.annotation, params.sampling, params.medqa,
+                                    params.imapscore, params.notechat, params.rem,
+                                    params.simulation)
+    calls = {"annotation.judge": an.judge.call,
+             **{f"annotation.agent.{k}": c for k, c in vars(an.agent_calls).items()},
+             "sampling.continuation": sa.continuation_call,
+             **{f"sampling.rounds.{k}": c for k, c in sa.rounds.calls.items()},
+             "medqa.judge": mq.judge_call,
+             "imapscore.question": im.question_call, "imapscore.answer": im.answer_call,
+             "imapscore.relation": im.relation_call,
+             "notechat.planning": nc.planning_call,
+             **{f"notechat.{k}": c for k, c in nc.turn_calls.items()},
+             **{f"notechat.polish.{k}": c for k, c in nc.polish_calls.items()},
+             "simulation.patient": sim.patient.call, "simulation.grader": sim.grader_call,
+             "simulation.gpd": sim.gpd_call, "simulation.rem": sim.rem_call}
+    for m in mq.models:
+        calls[f"medqa.read.{m.name}"] = mq.read_call(m)
+        for native in (False, True):
+            calls[f"medqa.distill.{m.name}.{native}"] = mq.distill_call(m.role, native)
+    for b in nc.baselines:
+        calls[f"notechat.baseline.{b.name}"] = nc.baseline_call(b)
+    for name, settings in rem.scorers.items():
+        calls[f"rem.scorers.{name}"] = rem.scorer_call(settings)
+    for d in sim.doctors:
+        for kind, call in (("sp", sim.doctor_call(d)), ("next_turn", sim.next_turn_call(d)),
+                           ("heldout", sim.heldout_call(d))):
+            calls[f"simulation.{kind}.{d.name}"] = call
+    return calls
+
+
+def test_every_call_names_a_role_and_a_prompt_that_exist():
+    params = load_params()
+    calls = every_call(params)
+    assert len(calls) >= 30
+    for name, call in calls.items():
+        assert call.role in params.shared.llm.roles, f"{name}: no role '{call.role}'"
+        if call.prompt:  # "" where the call site picks among several its params name
+            load_prompt(call.prompt)
+    assert params.annotation.judge.call == CallSpec("judge", "annotation_judge", 24, "Answer:")
+
+
+def test_a_call_needs_a_positive_budget():
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        CallSpec("judge", "annotation_judge", 0)

@@ -13,13 +13,14 @@ from medpref import REPO_ROOT
 from medpref.contracts import RemAnnotation, Turn, read_jsonl
 from medpref.llm.client import LLMClient
 from medpref.llm.scripted import ScriptedBackend
-from medpref.llm.types import GenerationParams
+from medpref.llm.types import CallSpec, GenerationParams
 from medpref.params import load_params, parse_params
 from medpref.prompts import load_prompt
 from medpref.rem.compliance import cut_at_final_doctor_turn, rule_compliance
 from medpref.rem.evaluation import confusion, match_metrics, to_label
 from medpref.rem.scorers import build_scorer, judgement_from_samples
 from medpref.rem.task import (
+    COMMENT_PREFIX,
     build_messages,
     format_answer,
     parse_judgement,
@@ -32,6 +33,7 @@ from medpref.rules.flowchart import parse_rules
 RULES = REPO_ROOT / "configs" / "rules" / "plpf_flowchart.yaml"
 ICL = REPO_ROOT / "data" / "embedded" / "rem" / "icl_examples.jsonl"
 ANNOTATIONS = REPO_ROOT / "data" / "embedded" / "rem" / "annotations.jsonl"
+REM_CALL = CallSpec("rem", "rem_judge", 64, COMMENT_PREFIX)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +173,8 @@ def test_sampled_scorer_averages_k_seeded_samples(flowchart, icl):
         return {0: " ok\nScore: 2", 1: " meh\nScore: 1", 2: " ???"}[req.params.seed % 3]
 
     client, backend = _client(responder)
-    scorer = build_scorer("sampled", client, flowchart, icl, k=3, seed=0, n_examples=3)
+    scorer = build_scorer("sampled", client, flowchart, icl, k=3, seed=0, n_examples=3,
+                          call=REM_CALL)
     out = scorer.score_states([STATE, STATE[:1] + [STATE[1]]], [flowchart["A"], flowchart["E"]])
     assert len(out) == 2 and set(out[0]) == {"A", "E"}
     j = out[0]["A"]
@@ -191,7 +194,8 @@ def test_expected_score_equals_hand_computed_sum(flowchart, icl):
         return dict(probs)
 
     client, backend = _client(lambda r: "unused", options)
-    scorer = build_scorer("expected", client, flowchart, icl, k=5, seed=0, n_examples=3)
+    scorer = build_scorer("expected", client, flowchart, icl, k=5, seed=0, n_examples=3,
+                          call=REM_CALL)
     j = scorer.score_states([STATE], [flowchart["C"]])[0]["C"]
     assert j.score == pytest.approx(1.3)
     assert j.probs == probs and j.unparsable == 0
@@ -208,7 +212,8 @@ def test_expected_with_comment_scores_after_the_greedy_comment(flowchart, icl):
         return {"0": 0.0, "1": 1.0, "2": 0.0}
 
     client, backend = _client(lambda r: " The doctor asks about fever.\nScore: 2", options)
-    scorer = build_scorer("expected", client, flowchart, icl, k=1, seed=0, comment=True)
+    scorer = build_scorer("expected", client, flowchart, icl, k=1, seed=0, comment=True,
+                          call=REM_CALL)
     j = scorer.score_states([STATE], [flowchart["A"]])[0]["A"]
     assert prefixes == ["Comment: The doctor asks about fever.\nScore: "]  # cut at Score:
     assert j.score == pytest.approx(1.0) and backend.requests[0].params.temperature == 0.0
@@ -222,7 +227,7 @@ def test_finetuned_scorer_is_zero_shot_with_short_rule(flowchart, icl):
         return {"0": 1.0, "1": 0.0, "2": 0.0}
 
     client, _ = _client(lambda r: " nothing asked", options)
-    scorer = build_scorer("finetuned", client, flowchart, icl, k=1, seed=0)
+    scorer = build_scorer("finetuned", client, flowchart, icl, call=REM_CALL, k=1, seed=0)
     assert scorer.name == "finetuned"
     j = scorer.score_states([STATE], [flowchart["D"]])[0]["D"]
     assert j.score == 0.0
@@ -246,10 +251,10 @@ def test_one_state_asked_every_rule_shares_all_but_the_rule(flowchart):
 def test_unknown_mode_and_foreign_examples_are_errors(flowchart, icl):
     client, _ = _client(lambda r: "")
     with pytest.raises(ValueError, match="unknown REM scorer mode 'greedy'"):
-        build_scorer("greedy", client, flowchart, icl)
+        build_scorer("greedy", client, flowchart, icl, call=REM_CALL)
     bad = [icl[0].model_copy(update={"rule": "Q"})]
     with pytest.raises(ValueError, match=r"\['Q'\]"):
-        build_scorer("sampled", client, flowchart, bad)
+        build_scorer("sampled", client, flowchart, bad, call=REM_CALL)
 
 
 # -- metrics ----------------------------------------------------------------------------------
@@ -351,7 +356,7 @@ def test_rule_compliance_is_the_per_rule_mean(flowchart, icl):
         return dict(by_rule.get(rule, {"0": 0, "1": 1.0, "2": 0}))
 
     client, _ = _client(lambda r: "", options)
-    scorer = build_scorer("expected", client, flowchart, icl, n_examples=1)
+    scorer = build_scorer("expected", client, flowchart, icl, call=REM_CALL, n_examples=1)
     table = rule_compliance([STATE, STATE], scorer, flowchart.rules)
     assert list(table["rule"]) == list("ABCDEF")
     assert list(table["mean"]) == [2.0, 0.0, 1.0, 1.0, 1.0, 1.0]

@@ -13,7 +13,7 @@ from medpref.contracts import SPCase, Turn
 from medpref.llm.client import LLMClient
 from medpref.llm.ledger import Ledger
 from medpref.llm.scripted import ScriptedBackend
-from medpref.llm.types import GenerationParams
+from medpref.llm.types import CallSpec, GenerationParams
 from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, nextturn, tables
 from medpref.simulation.knowledge import (
@@ -26,6 +26,8 @@ from medpref.simulation.knowledge import (
 from medpref.simulation.patient import parse_patient_answer, patient_fidelity
 
 END = "(End of Conversation)"
+
+JUDGE_CALL = CallSpec("judge", "", 8, grading.ANSWER_PREFIX)  # the grader's budget
 
 
 def toy_encode(texts):
@@ -171,8 +173,7 @@ def make_setup(patient, rounds=5):
         params, {c.id: c for c in cases}, kbs, toy_encode, load_prompt("sp_patient"),
         lambda: patient))
     return cases, consult.SimulationSetup(
-        patient=llm_patient, doctor_template=load_prompt("policy_doctor"), rounds=rounds,
-        doctor_max_new_tokens=32)
+        patient=llm_patient, doctor_template=load_prompt("policy_doctor"), rounds=rounds)
 
 
 def test_lockstep_simulation_respects_the_round_cap_and_the_end_marker():
@@ -199,7 +200,7 @@ def test_lockstep_simulation_respects_the_round_cap_and_the_end_marker():
     sizes = []
     orig = doctor_backend.generate
     doctor_backend.generate = lambda reqs, cb=None: (sizes.append(len(reqs)), orig(reqs, cb))[1]
-    out = consult.simulate(cases, doctor, "doc", setup)
+    out = consult.simulate(cases, doctor, "doc", setup, CallSpec("doctor", "policy_doctor", 32))
     by_id = {c.case_id: c for c in out}
     assert by_id["sp-a"].rounds == 5 and by_id["sp-a"].ended_by == "rounds"
     assert by_id["sp-b"].rounds == 2 and by_id["sp-b"].ended_by == "end_marker"
@@ -289,7 +290,7 @@ def keyword_judge(req):
 
 def grading_setup(judge_client, encode=toy_encode):
     return grading.GradingSetup(
-        judge=grading.Judge(judge_client, mode="generate"),
+        judge=grading.Judge(judge_client, JUDGE_CALL, mode="generate"),
         templates=[load_prompt("sp_grade_turns_first"), load_prompt("sp_grade_item_first")],
         count_template=load_prompt("sp_count_diseases"), encode=encode,
         pass_threshold=0.5, max_candidates=4, embedding_threshold=0.6)
@@ -349,7 +350,8 @@ def test_options_mode_judge_reads_p_yes_and_drops_low_mass():
         return {" yes": 0.2, " Yes": 0.0, " no": 0.7, " No": 0.1}
 
     backend = ScriptedBackend(lambda r: "", option_responder=options)
-    judge = grading.Judge(LLMClient("judge", backend, GenerationParams(), ledger=Ledger("t")))
+    judge = grading.Judge(LLMClient("judge", backend, GenerationParams(), ledger=Ledger("t")),
+                          JUDGE_CALL)
     res = judge.yes_probability([[{"role": "user", "content": "fever"}],
                                  [{"role": "user", "content": "other"}]])
     assert [r[0] for r in res] == [pytest.approx(0.9), pytest.approx(0.2)]
@@ -508,9 +510,10 @@ def test_next_turn_scores_chinese_by_character_and_judges_implication():
                                             Turn(role="doctor", text="有没有发烧？")])
     items = nextturn.next_turn_items([d], 1, 0, 8)
     doctor = client(lambda r: "医生：有没有发烧和呕吐？", "doc")
-    judge = grading.Judge(client(lambda r: "B. partially", "judge"), mode="generate")
+    judge = grading.Judge(client(lambda r: "B. partially", "judge"), JUDGE_CALL, mode="generate")
     res = nextturn.evaluate_next_turn(items, doctor, "doc", load_prompt("policy_doctor"), judge,
-                                      load_prompt("sp_gpt_distance"), 32)
+                                      load_prompt("sp_gpt_distance"),
+                                      CallSpec("doc", "policy_doctor", 32))
     row = res.items[0]
     assert row["prediction"] == "有没有发烧和呕吐？"
     assert row["rougeL_r"] == pytest.approx(1.0)            # every reference character kept

@@ -10,7 +10,7 @@ from medpref.contracts import SPCase, Turn
 from medpref.llm.client import LLMClient
 from medpref.llm.ledger import Ledger
 from medpref.llm.scripted import ScriptedBackend
-from medpref.llm.types import Completion, GenerationParams
+from medpref.llm.types import CallSpec, Completion, GenerationParams
 from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams
@@ -22,6 +22,8 @@ from medpref.simulation.patients import (
     PatientContext,
 )
 from test_simulation import case, client, keyword_judge, scripted_sim_stage, toy_encode
+
+JUDGE_CALL = CallSpec("judge", "", 8, grading.ANSWER_PREFIX)  # the grader's budget
 
 
 def grading_setup(judge=None):
@@ -106,7 +108,7 @@ def test_a_failed_judge_call_abstains_and_leaves_the_score():
     backend = ScriptedBackend(lambda r: "")
     backend.generate = lambda reqs, cb=None: [Completion(text="", error="timeout") for _ in reqs]
     judge = grading.Judge(LLMClient("judge", backend, GenerationParams(), ledger=Ledger("t")),
-                          mode="generate")
+                          JUDGE_CALL, mode="generate")
     grader = build_grader("generate", GraderContext(GraderParams(mode="generate"),
                                                     grading_setup(), lambda: judge))
     c = cough_case()
@@ -119,7 +121,7 @@ def test_a_failed_judge_call_abstains_and_leaves_the_score():
 
 def test_the_judge_reads_the_transcript_without_the_doctors_echoes():
     judge_client = client(keyword_judge, "judge")
-    judge = grading.Judge(judge_client, mode="generate")
+    judge = grading.Judge(judge_client, JUDGE_CALL, mode="generate")
     grader = build_grader("generate", GraderContext(GraderParams(mode="generate"),
                                                     grading_setup(), lambda: judge))
     c = cough_case()
@@ -133,7 +135,7 @@ def test_the_judge_reads_the_transcript_without_the_doctors_echoes():
 
 
 def test_every_registered_grader_builds_and_an_unknown_mode_is_refused():
-    judge = grading.Judge(client(keyword_judge, "judge"), mode="generate")
+    judge = grading.Judge(client(keyword_judge, "judge"), JUDGE_CALL, mode="generate")
     for name in GRADERS:
         build_grader(name, GraderContext(GraderParams(), grading_setup(), lambda: judge))
     with pytest.raises(ValueError, match="no grader 'nope'"):

@@ -179,6 +179,12 @@ def test_stage_04_scores_with_stage_03s_finetuned_rem_on_every_item(
     assert "wall_s" not in json.dumps(metrics) and "model_calls" not in json.dumps(metrics)
     for name in ("gpt4_rank", "cai_avg", "cai_dep", "agent"):
         assert (tmp_path / f"data/04_annotation/pairs/{name}.jsonl").exists()
+    judge = [r for b in scripted_models for r in b.requests
+             if "reviewing an online consultation" in r.messages[0]["content"]]
+    assert judge, "no judge request was sent"   # gpt4_rank and the agent's re-rank
+    spec = raw_params["annotation"]["judge"]
+    assert {(r.params.max_new_tokens, r.prefix) for r in judge} == \
+        {(spec["max_new_tokens"], spec["answer_prefix"])}
 
 
 def test_stage_04_guard_fails_before_writing(raw_params, tmp_path, monkeypatch,

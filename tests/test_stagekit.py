@@ -8,9 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from medpref.llm.ledger import Ledger, Price
-from medpref.llm.types import Completion
+from medpref.llm.types import CallSpec, Completion
 from medpref.params import load_params
 from medpref.stagekit import GuardParams, Stage, StageFailed, stage_key
+
+CALL = CallSpec("annotator", "", 256)  # the client's default budget, no prefix
 
 
 class _Session:
@@ -92,8 +94,8 @@ def test_provenance_names_the_roles_that_called_and_the_prompts_loaded(tmp_path,
 
     stage = scripted_stage("01_sampling", tmp_path, monkeypatch, lambda r: "an answer")
     load_prompt("trajectory_doctor")
-    stage.role("annotator").chat([{"role": "user", "content": "hello"}])
-    stage.role("annotator", max_new_tokens=5).chat([{"role": "user", "content": "again"}])
+    stage.role("annotator").chat([{"role": "user", "content": "hello"}], CALL)
+    stage.role("annotator", batch_size=4).chat([{"role": "user", "content": "again"}], CALL)
     stage.role("judge")   # made but never called: not the provenance's business
     stage.finish({"items": 1}, models={"embedding": "minilm"}, prompts={"extra": "abc"})
     folder = tmp_path / "reports" / "01_sampling"
@@ -134,3 +136,13 @@ def test_a_run_rewriting_reports_and_dvc_lock_leaves_the_commit_clean(tmp_path):
     assert git_commit(tmp_path) == clean
     (tmp_path / "code.py").write_text("v2\n")
     assert git_commit(tmp_path) == clean + "+dirty"
+
+
+def test_a_role_refuses_a_setting_that_is_not_a_role_setting():
+    """A call's budget given to a role would be dropped without a word (roles have none)."""
+    from medpref.llm.errors import BackendConfigError
+    from medpref.llm.session import LLMSession
+
+    session = LLMSession("04_annotation", load_params().shared, cache=None)
+    with pytest.raises(BackendConfigError, match=r"\['max_new_tokens'\] are not role settings"):
+        session.role("judge", max_new_tokens=24)

@@ -32,7 +32,8 @@ class RoleConfig(StrictModel):
     """Which model plays a role (policy, judge, patient, ...) and how it decodes.
 
     A role has no token budget: each call's ``max_new_tokens`` lives in the params
-    section of the stage that makes the call (one home per knob)."""
+    section of the stage that makes the call (one home per knob), and reaches the client
+    in that call's :class:`medpref.llm.types.CallSpec`."""
 
     backend: Literal["hf", "openai", "replay"] = "hf"
     model: str = "models/smollm2-135m-instruct"

@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from medpref.annotation.config import AgentCalls
 from medpref.annotation.judging import Choice, Reading, judge_items, parse_choice, shown_pair
 from medpref.annotation.judging import shown_order as _judge_order
 from medpref.annotation.pairs import (
@@ -33,6 +34,7 @@ from medpref.annotation.pairs import (
 from medpref.contracts import PreferencePair, UnlabeledItem
 from medpref.llm.client import LLMClient
 from medpref.llm.pairwise import to_candidate_frame
+from medpref.llm.types import CallSpec
 from medpref.prompts import PromptTemplate, format_dialogue
 
 STRATEGY = "agent"
@@ -112,13 +114,8 @@ class AgentSettings:
     """The agent strategy's knobs (``annotation.agent`` and ``annotation.judge``)."""
 
     history_max_turns: int
-    plan_tokens: int
-    objective_tokens: int
-    rank_tokens: int
-    need_tokens: int
-    rethink_tokens: int
+    calls: AgentCalls
     rerank: bool
-    judge_prefix: str
     judge_reading: Reading
     seed: int
 
@@ -137,11 +134,9 @@ def _record(item, step, client, template, raw, error, parsed, **extra) -> dict:
 
 
 def _ask(client: LLMClient, template: PromptTemplate, items, variables, step: str,
-         max_new_tokens: int, parser, records: list[dict], prefix: str = "",
-         note=lambda item: {}) -> dict:
+         call: CallSpec, parser, records: list[dict], note=lambda item: {}) -> dict:
     """One batched call; returns item id → parsed answer for the readable ones."""
-    answers = client.chat_many([template.render(**variables(i)) for i in items],
-                               prefix=prefix, max_new_tokens=max_new_tokens)
+    answers = client.chat_many([template.render(**variables(i)) for i in items], call)
     out = {}
     for item, comp in zip(items, answers):
         parsed = parser(comp.text) if comp.ok else None
@@ -160,12 +155,12 @@ def plan(items, clients: AgentClients, prompts: AgentPrompts, s: AgentSettings,
          records: list[dict]) -> dict[str, str]:
     """Planner: long-term plan, then short-term objectives; item id → objectives."""
     plans = _ask(clients.planner, prompts.long_plan, items,
-                 lambda i: {"self_report": self_report(i)}, "long_plan", s.plan_tokens,
+                 lambda i: {"self_report": self_report(i)}, "long_plan", s.calls.long_plan,
                  parse_plan, records)
     planned = [i for i in items if i.id in plans]
     return _ask(clients.planner, prompts.short_plan, planned,
                 lambda i: {"plan": plans[i.id], "history": _dialogue(i, s)}, "short_plan",
-                s.objective_tokens, parse_plan, records)
+                s.calls.short_plan, parse_plan, records)
 
 
 def rank(items, objectives, clients, prompts, s, records) -> dict[str, Choice]:
@@ -177,9 +172,8 @@ def rank(items, objectives, clients, prompts, s, records) -> dict[str, Choice]:
         return {"history": _dialogue(i, s), "objectives": objectives[i.id],
                 "response_1": first, "response_2": second}
 
-    shown = _ask(clients.ranker, prompts.rank, items, variables, "rank", s.rank_tokens,
-                 parse_choice, records, prefix=s.judge_prefix,
-                 note=lambda i: {"order": orders[i.id]})
+    shown = _ask(clients.ranker, prompts.rank, items, variables, "rank", s.calls.rank,
+                 parse_choice, records, note=lambda i: {"order": orders[i.id]})
     return {iid: to_candidate_frame(c, orders[iid]) for iid, c in shown.items()}
 
 
@@ -194,13 +188,13 @@ def _draft_variables(objectives, s):
 def need_better(items, objectives, clients, prompts, s, records) -> dict[str, str]:
     """Rethinker, first step: item id → "yes" (a better reply is needed) or "no"."""
     return _ask(clients.rethinker, prompts.need, items, _draft_variables(objectives, s),
-                "need", s.need_tokens, parse_yes_no, records, prefix=s.judge_prefix)
+                "need", s.calls.need, parse_yes_no, records)
 
 
 def rethink(items, objectives, clients, prompts, s, records) -> dict[str, str]:
     """Rethinker, second step: item id → a better doctor reply c3 (items that need one)."""
     return _ask(clients.rethinker, prompts.rethink, items, _draft_variables(objectives, s),
-                "rethink", s.rethink_tokens, parse_reply, records, prefix="Doctor:")
+                "rethink", s.calls.rethink, parse_reply, records)
 
 
 def agent_rank(items: Sequence[UnlabeledItem], clients: AgentClients, prompts: AgentPrompts,
@@ -228,7 +222,7 @@ def _rerank(ties, clients, prompts, s, records) -> dict[str, Decision]:
     if not (s.rerank and ties):
         return {}
     judged = judge_items(ties, clients.judge, prompts.judge, s.history_max_turns, STRATEGY,
-                         reading=s.judge_reading, seed=s.seed, prefix=s.judge_prefix,
+                         reading=s.judge_reading, seed=s.seed, call=s.calls.judge,
                          step="rerank")[s.judge_reading]
     records += judged.records
     return {d.item_id: d for d in judged.decisions}

@@ -10,10 +10,12 @@ pairs kept; the follow-up sets t1 = t2 = 0.5.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, field_validator
 
+from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.scoring.formulas import DepSettings
 from medpref.stagekit import GuardParams
@@ -64,6 +66,10 @@ class JudgeConfig(StrictModel):
     max_new_tokens: int = Field(24, ge=1, le=1024)
     answer_prefix: str = "Answer:"
 
+    @property
+    def call(self) -> CallSpec:
+        return CallSpec(self.role, self.prompt, self.max_new_tokens, self.answer_prefix)
+
 
 class AgentConfig(StrictModel):
     """Multiple Agent Ranking: planner, ranker, rethinker (+ the judge's re-rank)."""
@@ -82,6 +88,19 @@ class AgentConfig(StrictModel):
     need_tokens: int = Field(8, ge=1, le=1024)
     rethink_tokens: int = Field(96, ge=8, le=2048)
     rerank: bool = True  # re-rank c1 vs c2 with gpt4_rank on ties (off: Table 6 "Rethinker")
+
+
+@dataclass(frozen=True)
+class AgentCalls:
+    """The agent strategy's calls, one per step; the Ranker and the Rethinker's Yes/No
+    answer after the judge's prefix, the Rethinker's reply after "Doctor:"."""
+
+    long_plan: CallSpec
+    short_plan: CallSpec
+    rank: CallSpec
+    need: CallSpec
+    rethink: CallSpec
+    judge: CallSpec  # the re-rank of a tie (gpt4_rank's call)
 
 
 class GridConfig(StrictModel):
@@ -136,6 +155,17 @@ class AnnotationParams(StrictModel):
         if len(set(v)) != len(v):
             raise ValueError(f"a strategy is listed twice: {v}")
         return v
+
+    @property
+    def agent_calls(self) -> AgentCalls:
+        a, answer = self.agent, self.judge.answer_prefix
+        return AgentCalls(
+            long_plan=CallSpec(a.planner_role, a.long_plan_prompt, a.plan_tokens),
+            short_plan=CallSpec(a.planner_role, a.short_plan_prompt, a.objective_tokens),
+            rank=CallSpec(a.ranker_role, a.rank_prompt, a.rank_tokens, answer),
+            need=CallSpec(a.rethinker_role, a.need_prompt, a.need_tokens, answer),
+            rethink=CallSpec(a.rethinker_role, a.rethink_prompt, a.rethink_tokens, "Doctor:"),
+            judge=self.judge.call)
 
     def pairs_file(self, strategy: str) -> str:
         """Where stage 04 writes a strategy's pairs (and its DPO run reads them)."""

@@ -27,6 +27,7 @@ from medpref.annotation.pairs import Decision, decision_for, pair_from_winner
 from medpref.contracts import PreferencePair, UnlabeledItem
 from medpref.llm.client import LLMClient
 from medpref.llm.pairwise import ORDERS, Order, combine_orders, judge_pairs, shown
+from medpref.llm.types import CallSpec
 from medpref.prompts import PromptTemplate, format_dialogue
 
 Choice = Literal["1", "2", "equal"]
@@ -102,13 +103,13 @@ class JudgedItems:
 
 def ask_judge(items: Sequence[UnlabeledItem], client: LLMClient, template: PromptTemplate,
               history_max_turns: int, strategy: str, orders: dict[str, list[Order]],
-              prefix: str = "", step: str = "judge"):
+              call: CallSpec, step: str = "judge"):
     """Ask the judge every (item, order) listed (one batch); → the choices in the item's
     frame by (item id, order), and one record per raw answer."""
     jobs = [(item, order) for item in items for order in orders[item.id]]
     answers = judge_pairs(client, jobs, lambda i, o: judge_messages(template, i, o,
                                                                     history_max_turns),
-                          parse_choice, prefix=prefix)
+                          parse_choice, call)
     frame = {(a.key.id, a.order): a.verdict for a in answers}
     records = [{"strategy": strategy, "step": step, "item_id": a.key.id, "order": a.order,
                 "raw": a.completion.text, "error": a.completion.error,
@@ -136,7 +137,7 @@ def decide(items: Sequence[UnlabeledItem], frame: dict, reading: Reading, seed: 
 
 def judge_items(items: Sequence[UnlabeledItem], client: LLMClient, template: PromptTemplate,
                 history_max_turns: int, strategy: str, *, reading: Reading, seed: int,
-                also: Sequence[Reading] = (), prefix: str = "",
+                call: CallSpec, also: Sequence[Reading] = (),
                 step: str = "judge") -> dict[str, JudgedItems]:
     """Judge every item under ``reading`` (and the readings in ``also``) from one batch of
     answers: the orders any of them needs are asked once each."""
@@ -144,17 +145,17 @@ def judge_items(items: Sequence[UnlabeledItem], client: LLMClient, template: Pro
     orders = {i.id: (list(ORDERS) if "both" in readings else [shown_order(i.id, seed)])
               for i in items}
     frame, records = ask_judge(items, client, template, history_max_turns, strategy,
-                               orders, prefix, step)
+                               orders, call, step)
     return {r: JudgedItems(decide(items, frame, r, seed, strategy),
                            records if r == reading else []) for r in readings}
 
 
 def judge_both_orders(items: Sequence[UnlabeledItem], client: LLMClient,
                       template: PromptTemplate, history_max_turns: int, strategy: str,
-                      prefix: str = "", step: str = "judge") -> JudgedItems:
+                      call: CallSpec, step: str = "judge") -> JudgedItems:
     """Judge every item in both orders (one batch) and combine the two answers."""
     return judge_items(items, client, template, history_max_turns, strategy, reading="both",
-                       seed=0, prefix=prefix, step=step)["both"]
+                       seed=0, call=call, step=step)["both"]
 
 
 def gpt4_rank_pairs(items: Sequence[UnlabeledItem],

@@ -68,12 +68,12 @@ def run_gpt4_rank(stage: Stage, items: Sequence[UnlabeledItem]) -> list[Strategy
     """gpt4_rank in ``judge.orders``'s reading (pairs written), and with ``report_both``
     the other reading from the same batch of answers (shown, not written)."""
     p: AnnotationParams = stage.p
-    template = load_prompt(p.judge.prompt)
-    client = stage.role(p.judge.role, max_new_tokens=p.judge.max_new_tokens)
+    call = p.judge.call
+    template = load_prompt(call.prompt)
+    client = stage.role(call.role)
     other = [r for r in READINGS if r != p.judge.orders] if p.judge.report_both else []
     judged = judge_items(items, client, template, p.history_max_turns, "gpt4_rank",
-                         reading=p.judge.orders, seed=stage.seed, also=other,
-                         prefix=p.judge.answer_prefix)
+                         reading=p.judge.orders, seed=stage.seed, call=call, also=other)
     out = [StrategyResult("gpt4_rank", judged[p.judge.orders].decisions,
                           gpt4_rank_pairs(items, judged[p.judge.orders].decisions),
                           judged[p.judge.orders].records, {template.name: template.sha})]
@@ -121,20 +121,15 @@ def run_cai(items: Sequence[UnlabeledItem], scored: ScoredStates, flowchart: Flo
 # -- agent ----------------------------------------------------------------------------------
 def run_agent(stage: Stage, items: Sequence[UnlabeledItem]) -> StrategyResult:
     p: AnnotationParams = stage.p
-    a = p.agent
-    prompts = agent_mod.AgentPrompts(
-        long_plan=load_prompt(a.long_plan_prompt), short_plan=load_prompt(a.short_plan_prompt),
-        rank=load_prompt(a.rank_prompt), need=load_prompt(a.need_prompt),
-        rethink=load_prompt(a.rethink_prompt), judge=load_prompt(p.judge.prompt))
+    calls = p.agent_calls
+    prompts = agent_mod.AgentPrompts(**{step: load_prompt(call.prompt)
+                                        for step, call in vars(calls).items()})
     clients = agent_mod.AgentClients(
-        planner=stage.role(a.planner_role), ranker=stage.role(a.ranker_role),
-        rethinker=stage.role(a.rethinker_role),
-        judge=stage.role(p.judge.role, max_new_tokens=p.judge.max_new_tokens))
+        planner=stage.role(calls.long_plan.role), ranker=stage.role(calls.rank.role),
+        rethinker=stage.role(calls.need.role), judge=stage.role(calls.judge.role))
     settings = agent_mod.AgentSettings(
-        history_max_turns=p.history_max_turns, plan_tokens=a.plan_tokens,
-        objective_tokens=a.objective_tokens, rank_tokens=a.rank_tokens,
-        need_tokens=a.need_tokens, rethink_tokens=a.rethink_tokens, rerank=a.rerank,
-        judge_prefix=p.judge.answer_prefix, judge_reading=p.judge.orders, seed=stage.seed)
+        history_max_turns=p.history_max_turns, calls=calls, rerank=p.agent.rerank,
+        judge_reading=p.judge.orders, seed=stage.seed)
     result = agent_mod.agent_rank(items, clients, prompts, settings)
     return StrategyResult("agent", result.decisions, result.pairs, result.records,
                           prompts.shas())

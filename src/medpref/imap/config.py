@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
 
@@ -75,6 +76,24 @@ class ImapParams(StrictModel):
     metrics_lang: Literal["auto", "item", "zh", "en"] = "auto"
 
     guard: GuardParams = Field(default_factory=GuardParams)
+
+    @property
+    def question_call(self) -> CallSpec:
+        """A question's imap, written after "Query-"."""
+        return CallSpec(self.role, self.question_prompt, self.max_new_tokens_question,
+                        "Query-")
+
+    @property
+    def answer_call(self) -> CallSpec:
+        """An answer's imap, written after "Inform-" (and, with ``force_query_term``,
+        after the question's first Query term: "Inform-<term>-")."""
+        return CallSpec(self.role, self.answer_prompt, self.max_new_tokens_answer, "Inform-")
+
+    @property
+    def relation_call(self) -> CallSpec:
+        """A value pair's relation, one word (generate mode; options mode reads the next
+        token after ``relations.OPTION_PREFIX`` instead)."""
+        return CallSpec(self.role, self.relation_prompt, self.max_new_tokens_relation)
 
     @model_validator(mode="after")
     def _sabs_need_umls(self) -> ImapParams:

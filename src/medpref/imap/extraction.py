@@ -40,11 +40,9 @@ from medpref.imap.structure import (
     query_terms,
 )
 from medpref.llm.client import LLMClient
-from medpref.llm.types import ChatRequest
+from medpref.llm.types import CallSpec
 from medpref.metrics import text as tm
 from medpref.prompts import load_prompt
-
-QUESTION_PREFIX = "Query-"
 
 
 def resolve_mode(mode: str, client: LLMClient) -> str:
@@ -85,7 +83,7 @@ class Extraction:
                 "error": self.error, **self.parsed.to_record()}
 
 
-Job = tuple[str, list, str, list[str]]  # (kind, messages, prefix, item ids)
+Job = tuple[str, list, CallSpec, list[str]]  # (kind, messages, call, item ids)
 
 
 def _pair_key(pair: ImapPair) -> tuple[str, str, str]:
@@ -120,20 +118,19 @@ def _parse(comp, prefix: str, allowed: Sequence[str]) -> ParsedImap:
 
 
 def _extract(client: LLMClient, jobs: dict[str, Job], allowed: Sequence[str],
-             max_new_tokens: int, prompt_sha: str, ep: ExtractionParams,
-             seed: int) -> dict[str, Extraction]:
-    """Answer every job in one batch (prefixes may differ) and parse each completion;
-    sampled mode asks ``samples`` times per job and keeps the consensus."""
+             prompt_sha: str, ep: ExtractionParams, seed: int) -> dict[str, Extraction]:
+    """Answer every job in one batch (answer prefixes may differ) and parse each
+    completion; sampled mode asks ``samples`` times per job and keeps the consensus."""
     keys = list(jobs)
     sampled = resolve_mode(ep.mode, client) == "sampled"
-    gens = ([client.params(max_new_tokens=max_new_tokens, temperature=ep.temperature,
-                           top_p=ep.top_p, seed=seed + k) for k in range(ep.samples)]
-            if sampled else [client.params(max_new_tokens=max_new_tokens, temperature=0.0)])
-    reqs = [ChatRequest.of(jobs[k][1], g, prefix=jobs[k][2]) for g in gens for k in keys]
+    gens = ([{"temperature": ep.temperature, "top_p": ep.top_p, "seed": seed + k}
+             for k in range(ep.samples)] if sampled else [{"temperature": 0.0}])
+    reqs = [client.request(jobs[k][1], jobs[k][2], **g) for g in gens for k in keys]
     comps = client.complete(reqs)
     out: dict[str, Extraction] = {}
     for j, k in enumerate(keys):
-        kind, _, prefix, item_ids = jobs[k]
+        kind, _, call, item_ids = jobs[k]
+        prefix = call.answer_prefix
         mine = [comps[s * len(keys) + j] for s in range(len(gens))]
         parses = [_parse(c, prefix, allowed) for c in mine]
         parsed = consensus(parses, ep.min_agree) if sampled else parses[0]
@@ -147,16 +144,16 @@ def _extract(client: LLMClient, jobs: dict[str, Job], allowed: Sequence[str],
 def extract_question_imaps(p: ImapParams, client: LLMClient, items: Sequence[ScoredQA],
                            seed: int = 0) -> dict[str, Extraction]:
     """Query + Constraint of every distinct question, keyed by :func:`text_key`."""
-    template = load_prompt(p.question_prompt)
+    call = p.question_call
+    template = load_prompt(call.prompt)
     jobs: dict[str, Job] = {}
     for item in items:
         key = text_key(item.question)
         if key not in jobs:
             msgs = template.render(question=clip_words(item.question, p.question_max_words))
-            jobs[key] = ("question", msgs, QUESTION_PREFIX, [])
+            jobs[key] = ("question", msgs, call, [])
         jobs[key][3].append(item.id)
-    return _extract(client, jobs, QUESTION_COMPONENTS, p.max_new_tokens_question,
-                    template.sha, p.extraction, seed)
+    return _extract(client, jobs, QUESTION_COMPONENTS, template.sha, p.extraction, seed)
 
 
 def question_imap(extraction: Extraction | None, fallback_term: str) -> list[ImapPair]:
@@ -171,12 +168,13 @@ def extract_answer_imaps(p: ImapParams, client: LLMClient, items: Sequence[Score
                          questions: dict[str, Extraction], seed: int = 0
                          ) -> dict[str, Extraction]:
     """Inform pairs of every distinct reference (``ref:<key>``) and response (``res:<id>``)."""
-    template = load_prompt(p.answer_prompt)
+    call = p.answer_call
+    template = load_prompt(call.prompt)
     jobs: dict[str, Job] = {}
     for item in items:
         q_pairs = question_imap(questions.get(text_key(item.question)), p.fallback_query_term)
-        prefix = (f"Inform-{query_terms(q_pairs)[0]}-" if p.extraction.force_query_term
-                  else "Inform-")
+        item_call = (call.but(answer_prefix=f"{call.answer_prefix}{query_terms(q_pairs)[0]}-")
+                     if p.extraction.force_query_term else call)
         question = clip_words(item.question, p.question_max_words)
         for kind, key, answer in (("reference", "ref:" + text_key(item.question, item.reference),
                                    item.reference),
@@ -184,10 +182,9 @@ def extract_answer_imaps(p: ImapParams, client: LLMClient, items: Sequence[Score
             if key not in jobs:
                 msgs = template.render(question=question, question_imap=format_imap(q_pairs),
                                        answer=clip_words(answer, p.answer_max_words))
-                jobs[key] = (kind, msgs, prefix, [])
+                jobs[key] = (kind, msgs, item_call, [])
             jobs[key][3].append(item.id)
-    return _extract(client, jobs, ANSWER_COMPONENTS, p.max_new_tokens_answer, template.sha,
-                    p.extraction, seed)
+    return _extract(client, jobs, ANSWER_COMPONENTS, template.sha, p.extraction, seed)
 
 
 def parse_summary(extractions: Iterable[Extraction]) -> pd.DataFrame:

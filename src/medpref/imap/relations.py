@@ -131,7 +131,8 @@ def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps]
     kept when it repeats ``min_agree`` times (the paper's rule for relations too)."""
     if not p.judge_relations:
         return None
-    template = load_prompt(p.relation_prompt)
+    call = p.relation_call
+    template = load_prompt(call.prompt)
     jobs = [k for k in relation_pairs(imaps) if not same_text(k[2], k[3])]
     msgs = [template.render(term=t, label_value=lv, response_value=rv) for _, t, lv, rv in jobs]
     if p.relation_mode == "options":
@@ -142,7 +143,7 @@ def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps]
                 for k, s in zip(jobs, scored)}
     if resolve_mode(p.extraction.mode, client) == "sampled":
         return _sampled_relations(p, client, jobs, msgs, seed)
-    comps = client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation, temperature=0.0)
+    comps = client.chat_many(msgs, call, temperature=0.0)
     out = {}
     for key, comp in zip(jobs, comps):
         rel, reason = _parse_comp(comp)
@@ -157,8 +158,8 @@ def _parse_comp(comp) -> tuple[Relation | None, str | None]:
 def _sampled_relations(p: ImapParams, client: LLMClient, jobs: list[PairKey], msgs: list,
                        seed: int) -> dict[PairKey, RelationJudgement]:
     ep = p.extraction
-    samples = [client.chat_many(msgs, max_new_tokens=p.max_new_tokens_relation,
-                                temperature=ep.temperature, top_p=ep.top_p, seed=seed + k)
+    samples = [client.chat_many(msgs, p.relation_call, temperature=ep.temperature,
+                                top_p=ep.top_p, seed=seed + k)
                for k in range(ep.samples)]
     out = {}
     for j, key in enumerate(jobs):

@@ -3,8 +3,15 @@
 from medpref.llm.client import LLMClient
 from medpref.llm.errors import BackendConfigError, BudgetExceededError, CacheMissError
 from medpref.llm.session import LLMSession, register_backend
-from medpref.llm.types import ChatRequest, Completion, GenerationParams, Message, OptionScores
+from medpref.llm.types import (
+    CallSpec,
+    ChatRequest,
+    Completion,
+    GenerationParams,
+    Message,
+    OptionScores,
+)
 
-__all__ = ["BackendConfigError", "BudgetExceededError", "CacheMissError", "ChatRequest",
-           "Completion", "GenerationParams", "LLMClient", "LLMSession", "Message",
-           "OptionScores", "register_backend"]
+__all__ = ["BackendConfigError", "BudgetExceededError", "CacheMissError", "CallSpec",
+           "ChatRequest", "Completion", "GenerationParams", "LLMClient", "LLMSession",
+           "Message", "OptionScores", "register_backend"]

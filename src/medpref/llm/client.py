@@ -24,6 +24,7 @@ from medpref.llm.errors import AuthenticationError
 from medpref.llm.ledger import Ledger, Price
 from medpref.llm.progress import BatchProgress
 from medpref.llm.types import (
+    CallSpec,
     ChatRequest,
     Completion,
     GenerationParams,
@@ -64,8 +65,16 @@ class LLMClient:
         return f"{ident['backend']}:{ident['model']}" + (
             f"+{ident['adapter']}" if "adapter" in ident else "")
 
-    def params(self, **overrides: Any) -> GenerationParams:
-        return self.defaults.with_overrides(**overrides)
+    def params(self, call: CallSpec, **overrides: Any) -> GenerationParams:
+        """The role's decoding with ``call``'s token budget and the call's overrides
+        (temperature, seed, stop, ...; the budget comes from ``call`` only)."""
+        return self.defaults.with_overrides(max_new_tokens=call.max_new_tokens, **overrides)
+
+    def request(self, messages: list[Message], call: CallSpec, tools: list[dict] | None = None,
+                **overrides: Any) -> ChatRequest:
+        """One conversation as ``call`` asks it (budget and answer prefix from ``call``)."""
+        return ChatRequest.of(list(messages), self.params(call, **overrides), tools,
+                              call.answer_prefix)
 
     # -- chat ---------------------------------------------------------------------------
     def _chat_request_record(self, req: ChatRequest) -> dict[str, Any]:
@@ -77,20 +86,18 @@ class LLMClient:
             rec["prefix"] = req.prefix
         return rec
 
-    def chat(self, messages: list[Message], tools: list[dict] | None = None,
-             prefix: str = "", **overrides: Any) -> Completion:
-        return self.chat_many([messages], tools=tools, prefix=prefix, **overrides)[0]
+    def chat(self, messages: list[Message], call: CallSpec, tools: list[dict] | None = None,
+             **overrides: Any) -> Completion:
+        return self.chat_many([messages], call, tools=tools, **overrides)[0]
 
-    def chat_many(self, conversations: Sequence[list[Message]],
-                  tools: list[dict] | None = None, prefix: str = "",
-                  **overrides: Any) -> list[Completion]:
-        """Answer many conversations with the same settings; misses go out in one batch.
+    def chat_many(self, conversations: Sequence[list[Message]], call: CallSpec,
+                  tools: list[dict] | None = None, **overrides: Any) -> list[Completion]:
+        """Answer many conversations as ``call`` asks them; misses go out in one batch.
 
-        ``prefix`` starts every answer (e.g. ``"Doctor:"``); it is not part of the text.
+        ``call.answer_prefix`` starts every answer (e.g. ``"Doctor:"``); it is not part of
+        the text.
         """
-        params = self.params(**overrides)
-        requests = [ChatRequest.of(list(m), params, tools, prefix) for m in conversations]
-        return self.complete(requests)
+        return self.complete([self.request(m, call, tools, **overrides) for m in conversations])
 
     def _without_loop_controls(self, requests: Sequence[ChatRequest]) -> list[ChatRequest]:
         """The requests as a backend without loop controls runs them (see

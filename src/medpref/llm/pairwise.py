@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from medpref.llm.client import LLMClient
-from medpref.llm.types import Completion
+from medpref.llm.types import CallSpec, Completion
 
 Order = Literal["ab", "ba"]
 ORDERS: tuple[Order, Order] = ("ab", "ba")
@@ -98,12 +98,12 @@ def read_verdict(comp: Completion, parse: Callable[[str], str | None]
 
 def judge_pairs(client: LLMClient, jobs: Sequence[tuple[Any, Order]],
                 messages: Callable[[Any, Order], list[dict[str, str]]],
-                parse: Callable[[str], str | None], prefix: str = "",
+                parse: Callable[[str], str | None], call: CallSpec,
                 **overrides: Any) -> list[PairwiseAnswer]:
-    """Ask the judge every (key, order) job in one batch; one answer per job, in order.
-    ``messages(key, order)`` renders a job's prompt; ``overrides`` go to the client."""
-    completions = client.chat_many([messages(k, o) for k, o in jobs], prefix=prefix,
-                                   **overrides)
+    """Ask the judge every (key, order) job in one batch, as ``call`` says; one answer
+    per job, in order. ``messages(key, order)`` renders a job's prompt; ``overrides``
+    go to the client."""
+    completions = client.chat_many([messages(k, o) for k, o in jobs], call, **overrides)
     out = []
     for (key, order), comp in zip(jobs, completions):
         verdict, reason = read_verdict(comp, parse)

@@ -131,7 +131,12 @@ class LLMSession:
         return self._backends[key]
 
     def role(self, name: str, **overrides: Any) -> LLMClient:
-        """The client for a role; ``overrides`` change its config for this stage only."""
+        """The client for a role; ``overrides`` change its config for this stage only (a
+        call's token budget and answer prefix are no role settings: see ``CallSpec``)."""
+        unknown = sorted(set(overrides) - set(RoleConfig.model_fields))
+        if unknown:
+            raise BackendConfigError(f"role '{name}': {unknown} are not role settings "
+                                     f"(known: {sorted(RoleConfig.model_fields)})")
         key = name + json.dumps(overrides, sort_keys=True)
         if key not in self._clients:
             cfg = self.role_config(name).model_copy(update=overrides)

@@ -52,6 +52,32 @@ class GenerationParams:
 
 
 @dataclass(frozen=True)
+class CallSpec:
+    """One kind of model call, as its stage's params declare it: the role that answers,
+    the prompt it is asked (a name under ``configs/prompts``; "" where the call site picks
+    among several its params name), the token budget of the answer and the start of the
+    answer (``answer_prefix``, "" for none; see :class:`ChatRequest`).
+
+    Stage configs build these from their own keys (``params.yaml`` keeps its keys) and
+    every call site passes one to the client, which takes the budget and the prefix from
+    it and from nowhere else. Per-call decoding (temperature, seed, stop) stays an
+    override of the call."""
+
+    role: str
+    prompt: str
+    max_new_tokens: int
+    answer_prefix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"a call's max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    def but(self, **changes: Any) -> CallSpec:
+        """This call with some fields changed (e.g. an answer prefix made per item)."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     """A conversation to answer. ``prefix`` starts the assistant's answer (local models
     continue it; remote ones are asked plainly and an echoed prefix is removed); the

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
 
@@ -76,6 +77,21 @@ class MedQAParams(StrictModel):
     bt_prior_ties: float = Field(0.5, ge=0.0, le=100.0)
     stored_verdicts: str | None = None
     guard: GuardParams = Field(default_factory=GuardParams)
+
+    def distill_call(self, role: str, native: bool) -> CallSpec:
+        """A distilling role's search_engine call (``native``: as a tool call)."""
+        return CallSpec(role, self.distill_tools_prompt if native else self.distill_prompt,
+                        self.distill_max_new_tokens, self.distill_prefix)
+
+    def read_call(self, m: ModelConfig) -> CallSpec:
+        """A configuration's answer: from its evidence, or closed-book."""
+        return CallSpec(m.role, self.closed_book_prompt if m.retrieval == "none"
+                        else self.read_prompt, self.read_max_new_tokens)
+
+    @property
+    def judge_call(self) -> CallSpec:
+        return CallSpec(self.judge_role, self.judge_prompt, self.judge_max_new_tokens,
+                        "Verdict:")
 
     @field_validator("hr_ks")
     @classmethod

@@ -15,7 +15,7 @@ from typing import Literal
 
 from medpref.contracts import MedicineQAItem
 from medpref.llm.client import LLMClient
-from medpref.llm.types import Completion
+from medpref.llm.types import CallSpec, Completion
 from medpref.medqa.config import MedQAParams
 from medpref.medqa.retrieval import history_query, last_question_query
 from medpref.medqa.toolcall import (
@@ -103,14 +103,14 @@ def distilled_query(item: MedicineQAItem, completion: Completion, client: LLMCli
 
 
 def distill(items: Sequence[MedicineQAItem], client: LLMClient, template: PromptTemplate,
-            tool_mode: ToolMode, *, prefix: str = "", fallback: str = "last_question",
-            max_turns: int = 8, max_new_tokens: int = 32) -> list[DistilledQuery]:
+            tool_mode: ToolMode, call: CallSpec, *, fallback: str = "last_question",
+            max_turns: int = 8) -> list[DistilledQuery]:
     """One batched call per question; every answer parsed, malformed ones replaced."""
     messages = [distill_messages(template, it, max_turns) for it in items]
     tools = [SEARCH_ENGINE_TOOL] if tool_mode == "native" else None
-    completions = client.chat_many(messages, tools=tools, prefix=prefix,
-                                   max_new_tokens=max_new_tokens)
+    completions = client.chat_many(messages, call, tools=tools)
     examples = example_queries(template.system + "\n" + template.user)
+    prefix = call.answer_prefix
     return [distilled_query(it, comp, client, tool_mode, prefix, fallback, max_turns, examples)
             for it, comp in zip(items, completions)]
 
@@ -131,8 +131,7 @@ def run_distill(p: MedQAParams, clients: Mapping[str, LLMClient],
     for role in distilling_roles(p):
         client = clients[role]
         mode = resolve_tool_mode(p.tool_mode, client)
-        template = load_prompt(p.distill_tools_prompt if mode == "native" else p.distill_prompt)
-        out[role] = distill(items, client, template, mode, prefix=p.distill_prefix,
-                            fallback=p.distill_fallback, max_turns=p.history_max_turns,
-                            max_new_tokens=p.distill_max_new_tokens)
+        call = p.distill_call(role, native=mode == "native")
+        out[role] = distill(items, client, load_prompt(call.prompt), mode, call,
+                            fallback=p.distill_fallback, max_turns=p.history_max_turns)
     return out

@@ -28,12 +28,12 @@ from medpref.llm.pairwise import (
     shown,
     to_candidate_frame,
 )
+from medpref.llm.types import CallSpec
 from medpref.medqa.config import MedQAParams
 from medpref.medqa.read import Answer
 from medpref.prompts import PromptTemplate, format_dialogue, load_prompt
 
 #: The judge's answer starts after this prefix (local models continue it).
-VERDICT_PREFIX = "Verdict:"
 
 Verdict = Literal["1", "2", "tie"]
 _VERDICT = re.compile(r"^[\s\"'*(\[]*(?:answer\s*)?(?P<v>1|2|tie)(?![\w])", re.IGNORECASE)
@@ -102,16 +102,14 @@ class JudgedBattles:
 
 def judge_battles(slots: Sequence[BattleSlot], items: Mapping[str, MedicineQAItem],
                   answers: Mapping[tuple[str, str], str], judge: LLMClient,
-                  template: PromptTemplate, max_turns: int, max_new_tokens: int
-                  ) -> JudgedBattles:
+                  template: PromptTemplate, max_turns: int, call: CallSpec) -> JudgedBattles:
     """One batched judge call per slot; ``answers`` maps (config, item id) → text."""
     def messages(slot: BattleSlot, _order: Order) -> list[dict[str, str]]:
         first, second = slot.shown
         return judge_messages(template, items[slot.item_id], answers[(first, slot.item_id)],
                               answers[(second, slot.item_id)], max_turns)
 
-    judged = judge_pairs(judge, [(s, s.order) for s in slots], messages, parse_verdict,
-                         prefix=VERDICT_PREFIX, max_new_tokens=max_new_tokens)
+    judged = judge_pairs(judge, [(s, s.order) for s in slots], messages, parse_verdict, call)
     out = JudgedBattles([], [], [])
     for a in judged:
         slot, comp = a.key, a.completion
@@ -158,9 +156,9 @@ def run_battles(p: MedQAParams, judge: LLMClient, subset: Sequence[MedicineQAIte
              if (s.model_a, s.item_id) in texts and (s.model_b, s.item_id) in texts]
     skipped = [{"id": s.id, "reason": "an answer of this pair failed"} for s in slots
                if s not in ready]
+    call = p.judge_call
     judged = judge_battles(ready, {it.id: it for it in subset}, texts, judge,
-                           load_prompt(p.judge_prompt), p.history_max_turns,
-                           p.judge_max_new_tokens)
+                           load_prompt(call.prompt), p.history_max_turns, call)
     return BattleRun(slots, judged, skipped)
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 from medpref.contracts import MedicineQAItem
 from medpref.llm.client import LLMClient
+from medpref.llm.types import CallSpec
 from medpref.medqa.config import MedQAParams, ModelConfig
 from medpref.medqa.database import MedicineTree, attribute_label
 from medpref.medqa.retrieval import RetrievalResult
@@ -63,11 +64,12 @@ EvidenceLookup = Callable[[ModelConfig, str], Sequence[int]]
 
 def read_answers(configs: Sequence[ModelConfig], items: Sequence[MedicineQAItem],
                  clients: Mapping[str, LLMClient], tree: MedicineTree,
-                 evidence_of: EvidenceLookup, templates: Mapping[str, PromptTemplate],
-                 max_turns: int, max_new_tokens: int) -> list[Answer]:
+                 evidence_of: EvidenceLookup, calls: Mapping[str, CallSpec],
+                 templates: Mapping[str, PromptTemplate], max_turns: int) -> list[Answer]:
     """Answers of every configuration to every item (one batch per role).
 
-    ``templates`` has ``"read"`` and ``"closed_book"``; ``clients`` maps role → client.
+    ``calls`` maps a configuration's name to its call, ``templates`` a prompt name to
+    its template and ``clients`` a role to its client.
     """
     jobs: dict[str, list[tuple[ModelConfig, MedicineQAItem, list[int]]]] = defaultdict(list)
     for cfg in configs:
@@ -77,11 +79,11 @@ def read_answers(configs: Sequence[ModelConfig], items: Sequence[MedicineQAItem]
     answers: list[Answer] = []
     for role, role_jobs in jobs.items():
         client = clients[role]
-        messages = [read_messages(templates["closed_book" if cfg.retrieval == "none" else "read"],
-                                  item, max_turns,
-                                  None if cfg.retrieval == "none" else format_evidence(tree, keys))
-                    for cfg, item, keys in role_jobs]
-        completions = client.chat_many(messages, max_new_tokens=max_new_tokens)
+        requests = [client.request(read_messages(
+            templates[calls[cfg.name].prompt], item, max_turns,
+            None if cfg.retrieval == "none" else format_evidence(tree, keys)), calls[cfg.name])
+            for cfg, item, keys in role_jobs]
+        completions = client.complete(requests)
         for (cfg, item, keys), comp in zip(role_jobs, completions):
             answers.append(Answer(item.id, cfg.name, role, client.model_id, cfg.retrieval,
                                   [list(tree.items[i].key) for i in keys], comp.text,
@@ -104,7 +106,7 @@ def run_read(p: MedQAParams, clients: Mapping[str, LLMClient], tree: MedicineTre
     def evidence_of(cfg: ModelConfig, item_id: str) -> Sequence[int]:
         return by_source[source_of(cfg)][item_id].top_items[:p.read_top_k]
 
-    templates = {"read": load_prompt(p.read_prompt),
-                 "closed_book": load_prompt(p.closed_book_prompt)}
-    return read_answers(p.models, subset, clients, tree, evidence_of, templates,
-                        p.history_max_turns, p.read_max_new_tokens)
+    calls = {m.name: p.read_call(m) for m in p.models}
+    templates = {c.prompt: load_prompt(c.prompt) for c in calls.values()}
+    return read_answers(p.models, subset, clients, tree, evidence_of, calls, templates,
+                        p.history_max_turns)

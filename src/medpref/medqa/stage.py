@@ -146,7 +146,7 @@ def run(stage) -> MedQAOutputs:
     p: MedQAParams = stage.p
     with stage.step("load"):
         tree, items = load_inputs(p)
-    roles = list(dict.fromkeys([m.role for m in p.models] + [p.judge_role]))
+    roles = list(dict.fromkeys([m.role for m in p.models] + [p.judge_call.role]))
     clients = {r: stage.role(r) for r in roles}
     with stage.step("distill"):
         distilled = run_distill(p, clients, items)
@@ -155,7 +155,7 @@ def run(stage) -> MedQAOutputs:
     with stage.step("read"):
         answers = run_read(p, clients, tree, subset, results)
     with stage.step("judge"):
-        battles = run_battles(p, clients[p.judge_role], subset, answers)
+        battles = run_battles(p, clients[p.judge_call.role], subset, answers)
     stage.check_yield(sum(a.error is None for a in answers), len(answers), what="answers")
     ratings = _rate(stage, p, battles)
     model_ids = {r: c.model_id for r, c in clients.items()}

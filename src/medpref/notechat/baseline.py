@@ -15,11 +15,10 @@ from typing import Any
 
 from medpref.contracts import ClinicalNote, Turn
 from medpref.llm.client import LLMClient
+from medpref.llm.types import CallSpec
 from medpref.notechat.calls import CallLog, step_seed
 from medpref.notechat.turns import parse_dialogue
 from medpref.prompts import PromptTemplate
-
-PREFIX = "Doctor:"
 
 
 @dataclass
@@ -31,13 +30,13 @@ class BaselineResult:
 
 
 def single_prompt_dialogues(notes: list[ClinicalNote], client: LLMClient, name: str,
-                            template: PromptTemplate, max_new_tokens: int, max_words: int,
+                            template: PromptTemplate, call: CallSpec, max_words: int,
                             temperature: float, seed: int, log: CallLog,
                             max_copied: float = 1.0) -> list[BaselineResult]:
     """One batched call over all notes; each answer parsed into a dialogue."""
     messages = [template.render(note=n.note) for n in notes]
-    comps = log.chat_many(client, name, "single_prompt", messages, prefix=PREFIX,
-                          max_new_tokens=max_new_tokens, temperature=temperature,
+    comps = log.chat_many(client, name, "single_prompt", messages, call,
+                          temperature=temperature,
                           seed=step_seed(seed, name))
     results = []
     for note, comp in zip(notes, comps):

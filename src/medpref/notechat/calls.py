@@ -22,7 +22,7 @@ from typing import Any
 
 from medpref.llm.client import LLMClient
 from medpref.llm.ledger import Ledger, StepTally
-from medpref.llm.types import Completion, Message
+from medpref.llm.types import CallSpec, Completion, Message
 
 #: ``stage.step``: times a labelled step of the stage (no timing outside a stage)
 StepTimer = Callable[[str], AbstractContextManager]
@@ -53,12 +53,13 @@ class CallLog:
     _ledgers: dict[int, Ledger] = field(default_factory=dict, init=False, repr=False)
 
     def chat_many(self, client: LLMClient, method: str, step: str,
-                  conversations: Sequence[list[Message]], **kwargs: Any) -> list[Completion]:
+                  conversations: Sequence[list[Message]], call: CallSpec,
+                  **overrides: Any) -> list[Completion]:
         """``client.chat_many`` counted on its ledger and timed as a stage step."""
         if not conversations:
             return []
         with self.step(step_label(method, step)):
-            comps = client.chat_many(conversations, **kwargs)
+            comps = client.chat_many(conversations, call, **overrides)
         client.ledger.record_batch(method, step, comps)
         self._ledgers.setdefault(id(client.ledger), client.ledger)
         return comps

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from medpref.data.aci_bench import ACI_SPLITS
 from medpref.data.mts_dialog import MTS_SPLITS
+from medpref.llm.types import CallSpec
 from medpref.params import RoleConfig, StrictModel
 from medpref.stagekit import GuardParams
 
@@ -27,6 +28,10 @@ class QuickUMLSParams(StrictModel):
     min_match_length: int = Field(3, ge=1, le=20)
     #: TUIs to keep; None keeps every semantic type in the index.
     accepted_semtypes: list[str] | None = None
+
+
+#: how each speaker's line starts: the answer prefix of every call that writes one
+TURN_PREFIX = {"doctor": "Doctor:", "patient": "Patient:"}
 
 
 class NoteChatRoles(StrictModel):
@@ -140,6 +145,33 @@ class NoteChatParams(StrictModel):
     #: self-BLEU: hypotheses scored per corpus (seeded sample; None: every utterance)
     self_bleu_sample: int | None = Field(None, ge=2)
     guard: GuardParams = Field(default_factory=GuardParams)
+
+    @property
+    def planning_call(self) -> CallSpec:
+        """The planner's draft dialogue, from the doctor's first line."""
+        return CallSpec(self.roles.planner, self.prompts.planning, self.planner_max_new_tokens,
+                        TURN_PREFIX["doctor"])
+
+    @property
+    def turn_calls(self) -> dict[str, CallSpec]:
+        """Each role-play speaker's next turn."""
+        return {"doctor": CallSpec(self.roles.doctor, self.prompts.doctor,
+                                   self.doctor_max_new_tokens, TURN_PREFIX["doctor"]),
+                "patient": CallSpec(self.roles.patient, self.prompts.patient,
+                                    self.patient_max_new_tokens, TURN_PREFIX["patient"])}
+
+    @property
+    def polish_calls(self) -> dict[str, CallSpec]:
+        """A window's rewrite, from the line of the speaker its first turn has (doctor
+        first: a batch shares its answer prefix)."""
+        return {speaker: CallSpec(self.roles.polisher, self.prompts.polish,
+                                  self.polish_max_new_tokens, prefix)
+                for speaker, prefix in TURN_PREFIX.items()}
+
+    def baseline_call(self, b: BaselineSpec) -> CallSpec:
+        """A single-prompt baseline's whole dialogue, from the doctor's first line."""
+        return CallSpec(b.role, self.prompts.single_prompt, self.baseline_max_new_tokens,
+                        TURN_PREFIX["doctor"])
 
     @model_validator(mode="after")
     def _consistent(self) -> NoteChatParams:

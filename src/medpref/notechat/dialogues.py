@@ -49,7 +49,7 @@ def run_baselines(run: StageRun, clients: dict[str, LLMClient], p: NoteChatParam
     for b in p.baselines:
         with run.log.step(step_label(b.name)):
             run.baselines[b.name] = single_prompt_dialogues(
-                run.notes, clients[b.name], b.name, template, p.baseline_max_new_tokens,
+                run.notes, clients[b.name], b.name, template, p.baseline_call(b),
                 p.max_turn_words * 2, p.temperature, seed, run.log, p.max_copied_share)
     return run.baselines
 

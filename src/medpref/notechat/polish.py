@@ -124,14 +124,14 @@ def polish_dialogues(dialogues: list[list[Turn]], notes: list[str], keys: list[s
     for it in range(p.polish_iterations):
         offset = (size // 2) if (it % 2 and size >= 4) else 0
         plan = _plan_windows(current, notes, template, rubric, size, offset, extractor)
-        prefixes = ["Doctor:" if current[w.item][w.span[0]].role == "doctor" else "Patient:"
+        speakers = ["doctor" if current[w.item][w.span[0]].role == "doctor" else "patient"
                     for w in plan]
         comps = []
-        for prefix in ("Doctor:", "Patient:"):  # a batch shares its answer prefix
-            idx = [k for k, pre in enumerate(prefixes) if pre == prefix]
+        for speaker, call in p.polish_calls.items():  # a batch shares its answer prefix
+            idx = [k for k, s in enumerate(speakers) if s == speaker]
             got = log.chat_many(client, METHOD, "polish", [plan[k].messages for k in idx],
-                                prefix=prefix, max_new_tokens=p.polish_max_new_tokens,
-                                temperature=p.temperature, seed=step_seed(seed, "polish", it))
+                                call, temperature=p.temperature,
+                                seed=step_seed(seed, "polish", it))
             comps += list(zip(idx, got))
         replaced: dict[int, dict[tuple[int, int], list[Turn]]] = {}
         for k, comp in sorted(comps):

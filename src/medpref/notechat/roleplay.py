@@ -30,7 +30,6 @@ from medpref.notechat.turns import ParsedTurn, parse_turn
 from medpref.prompts import PromptTemplate, format_dialogue
 
 METHOD = "notechat"
-PREFIX = {"doctor": "Doctor:", "patient": "Patient:"}
 #: A turn ends where the model starts the other speaker's line: generation stops there
 #: (the parser would cut it anyway), instead of writing the other role's reply to the
 #: token limit. Inline tags ("... today? Patient: ...") count, as the parser's do.
@@ -93,8 +92,7 @@ def _apply(play: RolePlay, parsed: ParsedTurn, raw: str, round_no: int, attempt:
 
 
 def _speak(plays: list[RolePlay], role: str, client: LLMClient, messages: list,
-           p: NoteChatParams,
-           max_new_tokens: int, seed: int, round_no: int, log: CallLog) -> list[RolePlay]:
+           p: NoteChatParams, seed: int, round_no: int, log: CallLog) -> list[RolePlay]:
     """Batched calls for ``role`` in every play given, answers that had to be dropped
     retried (``turn_attempts``) with another seed; returns the plays that spoke."""
     spoke: set[int] = set()
@@ -103,9 +101,7 @@ def _speak(plays: list[RolePlay], role: str, client: LLMClient, messages: list,
         if not pending:
             break
         comps = log.chat_many(client, METHOD, role, [messages[i] for i in pending],
-                              prefix=PREFIX[role], stop=STOP[role],
-                              max_new_tokens=max_new_tokens,
-                              temperature=p.temperature,
+                              p.turn_calls[role], stop=STOP[role], temperature=p.temperature,
                               seed=step_seed(seed, role, round_no, attempt))
         failed = []
         for i, comp in zip(pending, comps):
@@ -146,12 +142,10 @@ def run_roleplay(plays: list[RolePlay], doctor: LLMClient, patient: LLMClient,
             break
         msgs = [doctor_messages(templates["doctor"], play, p.keywords_per_turn,
                                 p.history_turns) for play in active]
-        asked = _speak(active, "doctor", doctor, msgs, p, p.doctor_max_new_tokens, seed,
-                       round_no, log)
+        asked = _speak(active, "doctor", doctor, msgs, p, seed, round_no, log)
         msgs = [patient_messages(templates["patient"], play, p.history_turns)
                 for play in asked]
-        _speak(asked, "patient", patient, msgs, p, p.patient_max_new_tokens, seed, round_no,
-               log)
+        _speak(asked, "patient", patient, msgs, p, seed, round_no, log)
         for play in active:
             play.rounds = round_no
         update_checklists(active, extractor)

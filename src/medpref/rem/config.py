@@ -12,7 +12,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
+from medpref.rem.task import COMMENT_PREFIX
 from medpref.stagekit import GuardParams
 
 
@@ -86,6 +88,11 @@ class RemParams(StrictModel):
     compliance_scorers: list[str]                  # names in `scorers`
     reports: str = "reports/03_rem"
     guard: GuardParams = Field(default_factory=GuardParams)
+
+    def scorer_call(self, settings: RemScorerSettings) -> CallSpec:
+        """A scorer's written answer (a sampled one, or a greedy comment before the score
+        token is read), from "Comment:"."""
+        return CallSpec(self.role, self.prompt, settings.max_new_tokens, COMMENT_PREFIX)
 
     @field_validator("scorers")
     @classmethod

@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from medpref.contracts import Turn
-from medpref.llm import ChatRequest, LLMClient
+from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate, load_prompt
 from medpref.rem.base import RuleJudgement
 from medpref.rem.task import (
-    COMMENT_PREFIX,
     SCORE_OPTIONS,
     SCORE_PREFIX,
     AnswerOrder,
@@ -74,7 +73,7 @@ class PromptedScorer:
 
     def __init__(self, client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
                  n_examples: int, prompt: PromptTemplate, detail: RuleDetail,
-                 order: AnswerOrder):
+                 order: AnswerOrder, call: CallSpec):
         unknown = sorted({ex.rule for ex in examples} - set(flowchart.ids))
         if unknown:
             raise ValueError(f"in-context examples name rules not in the flowchart: {unknown}")
@@ -85,6 +84,7 @@ class PromptedScorer:
         self.prompt = prompt
         self.detail = detail
         self.order = order
+        self.call = call  # a written answer: its budget and its start ("Comment:")
 
     def messages_for(self, state: Sequence[Turn], rule: Rule) -> list[dict[str, str]]:
         shots = select_examples(self.examples, rule.id, self.n_examples)
@@ -102,27 +102,26 @@ class SampledScorer(PromptedScorer):
 
     name = "sampled"
 
-    def __init__(self, *args, k: int, seed: int, temperature: float, max_new_tokens: int,
-                 **kwargs):
+    def __init__(self, *args, k: int, seed: int, temperature: float, **kwargs):
         super().__init__(*args, **kwargs)
         if k < 1 or temperature <= 0:
             raise ValueError("sampled scoring needs k >= 1 and temperature > 0")
-        self.k, self.seed = k, seed
-        self.temperature, self.max_new_tokens = temperature, max_new_tokens
+        self.k, self.seed, self.temperature = k, seed, temperature
 
     def score_states(self, states: Sequence[Sequence[Turn]],
                      rules: Sequence[Rule] | None = None) -> list[dict[str, RuleJudgement]]:
         rules = self._rules(rules)
         jobs = self._jobs(states, rules)
-        requests = [ChatRequest.of(msgs, self.client.params(
-            temperature=self.temperature, seed=self.seed + j, max_new_tokens=self.max_new_tokens),
-            prefix=COMMENT_PREFIX) for _, _, msgs in jobs for j in range(self.k)]
+        requests = [self.client.request(msgs, self.call, temperature=self.temperature,
+                                        seed=self.seed + j)
+                    for _, _, msgs in jobs for j in range(self.k)]
         answers = self.client.complete(requests)
+        start = self.call.answer_prefix
         out: list[dict[str, RuleJudgement]] = [{} for _ in states]
         for n, (i, rule, _) in enumerate(jobs):
             comps = answers[n * self.k:(n + 1) * self.k]
             out[i][rule.id] = judgement_from_samples(
-                rule.id, [None if c.error else f"{COMMENT_PREFIX} {c.text.strip()}" for c in comps])
+                rule.id, [None if c.error else f"{start} {c.text.strip()}" for c in comps])
         return out
 
 
@@ -144,14 +143,12 @@ class ExpectedScorer(PromptedScorer):
 
     name = "expected"
 
-    def __init__(self, *args, comment: bool, max_new_tokens: int,
-                 state_value: StateValue = "expected", **kwargs):
+    def __init__(self, *args, comment: bool, state_value: StateValue = "expected", **kwargs):
         super().__init__(*args, **kwargs)
         if state_value not in STATE_VALUES:
             raise ValueError(f"state_value must be one of {STATE_VALUES}, got '{state_value}'")
         self.comment = comment
         self.state_value = state_value
-        self.max_new_tokens = max_new_tokens
 
     def score_states(self, states: Sequence[Sequence[Turn]],
                      rules: Sequence[Rule] | None = None) -> list[dict[str, RuleJudgement]]:
@@ -160,13 +157,12 @@ class ExpectedScorer(PromptedScorer):
         prompts = [msgs for _, _, msgs in jobs]
         comments: list[str | None] = [None] * len(jobs)
         if self.comment:
-            comps = self.client.chat_many(prompts, prefix=COMMENT_PREFIX, temperature=0.0,
-                                          max_new_tokens=self.max_new_tokens,
+            comps = self.client.chat_many(prompts, self.call, temperature=0.0,
                                           stop=("Score:", "score:"))
             # cut at a score the model may write itself (a backend may ignore `stop`)
             comments = [None if c.error else parse_judgement(c.text).comment for c in comps]
         ok = [n for n, c in enumerate(comments) if c is not None or not self.comment]
-        prefixes = [f"{COMMENT_PREFIX} {comments[n]}\n{SCORE_PREFIX}" if self.comment
+        prefixes = [f"{self.call.answer_prefix} {comments[n]}\n{SCORE_PREFIX}" if self.comment
                     else SCORE_PREFIX for n in ok]
         scored = self.client.option_scores([prompts[n] for n in ok], SCORE_OPTIONS, prefixes)
         by_job = dict(zip(ok, scored))
@@ -210,9 +206,8 @@ def finetuned_settings(adapter_dir) -> dict[str, object]:
 
 def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
                  icl_examples: Sequence[Example], k: int = 5, seed: int = 0, *,
-                 n_examples: int = 5, temperature: float = 0.7, max_new_tokens: int = 64,
-                 comment: bool | None = None, prompt: str | PromptTemplate = "rem_judge",
-                 detail: RuleDetail | None = None,
+                 call: CallSpec, n_examples: int = 5, temperature: float = 0.7,
+                 comment: bool | None = None, detail: RuleDetail | None = None,
                  state_value: StateValue = "expected") -> PromptedScorer:
     """A REM scorer by mode; all three offer ``score_states(states, rules)``.
 
@@ -228,11 +223,12 @@ def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
         icl_examples: annotated examples (``RemAnnotation``); up to ``n_examples`` per rule
             are shown, covering every score first.
         k, seed: samples per judgement and the first sampling seed (``sampled`` only).
-        temperature, max_new_tokens: sampling temperature; token budget of a sampled
-            answer or of a greedy comment.
+        call: the REM's call (:meth:`medpref.rem.config.RemParams.scorer_call`): its
+            prompt (a name under configs/prompts), and the token budget and start
+            ("Comment:") of a sampled answer or of a greedy comment.
+        temperature: sampling temperature.
         comment: write a greedy comment before reading the score token. Defaults: False
             for ``expected`` (one pass, score-first examples), True for ``finetuned``.
-        prompt: prompt name under configs/prompts (or a loaded template).
         detail: ``"full"`` rule with criteria and notes (default for in-context modes) or
             ``"short"`` statement only (default for ``finetuned``, as it was trained).
         state_value: for the probability modes, what a judgement's ``score`` holds:
@@ -242,24 +238,22 @@ def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
     A state is a list of turns ending with a doctor turn. ``score`` in each judgement is
     in [0, 2] or None (unusable); see :class:`RuleJudgement`.
     """
-    template = load_prompt(prompt) if isinstance(prompt, str) else prompt
+    template = load_prompt(call.prompt)
     if mode == "sampled":
         return SampledScorer(client, flowchart, icl_examples, n_examples, template,
-                             detail or "full", "comment_first", k=k, seed=seed,
-                             temperature=temperature, max_new_tokens=max_new_tokens)
+                             detail or "full", "comment_first", call, k=k, seed=seed,
+                             temperature=temperature)
     if mode == "expected":
         with_comment = bool(comment)
         return ExpectedScorer(client, flowchart, icl_examples, n_examples, template,
                               detail or "full",
-                              "comment_first" if with_comment else "score_first",
-                              comment=with_comment, max_new_tokens=max_new_tokens,
-                              state_value=state_value)
+                              "comment_first" if with_comment else "score_first", call,
+                              comment=with_comment, state_value=state_value)
     if mode == "finetuned":
         with_comment = True if comment is None else comment
         scorer = ExpectedScorer(client, flowchart, [], 0, template, detail or "short",
-                                "comment_first" if with_comment else "score_first",
-                                comment=with_comment, max_new_tokens=max_new_tokens,
-                                state_value=state_value)
+                                "comment_first" if with_comment else "score_first", call,
+                                comment=with_comment, state_value=state_value)
         scorer.name = "finetuned"
         return scorer
     raise ValueError(f"unknown REM scorer mode '{mode}' (known: {', '.join(SCORER_MODES)})")
@@ -278,24 +272,22 @@ def scorer_from_settings(name: str, settings, llm, rem, flowchart: Flowchart,
     from medpref.contracts import RemAnnotation, read_jsonl
     from medpref.params import repo_path
 
+    call = rem.scorer_call(settings)
     if settings.mode == "finetuned":
         adapter = repo_path(rem.train.adapter_dir)
         if not adapter.exists():
             raise FileNotFoundError(f"REM scorer '{name}': no adapter at {adapter} "
                                     f"(stage 03 trains it: dvc repro rem)")
-        client = llm.role(rem.role, adapter=rem.train.adapter_dir)
-        scorer = build_scorer("finetuned", client, flowchart, [], seed=seed,
-                              max_new_tokens=settings.max_new_tokens, prompt=rem.prompt,
-                              state_value=settings.state_value,
-                              **finetuned_settings(adapter))
+        client = llm.role(call.role, adapter=rem.train.adapter_dir)
+        scorer = build_scorer("finetuned", client, flowchart, [], seed=seed, call=call,
+                              state_value=settings.state_value, **finetuned_settings(adapter))
     else:
         examples = (read_jsonl(repo_path(rem.icl_examples), RemAnnotation)
                     if settings.n_examples else [])
-        scorer = build_scorer(settings.mode, llm.role(rem.role), flowchart, examples,
-                              settings.k, seed, n_examples=settings.n_examples,
-                              temperature=settings.temperature,
-                              max_new_tokens=settings.max_new_tokens,
-                              comment=settings.comment, prompt=rem.prompt,
+        scorer = build_scorer(settings.mode, llm.role(call.role), flowchart, examples,
+                              settings.k, seed, call=call,
+                              n_examples=settings.n_examples,
+                              temperature=settings.temperature, comment=settings.comment,
                               detail=settings.detail, state_value=settings.state_value)
     scorer.name = name
     return scorer

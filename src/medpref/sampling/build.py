@@ -23,7 +23,6 @@ from medpref.sampling.trajectory import (
 )
 
 #: The generated continuation starts as the doctor's line (small models need the nudge).
-ANSWER_PREFIX = "Doctor:"
 
 
 def load_source_dialogues(p: SamplingParams) -> list[Dialogue]:
@@ -52,7 +51,8 @@ def build_unlabeled(p: SamplingParams, client: LLMClient, seed: int,
     """Every split gets a generated candidate, or is recorded as rejected and dropped;
     generated futures shorter than ``future_rounds`` are then continued round by round
     (``round_clients``: the patient and doctor roles; default: ``client`` plays both)."""
-    template = load_prompt(p.prompt)
+    call = p.continuation_call
+    template = load_prompt(call.prompt)
     splits = sample_splits(dialogues, p.n_items, p.future_rounds, p.min_future_rounds, seed)
     pending: dict[int, Split] = dict(enumerate(splits))
     accepted: dict[int, tuple] = {}
@@ -65,8 +65,7 @@ def build_unlabeled(p: SamplingParams, client: LLMClient, seed: int,
         messages = [continuation_messages(template, pending[i], exemplars[i], p.future_rounds,
                                           p.exemplar_max_turns, p.history_max_turns)
                     for i in order]
-        completions = client.chat_many(messages, prefix=ANSWER_PREFIX,
-                                       max_new_tokens=p.max_new_tokens)
+        completions = client.chat_many(messages, call)
         for i, comp in zip(order, completions):
             split = pending[i]
             try:
@@ -74,7 +73,7 @@ def build_unlabeled(p: SamplingParams, client: LLMClient, seed: int,
                     raise ContinuationError(f"model call failed: {comp.error}")
                 cont = parse_continuation(comp.text, p.future_rounds, split.history[-1].text,
                                           truncated=comp.finish_reason == "length",
-                                          prefix=ANSWER_PREFIX)
+                                          prefix=call.answer_prefix)
             except ContinuationError as exc:
                 rejected.append({"split": i, "dialogue_id": split.dialogue_id,
                                  "turn_index": split.turn_index, "attempt": attempt,
@@ -108,9 +107,9 @@ def complete_futures(p: SamplingParams, accepted: dict[int, tuple], splits: list
                     for i, (cont, _, exemplar) in sorted(accepted.items())]
     out = CompletedFutures()
     if p.rounds.enabled:
-        prompts = {"patient": load_prompt(p.rounds.patient_prompt),
-                   "doctor": load_prompt(p.rounds.doctor_prompt)}
-        settings = RoundSettings(rounds=p.future_rounds, max_new_tokens=p.rounds.max_new_tokens,
+        calls = p.rounds.calls
+        prompts = {role: load_prompt(call.prompt) for role, call in calls.items()}
+        settings = RoundSettings(rounds=p.future_rounds, calls=calls,
                                  retries=p.rounds.retries,
                                  retry_temperature=p.rounds.retry_temperature,
                                  max_copied_share=p.rounds.max_copied_share,

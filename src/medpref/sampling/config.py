@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
+from medpref.sampling.rounds import PREFIX
 from medpref.stagekit import GuardParams
 
 
@@ -22,6 +24,14 @@ class RoundsParams(StrictModel):
     retries: int = Field(3, ge=0, le=8)           # an unreadable turn is asked again, sampled
     retry_temperature: float = Field(1.0, gt=0.0, le=2.0)
     max_copied_share: float = Field(0.6, gt=0.0, le=1.0)  # echo of an earlier turn: unreadable
+
+    @property
+    def calls(self) -> dict[str, CallSpec]:
+        """Each speaker's next-turn call, patient first (the order a round asks them)."""
+        return {"patient": CallSpec(self.patient_role, self.patient_prompt,
+                                    self.max_new_tokens, PREFIX["patient"]),
+                "doctor": CallSpec(self.doctor_role, self.doctor_prompt, self.max_new_tokens,
+                                   PREFIX["doctor"])}
 
 
 class SamplingParams(StrictModel):
@@ -41,3 +51,8 @@ class SamplingParams(StrictModel):
     max_new_tokens: int = Field(160, ge=16, le=4096)
     rounds: RoundsParams = Field(default_factory=RoundsParams)
     guard: GuardParams = Field(default_factory=GuardParams)
+
+    @property
+    def continuation_call(self) -> CallSpec:
+        """The one-shot continuation: the doctor's reply and the future, from "Doctor:"."""
+        return CallSpec(self.role, self.prompt, self.max_new_tokens, "Doctor:")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from medpref.contracts import Dialogue, Turn
 from medpref.llm.client import LLMClient
+from medpref.llm.types import CallSpec
 from medpref.notechat.turns import copied_share
 from medpref.prompts import PromptTemplate, format_dialogue
 from medpref.sampling.trajectory import _drop_repeated_sentences, _speaker_lines
@@ -88,7 +89,7 @@ class RoundSettings:
     """``sampling.rounds`` as the loop needs it."""
 
     rounds: int
-    max_new_tokens: int
+    calls: dict[str, CallSpec]  # each speaker's call (sampling.rounds)
     retries: int
     retry_temperature: float
     max_copied_share: float
@@ -119,13 +120,12 @@ def _ask_turns(batch: list[Trajectory], role: str, client: LLMClient,
             return
         sampled = {"temperature": s.retry_temperature, "seed": s.seed + attempt} \
             if attempt else {"temperature": 0.0}
-        answers = client.chat_many([_messages(template, t, s) for t in batch],
-                                   prefix=PREFIX[role], max_new_tokens=s.max_new_tokens,
-                                   **sampled)
+        call = s.calls[role]
+        answers = client.chat_many([_messages(template, t, s) for t in batch], call, **sampled)
         unread = []
         for t, comp in zip(batch, answers):
             previous = [turn.text for turn in t.so_far()]
-            text = (parse_turn(comp.text, role, PREFIX[role], previous, s.max_copied_share)
+            text = (parse_turn(comp.text, role, call.answer_prefix, previous, s.max_copied_share)
                     if comp.ok else None)
             records.append({"key": t.key, "role": role, "turn": len(t.future),
                             "attempt": attempt, "raw": comp.text, "error": comp.error,

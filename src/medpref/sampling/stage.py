@@ -52,9 +52,8 @@ def run(stage: Stage) -> SamplingOutputs:
     with stage.step("load"):
         dialogues = load_source_dialogues(p)
         pool = read_jsonl(repo_path(p.exemplar_pool), Dialogue)
-    annotator = stage.role(p.role, max_new_tokens=p.max_new_tokens)
-    speakers = {"patient": stage.role(p.rounds.patient_role),
-                "doctor": stage.role(p.rounds.doctor_role)}
+    annotator = stage.role(p.continuation_call.role)
+    speakers = {speaker: stage.role(call.role) for speaker, call in p.rounds.calls.items()}
     with stage.step("generate"):
         result = build_unlabeled(p, annotator, stage.seed, dialogues, pool, speakers)
     stage.check_yield(len(result.items), p.n_items)

@@ -6,7 +6,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
+from medpref.rem.task import COMMENT_PREFIX
+from medpref.simulation.grading import ANSWER_PREFIX
 from medpref.stagekit import GuardParams
 
 
@@ -51,6 +54,11 @@ class PatientParams(StrictModel):
     support_threshold: float = Field(0.45, ge=-1.0, le=1.0)
     # ... and this close to the question is asked-for
     relevance_threshold: float = Field(0.25, ge=-1.0, le=1.0)
+
+    @property
+    def call(self) -> CallSpec:
+        """The llm patient's reply."""
+        return CallSpec(self.role, self.prompt, self.max_new_tokens)
 
     @model_validator(mode="after")
     def _known_kind(self) -> PatientParams:
@@ -175,6 +183,36 @@ class SimulationParams(StrictModel):
     # the 135M model several times faster than two (spinning threads); None: torch's default
     torch_threads: int | None = Field(None, ge=1, le=256)
     guard: GuardParams = Field(default_factory=GuardParams)
+
+    def doctor_call(self, d: DoctorConfig) -> CallSpec:
+        """A doctor under test's turn in the SP consultations."""
+        return CallSpec(d.role, self.doctor_prompt, self.doctor_decoding.max_new_tokens)
+
+    def next_turn_call(self, d: DoctorConfig) -> CallSpec:
+        """A doctor under test's next turn on a held-out dialogue (Tables 4 and 6)."""
+        return CallSpec(d.role, self.doctor_prompt, self.next_turn.max_new_tokens)
+
+    def heldout_call(self, d: DoctorConfig) -> CallSpec:
+        """A compared policy's next turn on a held-out state (held-out compliance)."""
+        return CallSpec(d.role, self.doctor_prompt, self.heldout.max_new_tokens)
+
+    @property
+    def grader_call(self) -> CallSpec:
+        """The checklist judge's answer (its prompts: ``grader.prompts`` and
+        ``grader.count_prompt``), after "Answer:"."""
+        return CallSpec(self.grader.role, "", self.grader.max_new_tokens, ANSWER_PREFIX)
+
+    @property
+    def gpd_call(self) -> CallSpec:
+        """The next-turn implication judge's answer: decoded as the checklist judge is."""
+        return CallSpec(self.next_turn.gpd_role, self.next_turn.gpd_prompt,
+                        self.grader.max_new_tokens, ANSWER_PREFIX)
+
+    @property
+    def rem_call(self) -> CallSpec:
+        """The REM's comment before its score (fine-tuned REM): stage 03's prompt and a
+        fixed budget of 64 tokens (no params key sets them here)."""
+        return CallSpec(self.rem_role, "rem_judge", 64, COMMENT_PREFIX)
 
     @model_validator(mode="after")
     def _distinct_doctors(self) -> SimulationParams:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from medpref.contracts import SPCase, Turn
-from medpref.llm import LLMClient
+from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate
 
 _DOCTOR_LABEL = re.compile(r"^\s*(?:doctor|医生|dr\.?)\s*[:：]\s*", re.IGNORECASE)
@@ -95,7 +95,6 @@ class SimulationSetup:
     patient: Any
     doctor_template: PromptTemplate
     rounds: int
-    doctor_max_new_tokens: int
     doctor_temperature: float = 0.0
     seed: int = 0
     repetition_penalty: float = 1.0
@@ -103,16 +102,15 @@ class SimulationSetup:
     stop_after_question: bool = False
 
 
-def _doctor_round(open_: list[Consultation], doctor: LLMClient, setup: SimulationSetup,
-                  round_no: int) -> None:
+def _doctor_round(open_: list[Consultation], doctor: LLMClient, call: CallSpec,
+                  setup: SimulationSetup, round_no: int) -> None:
     convs = [doctor_messages(setup.doctor_template, c.turns) for c in open_]
-    overrides: dict[str, Any] = {"max_new_tokens": setup.doctor_max_new_tokens,
-                                 "temperature": setup.doctor_temperature,
+    overrides: dict[str, Any] = {"temperature": setup.doctor_temperature,
                                  "repetition_penalty": setup.repetition_penalty,
                                  "no_repeat_ngram_size": setup.no_repeat_ngram_size}
     if setup.doctor_temperature > 0:
         overrides["seed"] = setup.seed + round_no
-    for c, comp in zip(open_, doctor.chat_many(convs, **overrides)):
+    for c, comp in zip(open_, doctor.chat_many(convs, call, **overrides)):
         if comp.error:
             c.ended_by, c.error = "doctor_failed", comp.error
             continue
@@ -134,8 +132,9 @@ def _patient_round(open_: list[Consultation], setup: SimulationSetup, round_no: 
 
 
 def simulate(cases: Sequence[SPCase], doctor: LLMClient, doctor_name: str,
-             setup: SimulationSetup) -> list[Consultation]:
-    """Run every case's consultation with this doctor, round by round in lock-step.
+             setup: SimulationSetup, call: CallSpec) -> list[Consultation]:
+    """Run every case's consultation with this doctor (its turns asked as ``call`` says),
+    round by round in lock-step.
 
     The patient opens with its chief complaint; then each round is one doctor turn and
     one patient turn, at most ``setup.rounds`` rounds.
@@ -147,7 +146,7 @@ def simulate(cases: Sequence[SPCase], doctor: LLMClient, doctor_name: str,
         open_ = [c for i, c in enumerate(consults) if i not in done]
         if not open_:
             break
-        _doctor_round(open_, doctor, setup, round_no)
+        _doctor_round(open_, doctor, call, setup, round_no)
         talking = [c for c in open_ if c.ended_by == "rounds"]
         if talking:
             _patient_round(talking, setup, round_no)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from medpref.contracts import SPCase, Turn
-from medpref.llm import ChatRequest, LLMClient
+from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate, format_dialogue
 from medpref.simulation.knowledge import Encoder
 
@@ -131,19 +131,19 @@ class Judge:
     """A judge role asked yes/no or multiple-choice questions, with its raw answers kept."""
 
     client: LLMClient
+    call: CallSpec  # its budget and its answer's start (both modes read after the prefix)
     mode: str = "options"
     k: int = 1
     temperature: float = 0.7
-    max_new_tokens: int = 8
     min_mass: float = 0.05
     seed: int = 0
 
     def _generate(self, prompts: Sequence[list[dict[str, str]]]) -> list[list[str | None]]:
         sampled = self.k > 1 and self.temperature > 0
-        reqs = [ChatRequest.of(p, self.client.params(
-            max_new_tokens=self.max_new_tokens, temperature=self.temperature if sampled else 0.0,
-            seed=self.seed + j if sampled else None), prefix=ANSWER_PREFIX)
-            for p in prompts for j in range(self.k)]
+        reqs = [self.client.request(p, self.call,
+                                    temperature=self.temperature if sampled else 0.0,
+                                    seed=self.seed + j if sampled else None)
+                for p in prompts for j in range(self.k)]
         comps = self.client.complete(reqs)
         return [[None if c.error else c.text for c in comps[i * self.k:(i + 1) * self.k]]
                 for i in range(len(prompts))]
@@ -154,7 +154,7 @@ class Judge:
         if not prompts:
             return []
         if self.mode == "options":
-            scores = self.client.option_scores(list(prompts), YES_NO, ANSWER_PREFIX)
+            scores = self.client.option_scores(list(prompts), YES_NO, self.call.answer_prefix)
             out = []
             for s in scores:
                 p_yes = s.probs[" yes"] + s.probs[" Yes"]
@@ -173,7 +173,8 @@ class Judge:
         if not prompts:
             return []
         if self.mode == "options":
-            scores = self.client.option_scores(list(prompts), list(options), ANSWER_PREFIX)
+            scores = self.client.option_scores(list(prompts), list(options),
+                                               self.call.answer_prefix)
             return [(max(s.probs, key=s.probs.get).strip() if s.mass >= self.min_mass else None,
                      [{"probs": {k.strip(): round(v, 4) for k, v in s.probs.items()},
                        "mass": round(s.mass, 4)}]) for s in scores]

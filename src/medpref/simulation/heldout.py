@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from medpref.contracts import Dialogue, Turn, read_jsonl, write_jsonl
+from medpref.llm.types import CallSpec
 from medpref.metrics.intervals import paired_difference
 from medpref.params import repo_path
 from medpref.prompts import PromptTemplate
@@ -139,10 +140,10 @@ def estimated_seconds(n_states: int, n_policies: int, n_rules: int) -> tuple[flo
 # -- one policy's turns and the REM's scores -----------------------------------------------
 
 def next_doctor_turns(states: Sequence[HeldoutState], client, template: PromptTemplate,
-                      max_new_tokens: int) -> list:
+                      call: CallSpec) -> list:
     """One batched call: the policy's greedy next turn for every state (completions)."""
     convs = [doctor_messages(template, s.history) for s in states]
-    return client.chat_many(convs, max_new_tokens=max_new_tokens, temperature=0.0)
+    return client.chat_many(convs, call, temperature=0.0)
 
 
 def score_turns(states: Sequence[HeldoutState], turns: dict[str, list[str | None]], scorer,
@@ -263,7 +264,7 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
     for d in policies:
         client = client_of(d)
         comps = next_doctor_turns(states, client, h.templates[p.doctor_prompt],
-                                  hp.max_new_tokens)
+                                  p.heldout_call(d))
         turns[d.name] = [None if c.error else parse_doctor_answer(c.text) for c in comps]
         records += [{"policy": d.name, "model_id": client.model_id, "dialogue": s.dialogue,
                      "cut": s.cut, "turn": t, "raw": c.text, "error": c.error}

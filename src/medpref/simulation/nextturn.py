@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from medpref.contracts import Dialogue, Turn
-from medpref.llm import LLMClient
+from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate
 from medpref.simulation.consult import doctor_messages, parse_doctor_answer
 from medpref.simulation.echo import speech_act
@@ -83,11 +83,12 @@ def text_scores(prediction: str, reference: str, lang: str) -> dict[str, float]:
 
 def evaluate_next_turn(items: Sequence[NextTurnItem], doctor: LLMClient, doctor_name: str,
                        template: PromptTemplate, judge: Judge, gpd_template: PromptTemplate,
-                       max_new_tokens: int, n_boot: int = 2000, seed: int = 0
+                       call: CallSpec, n_boot: int = 2000, seed: int = 0
                        ) -> NextTurnResult:
-    """Predict every item's doctor turn, score it, and judge its implication."""
+    """Predict every item's doctor turn (asked as ``call`` says), score it, and judge its
+    implication."""
     convs = [doctor_messages(template, it.history) for it in items]
-    comps = doctor.chat_many(convs, max_new_tokens=max_new_tokens, temperature=0.0)
+    comps = doctor.chat_many(convs, call, temperature=0.0)
     preds = [None if c.error else parse_doctor_answer(c.text) for c in comps]
     ok = [i for i, p in enumerate(preds) if p is not None]
     prompts = [gpd_template.render(prediction=preds[i], reference=items[i].reference)

@@ -130,7 +130,7 @@ class LLMPatient:
                                                  c.turns[:-1], c.turns[-1].text, p.end_marker,
                                                  self.informants.get(c.case_id)))
         out = []
-        for comp, top, q in zip(self.client.chat_many(prompts, max_new_tokens=p.max_new_tokens),
+        for comp, top, q in zip(self.client.chat_many(prompts, p.call),
                                 retrieved, queries):
             if comp.error:
                 out.append(PatientReply("", error=comp.error))

@@ -38,6 +38,7 @@ from medpref.contracts import (
     read_jsonl,
     write_jsonl,
 )
+from medpref.llm.types import CallSpec
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
@@ -224,10 +225,11 @@ def per_case_rows(consults, grades) -> list[dict]:
     return rows
 
 
-def make_judge(stage, p: SimulationParams, role: str) -> grading.Judge:
+def make_judge(stage, p: SimulationParams, call: CallSpec) -> grading.Judge:
+    """A judge that answers as ``call`` says and decodes as ``simulation.grader`` says."""
     g = p.grader
-    return grading.Judge(stage.role(role), mode=g.mode, k=g.k, temperature=g.temperature,
-                         max_new_tokens=g.max_new_tokens, min_mass=g.min_mass, seed=stage.seed)
+    return grading.Judge(stage.role(call.role), call, mode=g.mode, k=g.k,
+                         temperature=g.temperature, min_mass=g.min_mass, seed=stage.seed)
 
 
 def rem_scorer(stage, p: SimulationParams):
@@ -236,13 +238,14 @@ def rem_scorer(stage, p: SimulationParams):
     from medpref.rules import load_rules
 
     flowchart = load_rules(repo_path(p.rules))
+    call = p.rem_call
     if p.rem_adapter and (repo_path(p.rem_adapter) / "adapter_config.json").exists():
-        client = stage.role(p.rem_role, adapter=p.rem_adapter)
-        return build_scorer("finetuned", client, flowchart, [], max_new_tokens=64,
+        client = stage.role(call.role, adapter=p.rem_adapter)
+        return build_scorer("finetuned", client, flowchart, [], call=call,
                             **finetuned_settings(repo_path(p.rem_adapter))), flowchart, "finetuned"
     examples = read_jsonl(repo_path(p.rem_icl_examples), RemAnnotation)
-    return (build_scorer("expected", stage.role(p.rem_role), flowchart, examples, n_examples=1),
-            flowchart, "expected")
+    return (build_scorer("expected", stage.role(call.role), flowchart, examples, call=call,
+                         n_examples=1), flowchart, "expected")
 
 
 def compliance_of(consults, scorer, flowchart) -> pd.DataFrame:
@@ -286,11 +289,11 @@ def build_harness(stage, p: SimulationParams) -> Harness:
                   p.next_turn.gpd_prompt]}
     patient = build_patient(p.patient.kind, PatientContext(
         p.patient, {c.id: c for c in cases}, kbs, encode, templates[p.patient.prompt],
-        lambda: stage.role(p.patient.role)))
+        lambda: stage.role(p.patient.call.role)))
     dd = p.doctor_decoding
     setup = consult.SimulationSetup(
         patient=patient, doctor_template=templates[p.doctor_prompt], rounds=p.rounds,
-        doctor_max_new_tokens=dd.max_new_tokens, doctor_temperature=dd.temperature,
+        doctor_temperature=dd.temperature,
         seed=stage.seed, repetition_penalty=dd.repetition_penalty,
         no_repeat_ngram_size=dd.no_repeat_ngram_size, stop_after_question=dd.stop_after_question)
     gsetup = grading.GradingSetup(
@@ -298,7 +301,7 @@ def build_harness(stage, p: SimulationParams) -> Harness:
         count_template=templates[p.grader.count_prompt], encode=encode,
         pass_threshold=p.grader.pass_threshold, max_candidates=p.grader.max_candidates,
         embedding_threshold=p.grader.embedding_threshold)
-    ctx = GraderContext(p.grader, gsetup, lambda: make_judge(stage, p, p.grader.role))
+    ctx = GraderContext(p.grader, gsetup, lambda: make_judge(stage, p, p.grader_call))
     graders = {name: build_grader(name, ctx) for name in dict.fromkeys([p.grader.mode,
                                                                          *p.grader.compare])}
     items = (nextturn.next_turn_items(held_out_dialogues(p, stage.params),
@@ -306,7 +309,7 @@ def build_harness(stage, p: SimulationParams) -> Harness:
                                       stage.seed, p.next_turn.history_max_turns)
              if p.next_turn.enabled else [])
     h = Harness(cases, encode, kbs, templates, setup, graders[p.grader.mode], graders,
-                make_judge(stage, p, p.next_turn.gpd_role), items)
+                make_judge(stage, p, p.gpd_call), items)
     if p.rem_radar:
         h.scorer, h.flowchart, h.rem_mode = rem_scorer(stage, p)
     return h
@@ -325,14 +328,14 @@ def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, cli
                     ) -> DoctorResult:
     """One doctor: SP consultations, checklist grades, patient honesty, next turn, REM."""
     cases = cases_for(p, h, d)
-    consults = consult.simulate(cases, client, d.name, h.setup)
+    consults = consult.simulate(cases, client, d.name, h.setup, p.doctor_call(d))
     grades = h.grader.grade(consults, {c.id: c for c in cases})
     fid = consult_rows(consults, h.kbs, h.encode, p)
     nt = None
     if h.items:
         nt = nextturn.evaluate_next_turn(h.items, client, d.name, h.templates[p.doctor_prompt],
                                          h.gpd_judge, h.templates[p.next_turn.gpd_prompt],
-                                         p.next_turn.max_new_tokens,
+                                         p.next_turn_call(d),
                                          p.grader.bootstrap_rounds, stage.seed)
     comp = compliance_of(consults, h.scorer, h.flowchart) if h.scorer is not None else None
     return DoctorResult(consults, grades, fid, nt, comp)
