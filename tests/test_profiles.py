@@ -19,7 +19,8 @@ def test_flatten_and_apply_on_a_hand_example():
 
 def test_the_paper_profile_is_valid_and_sets_the_papers_sizes():
     params = validate("paper")
-    assert params.training.profile == "paper"
+    assert (params.training.recipe, params.training.hardware) == ("paper", "gpu")
+    assert params.rem.train.hardware == "gpu"
     assert params.simulation.rounds == 5 and params.simulation.n_cases is None
     assert params.shared.llm.roles["judge"].backend == "openai"
 
