@@ -33,8 +33,9 @@ from pathlib import Path
 from medpref import REPO_ROOT
 from medpref.contracts import Dialogue, read_jsonl
 from medpref.params import load_params
+from medpref.training.arguments import lora_settings
 from medpref.training.dpo import train_dpo
-from medpref.training.profiles import load_hardware_of, lora_settings
+from medpref.training.hardware import load_hardware
 from medpref.training.sft import load_base, save_adapter, with_lora
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
@@ -71,10 +72,10 @@ def small_model(folder: Path) -> Path:
     return folder
 
 
-def start_adapter(model_path: Path, profile, folder: Path) -> Path:
+def start_adapter(model_path: Path, recipe, hardware, folder: Path) -> Path:
     """A fresh LoRA adapter saved like the SFT adapter the stage starts DPO from."""
-    _, base = load_base(model_path, load_hardware_of(profile))
-    save_adapter(with_lora(base, lora_settings(profile, base.config.model_type)), folder)
+    _, base = load_base(model_path, hardware, device="cpu")
+    save_adapter(with_lora(base, lora_settings(recipe, base.config.model_type)), folder)
     return folder
 
 
@@ -85,16 +86,16 @@ def throughput(logs: list[dict]) -> tuple[float, float, float]:
     return tokens, runtime, tokens / runtime
 
 
-def run_stage(model_path, adapter, data, profile, work: Path) -> dict:
+def run_stage(model_path, adapter, data, recipe, hardware, work: Path) -> dict:
     t0 = time.process_time()
-    run = train_dpo(model_path, adapter, data, work / "out", work / "ckpt", profile,
+    run = train_dpo(model_path, adapter, data, work / "out", work / "ckpt", recipe, hardware,
                     beta=0.1, loss_type="sigmoid", seed=0, eval_pairs=1)
     tokens, secs, rate = throughput(run.fit.log_history)
     return {"tokens": tokens, "train_s": secs, "tokens_per_s": rate,
             "cpu_s": time.process_time() - t0}
 
 
-def run_plain(model_path, data, profile, work: Path) -> dict:
+def run_plain(model_path, data, recipe, hardware, work: Path) -> dict:
     """The minimal trl recipe (same batch, length, LoRA, precision and checkpointing)."""
     import torch
     from datasets import Dataset
@@ -106,11 +107,11 @@ def run_plain(model_path, data, profile, work: Path) -> dict:
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    lora = lora_settings(profile, model.config.model_type)
-    args = DPOConfig(output_dir=str(work / "plain"), max_steps=profile.dpo_max_steps,
-                     per_device_train_batch_size=profile.per_device_batch_size,
-                     gradient_accumulation_steps=profile.grad_accumulation,
-                     learning_rate=profile.learning_rate, max_length=profile.max_length,
+    lora = lora_settings(recipe, model.config.model_type)
+    args = DPOConfig(output_dir=str(work / "plain"), max_steps=recipe.dpo_max_steps,
+                     per_device_train_batch_size=hardware.policy.per_device_batch_size,
+                     gradient_accumulation_steps=hardware.policy.grad_accumulation,
+                     learning_rate=recipe.learning_rate, max_length=recipe.max_length,
                      bf16=False, gradient_checkpointing=False, save_strategy="no",
                      report_to=[], logging_steps=1, use_cpu=not torch.cuda.is_available())
     trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
@@ -139,19 +140,24 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     a = ap.parse_args()
-    profile = load_params().training.profiles["tiny"].model_copy(update={
-        "per_device_batch_size": a.batch, "grad_accumulation": 1, "dpo_max_steps": a.steps,
-        "dpo_epochs": 100, "max_length": a.max_length, "save_steps": a.save_steps,
-        "logging_steps": 1})
+    recipe = load_params().training.recipes["tiny"].model_copy(update={
+        "dpo_max_steps": a.steps, "dpo_epochs": 100, "max_length": a.max_length})
+    cpu = load_hardware("cpu")
+    hardware = cpu.model_copy(update={"device": "auto", "bf16": "auto", "policy": cpu.policy
+                                      .model_copy(update={"per_device_batch_size": a.batch,
+                                                          "grad_accumulation": 1,
+                                                          "save_steps": a.save_steps,
+                                                          "logging_steps": 1})})
     data = bench_pairs(a.pairs)
     with tempfile.TemporaryDirectory(prefix="bench-dpo-") as tmp:
         tmp = Path(tmp)
         model_path = a.model or small_model(tmp / "model")
-        adapter = start_adapter(model_path, profile, tmp / "start_adapter")
+        adapter = start_adapter(model_path, recipe, hardware, tmp / "start_adapter")
         results: dict[str, list[dict]] = {"stage": [], "plain": []}
         for i in range(a.repeats):
-            results["stage"].append(run_stage(model_path, adapter, data, profile, tmp / f"s{i}"))
-            results["plain"].append(run_plain(model_path, data, profile, tmp / f"p{i}"))
+            results["stage"].append(run_stage(model_path, adapter, data, recipe, hardware,
+                                              tmp / f"s{i}"))
+            results["plain"].append(run_plain(model_path, data, recipe, hardware, tmp / f"p{i}"))
     med = {k: statistics.median(r["tokens_per_s"] for r in v) for k, v in results.items()}
     cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in results.items()}
     device = "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else \

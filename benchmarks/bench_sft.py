@@ -1,6 +1,6 @@
 """Benchmark: seconds per optimizer step of the REM's LoRA fine-tuning (stage 03).
 
-Takes the REM's real training examples (params ``rem``) and the hardware profile, and
+Takes the REM's real training examples (params ``rem``) and the hardware (its `rem` section), and
 times ``--steps`` optimizer steps of LoRA training on the embedded model three ways:
 
 * ``before``: right padding, the LM head and loss on every position, random batches
@@ -94,14 +94,14 @@ def main() -> None:
     lengths = sorted(len(d["input_ids"]) for d in data)
     print(f"train examples {len(data)} (dropped {dropped}); tokens min "
           f"{lengths[0]} median {statistics.median(lengths):.0f} max {lengths[-1]}")
-    per_step = hw.per_device_batch_size * hw.grad_accumulation
+    per_step = hw.rem.per_device_batch_size * hw.rem.grad_accumulation
     model = with_lora(base, LoraSettings(r=p.train.lora_r, alpha=p.train.lora_alpha,
                                          dropout=p.train.lora_dropout,
                                          target_modules=tuple(p.train.target_modules)))
     model.train()
     optimizer = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-5)
-    print(f"threads {torch.get_num_threads()}; batch {hw.per_device_batch_size} x "
-          f"{hw.grad_accumulation} accumulation; {args.steps} steps per variant")
+    print(f"threads {torch.get_num_threads()}; batch {hw.rem.per_device_batch_size} x "
+          f"{hw.rem.grad_accumulation} accumulation; {args.steps} steps per variant")
     print(f"{'variant':<12}{'wall s/step':>12}{'cpu s/step':>12}{'tokens/step':>12}")
     for variant in args.variants.split(","):
         grouped = variant == "after"
@@ -109,7 +109,7 @@ def main() -> None:
         collator = AnswerOnlyCollator(tok, padding_side="left" if answer_head else "right")
         plan = batches(data, per_step, args.steps, grouped, seed=params.shared.seed)
         walls, cpus, tokens = time_steps(model, optimizer, collator, plan,
-                                         hw.per_device_batch_size, answer_head)
+                                         hw.rem.per_device_batch_size, answer_head)
         print(f"{variant:<12}{statistics.mean(walls):>12.1f}{statistics.mean(cpus):>12.1f}"
               f"{tokens / len(plan):>12.0f}")
 

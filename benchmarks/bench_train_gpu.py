@@ -1,9 +1,10 @@
-"""Stage 05's training on a GPU with a recipe's settings: SFT, then DPO from its adapter.
+"""Stage 05's training of a recipe on a hardware: SFT, then DPO from its adapter.
 
 It runs the stage's own functions (``train_dialogue_sft``, ``train_dpo``) on a Llama-shaped
 model built from a config (random weights: no weights travel to a GPU machine; the speed
-and memory of a step do not depend on what the weights are), with the recipe's LoRA, batch,
-accumulation, precision and gradient checkpointing (``training.profiles.<recipe>``), and
+and memory of a step do not depend on what the weights are), with the recipe's LoRA,
+learning rate and lengths (``training.recipes.<name>``) and the hardware's batch,
+accumulation, precision and gradient checkpointing (``configs/hardware/<name>.yaml``), and
 prints what a user planning a GPU run needs: optimizer steps, trl's token count over the
 trainer's runtime (tokens/s), peak GPU memory, whether bf16 and gradient checkpointing were
 on, and that the DPO step moved the LoRA weights away from the SFT adapter.
@@ -12,8 +13,8 @@ Examples come from the embedded dialogues with their whole history (the paper re
 every turn), so prompts are hundreds of tokens long, as real consultations are.
 
 Usage (on a machine with a CUDA GPU; on a CPU use a small ``--layers``/``--hidden``):
-    python benchmarks/bench_train_gpu.py [--recipe paper] [--hidden 2048] [--layers 16]
-        [--sft-steps 4] [--dpo-steps 4] [--max-length N] [--json out.json]
+    python benchmarks/bench_train_gpu.py [--recipe paper] [--hardware gpu] [--hidden 2048]
+        [--layers 16] [--sft-steps 4] [--dpo-steps 4] [--max-length N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from medpref.contracts import Dialogue, read_jsonl
 from medpref.params import load_params
 from medpref.training.dialogue_sft import sft_examples, train_dialogue_sft
 from medpref.training.dpo import train_dpo
-from medpref.training.profiles import resolve_bf16
+from medpref.training.hardware import load_hardware, resolve_bf16
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 SYSTEM = "You are a doctor talking with a patient."
@@ -92,7 +93,8 @@ def main() -> None:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--recipe", default="paper", help="training.profiles.<name>")
+    ap.add_argument("--recipe", default="paper", help="training.recipes.<name>")
+    ap.add_argument("--hardware", default="gpu", help="configs/hardware/<name>.yaml")
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--sft-steps", type=int, default=4)
@@ -102,20 +104,24 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     params = load_params()
-    recipe = params.training.profiles[a.recipe]
+    recipe = params.training.recipes[a.recipe]
+    hardware = load_hardware(a.hardware)
+    hardware = hardware.model_copy(update={
+        "policy": hardware.policy.model_copy(update={"save_steps": 10**6})})
     if a.max_length:
         recipe = recipe.model_copy(update={"max_length": a.max_length})
-    per_step = recipe.per_device_batch_size * recipe.grad_accumulation
+    per_step = hardware.policy.per_device_batch_size * hardware.policy.grad_accumulation
     dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)
     sft_data = sft_examples(dialogues, SYSTEM, None, seed=0,
                             history_max_turns=recipe.history_max_turns)
     sft_data = (sft_data * (1 + per_step * a.sft_steps // len(sft_data)))[:per_step * a.sft_steps]
     pairs = dpo_pairs(dialogues, per_step * a.dpo_steps)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    summary: dict = {"device": device, "recipe": a.recipe, "bf16": resolve_bf16(recipe),
-                     "gradient_checkpointing": recipe.gradient_checkpointing,
-                     "lora_r": recipe.lora_r, "batch": recipe.per_device_batch_size,
-                     "accumulation": recipe.grad_accumulation,
+    summary: dict = {"device": device, "recipe": a.recipe, "hardware": a.hardware,
+                     "bf16": resolve_bf16(hardware),
+                     "gradient_checkpointing": hardware.policy.gradient_checkpointing,
+                     "lora_r": recipe.lora_r, "batch": hardware.policy.per_device_batch_size,
+                     "accumulation": hardware.policy.grad_accumulation,
                      "max_length": recipe.max_length}
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         tmp = Path(tmp)
@@ -128,14 +134,14 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             t0 = time.perf_counter()
             if part == "sft":
-                prof = recipe.model_copy(update={"sft_max_steps": a.sft_steps, "save_steps": 10**6})
-                run = train_dialogue_sft(model, sft_data, tmp / "sft", tmp / "ck_sft", prof,
-                                         seed=0)
+                short = recipe.model_copy(update={"sft_max_steps": a.sft_steps})
+                run = train_dialogue_sft(model, sft_data, tmp / "sft", tmp / "ck_sft", short,
+                                         hardware, seed=0)
                 n = run.n_examples
             else:
-                prof = recipe.model_copy(update={"dpo_max_steps": a.dpo_steps, "save_steps": 10**6})
-                run = train_dpo(model, tmp / "sft", pairs, tmp / "dpo", tmp / "ck_dpo", prof,
-                                beta=0.1, loss_type="sigmoid", seed=0, eval_pairs=4)
+                short = recipe.model_copy(update={"dpo_max_steps": a.dpo_steps})
+                run = train_dpo(model, tmp / "sft", pairs, tmp / "dpo", tmp / "ck_dpo", short,
+                                hardware, beta=0.1, loss_type="sigmoid", seed=0, eval_pairs=4)
                 n = run.n_pairs
                 summary["dpo_lora_shift_vs_sft"] = lora_shift(tmp / "sft", tmp / "dpo")
                 summary["dpo_reward_accuracy_eval"] = run.evaluation.get("rewards/accuracies")

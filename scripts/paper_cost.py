@@ -1,14 +1,14 @@
-"""Estimate the `paper` profile's model calls, tokens and API cost, stage by stage.
+"""Estimate the `paper` overlay's model calls, tokens and API cost, stage by stage.
 
 An estimate, not a measurement: each stage's committed ledger of the embedded default run
 (``reports/<stage>/ledger.json``) gives how many requests each role made (calls +
 cache hits: a warm rerun makes no calls, so both count); the default run's LLM cache
 (``data/cache/llm/<stage>.sqlite``) gives the tokens in and out of each request, per
 prompt (the ledger records no tokens for cache hits). Each request group is then scaled
-by the ratio of the size that drives it, paper profile over default (``DRIVERS`` below),
-and by the factor of any method the profile changes (k = 5 REM samples instead of 2,
+by the ratio of the size that drives it, paper overlay over default (``DRIVERS`` below),
+and by the factor of any method the overlay changes (k = 5 REM samples instead of 2,
 3 sampled imap extractions instead of 1 greedy pass). A role costs what
-``shared.llm.prices`` lists for its model when the profile puts it on the ``openai``
+``shared.llm.prices`` lists for its model when the overlay puts it on the ``openai``
 backend; a local (``hf``) role costs 0.
 
 The tokens are the embedded 135M model's (its tokenizer, its answer lengths, often cut at
@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_PROFILE = "configs/profiles/paper.yaml"
+PAPER_OVERLAY = "configs/overlays/paper.yaml"
 
 #: the role each prompt file serves in the default params (the cache records no role)
 PROMPT_ROLE = {
@@ -183,7 +183,7 @@ DRIVERS: tuple[Driver, ...] = (
 
 
 def grader_judge_calls(root: Path, default: dict, paper: dict) -> int | None:
-    """Judge calls of the SP grader the profile adds (none when it keeps a call-free one):
+    """Judge calls of the SP grader the overlay adds (none when it keeps a call-free one):
     every checklist item of every consultation of the default run, once per grader prompt
     (x k for ``generate``). Not in the default run's ledgers, so counted here apart."""
     d, p = default["simulation"]["grader"], paper["simulation"]["grader"]
@@ -204,7 +204,7 @@ def not_estimated(root: Path, default: dict, paper: dict) -> list[str]:
     calls = grader_judge_calls(root, default, paper)
     if calls is None:
         return []
-    return [f"06_simulation: the profile's {paper['simulation']['grader']['mode']}-mode judge "
+    return [f"06_simulation: the overlay's {paper['simulation']['grader']['mode']}-mode judge "
             f"grader adds about {calls:,} judge calls (every checklist item of the default "
             "run's consultations, once per grader prompt; plus its disease-count calls) that "
             "the default run (a call-free grader) never made: their tokens and cost are not "
@@ -284,7 +284,7 @@ class RoleEstimate:
 
 
 def role_price(paper: dict, role: str) -> tuple[str, dict[str, float] | None]:
-    """(model, price per 1M tokens) of a role under the profile; local roles: None."""
+    """(model, price per 1M tokens) of a role under the overlay; local roles: None."""
     cfg = paper["shared"]["llm"]["roles"][role]
     model = str(cfg["model"])
     if cfg["backend"] != "openai":
@@ -394,9 +394,9 @@ def format_roles(rows: list[RoleEstimate]) -> str:
     return "\n".join(lines)
 
 
-def load_settings(root: Path, params: Path | None, profile: Path | None) -> tuple[dict, dict]:
+def load_settings(root: Path, params: Path | None, overlay: Path | None) -> tuple[dict, dict]:
     default = yaml.safe_load((params or root / "params.yaml").read_text(encoding="utf-8"))
-    overrides = yaml.safe_load((profile or root / PAPER_PROFILE).read_text(encoding="utf-8"))
+    overrides = yaml.safe_load((overlay or root / PAPER_OVERLAY).read_text(encoding="utf-8"))
     return default, deep_merge(default, overrides or {})
 
 
@@ -406,12 +406,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--cache-dir", type=Path, default=None,
                     help="the default run's LLM cache (default: <root>/data/cache/llm)")
     ap.add_argument("--params", type=Path, default=None, help="default: <root>/params.yaml")
-    ap.add_argument("--profile", type=Path, default=None, help=f"default: <root>/{PAPER_PROFILE}")
+    ap.add_argument("--overlay", type=Path, default=None, help=f"default: <root>/{PAPER_OVERLAY}")
     ap.add_argument("--markdown", action="store_true", help="the per-stage table in Markdown")
     args = ap.parse_args(argv)
     root = args.root.resolve()
     cache_dir = args.cache_dir or root / "data" / "cache" / "llm"
-    default, paper = load_settings(root, args.params, args.profile)
+    default, paper = load_settings(root, args.params, args.overlay)
     rows = estimate(root, cache_dir, default, paper)
     stages = by_stage(rows)
     if args.markdown:

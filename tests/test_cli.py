@@ -240,6 +240,20 @@ def test_run_calls_dvc_repro(monkeypatch, capsys):
     assert "dvc repro rem --force" in capsys.readouterr().out
 
 
+def test_run_with_an_overlay_calls_dvc_exp_run_and_the_old_flag_names_the_new(monkeypatch,
+                                                                                capsys):
+    seen = {}
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, cwd: seen.update(cmd=cmd) or 0)
+    assert cli.main(["run", "--overlay", "paper", "tables"]) == 0
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("exp"):cmd.index("exp") + 2] == ["exp", "run"] and cmd[-1] == "tables"
+    assert {"training.recipe=paper", "training.hardware=gpu", "rem.train.hardware=gpu"} <= set(cmd)
+    assert "with overlay 'paper'" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--profile", "paper", "tables"])
+    assert "--profile is now --overlay" in capsys.readouterr().err
+
+
 def test_help_works_as_a_process():
     out = subprocess.run([sys.executable, "-m", "medpref", "--help"], capture_output=True,
                          text=True, check=True).stdout

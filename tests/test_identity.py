@@ -104,7 +104,7 @@ def test_weights_are_hashed_once_and_again_only_when_size_or_mtime_change(tmp_pa
 
 
 def test_swapped_weights_behind_one_folder_name_miss_the_cache(tmp_path, monkeypatch):
-    """The README's paper profile puts a user's model at models/policy-base: replacing it
+    """The README's paper overlay puts a user's model at models/policy-base: replacing it
     must not replay the old model's answers. Real generation with a tiny llama."""
     from transformers import AutoTokenizer
 

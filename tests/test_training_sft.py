@@ -6,7 +6,7 @@ import pytest
 
 from conftest import make_tiny_llama
 from medpref import REPO_ROOT
-from medpref.training.hardware import HardwareProfile, load_hardware
+from medpref.training.hardware import load_hardware
 from medpref.training.sft import (
     IGNORE_INDEX,
     TASK_CARD,
@@ -119,24 +119,37 @@ def test_too_long_examples_are_dropped_not_truncated(tokenizer):
     assert (len(data), dropped) == (1, 1)
 
 
+def _with_rem(hardware, **update):
+    """``hardware`` with some fields of its ``rem`` section changed."""
+    return hardware.model_copy(update={"rem": hardware.rem.model_copy(update=update)})
+
+
 def test_planned_steps_hand_computed():
-    hw = HardwareProfile(per_device_batch_size=4, grad_accumulation=2, max_steps=40)
+    hw = _with_rem(load_hardware("cpu"), per_device_batch_size=4, grad_accumulation=2,
+                   max_steps=40)
     # 186 examples / 8 per step = 23.25 → 24 steps an epoch
     assert planned_steps(186, hw, SFTSettings(epochs=1)) == 24
-    assert planned_steps(186, hw, SFTSettings(epochs=2)) == 40      # capped by the profile
+    assert planned_steps(186, hw, SFTSettings(epochs=2)) == 40      # capped by the hardware
     assert planned_steps(186, hw, SFTSettings(epochs=2, max_steps=45)) == 45  # explicit wins
-    assert planned_steps(186, hw.model_copy(update={"max_steps": None}),
-                         SFTSettings(epochs=2)) == 48
+    assert planned_steps(186, _with_rem(hw, max_steps=None), SFTSettings(epochs=2)) == 48
 
 
-def test_hardware_profiles_validate(tmp_path):
+def test_hardware_files_validate(tmp_path):
     cpu, gpu = load_hardware("cpu"), load_hardware("gpu")
-    assert cpu.bf16 is False and cpu.gradient_checkpointing is False and cpu.device == "cpu"
-    assert gpu.bf16 is True and gpu.device == "cuda"
+    assert cpu.bf16 is False and cpu.rem.gradient_checkpointing is False and cpu.device == "cpu"
+    assert (cpu.rem.per_device_batch_size, cpu.rem.grad_accumulation, cpu.rem.max_steps) == (
+        4, 2, 60)
+    assert gpu.bf16 == "auto" and gpu.device == "cuda" and gpu.rem.max_steps is None
     bad = tmp_path / "bad.yaml"
-    bad.write_text("device: cpu\nbatch: 4\n")
-    with pytest.raises(ValueError, match="'batch'"):
+    bad.write_text((REPO_ROOT / "configs/hardware/cpu.yaml").read_text().replace(
+        "  max_steps: 60", "  max_steps: 60\n  batch: 4"))
+    with pytest.raises(ValueError, match="'rem.batch': Extra inputs"):
         load_hardware(str(bad))
+    old = tmp_path / "old.yaml"  # the flat file of before: one trainer's batch, no sections
+    old.write_text("device: cpu\nper_device_batch_size: 4\nbf16: false\n")
+    with pytest.raises(ValueError, match="'per_device_batch_size' is now "
+                                         "'rem.per_device_batch_size'"):
+        load_hardware(str(old))
     with pytest.raises(FileNotFoundError, match="known"):
         load_hardware("tpu")
 
@@ -145,8 +158,9 @@ def test_hardware_profiles_validate(tmp_path):
 def test_a_few_lora_steps_change_the_adapter(tiny_model_dir, tmp_path):
     from safetensors.torch import load_file
 
-    hw = HardwareProfile(device="cpu", per_device_batch_size=2, grad_accumulation=1,
-                         num_threads=1, group_by_length=True)
+    cpu = load_hardware("cpu")
+    hw = _with_rem(cpu.model_copy(update={"num_threads": 1}), per_device_batch_size=2,
+                   grad_accumulation=1, group_by_length=True)
     out = tmp_path / "adapter"
     result = train_lora(tiny_model_dir, [EXAMPLE] * 4, out, hw,
                         SFTSettings(max_steps=3, learning_rate=1e-2, max_length=256,

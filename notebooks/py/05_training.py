@@ -9,8 +9,9 @@
 # This notebook runs one *part* of the stage, chosen by the `part` parameter (dvc.yaml
 # passes it): `sft`, one `dpo` run (`run` = an annotation strategy, `annotation.strategies`,
 # or a weighting × trajectory cell of PLPF Table 3, `training.dpo.runs`), or the `summary`.
-# The size of a run is `training.profile` (`tiny` on the CPU by default, `paper` for
-# PLPF's setting); where it runs is an accelerate config (README, *Training*).
+# What a run trains is `training.recipe` (`tiny` by default, `paper` for PLPF's setting);
+# where and how fast is `training.hardware` (`configs/hardware/cpu.yaml` by default: batch,
+# accumulation, precision); how many processes is an accelerate config (README, *Training*).
 
 # %% tags=["parameters"]
 # papermill parameters (dvc.yaml passes part and run)
@@ -23,8 +24,8 @@ from medpref.stagekit import open_stage
 from medpref.training import stage as training_stage
 
 stage = training_stage.open_part(open_stage("05_training", params_path), part, run)
-print(f"part {stage.part_dir}, profile {stage.p.profile}")
-stage.p.active_profile()
+print(f"part {stage.part_dir}, recipe {stage.p.recipe}, hardware {stage.p.hardware}")
+stage.p.active_recipe(), stage.p.active_hardware().policy
 
 # %% [markdown]
 # ## Train (or gather)

@@ -1,6 +1,7 @@
 """The ``medpref`` command: run a stage, move the LLM caches, check the machine.
 
     medpref run 03_rem                 # = dvc repro rem (upstream stages only if changed)
+    medpref run --overlay paper tables # = dvc exp run -S ... (configs/overlays/paper.yaml)
     medpref cache export [PATH]        # every stage's LLM cache as one .tar.gz + manifest
     medpref cache import PATH          # restore them: dvc repro then replays every call
     medpref cache rekey [--model DIR]  # carry a cache keyed by model names to content ids
@@ -20,6 +21,13 @@ from medpref import REPO_ROOT, cache_archive, doctor
 from medpref.stagekit import stage_key
 
 DEFAULT_ARCHIVE = "medpref-cache.tar.gz"
+
+
+class _Renamed(argparse.Action):
+    """``--profile`` was renamed ``--overlay``: say so instead of running without it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is now --overlay (configs/overlays/NAME.yaml)")
 
 
 def dvc_stages(root: Path) -> list[str]:
@@ -43,12 +51,12 @@ def dvc_command() -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     target = resolve_stage(args.stage, dvc_stages(args.root))
-    if args.profile:
-        from medpref.profiles import set_args
+    if args.overlay:
+        from medpref.overlays import set_args
 
-        overrides = set_args(args.profile, args.root)
+        overrides = set_args(args.overlay, args.root)
         cmd = [*dvc_command(), "exp", "run", *overrides, target, *args.dvc_args]
-        print(f"medpref run: dvc exp run with profile '{args.profile}' "
+        print(f"medpref run: dvc exp run with overlay '{args.overlay}' "
               f"({len(overrides) // 2} overrides) for {target}", flush=True)
         return subprocess.call(cmd, cwd=args.root)
     cmd = [*dvc_command(), "repro", target, *args.dvc_args]
@@ -114,8 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="reproduce one stage with dvc (e.g. 03_rem or rem)")
     run.add_argument("stage")
-    run.add_argument("--profile", help="a params profile (configs/profiles/NAME.yaml) applied "
+    run.add_argument("--overlay", help="a params overlay (configs/overlays/NAME.yaml) applied "
                      "as `dvc exp run -S ...`, e.g. paper")
+    run.add_argument("--profile", action=_Renamed, help=argparse.SUPPRESS)
     run.add_argument("dvc_args", nargs=argparse.REMAINDER,
                      help="passed to dvc repro (e.g. --force, --single-item)")
     run.set_defaults(func=cmd_run)

@@ -177,7 +177,9 @@ def _explain(exc: ValidationError, section: str, model: type[BaseModel], path: s
         parent = _model_at(model, loc[:-1])
         known = list(parent.model_fields) if parent is not None else []
         return f"{path}: unknown key '{key}'{_suggest(loc[-1], known)}"
-    return f"{path}: '{key}': {err['msg']} (got {err.get('input')!r})"
+    got = err.get("input")
+    # a whole section (a before-validator's error) is not worth echoing
+    return f"{path}: '{key}': {err['msg']}" + ("" if isinstance(got, dict) else f" (got {got!r})")
 
 
 class Params:

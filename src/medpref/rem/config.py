@@ -19,11 +19,12 @@ from medpref.stagekit import GuardParams
 
 
 class RemTrainParams(StrictModel):
-    """LoRA fine-tuning of the REM (PLPF: 2 epochs on 1,800 examples; here the train split)."""
+    """The REM's LoRA recipe (PLPF: 2 epochs on 1,800 examples; here the train split) and
+    the hardware it trains on."""
 
-    hardware: str = "cpu"              # configs/hardware/<name>.yaml
+    hardware: str = "cpu"              # configs/hardware/<name>.yaml (its `rem` section)
     epochs: float = Field(2.0, gt=0.0, le=50.0)
-    max_steps: int | None = Field(None, ge=1)   # overrides epochs; None: the profile's cap
+    max_steps: int | None = Field(None, ge=1)   # overrides epochs; None: the hardware's cap
     learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
     warmup_steps: int = Field(2, ge=0)
     lora_r: int = Field(16, ge=1, le=256)

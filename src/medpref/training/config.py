@@ -1,24 +1,44 @@
-"""The ``training`` params section (stage 05): profiles, the SFT recipe, the DPO runs.
+"""The ``training`` params section (stage 05): recipes, hardware, the SFT data, the DPO runs.
 
-A *profile* says how big and how long a run is (LoRA rank, learning rate, batch ×
-accumulation, epochs, precision): ``paper`` is PLPF's Appendix C setting, ``tiny`` the
-CPU default that trains in minutes. The recipe (which data, which runs) is the same under
-both. Where a run executes (one process, DDP, DeepSpeed) is an accelerate config under
-``configs/hardware/accelerate/``, chosen at launch, not here.
+A **recipe** (``training.recipes.<name>``, chosen by ``training.recipe``) says what is
+trained: LoRA rank, α, dropout and modules, learning rate and warm-up, epochs, lengths.
+``paper`` is PLPF's Appendix C setting, ``tiny`` the CPU default that trains in minutes.
+The **hardware** (``training.hardware``: ``configs/hardware/<name>.yaml``, its ``policy``
+section) says where and how fast: device, threads, bf16, per-device batch × accumulation,
+gradient checkpointing, checkpoint cadence. Any recipe runs on any hardware. How many
+processes (one, DDP, DeepSpeed) is an accelerate config under
+``configs/hardware/accelerate/``, chosen at launch.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
+from medpref.training.hardware import Hardware, load_hardware
+
+#: fields of the old ``training.profiles.<name>`` that are hardware now
+HARDWARE_KEYS = ("per_device_batch_size", "grad_accumulation", "gradient_checkpointing",
+                 "precompute_ref_log_probs", "logging_steps", "save_steps", "save_total_limit")
+MACHINE_KEYS = ("bf16", "num_threads")
 
 
-class TrainingProfile(StrictModel):
-    """How a run trains. Every field is set in params.yaml (no defaults here)."""
+def _moved_to_hardware(data: Any) -> Any:
+    """A hardware field in a recipe (as in the old profiles): an error naming its new key."""
+    if isinstance(data, dict):
+        for key in data:
+            if key in HARDWARE_KEYS or key in MACHINE_KEYS:
+                where = f"policy.{key}" if key in HARDWARE_KEYS else key
+                raise ValueError(f"'{key}' is hardware, not recipe: set '{where}' in "
+                                 "configs/hardware/<training.hardware>.yaml")
+    return data
+
+
+class TrainingRecipe(StrictModel):
+    """What a run trains. Every field is set in params.yaml (no defaults here)."""
 
     lora_r: int = Field(ge=1, le=1024)
     lora_alpha: int = Field(ge=1, le=4096)
@@ -27,23 +47,20 @@ class TrainingProfile(StrictModel):
     target_modules: dict[str, list[str]]
     learning_rate: float = Field(gt=0.0, le=1.0)
     warmup_ratio: float = Field(ge=0.0, lt=1.0)       # share of steps with a rising lr
-    per_device_batch_size: int = Field(ge=1, le=1024)
-    grad_accumulation: int = Field(ge=1, le=1024)
     # whole passes over the data: SFT over the doctor-turn examples it keeps, DPO over a
-    # run's pairs; a step count is then epochs × ceil(examples / (batch × accumulation))
+    # run's pairs; a step count is then epochs × ceil(examples / (batch × accumulation)),
+    # batch and accumulation being the hardware's
     sft_epochs: int = Field(ge=1, le=100)
     sft_max_steps: int | None = Field(ge=1)       # explicit step override (null: the epochs)
     dpo_epochs: int = Field(ge=1, le=100)
     dpo_max_steps: int | None = Field(ge=1)       # explicit step override (null: the epochs)
     max_length: int = Field(ge=16, le=131072)     # tokens of prompt + answer
     history_max_turns: int | None = Field(ge=1)   # context turns kept before an answer (null: all)
-    bf16: Literal["auto"] | bool                  # auto: on where the GPU supports it
-    gradient_checkpointing: bool
-    precompute_ref_log_probs: bool                # DPO: reference log-probs once, up front
-    num_threads: int | None = Field(ge=1, le=512)  # CPU threads (null: torch's choice)
-    logging_steps: int = Field(ge=1)
-    save_steps: int = Field(ge=1)                 # checkpoint every N steps (resume point)
-    save_total_limit: int = Field(ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_hardware_keys(cls, data: Any) -> Any:
+        return _moved_to_hardware(data)
 
     @field_validator("target_modules")
     @classmethod
@@ -97,9 +114,18 @@ class DPOParams(StrictModel):
         return self
 
 
+#: keys of the old ``training`` section → what replaced them
+_RENAMED = {"profile": "'training.recipe' (what is trained) and 'training.hardware' "
+                       "(configs/hardware/<name>.yaml: where and how fast)",
+            "profiles": "'training.recipes' (LoRA, learning rate, epochs, lengths); batch, "
+                        "accumulation, precision, checkpointing and threads are in "
+                        "configs/hardware/<training.hardware>.yaml"}
+
+
 class TrainingParams(StrictModel):
-    profile: str
-    profiles: dict[str, TrainingProfile]
+    recipe: str                        # a name in ``recipes``
+    hardware: str                      # configs/hardware/<name>.yaml (or a path to a YAML file)
+    recipes: dict[str, TrainingRecipe]
     base_role: str                     # shared.llm.roles entry whose model is trained
     sft: SFTParams
     dpo: DPOParams
@@ -107,19 +133,33 @@ class TrainingParams(StrictModel):
     keep_checkpoints: bool             # false: a finished run deletes its checkpoints
     reports: str
     # a run planned with fewer optimizer steps is flagged (logged, and in its card and
-    # runs.csv), e.g. the paper profile's 2 × 16 batch on a pairs file of 21 pairs: 1 step
+    # runs.csv), e.g. gpu hardware's 2 × 16 batch on a pairs file of 21 pairs: 1 step
     warn_below_steps: int = Field(ge=1)
     guard: GuardParams = Field(default_factory=GuardParams)
 
-    @field_validator("profiles")
+    @model_validator(mode="before")
     @classmethod
-    def _some_profile(cls, value: dict[str, TrainingProfile]) -> dict[str, TrainingProfile]:
+    def _no_old_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in _RENAMED.items():
+                if old in data:
+                    raise ValueError(f"'training.{old}' is gone: use {new}")
+        return data
+
+    @field_validator("recipes")
+    @classmethod
+    def _some_recipe(cls, value: dict[str, TrainingRecipe]) -> dict[str, TrainingRecipe]:
         if not value:
-            raise ValueError("at least one profile is needed")
+            raise ValueError("at least one recipe is needed")
         return value
 
-    def active_profile(self) -> TrainingProfile:
-        if self.profile not in self.profiles:
-            raise ValueError(f"training.profile '{self.profile}' is not in training.profiles "
-                             f"(known: {sorted(self.profiles)})")
-        return self.profiles[self.profile]
+    def active_recipe(self) -> TrainingRecipe:
+        """``training.recipes[training.recipe]``; an unknown name is an error."""
+        if self.recipe not in self.recipes:
+            raise ValueError(f"training.recipe '{self.recipe}' is not in training.recipes "
+                             f"(known: {sorted(self.recipes)})")
+        return self.recipes[self.recipe]
+
+    def active_hardware(self) -> Hardware:
+        """``configs/hardware/<training.hardware>.yaml``, validated."""
+        return load_hardware(self.hardware)

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from medpref.params import load_params
     from medpref.training.dpo import train_dpo
+    from medpref.training.hardware import load_hardware
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -68,9 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         if state.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
             tiny_model(out / "model")
-    profile = load_params().training.profiles["tiny"].model_copy(update={
-        "dpo_max_steps": args.steps, "dpo_epochs": 50, "learning_rate": 5e-3,
-        "save_steps": 1000, "num_threads": 1})
+    recipe = load_params().training.recipes["tiny"].model_copy(update={
+        "dpo_max_steps": args.steps, "dpo_epochs": 50, "learning_rate": 5e-3})
+    cpu = load_hardware("cpu")  # its batch 1 × 1, on whatever devices the launcher gives
+    hardware = cpu.model_copy(update={
+        "device": "auto", "bf16": "auto", "num_threads": 1,
+        "policy": cpu.policy.model_copy(update={"save_steps": 1000})})
     captured: dict = {}
 
     class Capture(TrainerCallback):  # the weights as training leaves them, per process
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                              if "lora_" in k and ".default." in k})
 
     train_dpo(out / "model", None, pairs(8 * state.num_processes), out / "adapter",
-              out / "ckpt", profile, beta=0.1, loss_type="sigmoid", seed=0,
+              out / "ckpt", recipe, hardware, beta=0.1, loss_type="sigmoid", seed=0,
               callbacks=(Capture(),))
     save_file(captured, str(out / f"rank{state.process_index}.safetensors"))
     state.wait_for_everyone()

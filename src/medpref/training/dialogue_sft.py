@@ -4,7 +4,7 @@ PLPF's first training step (§2.4): fine-tune the base model on medical dialogue
 preference learning; NoteChat (§3.2) trains only on the physician's utterances. Each
 doctor turn that answers a patient becomes one trl *prompt-completion* example (the
 earlier turns as chat messages → the doctor turn), and ``SFTTrainer`` with
-``completion_only_loss`` learns the completion alone. LoRA wraps the modules the profile
+``completion_only_loss`` learns the completion alone. LoRA wraps the modules the recipe
 names for the architecture; the adapter is what DPO starts from and uses as reference.
 """
 
@@ -19,13 +19,9 @@ from typing import Any
 from medpref.contracts import Dialogue, read_jsonl
 from medpref.identity import content_id
 from medpref.params import repo_path
-from medpref.training.config import SFTParams, TrainingProfile
-from medpref.training.profiles import (
-    few_steps_warning,
-    load_hardware_of,
-    lora_settings,
-    trainer_kwargs,
-)
+from medpref.training.arguments import few_steps_warning, lora_settings, trainer_kwargs
+from medpref.training.config import SFTParams, TrainingRecipe
+from medpref.training.hardware import Hardware
 from medpref.training.runs import (
     FitResult,
     finish_checkpoints,
@@ -164,12 +160,12 @@ class SFTRun:
     warning: str = ""              # few optimizer steps (see ``few_steps_warning``)
 
 
-def sft_config(profile: TrainingProfile, ckpt_dir: str | Path, seed: int):
-    """``profile.sft_epochs`` whole epochs (or the ``sft_max_steps`` override)."""
+def sft_config(recipe: TrainingRecipe, hardware: Hardware, ckpt_dir: str | Path, seed: int):
+    """``recipe.sft_epochs`` whole epochs (or the ``sft_max_steps`` override)."""
     from trl import SFTConfig
 
-    return SFTConfig(**trainer_kwargs(profile, ckpt_dir, seed, profile.sft_epochs,
-                                      profile.sft_max_steps), packing=False,
+    return SFTConfig(**trainer_kwargs(recipe, hardware, ckpt_dir, seed, recipe.sft_epochs,
+                                      recipe.sft_max_steps), packing=False,
                      completion_only_loss=True)  # loss on the doctor turn (the completion)
 
 
@@ -182,36 +178,38 @@ def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: t
 
 
 def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
-                       out_dir: str | Path, ckpt_dir: str | Path, profile: TrainingProfile,
-                       seed: int, keep_checkpoints: bool = False,
+                       out_dir: str | Path, ckpt_dir: str | Path, recipe: TrainingRecipe,
+                       hardware: Hardware, seed: int, keep_checkpoints: bool = False,
                        task_card: dict[str, Any] | None = None,
                        callbacks: tuple = (), check_yield=None,
                        warn_below_steps: int = 1) -> SFTRun:
-    """LoRA SFT with ``SFTTrainer`` (completion-only loss) for ``profile.sft_epochs``
+    """LoRA SFT with ``SFTTrainer`` (completion-only loss) for ``recipe.sft_epochs``
     whole epochs over the examples that fit; the adapter goes to ``out_dir``. A killed run
     resumes from its last checkpoint in ``ckpt_dir``. A run planned with fewer than
     ``warn_below_steps`` optimizer steps logs a warning (and returns it)."""
     from transformers import set_seed
 
     set_seed(seed)
-    tok, base = load_base(base_path, load_hardware_of(profile))
-    data, dropped = drop_too_long(tok, examples, profile.max_length, ("completion",))
+    tok, base = load_base(base_path, hardware, device="cpu")
+    data, dropped = drop_too_long(tok, examples, recipe.max_length, ("completion",))
     if check_yield is not None:  # the stage's guard: too many dropped fails before training
         check_yield(len(data), len(examples))
     if not data:
-        raise ValueError(f"no SFT example fits max_length={profile.max_length}")
-    model = with_lora(base, lora_settings(profile, base.config.model_type))
-    trainer = build_sft_trainer(model, tok, data, sft_config(profile, ckpt_dir, seed), callbacks)
-    warning = few_steps_warning("SFT", len(data), profile, profile.sft_epochs,
-                                profile.sft_max_steps, warn_below_steps, trainer.args.world_size)
+        raise ValueError(f"no SFT example fits max_length={recipe.max_length}")
+    model = with_lora(base, lora_settings(recipe, base.config.model_type))
+    trainer = build_sft_trainer(model, tok, data, sft_config(recipe, hardware, ckpt_dir, seed),
+                                callbacks)
+    warning = few_steps_warning("SFT", len(data), hardware, recipe.sft_epochs,
+                                recipe.sft_max_steps, warn_below_steps, trainer.args.world_size)
     if warning:
         _log.warning(warning)
-    key = run_key(kind="sft", profile=profile.model_dump(), seed=seed, data=data,
+    key = run_key(kind="sft", recipe=recipe.model_dump(),
+                  hardware=hardware.model_dump(exclude={"rem"}), seed=seed, data=data,
                   base=content_id(base_path))
     result = fit(trainer, ckpt_dir, key)
     model.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     card = {"kind": "policy_sft", "examples": len(data), "dropped_too_long": dropped,
-            "epochs": profile.sft_epochs, "steps": result.steps, **(task_card or {})}
+            "epochs": recipe.sft_epochs, "steps": result.steps, **(task_card or {})}
     save_trained_adapter(trainer, model, out_dir, card)
     if trainer.is_world_process_zero():
         finish_checkpoints(ckpt_dir, keep_checkpoints)

@@ -22,14 +22,10 @@ from typing import Any
 
 from medpref.contracts import PreferencePair, read_jsonl
 from medpref.identity import content_id
-from medpref.training.config import TrainingProfile
+from medpref.training.arguments import few_steps_warning, lora_settings, trainer_kwargs
+from medpref.training.config import TrainingRecipe
 from medpref.training.dialogue_sft import clip_history, drop_too_long
-from medpref.training.profiles import (
-    few_steps_warning,
-    load_hardware_of,
-    lora_settings,
-    trainer_kwargs,
-)
+from medpref.training.hardware import Hardware
 from medpref.training.runs import (
     FitResult,
     finish_checkpoints,
@@ -88,41 +84,40 @@ class DPORun:
     warning: str = ""              # few optimizer steps (see ``few_steps_warning``)
 
 
-def policy_model(base_path: str | Path, sft_adapter: str | Path | None,
-                 profile: TrainingProfile):
+def policy_model(base_path: str | Path, sft_adapter: str | Path | None, hardware: Hardware):
     """Tokenizer and the model DPO trains: base + the SFT adapter (trainable), or the bare
     base when there is no SFT adapter (then trl adds a fresh LoRA and the reference is the
     base with the adapter disabled)."""
     from peft import PeftModel
 
-    tok, base = load_base(base_path, load_hardware_of(profile))
+    tok, base = load_base(base_path, hardware, device="cpu")
     if sft_adapter is None:
         return tok, base
     return tok, PeftModel.from_pretrained(base, str(sft_adapter), is_trainable=True)
 
 
-def dpo_config(profile: TrainingProfile, ckpt_dir: str | Path, seed: int, beta: float,
-               loss_type: str):
-    """``profile.dpo_epochs`` whole epochs over the pairs (or the ``dpo_max_steps``
+def dpo_config(recipe: TrainingRecipe, hardware: Hardware, ckpt_dir: str | Path, seed: int,
+               beta: float, loss_type: str):
+    """``recipe.dpo_epochs`` whole epochs over the pairs (or the ``dpo_max_steps``
     override)."""
     from trl import DPOConfig
 
-    return DPOConfig(**trainer_kwargs(profile, ckpt_dir, seed, profile.dpo_epochs,
-                                      profile.dpo_max_steps), beta=beta,
+    return DPOConfig(**trainer_kwargs(recipe, hardware, ckpt_dir, seed, recipe.dpo_epochs,
+                                      recipe.dpo_max_steps), beta=beta,
                      loss_type=[loss_type],
-                     precompute_ref_log_probs=profile.precompute_ref_log_probs,
+                     precompute_ref_log_probs=hardware.policy.precompute_ref_log_probs,
                      padding_free=False)  # trl 1.16 turns it off for DPO anyway
 
 
 def build_dpo_trainer(model, tok, data: list[dict[str, Any]], eval_data: list[dict[str, Any]],
-                      args, profile: TrainingProfile, callbacks: tuple = ()):
+                      args, recipe: TrainingRecipe, callbacks: tuple = ()):
     from datasets import Dataset
     from peft import LoraConfig, PeftModel
     from trl import DPOTrainer
 
     peft_config = None
     if not isinstance(model, PeftModel):
-        lora = lora_settings(profile, model.config.model_type)
+        lora = lora_settings(recipe, model.config.model_type)
         peft_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                  target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
     return DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
@@ -133,31 +128,33 @@ def build_dpo_trainer(model, tok, data: list[dict[str, Any]], eval_data: list[di
 
 def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
               examples: list[dict[str, Any]], out_dir: str | Path, ckpt_dir: str | Path,
-              profile: TrainingProfile, *, beta: float, loss_type: str, seed: int,
+              recipe: TrainingRecipe, hardware: Hardware, *, beta: float, loss_type: str,
+              seed: int,
               eval_pairs: int | None = None, keep_checkpoints: bool = False,
               task_card: dict[str, Any] | None = None, callbacks: tuple = (),
               check_yield=None, warn_below_steps: int = 1) -> DPORun:
-    """Train one DPO policy for ``profile.dpo_epochs`` whole epochs over conversational
+    """Train one DPO policy for ``recipe.dpo_epochs`` whole epochs over conversational
     ``examples`` and save its adapter to ``out_dir``; resumes from the last checkpoint in
     ``ckpt_dir`` of the same run. A run planned with fewer than ``warn_below_steps``
     optimizer steps logs a warning (and returns it)."""
     from transformers import set_seed
 
     set_seed(seed)
-    tok, model = policy_model(base_path, sft_adapter, profile)
-    data, dropped = drop_too_long(tok, examples, profile.max_length, ("chosen", "rejected"))
+    tok, model = policy_model(base_path, sft_adapter, hardware)
+    data, dropped = drop_too_long(tok, examples, recipe.max_length, ("chosen", "rejected"))
     if check_yield is not None:  # the stage's guard: too many dropped fails before training
         check_yield(len(data), len(examples))
     if not data:
-        raise ValueError(f"no pair fits max_length={profile.max_length}")
+        raise ValueError(f"no pair fits max_length={recipe.max_length}")
     eval_data = data[:eval_pairs] if eval_pairs is not None else data
-    args = dpo_config(profile, ckpt_dir, seed, beta, loss_type)
-    trainer = build_dpo_trainer(model, tok, data, eval_data, args, profile, callbacks)
-    warning = few_steps_warning("DPO", len(data), profile, profile.dpo_epochs,
-                                profile.dpo_max_steps, warn_below_steps, args.world_size)
+    args = dpo_config(recipe, hardware, ckpt_dir, seed, beta, loss_type)
+    trainer = build_dpo_trainer(model, tok, data, eval_data, args, recipe, callbacks)
+    warning = few_steps_warning("DPO", len(data), hardware, recipe.dpo_epochs,
+                                recipe.dpo_max_steps, warn_below_steps, args.world_size)
     if warning:
         _log.warning(warning)
-    key = run_key(kind="dpo", profile=profile.model_dump(), seed=seed, beta=beta,
+    key = run_key(kind="dpo", recipe=recipe.model_dump(),
+                  hardware=hardware.model_dump(exclude={"rem"}), seed=seed, beta=beta,
                   loss_type=loss_type, data=data,
                   base=content_id(base_path),
                   sft=content_id(sft_adapter) if sft_adapter else None)
@@ -170,7 +167,7 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
         policy.delete_adapter("ref")  # the frozen SFT copy is not part of the policy
     policy.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     card = {"kind": "policy_dpo", "pairs": len(data), "dropped_too_long": dropped,
-            "epochs": profile.dpo_epochs, "steps": result.steps, "beta": beta,
+            "epochs": recipe.dpo_epochs, "steps": result.steps, "beta": beta,
             "loss_type": loss_type,
             "sft_adapter": portable_path(sft_adapter) if sft_adapter else None,
             **(task_card or {})}

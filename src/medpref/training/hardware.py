@@ -1,50 +1,113 @@
-"""Hardware profiles (``configs/hardware/<name>.yaml``): where a training recipe runs.
+"""Hardware (``configs/hardware/<name>.yaml``): where and how fast a recipe trains.
 
-A recipe (what to train, in params.yaml) and a profile (batch size, accumulation, bf16,
-a step cap) are kept apart, as in the alignment-handbook, so the same recipe runs on a
-2-core CPU for the embedded default and on a GPU for real runs by switching one param.
+The vocabulary, one name each: a **recipe** says what is trained (LoRA, learning rate,
+epochs, lengths: ``rem.train`` and ``training.recipes.<name>`` in params.yaml); a
+**hardware** file says where and how fast (device, threads, precision, per-device batch
+× accumulation, gradient checkpointing, checkpoint cadence); an **overlay**
+(``configs/overlays/``) is a set of params overrides. As in the alignment-handbook,
+the same recipe runs on a 2-core CPU or a GPU by switching one param
+(``rem.train.hardware``, ``training.hardware``). Processes and sharding (DDP, DeepSpeed)
+are an accelerate config under ``configs/hardware/accelerate/``, chosen at launch.
+
+A hardware file has the machine's settings and one section per trainer: ``rem`` (stage
+03's REM LoRA) and ``policy`` (stage 05's SFT and DPO), which batch differently.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from medpref.params import StrictModel, repo_path
 
+#: keys of the old flat hardware file (the REM's) → where they live now
+_MOVED_FLAT_KEYS = {key: f"rem.{key}" for key in (
+    "per_device_batch_size", "grad_accumulation", "gradient_checkpointing", "max_steps",
+    "group_by_length")}
 
-class HardwareProfile(StrictModel):
-    device: Literal["cpu", "cuda", "auto"] = "cpu"
-    per_device_batch_size: int = Field(4, ge=1, le=1024)
-    grad_accumulation: int = Field(1, ge=1, le=1024)
-    bf16: bool = False
-    gradient_checkpointing: bool = False
-    max_steps: int | None = Field(None, ge=1)
-    num_threads: int | None = Field(None, ge=1, le=512)
-    #: batches drawn from examples of similar length (less padding; another order)
-    group_by_length: bool = False
+
+class TrainerHardware(StrictModel):
+    """How one trainer batches on this hardware (every field set in the file)."""
+
+    per_device_batch_size: int = Field(ge=1, le=1024)
+    grad_accumulation: int = Field(ge=1, le=1024)
+    gradient_checkpointing: bool          # on: less memory, more time (off on a CPU)
+
+
+class RemHardware(TrainerHardware):
+    """Stage 03's REM LoRA (``medpref.training.sft.train_lora``)."""
+
+    max_steps: int | None = Field(ge=1)   # cap on optimizer steps on slow hardware (null: none)
+    group_by_length: bool                 # batches of similar length: less padding
+
+
+class PolicyHardware(TrainerHardware):
+    """Stage 05's SFT and DPO of the policy (``medpref.training.arguments``)."""
+
+    precompute_ref_log_probs: bool        # DPO: reference log-probs once, up front
+    logging_steps: int = Field(ge=1)
+    save_steps: int = Field(ge=1)         # checkpoint every N steps (the resume point)
+    save_total_limit: int = Field(ge=1)
+
+
+class Hardware(StrictModel):
+    """One ``configs/hardware/<name>.yaml``."""
+
+    device: Literal["cpu", "cuda", "auto"]
+    num_threads: int | None = Field(ge=1, le=512)   # torch CPU threads (null: torch's choice)
+    bf16: Literal["auto"] | bool                    # auto: on where the GPU has bfloat16
+    rem: RemHardware
+    policy: PolicyHardware
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_flat_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, new in _MOVED_FLAT_KEYS.items():
+                if key in data:
+                    raise ValueError(f"'{key}' is now '{new}' (or 'policy.{key}' for stage "
+                                     "05): a hardware file has a section per trainer")
+        return data
 
 
 def hardware_path(name: str) -> Path:
-    """A profile name (``cpu``) or a path to a YAML file."""
+    """A hardware name (``cpu``) or a path to a YAML file."""
     if name.endswith((".yaml", ".yml")):
         return repo_path(name)
     return repo_path(f"configs/hardware/{name}.yaml")
 
 
-def load_hardware(name: str) -> HardwareProfile:
-    """Load and validate a profile; errors name the file and the key."""
+def load_hardware(name: str) -> Hardware:
+    """Load and validate a hardware file; errors name the file and the key."""
     path = hardware_path(name)
     if not path.exists():
         known = sorted(p.stem for p in repo_path("configs/hardware").glob("*.yaml"))
-        raise FileNotFoundError(f"no hardware profile '{name}' ({path}); known: {known}")
+        raise FileNotFoundError(f"no hardware '{name}' ({path}); known: {known}")
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     try:
-        return HardwareProfile.model_validate(data)
+        return Hardware.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
-        raise ValueError(f"{path}: '{key}': {err['msg']}") from None
+        raise ValueError(f"{path}: '{key}': {err['msg']}".replace("'': ", "")) from None
+
+
+def bf16_supported() -> bool:
+    """A CUDA device with native bfloat16 (Ampere or later)."""
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def resolve_bf16(hardware: Hardware) -> bool:
+    """``auto`` → bf16 where the GPU supports it; ``true`` without such a GPU is an error
+    (bf16 autocast on a CPU runs, but many times slower than float32)."""
+    if hardware.bf16 == "auto":
+        return bf16_supported()
+    if hardware.bf16 and not bf16_supported():
+        raise ValueError("the hardware asks for bf16 but no CUDA device with bfloat16 "
+                         "is present; set bf16: auto (or false)")
+    return bool(hardware.bf16)

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from medpref.metrics.intervals import bootstrap_ci
-from medpref.training.config import TrainingProfile
+from medpref.training.config import TrainingRecipe
+from medpref.training.hardware import Hardware
 
 #: the per-pair rows of a cross-fitted run, beside its adapter
 HELDOUT_ROWS = "heldout.jsonl"
@@ -78,28 +79,27 @@ def margins(policy: Sequence[tuple[float, float]], reference: Sequence[tuple[flo
                                                                            strict=True)]
 
 
-def _load(base_path: str | Path, adapter: str | Path, profile: TrainingProfile):
+def _load(base_path: str | Path, adapter: str | Path, hardware: Hardware):
     from peft import PeftModel
 
-    from medpref.training.profiles import load_hardware_of
     from medpref.training.sft import load_base
 
-    tok, base = load_base(base_path, load_hardware_of(profile))
+    tok, base = load_base(base_path, hardware, device="cpu")
     return tok, PeftModel.from_pretrained(base, str(adapter)).eval()
 
 
 def crossfit(base_path: str | Path, sft_adapter: str | Path,
              examples: Sequence[dict[str, Any]], sources: Sequence[str | None],
-             workdir: str | Path, profile: TrainingProfile, *, folds: int, beta: float,
-             loss_type: str, seed: int) -> list[dict[str, Any]]:
-    """One row per pair that fits ``profile.max_length``: its fold, the chosen answer's
+             workdir: str | Path, recipe: TrainingRecipe, hardware: Hardware, *, folds: int,
+             beta: float, loss_type: str, seed: int) -> list[dict[str, Any]]:
+    """One row per pair that fits ``recipe.max_length``: its fold, the chosen answer's
     source and its held-out margin. Fold policies train in ``workdir`` (removed after)."""
     from medpref.training.dialogue_sft import drop_too_long
     from medpref.training.dpo import train_dpo
 
     workdir = Path(workdir)
-    tok_ref, ref = _load(base_path, sft_adapter, profile)
-    fits = {id(ex) for ex in drop_too_long(tok_ref, list(examples), profile.max_length,
+    tok_ref, ref = _load(base_path, sft_adapter, hardware)
+    fits = {id(ex) for ex in drop_too_long(tok_ref, list(examples), recipe.max_length,
                                            ("chosen", "rejected"))[0]}
     kept = [(ex, src) for ex, src in zip(examples, sources, strict=True) if id(ex) in fits]
     assignment = deal_folds(len(kept), folds, seed)
@@ -111,9 +111,9 @@ def crossfit(base_path: str | Path, sft_adapter: str | Path,
                                                                         strict=True))
                     if f == fold]
             out = workdir / f"fold{fold}"
-            train_dpo(base_path, sft_adapter, train, out / "adapter", out / "ckpt", profile,
-                      beta=beta, loss_type=loss_type, seed=seed, eval_pairs=1)
-            tok, policy = _load(base_path, out / "adapter", profile)
+            train_dpo(base_path, sft_adapter, train, out / "adapter", out / "ckpt", recipe,
+                      hardware, beta=beta, loss_type=loss_type, seed=seed, eval_pairs=1)
+            tok, policy = _load(base_path, out / "adapter", hardware)
             held = [ex for _, ex, _ in test]
             for (i, _, src), m in zip(test, margins(pair_logps(policy, tok, held),
                                                     pair_logps(ref, tok_ref, held), beta),

@@ -6,7 +6,7 @@ byte-identical adapters. Each run is its own DVC stage (``training_dpo@<run>``) 
 own out folder, so one run cannot hand its adapter to another through DVC. Instead a run
 looks, before it trains, in the other runs' out folders for a card with the same *share
 key* — a hash of everything that decides the adapter: the pairs as the trainer gets them,
-the profile, seed, beta, loss, ``eval_pairs``, the base model, the SFT adapter, the
+the recipe, the hardware, seed, beta, loss, ``eval_pairs``, the base model, the SFT adapter, the
 training code and the library versions — whose adapter still has the weights hash its
 card recorded, and copies that adapter into its own out folder. Its DVC out is then a
 complete adapter either way; a run that finds none (run alone on a fresh clone, or the

@@ -1,7 +1,7 @@
 """What every training run shares: resume from the last checkpoint, and its outputs.
 
 A run trains with a trl trainer whose ``output_dir`` is the run's checkpoint folder. The
-folder carries a key (a hash of everything that decides the result: profile, data, base,
+folder carries a key (a hash of everything that decides the result: recipe, hardware, data, base,
 starting adapter); a rerun with the same key resumes from the newest ``checkpoint-N``
 (a killed run continues, it does not start over), a rerun with another key starts fresh.
 The outputs of a run are a metrics JSON, the trainer's log history as JSON and CSV (the

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medpref.training.hardware import HardwareProfile
+from medpref.training.hardware import Hardware, resolve_bf16
 
 IGNORE_INDEX = -100
 
@@ -208,9 +208,11 @@ def with_lora(model, lora: LoraSettings):
     return get_peft_model(model, config)
 
 
-def load_base(model_path: str | Path, hardware: HardwareProfile):
-    """Tokenizer and float32 base model on the profile's device (bf16 is left to the
-    Trainer's autocast, so CPU runs stay in fast float32)."""
+def load_base(model_path: str | Path, hardware: Hardware, device: str | None = None):
+    """Tokenizer and float32 base model on the hardware's device, or on ``device`` (the
+    policy is loaded on the CPU: the Trainer, or accelerate under a launcher, moves it to
+    its process's device). bf16 is left to the Trainer's autocast, so CPU runs stay in
+    fast float32."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -220,24 +222,25 @@ def load_base(model_path: str | Path, hardware: HardwareProfile):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    device = hardware.device
+    device = device or hardware.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return tok, model.to(device)
 
 
-def planned_steps(n_train: int, hardware: HardwareProfile, sft: SFTSettings) -> int:
-    """Optimizer steps of the run: an explicit ``sft.max_steps`` wins; otherwise the
-    epochs over ``n_train`` examples, capped by the hardware profile's ``max_steps``."""
+def planned_steps(n_train: int, hardware: Hardware, sft: SFTSettings) -> int:
+    """Optimizer steps of the REM's run: an explicit ``sft.max_steps`` wins; otherwise the
+    epochs over ``n_train`` examples, capped by the hardware's ``rem.max_steps``."""
     if sft.max_steps is not None:
         return sft.max_steps
-    per_step = hardware.per_device_batch_size * hardware.grad_accumulation
-    steps = max(1, math.ceil(sft.epochs * math.ceil(n_train / per_step)))
-    return min(steps, hardware.max_steps) if hardware.max_steps is not None else steps
+    rem = hardware.rem
+    steps = max(1, math.ceil(sft.epochs * math.ceil(n_train / (rem.per_device_batch_size
+                                                               * rem.grad_accumulation))))
+    return min(steps, rem.max_steps) if rem.max_steps is not None else steps
 
 
 def train_lora(model_path: str | Path, examples: Sequence[SFTExample], out_dir: str | Path,
-               hardware: HardwareProfile, sft: SFTSettings = SFTSettings(),
+               hardware: Hardware, sft: SFTSettings = SFTSettings(),
                lora: LoraSettings = LoraSettings(),
                task_card: dict[str, Any] | None = None) -> TrainResult:
     """Train a LoRA adapter on answer-only loss and save it (atomically) to ``out_dir``.
@@ -255,17 +258,18 @@ def train_lora(model_path: str | Path, examples: Sequence[SFTExample], out_dir: 
     model = with_lora(base, lora)
     steps = planned_steps(len(data), hardware, sft)
     with tempfile.TemporaryDirectory(prefix="sft-") as work:
+        rem = hardware.rem
         args = TrainingArguments(
-            output_dir=work, per_device_train_batch_size=hardware.per_device_batch_size,
-            gradient_accumulation_steps=hardware.grad_accumulation, max_steps=steps,
+            output_dir=work, per_device_train_batch_size=rem.per_device_batch_size,
+            gradient_accumulation_steps=rem.grad_accumulation, max_steps=steps,
             learning_rate=sft.learning_rate, warmup_steps=sft.warmup_steps,
-            lr_scheduler_type="linear", bf16=hardware.bf16,
-            activation_checkpointing=hardware.gradient_checkpointing,
+            lr_scheduler_type="linear", bf16=resolve_bf16(hardware),
+            activation_checkpointing=rem.gradient_checkpointing,
             logging_steps=sft.logging_steps, save_strategy="no", report_to=[],
             seed=sft.seed, data_seed=sft.seed, use_cpu=(hardware.device == "cpu"),
             dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=False,
             # batches of similar length pad little (the collator pads to the longest)
-            train_sampling_strategy="group_by_length" if hardware.group_by_length
+            train_sampling_strategy="group_by_length" if rem.group_by_length
             else "random")
         trainer = _answer_only_trainer()(
             model=model, args=args, train_dataset=data,

@@ -42,7 +42,7 @@ from medpref.training.dpo import (
     skip_reason,
     train_dpo,
 )
-from medpref.training.profiles import resolve_bf16
+from medpref.training.hardware import resolve_bf16
 from medpref.training.runs import (
     FIT_RECORD,
     RUN_CARD,
@@ -76,7 +76,8 @@ def open_part(stage: Stage, part: str, run: str = "") -> RunStage:
     if part == "dpo" and run not in runs:
         raise ValueError(f"no DPO run {run!r} in annotation.strategies or training.dpo.runs "
                          f"(known: {sorted(runs)})")
-    p.active_profile()  # an unknown profile fails here, before any work
+    p.active_recipe()    # an unknown recipe fails here, before any work,
+    p.active_hardware()  # as does a missing or invalid hardware file
     policies.heldout_runs(stage.params)  # and a misnamed held-out run
     return RunStage(name=stage.name, params=stage.params, started=stage.started,
                     part_dir=f"dpo/{run}" if part == "dpo" else part)
@@ -115,9 +116,10 @@ def _hardware(stage: Stage) -> dict[str, Any]:
     import torch
 
     p: TrainingParams = stage.p
-    return {"profile": p.profile, "cuda_devices": torch.cuda.device_count(),
-            "bf16": resolve_bf16(p.active_profile()),
-            "gradient_checkpointing": p.active_profile().gradient_checkpointing}
+    hardware = p.active_hardware()
+    return {"recipe": p.recipe, "hardware": p.hardware,
+            "cuda_devices": torch.cuda.device_count(), "bf16": resolve_bf16(hardware),
+            "gradient_checkpointing": hardware.policy.gradient_checkpointing}
 
 
 # -- SFT ------------------------------------------------------------------------------------
@@ -128,20 +130,20 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
     with stage.step("load"):
         dialogues, sources = load_dialogues(p.sft)
         examples = sft_examples(dialogues, prompt.system.strip(), p.sft.max_examples, stage.seed,
-                                p.active_profile().history_max_turns, p.sft.turn_quality)
+                                p.active_recipe().history_max_turns, p.sft.turn_quality)
         count_targets(dialogues, sources, p.sft.turn_quality)
     out_dir = repo_path(p.sft.output_dir)
     with stage.step("train"):
         result = train_dialogue_sft(
             repo_path(_base_model(stage)), examples, out_dir / "adapter",
-            repo_path(p.checkpoints_dir) / "sft", p.active_profile(), stage.seed,
-            p.keep_checkpoints, task_card=_task_card(prompt),
+            repo_path(p.checkpoints_dir) / "sft", p.active_recipe(), p.active_hardware(),
+            stage.seed, p.keep_checkpoints, task_card=_task_card(prompt),
             check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="SFT examples"),
             warn_below_steps=p.warn_below_steps)
     logs = result.fit.train_logs()
     card = {"run": "sft", "status": "trained", "examples": result.n_examples,
             "turn_quality": p.sft.turn_quality,
-            "dropped_too_long": result.n_dropped, "epochs": p.active_profile().sft_epochs,
+            "dropped_too_long": result.n_dropped, "epochs": p.active_recipe().sft_epochs,
             "steps": result.fit.steps, "steps_warning": result.warning,
             "resumed_from": result.fit.resumed_from, "runtime_s": round(result.fit.runtime_s, 1),
             "adapter": policies.portable_path(out_dir / "adapter"), **_hardware(stage)}
@@ -188,7 +190,7 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
         raise FileNotFoundError(f"{sft_adapter}: no SFT adapter; run stage training_sft first")
     prompt = load_prompt(p.sft.system_prompt)
     examples = [pair_to_conversation(pair, prompt.system.strip(),
-                                     p.active_profile().history_max_turns) for pair in pairs]
+                                     p.active_recipe().history_max_turns) for pair in pairs]
     key = _share_key(stage, examples, sft_adapter)
     task_card = {**_task_card(prompt), "run": name, "pairs_file": runs[name]}
     others = {run: policies.run_dir(stage.params, run) for run in runs if run != name}
@@ -243,8 +245,9 @@ def _heldout(stage: RunStage, name: str, pairs, examples: list[dict[str, Any]],
             rows = heldout.crossfit(
                 repo_path(_base_model(stage)), sft_adapter, examples,
                 [pair.chosen_source for pair in pairs],
-                repo_path(p.checkpoints_dir) / "heldout" / name, p.active_profile(),
-                folds=k, beta=p.dpo.beta, loss_type=p.dpo.loss_type, seed=stage.seed)
+                repo_path(p.checkpoints_dir) / "heldout" / name, p.active_recipe(),
+                p.active_hardware(), folds=k, beta=p.dpo.beta, loss_type=p.dpo.loss_type,
+                seed=stage.seed)
     _write_heldout(stage, name, rows)
     return heldout.summarise(rows, seed=stage.seed) if rows else None
 
@@ -275,7 +278,8 @@ def _skipped_run(stage: RunStage, name: str, reason: str, pairs,
 def _share_key(stage: RunStage, examples: list[dict[str, Any]], sft_adapter: Path) -> str:
     """What decides a DPO run's adapter (and its reported numbers), hashed."""
     p: TrainingParams = stage.p
-    return reuse.share_key(kind="dpo", profile=p.active_profile().model_dump(),
+    return reuse.share_key(kind="dpo", recipe=p.active_recipe().model_dump(),
+                           hardware=p.active_hardware().model_dump(exclude={"rem"}),
                            seed=stage.seed, beta=p.dpo.beta, loss_type=p.dpo.loss_type,
                            eval_pairs=p.dpo.eval_pairs, warn_below_steps=p.warn_below_steps,
                            examples=examples,
@@ -290,13 +294,13 @@ def _train_run(stage: RunStage, name: str, examples: list[dict[str, Any]], sft_a
     result = train_dpo(
         repo_path(_base_model(stage)), sft_adapter, examples,
         policies.run_dir(stage.params, name) / "adapter",
-        repo_path(p.checkpoints_dir) / "dpo" / name, p.active_profile(),
+        repo_path(p.checkpoints_dir) / "dpo" / name, p.active_recipe(), p.active_hardware(),
         beta=p.dpo.beta, loss_type=p.dpo.loss_type, seed=stage.seed,
         eval_pairs=p.dpo.eval_pairs, keep_checkpoints=p.keep_checkpoints, task_card=task_card,
         check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="pairs"),
         warn_below_steps=p.warn_below_steps)
     card = {"pairs": result.n_pairs, "dropped_too_long": result.n_dropped,
-            "epochs": p.active_profile().dpo_epochs, "steps": result.fit.steps,
+            "epochs": p.active_recipe().dpo_epochs, "steps": result.fit.steps,
             "steps_warning": result.warning, "resumed_from": result.fit.resumed_from,
             "runtime_s": round(result.fit.runtime_s, 1), "reused_from": None}
     fit_record = {"log_history": result.fit.log_history, "final": result.final,

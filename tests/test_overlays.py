@@ -1,12 +1,12 @@
-"""Params profiles: overrides applied as `dvc exp run -S`, validated like params.yaml."""
+"""Params overlays: overrides applied as `dvc exp run -S`, validated like params.yaml."""
 
 from __future__ import annotations
 
 import pytest
 
 from medpref import REPO_ROOT
+from medpref.overlays import apply, flatten, set_args, validate
 from medpref.params import ParamsError
-from medpref.profiles import apply, flatten, set_args, validate
 
 
 def test_flatten_and_apply_on_a_hand_example():
@@ -17,9 +17,10 @@ def test_flatten_and_apply_on_a_hand_example():
     assert base == {"a": {"b": 0, "x": 5}}  # not changed in place
 
 
-def test_the_paper_profile_is_valid_and_sets_the_papers_sizes():
+def test_the_paper_overlay_is_valid_and_sets_the_papers_sizes():
     params = validate("paper")
-    assert params.training.profile == "paper"
+    assert (params.training.recipe, params.training.hardware) == ("paper", "gpu")
+    assert params.rem.train.hardware == "gpu"
     assert params.simulation.rounds == 5 and params.simulation.n_cases is None
     assert params.shared.llm.roles["judge"].backend == "openai"
 
@@ -35,11 +36,19 @@ def test_set_args_are_hydra_overrides_dvc_accepts():
     assert values["shared.llm.roles.judge.model"] == "gpt-4o"
 
 
-def test_a_profile_with_an_unknown_key_is_refused_naming_it(tmp_path):
-    (tmp_path / "configs" / "profiles").mkdir(parents=True)
+def test_an_overlay_with_an_unknown_key_is_refused_naming_it(tmp_path):
+    (tmp_path / "configs" / "overlays").mkdir(parents=True)
     (tmp_path / "params.yaml").write_text((REPO_ROOT / "params.yaml").read_text())
-    (tmp_path / "configs" / "profiles" / "bad.yaml").write_text("simulation:\n  roundz: 3\n")
+    (tmp_path / "configs" / "overlays" / "bad.yaml").write_text("simulation:\n  roundz: 3\n")
     with pytest.raises(ParamsError, match="unknown key 'simulation.roundz'"):
         validate("bad", tmp_path)
-    with pytest.raises(SystemExit, match="no params profile 'nope'"):
+    with pytest.raises(SystemExit, match="no params overlay 'nope'"):
         validate("nope", tmp_path)
+
+
+def test_an_overlay_with_the_old_training_profile_key_is_refused_naming_the_new_one(tmp_path):
+    (tmp_path / "configs" / "overlays").mkdir(parents=True)
+    (tmp_path / "params.yaml").write_text((REPO_ROOT / "params.yaml").read_text())
+    (tmp_path / "configs" / "overlays" / "old.yaml").write_text("training:\n  profile: paper\n")
+    with pytest.raises(ParamsError, match="'training.profile' is gone: use 'training.recipe'"):
+        validate("old", tmp_path)

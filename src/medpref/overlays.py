@@ -1,8 +1,10 @@
-"""Params profiles: named sets of overrides on ``params.yaml`` (``configs/profiles/*.yaml``).
+"""Params overlays: named sets of overrides on ``params.yaml`` (``configs/overlays/*.yaml``).
 
-A profile is applied the DVC way, as ``dvc exp run -S key=value ...``, so the experiment's
+An overlay is applied the DVC way, as ``dvc exp run -S key=value ...``, so the experiment's
 ``params.yaml`` records exactly what ran and ``dvc exp show`` compares it with the default.
-``medpref run --profile paper STAGE`` does that; :func:`set_args` gives the arguments.
+``medpref run --overlay paper STAGE`` does that; :func:`set_args` gives the arguments.
+An overlay may choose a training recipe and a hardware like any other params key
+(``training.recipe``, ``training.hardware``, ``rem.train.hardware``).
 """
 
 from __future__ import annotations
@@ -17,19 +19,19 @@ import yaml
 from medpref import REPO_ROOT
 from medpref.params import Params, parse_params
 
-PROFILE_DIR = Path("configs") / "profiles"
+OVERLAY_DIR = Path("configs") / "overlays"
 
 
-def profile_path(name: str, root: Path = REPO_ROOT) -> Path:
-    path = root / PROFILE_DIR / f"{name}.yaml"
+def overlay_path(name: str, root: Path = REPO_ROOT) -> Path:
+    path = root / OVERLAY_DIR / f"{name}.yaml"
     if not path.exists():
-        known = sorted(p.stem for p in (root / PROFILE_DIR).glob("*.yaml"))
-        raise SystemExit(f"no params profile '{name}' in {PROFILE_DIR} (known: {known})")
+        known = sorted(p.stem for p in (root / OVERLAY_DIR).glob("*.yaml"))
+        raise SystemExit(f"no params overlay '{name}' in {OVERLAY_DIR} (known: {known})")
     return path
 
 
-def load_profile(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
-    return yaml.safe_load(profile_path(name, root).read_text(encoding="utf-8")) or {}
+def load_overlay(name: str, root: Path = REPO_ROOT) -> dict[str, Any]:
+    return yaml.safe_load(overlay_path(name, root).read_text(encoding="utf-8")) or {}
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -57,17 +59,17 @@ def apply(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate(name: str, root: Path = REPO_ROOT) -> Params:
-    """The params a profile gives: every key must exist and every value be valid."""
+    """The params an overlay gives: every key must exist and every value be valid."""
     base = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
-    merged = apply(base, flatten(load_profile(name, root)))
-    return parse_params(merged, f"params.yaml + {PROFILE_DIR / name}.yaml")
+    merged = apply(base, flatten(load_overlay(name, root)))
+    return parse_params(merged, f"params.yaml + {OVERLAY_DIR / name}.yaml")
 
 
 def set_args(name: str, root: Path = REPO_ROOT) -> list[str]:
     """``-S key=value`` arguments for ``dvc exp run`` (values as compact JSON/YAML flow)."""
     validate(name, root)
     args = []
-    for dotted, value in flatten(load_profile(name, root)).items():
+    for dotted, value in flatten(load_overlay(name, root)).items():
         text = value if isinstance(value, str) else json.dumps(value)
         args += ["-S", f"{dotted}={text}"]
     return args
