@@ -17,6 +17,18 @@ from medpref.llm.types import GenerationParams
 EMBEDDED_LLM = REPO_ROOT / "models" / "smollm2-135m-instruct"
 
 
+def pytest_configure(config):
+    """The hash memo of model files (medpref.identity) goes to a folder of the run, for the
+    tests and the notebooks they start: a test's temporary adapters never enter the
+    user's data/cache/fingerprints.json."""
+    import os
+    import tempfile
+
+    if "MEDPREF_FINGERPRINTS" not in os.environ:
+        memo = Path(tempfile.mkdtemp(prefix="medpref-fingerprints-")) / "fingerprints.json"
+        os.environ["MEDPREF_FINGERPRINTS"] = str(memo)
+
+
 @pytest.fixture
 def cache(tmp_path):
     c = ResponseCache(tmp_path / "cache" / "test.sqlite")

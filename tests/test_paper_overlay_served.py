@@ -1,4 +1,4 @@
-"""The ``paper`` profile, stage 01 to stage 09 in dvc.yaml's order, every chat role served.
+"""The ``paper`` overlay, stage 01 to stage 09 in dvc.yaml's order, every chat role served.
 
 One slow test chains the stages as ``dvc repro`` would (01 sampling, 02 notechat with its
 QuickUMLS index, 03 rem, 04 annotation, 05 training: SFT, ONE DPO run (``cai_dep``; the
@@ -9,19 +9,19 @@ MedicineQA, 09 paper tables), each stage reading what the stage before it wrote 
 test, all under ``tmp_path`` (DVC itself is not run: each stage's ``run(stage)`` +
 ``stage.finish(...)``, as the notebooks call them).
 
-The params are ``params.yaml`` + ``configs/profiles/paper.yaml`` (what ``medpref run
---profile paper`` gives), then only :data:`SIZE_AND_HARDWARE` (items, cases, notes,
+The params are ``params.yaml`` + ``configs/overlays/paper.yaml`` (what ``medpref run
+--overlay paper`` gives), then only :data:`SIZE_AND_HARDWARE` (items, cases, notes,
 pairs, steps, token budgets, CPU), :data:`SERVER_LIMITS` (what ``transformers serve``
 cannot do: it returns no log-probs, answers 422 to loop controls) and the wiring (output
 folders under ``tmp_path``; the server; the user-supplied model folders). Every role the
-profile puts on ``openai`` (annotator, judge, patient, planner, ranker, rethinker,
+overlay puts on ``openai`` (annotator, judge, patient, planner, ranker, rethinker,
 doctor) is served by ``transformers serve`` on 127.0.0.1; the roles it keeps local stay
-``hf``: ``policy`` (the profile's user-supplied ``models/policy-base``) and ``rem``
-(fine-tuned in stage 03, read by stages 04 and 06, as the profile does).
+``hf``: ``policy`` (the overlay's user-supplied ``models/policy-base``) and ``rem``
+(fine-tuned in stage 03, read by stages 04 and 06, as the overlay does).
 
 The served model, the policy and the REM are one TINY llama (2 layers, hidden 32, random
 weights, the embedded tokenizer), built here: the served 135M writes 1-2 tokens/s on 2
-cores, and the local 135M REM with the profile's 5 in-context examples took minutes for
+cores, and the local 135M REM with the overlay's 5 in-context examples took minutes for
 stage 03's six evaluation items alone, far more than CI has. The REM's model is thus the
 one non-size change to a local role; the 135M REM is proven by the stage tests.
 
@@ -57,7 +57,7 @@ pytest.importorskip("uvicorn", reason="transformers serve needs uvicorn (require
 
 URL_ENV, KEY_ENV = "MEDPREF_PAPER_SERVE_URL", "MEDPREF_PAPER_SERVE_KEY"
 
-#: the paper profile's sizes cut to a handful, on CPU (dotted keys, as `dvc exp run -S`)
+#: the paper overlay's sizes cut to a handful, on CPU (dotted keys, as `dvc exp run -S`)
 SIZE_AND_HARDWARE: dict[str, object] = {
     # 01: 3 items (paper: 2,000), the paper's 3-round futures, short turns
     "sampling.n_items": 3, "sampling.max_new_tokens": 24,
@@ -76,11 +76,11 @@ SIZE_AND_HARDWARE: dict[str, object] = {
     "annotation.agent.objective_tokens": 16, "annotation.agent.rank_tokens": 8,
     "annotation.agent.need_tokens": 4, "annotation.agent.rethink_tokens": 16,
     # 05: the paper's LoRA on CPU: one optimizer step each, short sequences
-    "training.profiles.paper.sft_max_steps": 1, "training.profiles.paper.dpo_max_steps": 1,
-    "training.profiles.paper.grad_accumulation": 1, "training.profiles.paper.max_length": 256,
-    "training.profiles.paper.history_max_turns": 2,
-    "training.profiles.paper.gradient_checkpointing": False,
-    "training.profiles.paper.num_threads": 2, "training.sft.max_examples": 4,
+    # (the paper recipe on cpu hardware: batch 1 x 1, no checkpointing, 2 threads)
+    "training.hardware": "cpu",
+    "training.recipes.paper.sft_max_steps": 1, "training.recipes.paper.dpo_max_steps": 1,
+    "training.recipes.paper.max_length": 256, "training.recipes.paper.history_max_turns": 2,
+    "training.sft.max_examples": 4,
     "training.dpo.heldout_folds": 0,
     # 06: one SP case (paper: all), two rounds, one next-turn dialogue, two held-out states
     "simulation.n_cases": 1, "simulation.rounds": 2, "simulation.grid_cases": 1,
@@ -100,7 +100,7 @@ SIZE_AND_HARDWARE: dict[str, object] = {
 
 #: what `transformers serve` cannot do, and the stage knob that says so
 SERVER_LIMITS: dict[str, object] = {
-    # it returns no log-probs: the judge grades by generated answers (the paper profile's
+    # it returns no log-probs: the judge grades by generated answers (the paper overlay's
     # `options` grader stops the stage naming this knob; the same stop for the REM is
     # test_transformers_serve.py's probability-REM test)
     "simulation.grader.mode": "generate",
@@ -109,7 +109,7 @@ SERVER_LIMITS: dict[str, object] = {
     "simulation.grader.compare": [], "simulation.grader.graded_items": None,
 }
 
-#: every chat role the paper profile serves
+#: every chat role the paper overlay serves
 SERVED = ("annotator", "judge", "patient", "planner", "ranker", "rethinker", "doctor")
 
 #: which served roles each stage must have asked (the stages that call none: 03, 05, 09)
@@ -164,17 +164,17 @@ def _under(root: Path, tree):
 
 
 def paper_params(root: Path, served: tuple[str, str], policy_base: Path, qa_subset: Path):
-    """params.yaml + the paper profile + sizes/hardware + server limits + the wiring."""
+    """params.yaml + the paper overlay + sizes/hardware + server limits + the wiring."""
     from medpref.params import parse_params
-    from medpref.profiles import apply, flatten, load_profile
+    from medpref.overlays import apply, flatten, load_overlay
 
     base = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
-    merged = apply(base, flatten(load_profile("paper")))
+    merged = apply(base, flatten(load_overlay("paper")))
     merged = apply(merged, {**SIZE_AND_HARDWARE, **SERVER_LIMITS})
     merged = _under(root, merged)
     _, model = served
     llm = merged["shared"]["llm"]
-    # the profile's `openai` server is this one, one request at a time (the README's
+    # the overlay's `openai` server is this one, one request at a time (the README's
     # recipe); its roles' model is the served one
     llm["servers"]["openai"] = {"base_url_env": URL_ENV, "api_key_env": KEY_ENV,
                                 "max_concurrency": 1, "timeout_s": 600.0, "max_retries": 1,
@@ -183,13 +183,13 @@ def paper_params(root: Path, served: tuple[str, str], policy_base: Path, qa_subs
         if role["backend"] == "openai":
             role["model"] = model
     assert set(SERVED) <= {r for r, c in llm["roles"].items() if c["backend"] == "openai"}
-    # the profile's user-supplied base policy (models/policy-base)
+    # the overlay's user-supplied base policy (models/policy-base)
     llm["roles"]["policy"]["model"] = str(policy_base)
     merged["imapscore"]["data"] = str(qa_subset)
-    # the REM stays local (hf) as the profile keeps it, on the tiny llama too: the 135M REM
-    # with the profile's 5 in-context examples took minutes for stage 03's six items alone
+    # the REM stays local (hf) as the overlay keeps it, on the tiny llama too: the 135M REM
+    # with the overlay's 5 in-context examples took minutes for stage 03's six items alone
     llm["roles"]["rem"]["model"] = str(policy_base)
-    return parse_params(merged, "params.yaml + configs/profiles/paper.yaml + test overrides")
+    return parse_params(merged, "params.yaml + configs/overlays/paper.yaml + test overrides")
 
 
 def _ledger(stage_reports: Path) -> dict:
@@ -261,7 +261,7 @@ def _s03(params, root):
 
 
 def _s04(params, root):
-    """Stage 01's items, stage 03's fine-tuned REM (the profile's `finetuned` scorer)."""
+    """Stage 01's items, stage 03's fine-tuned REM (the overlay's `finetuned` scorer)."""
     from medpref.annotation import stage as s
 
     stage = Stage(name="04_annotation", params=params)
@@ -303,7 +303,7 @@ def _s06(params, root):
 
 def _s07(params, root):
     """imapScore with its judge served: the gibberish gives no readable imap, so the
-    stage's guard (the profile's min_yield 0.5) stops it, loudly and before it writes (the
+    stage's guard (the overlay's min_yield 0.5) stops it, loudly and before it writes (the
     served 135M's imaps are read in test_transformers_serve.py). Its ledger is kept for
     the calls it made."""
     from medpref.imap import stage as s
@@ -372,7 +372,7 @@ def run_chain(params, root: Path, model: str, start: int = 0) -> dict:
     return CHAIN
 
 
-def test_paper_profile_chain_on_served_roles(tmp_path, monkeypatch, tiny_model, tiny_served):
+def test_paper_overlay_chain_on_served_roles(tmp_path, monkeypatch, tiny_model, tiny_served):
     url, model = tiny_served
     monkeypatch.setenv(URL_ENV, url)
     monkeypatch.delenv(KEY_ENV, raising=False)
