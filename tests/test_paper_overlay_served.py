@@ -165,8 +165,8 @@ def _under(root: Path, tree):
 
 def paper_params(root: Path, served: tuple[str, str], policy_base: Path, qa_subset: Path):
     """params.yaml + the paper overlay + sizes/hardware + server limits + the wiring."""
-    from medpref.params import parse_params
     from medpref.overlays import apply, flatten, load_overlay
+    from medpref.params import parse_params
 
     base = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
     merged = apply(base, flatten(load_overlay("paper")))
