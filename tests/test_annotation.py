@@ -436,16 +436,18 @@ def test_summary_counts_and_plpf_reference_row():
 
 
 def test_grid_cells_follow_params():
+    from medpref.stagekit import open_stage
+
     assert grid.cell_stage("dep", 2) == "04_annotation_grid_dep_2"
-    stage = grid.open_cell("params.yaml", "avg", 3)
+    stage = open_stage("04_annotation_grid", weighting="avg", trajectory=3)
     assert stage.key == "annotation" and stage.name == "04_annotation_grid_avg_3"
     assert stage.report("metrics.json").parts[-4:] == ("04_annotation", "grid", "avg_3",
                                                        "metrics.json")
     assert stage.data("pairs.jsonl").parts[-3:] == ("grid", "avg_3", "pairs.jsonl")
-    assert grid.open_table("params.yaml").reports_dir.parts[-2:] == ("04_annotation",
-                                                                     "grid_table")
+    assert open_stage("04_annotation_grid_table").reports_dir.parts[-2:] == (
+        "04_annotation", "grid_table")
     with pytest.raises(ValueError, match="not in annotation.grid"):
-        grid.check_cell(P, "dep", 4)
+        open_stage("04_annotation_grid", weighting="dep", trajectory=4)
 
 
 # -- the real REM scorer, small (loads the embedded model) --------------------------------------

@@ -146,3 +146,44 @@ def test_a_role_refuses_a_setting_that_is_not_a_role_setting():
     session = LLMSession("04_annotation", load_params().shared, cache=None)
     with pytest.raises(BackendConfigError, match=r"\['max_new_tokens'\] are not role settings"):
         session.role("judge", max_new_tokens=24)
+
+
+def test_one_opener_for_stages_grid_cells_and_training_parts():
+    from medpref.annotation.grid import GridStage
+    from medpref.stagekit import PIECES, open_stage
+    from medpref.training.stage import RunStage
+
+    cell = open_stage("04_annotation_grid", weighting="dep", trajectory=2)
+    assert isinstance(cell, GridStage) and cell.name == "04_annotation_grid_dep_2"
+    part = open_stage("05_training", part="dpo", run="cai_dep")
+    assert isinstance(part, RunStage) and part.reports_dir.parts[-3:] == (
+        "05_training", "dpo", "cai_dep")
+    assert type(open_stage("01_sampling")) is Stage
+    # a stage opened whole takes no keywords; a piece's keywords are checked by name
+    with pytest.raises(TypeError, match="stage 01_sampling is opened whole: it takes no "
+                                        r"\['part'\]"):
+        open_stage("01_sampling", part="sft")
+    with pytest.raises(TypeError, match=r"stage 04_annotation_grid: .*'trajectory'.*"
+                                        r"\['weighting', 'trajectory'\]"):
+        open_stage("04_annotation_grid", weighting="dep")
+    with pytest.raises(TypeError, match=r"stage 05_training: .*'step'"):
+        open_stage("05_training", part="sft", step=3)
+    assert set(PIECES) == {"04_annotation_grid", "04_annotation_grid_table", "05_training"}
+
+
+def test_every_notebook_opens_its_stage_with_open_stage():
+    """No notebook builds a Stage or calls a piece's function itself: one opener."""
+    import ast
+
+    from medpref import REPO_ROOT
+    from medpref.stagekit import PIECES
+
+    pieces = {target.split(":")[1] for target in PIECES.values()}
+    notebooks = sorted((REPO_ROOT / "notebooks" / "py").glob("0*.py"))
+    assert len(notebooks) >= 11
+    for path in notebooks:
+        calls = [node.func for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, ast.Call)]
+        names = {f.id if isinstance(f, ast.Name) else getattr(f, "attr", "") for f in calls}
+        assert "open_stage" in names, path.name
+        assert not names & (pieces | {"Stage", "GridStage", "RunStage"}), path.name

@@ -334,13 +334,13 @@ def test_trained_policies_are_backend_roles_with_their_adapters(tmp_path):
 
 def test_unknown_run_or_part_fails_with_the_known_names():
     from medpref.stagekit import open_stage
-    from medpref.training import stage as training_stage
 
-    stage = open_stage("05_training")
     with pytest.raises(ValueError, match="no DPO run 'nope'.*gpt4_rank"):
-        training_stage.open_part(stage, "dpo", "nope")
+        open_stage("05_training", part="dpo", run="nope")
     with pytest.raises(ValueError, match="part must be one of"):
-        training_stage.open_part(stage, "train")
+        open_stage("05_training", part="train")
+    summary = open_stage("05_training", part="summary")
+    assert summary.reports_dir.parts[-2:] == ("05_training", "summary")
 
 
 # -- recipes and hardware --------------------------------------------------------------------

@@ -16,8 +16,10 @@ trajectory = 3
 
 # %%
 from medpref.annotation import grid
+from medpref.stagekit import open_stage
 
-stage = grid.open_cell(params_path, weighting, trajectory)
+stage = open_stage("04_annotation_grid", params_path, weighting=weighting,
+                   trajectory=trajectory)
 stage.name
 
 # %%

@@ -16,8 +16,9 @@ matplotlib.use("Agg")
 from IPython.display import Image, display
 
 from medpref.annotation import grid
+from medpref.stagekit import open_stage
 
-stage = grid.open_table(params_path)
+stage = open_stage("04_annotation_grid_table", params_path)
 out = grid.run_table(stage)
 out.table
 

@@ -23,7 +23,7 @@ run = ""          # with part == "dpo": the run (policies.dpo_runs)
 from medpref.stagekit import open_stage
 from medpref.training import stage as training_stage
 
-stage = training_stage.open_part(open_stage("05_training", params_path), part, run)
+stage = open_stage("05_training", params_path, part=part, run=run)
 print(f"part {stage.part_dir}, recipe {stage.p.recipe}, hardware {stage.p.hardware}")
 stage.p.active_recipe(), stage.p.active_hardware().policy
 

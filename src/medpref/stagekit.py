@@ -12,14 +12,20 @@ One name per stage: ``01_sampling`` is the notebook, ``data/01_sampling`` and
 ``reports/01_sampling`` its folders, ``sampling`` (the name without its number) its dvc
 stage and its params section. ``metrics.json`` holds scores only (``dvc metrics show``);
 wall times go to ``timings.json`` and model use to ``ledger.json``.
+
+A stage that runs in pieces (a cell of the weighting grid, a part of training) is opened
+the same way, with the piece's keywords: :func:`open_stage` hands them to the domain's
+function listed in :data:`PIECES`, which returns the stage with the piece's own folders.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +195,38 @@ class Stage:
             self._llm.close()
 
 
-def open_stage(name: str, params_path: str | Path = "params.yaml") -> Stage:
-    """Load and validate the params and start the stage's clock."""
-    return Stage(name=name, params=load_params(repo_path(params_path)))
+#: the stages that are opened for one piece of their work (a grid cell, a training part):
+#: stage name → ``module:function`` that takes the opened :class:`Stage` and the piece's
+#: keywords, checks them against the params and returns the stage for that piece (its
+#: own folders). Imported only when such a stage is opened.
+PIECES = {
+    "04_annotation_grid": "medpref.annotation.grid:open_cell",         # weighting, trajectory
+    "04_annotation_grid_table": "medpref.annotation.grid:open_table",  # (none)
+    "05_training": "medpref.training.stage:open_part",                  # part, run
+}
+
+
+def open_stage(name: str, params_path: str | Path = "params.yaml", **piece: Any) -> Stage:
+    """Load and validate the params and start the stage's clock: the one way every stage,
+    grid cell and training part is opened (a notebook's first line)::
+
+        open_stage("01_sampling", params_path)
+        open_stage("04_annotation_grid", params_path, weighting="dep", trajectory=3)
+        open_stage("05_training", params_path, part="dpo", run="cai_dep")
+
+    A stage in :data:`PIECES` gets its piece's keywords (an unknown or missing one is a
+    ``TypeError`` naming the stage); any other stage takes none."""
+    stage = Stage(name=name, params=load_params(repo_path(params_path)))
+    target = PIECES.get(name)
+    if target is None:
+        if piece:
+            raise TypeError(f"stage {name} is opened whole: it takes no {sorted(piece)}")
+        return stage
+    module, function = target.split(":")
+    opener = getattr(import_module(module), function)
+    try:
+        inspect.signature(opener).bind(stage, **piece)
+    except TypeError as exc:
+        raise TypeError(f"stage {name}: {exc} (its keywords: "
+                        f"{list(inspect.signature(opener).parameters)[1:]})") from None
+    return opener(stage, **piece)

@@ -27,7 +27,7 @@ from medpref.annotation import cai
 from medpref.annotation.analysis import strategy_row
 from medpref.annotation.config import AnnotationParams
 from medpref.contracts import write_jsonl
-from medpref.params import load_params, repo_path
+from medpref.params import repo_path
 from medpref.reports import save_figure, write_table
 from medpref.rules import load_rules
 from medpref.stagekit import Stage
@@ -75,18 +75,19 @@ class GridStage(Stage):
         return repo_path(self.p.grid.reports) / self.folder
 
 
-def open_cell(params_path: str | Path, weighting: str, trajectory: int) -> GridStage:
-    """The stage of one grid cell (its LLM cache file is ``04_annotation_grid_<w>_<n>``)."""
-    stage = GridStage(name=cell_stage(weighting, trajectory),
-                      params=load_params(repo_path(params_path)),
-                      folder=cell_name(weighting, trajectory))
-    check_cell(stage.p, weighting, trajectory)
-    return stage
+def open_cell(stage: Stage, weighting: str, trajectory: int) -> GridStage:
+    """One grid cell (``open_stage("04_annotation_grid", ..., weighting=, trajectory=)``):
+    its LLM cache file is ``04_annotation_grid_<w>_<n>``, its folders ``<w>_<n>``."""
+    cell = GridStage(name=cell_stage(weighting, trajectory), params=stage.params,
+                     started=stage.started, folder=cell_name(weighting, trajectory))
+    check_cell(cell.p, weighting, trajectory)
+    return cell
 
 
-def open_table(params_path: str | Path) -> GridStage:
-    """The stage that gathers the cells (writes to ``reports/04_annotation/grid_table``)."""
-    return GridStage(name=f"{STAGE_PREFIX}_table", params=load_params(repo_path(params_path)),
+def open_table(stage: Stage) -> GridStage:
+    """The stage that gathers the cells (``open_stage("04_annotation_grid_table", ...)``;
+    it writes to ``reports/04_annotation/grid_table``)."""
+    return GridStage(name=f"{STAGE_PREFIX}_table", params=stage.params, started=stage.started,
                      table=True)
 
 

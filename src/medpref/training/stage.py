@@ -68,7 +68,8 @@ class RunStage(Stage):
 
 
 def open_part(stage: Stage, part: str, run: str = "") -> RunStage:
-    """The stage opened for one part: ``sft``, ``dpo`` (with ``run``) or ``summary``."""
+    """The stage opened for one part: ``sft``, ``dpo`` (with ``run``) or ``summary``
+    (``open_stage("05_training", ..., part=, run=)``)."""
     p: TrainingParams = stage.p
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
@@ -433,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", choices=PARTS, required=True)
     ap.add_argument("--dpo-run", default="", help="the DPO run (policies.dpo_runs)")
     args = ap.parse_args(argv)
-    stage = open_part(open_stage("05_training", args.params), args.part, args.dpo_run)
+    stage = open_stage("05_training", args.params, part=args.part, run=args.dpo_run)
     out = run(stage)
     if is_main_process():
         print(stage.finish(out.metrics, models=out.models, prompts=out.prompts,
