@@ -192,10 +192,13 @@ def test_changed_run_does_not_resume_a_stale_checkpoint(tmp_path):
 # -- the stage: min_pairs skip, summary, policy roles ---------------------------------------
 
 def _stage(tmp_path, runs: dict[str, str], min_pairs: int = 4):
-    from medpref.stagekit import open_stage
+    """Stage 05 before a part is opened: the test edits its params, then opens its parts
+    with ``open_part`` (what ``open_stage("05_training", part=..., run=...)`` calls)."""
+    from medpref.params import load_params
+    from medpref.stagekit import Stage
     from medpref.training import stage as training_stage
 
-    stage = open_stage("05_training")
+    stage = Stage(name="05_training", params=load_params())
     p = stage.p
     p.dpo.heldout_runs, p.dpo.heldout_folds = None, 0   # a test turns it on where it checks it
     stage.params.annotation.strategies = []   # the runs are exactly `runs`
