@@ -257,7 +257,7 @@ def test_a_short_scripted_answer_is_the_cases_own_text_whatever_its_embedding():
 
 
 def test_the_fidelity_guard_pools_small_doctors_and_checks_large_ones():
-    from medpref.simulation.stage import check_fidelity
+    from medpref.simulation.behaviour import check_fidelity
     from medpref.stagekit import StageFailed
 
     def row(doctor, sentences, unsupported):

@@ -268,7 +268,7 @@ def test_loop_controls_reach_the_cache_key_only_when_on():
 
 
 def test_doctor_behaviour_counts_questions_repetition_and_echoes():
-    from medpref.simulation.stage import behaviour_row, repetition_share
+    from medpref.simulation.behaviour import behaviour_row, repetition_share
 
     assert repetition_share("I am glad. I am glad. I am glad.") == pytest.approx(1 - 3 / 7)
     assert repetition_share("Do you have a fever?") == 0.0

@@ -42,16 +42,14 @@ from medpref.llm.types import CallSpec
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
-from medpref.simulation import consult, grading, heldout, nextturn, tables
+from medpref.simulation import behaviour, consult, grading, heldout, nextturn, tables
 from medpref.simulation.config import DoctorConfig, SimulationParams
 from medpref.simulation.doctors import all_doctors, grid_cell, trained_doctors
-from medpref.simulation.echo import doctor_sentences, speech_act
+from medpref.simulation.echo import doctor_sentences
 from medpref.simulation.graders import GraderContext, build_grader
 from medpref.simulation.knowledge import build_knowledge_bases, split_sentences
-from medpref.simulation.patient import patient_fidelity, speaks_as_doctor
 from medpref.simulation.patients import PatientContext, build_patient, is_dont_know
 from medpref.simulation.validation import validate_grader
-from medpref.stagekit import StageFailed
 
 
 @dataclass
@@ -146,69 +144,6 @@ def held_out_dialogues(p: SimulationParams, params=None) -> list[Dialogue]:
 
 def doctor_client(stage, d: DoctorConfig):
     return stage.role(d.role, adapter=d.adapter) if d.adapter else stage.role(d.role)
-
-
-def consult_rows(consults, kbs, encode, p: SimulationParams) -> list[dict]:
-    """Per consultation: the patient's honesty and the doctor's behaviour counts."""
-    rows = []
-    for c in consults:
-        fid = patient_fidelity(c.turns, kbs[c.case_id], encode, p.patient.support_threshold,
-                               p.patient.relevance_threshold, skip=is_dont_know)
-        patient_turns = [t.text for t in c.turns[1:] if t.role == "patient"]
-        rows.append({"doctor": c.doctor, "case": c.case_id, "department": c.department,
-                     "rounds": c.rounds, "ended_by": c.ended_by,
-                     "sentences": fid.sentences, "volunteered": fid.volunteered,
-                     "unsupported": fid.unsupported, "unsupported_at": fid.unsupported_at,
-                     "empty_turns": sum(1 for s in c.steps if s.get("empty")),
-                     "role_swaps": sum(speaks_as_doctor(t) for t in patient_turns),
-                     "dont_know": sum(is_dont_know(t) for t in patient_turns),
-                     "examples": fid.examples, **behaviour_row(c, p)})
-    return rows
-
-
-def behaviour_row(c, p: SimulationParams) -> dict:
-    """The doctor's turns of one consultation: how many ask something, how much each
-    repeats itself (share of repeated word 3-grams), how many sentences echo the
-    patient."""
-    turns = c.doctor_turns
-    sents = doctor_sentences(c.turns, p.grader.echo_overlap, p.grader.echo_min_new)
-    return {"doctor_turns": len(turns),
-            "question_turns": sum(any(speech_act(s) == "question" for s in split_sentences(t))
-                                  for t in turns),
-            "repetition_share": (sum(repetition_share(t) for t in turns) / len(turns)
-                                 if turns else 0.0),
-            "doctor_sentences": len(sents), "echo_sentences": sum(s.echo for s in sents),
-            "doctor_words": sum(len(t.split()) for t in turns)}
-
-
-def repetition_share(text: str, n: int = 3) -> float:
-    """Share of a turn's word n-grams that repeat an earlier n-gram of the same turn."""
-    words = text.lower().split() if " " in text.strip() else list(text.strip())
-    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
-    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
-
-
-def check_fidelity(rows: Sequence[dict], limit: float, min_sentences: int = 1) -> None:
-    """Fail the run when the patient states too much that is not in its case: the
-    unsupported share of patient sentences must stay within ``limit`` over all doctors,
-    and for each doctor with at least ``min_sentences`` of them."""
-    bad = []
-    groups = {"all doctors": rows}
-    for doctor in dict.fromkeys(r["doctor"] for r in rows):
-        mine = [r for r in rows if r["doctor"] == doctor]
-        if sum(r["sentences"] for r in mine) >= min_sentences:
-            groups[doctor] = mine
-    for name, mine in groups.items():
-        sentences = sum(r["sentences"] for r in mine)
-        unsupported = sum(r["unsupported"] for r in mine)
-        if sentences and unsupported / sentences > limit:
-            example = next((u for r in mine for u in r["unsupported_at"]), "")
-            bad.append(f"{name}: {unsupported} of {sentences} patient sentences "
-                       f"({unsupported / sentences:.0%}) not in the case, e.g. '{example[:80]}'")
-    if bad:
-        raise StageFailed("06_simulation: unsupported share above "
-                          f"simulation.patient.max_unsupported_share {limit:g}: "
-                          + "; ".join(bad))
 
 
 def per_case_rows(consults, grades) -> list[dict]:
@@ -330,7 +265,7 @@ def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, cli
     cases = cases_for(p, h, d)
     consults = consult.simulate(cases, client, d.name, h.setup, p.doctor_call(d))
     grades = h.grader.grade(consults, {c.id: c for c in cases})
-    fid = consult_rows(consults, h.kbs, h.encode, p)
+    fid = behaviour.consult_rows(consults, h.kbs, h.encode, p)
     nt = None
     if h.items:
         nt = nextturn.evaluate_next_turn(h.items, client, d.name, h.templates[p.doctor_prompt],
@@ -375,8 +310,8 @@ def run(stage) -> SimulationOutputs:
     consults = [c for r in results.values() for c in r.consults]
     stage.check_yield(sum(1 for c in consults if c.doctor_turns),
                       sum(len(cases_for(p, h, d)) for d in doctors), what="consultations")
-    check_fidelity([f for r in results.values() for f in r.fidelity],
-                   p.patient.max_unsupported_share, p.patient.guard_min_sentences)
+    behaviour.check_fidelity([f for r in results.values() for f in r.fidelity],
+                             p.patient.max_unsupported_share, p.patient.guard_min_sentences)
     out = assemble(p, results, validation, doctors, model_ids, h)
     write_outputs(stage, out, [row for r in results.values() if r.next_turn
                                for row in r.next_turn.items])

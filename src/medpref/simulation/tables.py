@@ -279,7 +279,7 @@ def table6_intervals(per_case: pd.DataFrame, nt_rows: Sequence[dict],
 
 def doctor_behaviour(rows: Sequence[dict]) -> pd.DataFrame:
     """Per doctor, the means of the per-consultation behaviour counts (see
-    ``stage.behaviour_row``): questions, repetition, echoes, and the patient's answers."""
+    ``behaviour.behaviour_row``): questions, repetition, echoes, and the patient's answers."""
     df = pd.DataFrame(rows)
     if df.empty:
         return df

@@ -1,0 +1,78 @@
+"""What one SP consultation shows about its doctor and its patient, as counts per
+consultation: the patient's honesty against its case (sentences the case does not support,
+role swaps, "I don't know"), the doctor's behaviour (questions, self-repetition, echoes of
+the patient), and the check that stops a run whose patient invents too much."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from medpref.simulation.config import SimulationParams
+from medpref.simulation.echo import doctor_sentences, speech_act
+from medpref.simulation.knowledge import split_sentences
+from medpref.simulation.patient import patient_fidelity, speaks_as_doctor
+from medpref.simulation.patients import is_dont_know
+from medpref.stagekit import StageFailed
+
+
+def consult_rows(consults, kbs, encode, p: SimulationParams) -> list[dict]:
+    """Per consultation: the patient's honesty and the doctor's behaviour counts."""
+    rows = []
+    for c in consults:
+        fid = patient_fidelity(c.turns, kbs[c.case_id], encode, p.patient.support_threshold,
+                               p.patient.relevance_threshold, skip=is_dont_know)
+        patient_turns = [t.text for t in c.turns[1:] if t.role == "patient"]
+        rows.append({"doctor": c.doctor, "case": c.case_id, "department": c.department,
+                     "rounds": c.rounds, "ended_by": c.ended_by,
+                     "sentences": fid.sentences, "volunteered": fid.volunteered,
+                     "unsupported": fid.unsupported, "unsupported_at": fid.unsupported_at,
+                     "empty_turns": sum(1 for s in c.steps if s.get("empty")),
+                     "role_swaps": sum(speaks_as_doctor(t) for t in patient_turns),
+                     "dont_know": sum(is_dont_know(t) for t in patient_turns),
+                     "examples": fid.examples, **behaviour_row(c, p)})
+    return rows
+
+
+def behaviour_row(c, p: SimulationParams) -> dict:
+    """The doctor's turns of one consultation: how many ask something, how much each
+    repeats itself (share of repeated word 3-grams), how many sentences echo the
+    patient."""
+    turns = c.doctor_turns
+    sents = doctor_sentences(c.turns, p.grader.echo_overlap, p.grader.echo_min_new)
+    return {"doctor_turns": len(turns),
+            "question_turns": sum(any(speech_act(s) == "question" for s in split_sentences(t))
+                                  for t in turns),
+            "repetition_share": (sum(repetition_share(t) for t in turns) / len(turns)
+                                 if turns else 0.0),
+            "doctor_sentences": len(sents), "echo_sentences": sum(s.echo for s in sents),
+            "doctor_words": sum(len(t.split()) for t in turns)}
+
+
+def repetition_share(text: str, n: int = 3) -> float:
+    """Share of a turn's word n-grams that repeat an earlier n-gram of the same turn."""
+    words = text.lower().split() if " " in text.strip() else list(text.strip())
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def check_fidelity(rows: Sequence[dict], limit: float, min_sentences: int = 1) -> None:
+    """Fail the run when the patient states too much that is not in its case: the
+    unsupported share of patient sentences must stay within ``limit`` over all doctors,
+    and for each doctor with at least ``min_sentences`` of them."""
+    bad = []
+    groups = {"all doctors": rows}
+    for doctor in dict.fromkeys(r["doctor"] for r in rows):
+        mine = [r for r in rows if r["doctor"] == doctor]
+        if sum(r["sentences"] for r in mine) >= min_sentences:
+            groups[doctor] = mine
+    for name, mine in groups.items():
+        sentences = sum(r["sentences"] for r in mine)
+        unsupported = sum(r["unsupported"] for r in mine)
+        if sentences and unsupported / sentences > limit:
+            example = next((u for r in mine for u in r["unsupported_at"]), "")
+            bad.append(f"{name}: {unsupported} of {sentences} patient sentences "
+                       f"({unsupported / sentences:.0%}) not in the case, e.g. '{example[:80]}'")
+    if bad:
+        raise StageFailed("06_simulation: unsupported share above "
+                          f"simulation.patient.max_unsupported_share {limit:g}: "
+                          + "; ".join(bad))
