@@ -104,6 +104,15 @@ def make_tiny_llama(path, tokenizer, max_positions: int = 512):
 
 
 @contextlib.contextmanager
+def serving(model_dir: str | Path, tmp_path_factory):
+    """(base URL, model id) of ``transformers serve`` serving ``model_dir``, its log in a
+    temporary folder: what a module fixture of the served tests yields."""
+    model = str(Path(model_dir).resolve())
+    with transformers_serve(model, tmp_path_factory.mktemp("serve") / "serve.log") as url:
+        yield url, model
+
+
+@contextlib.contextmanager
 def transformers_serve(model: str, log: Path):
     """``transformers serve`` of the model folder on a free 127.0.0.1 port, stopped on
     exit; yields the base URL (``…/v1``). Fails the test with the server's log when it

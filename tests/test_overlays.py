@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from medpref import REPO_ROOT
@@ -36,10 +38,16 @@ def test_set_args_are_hydra_overrides_dvc_accepts():
     assert values["shared.llm.roles.judge.model"] == "gpt-4o"
 
 
+def _repo_with_overlay(root: Path, name: str, text: str) -> Path:
+    """A repo folder with the committed params.yaml and one overlay ``name``."""
+    (root / "configs" / "overlays").mkdir(parents=True)
+    (root / "params.yaml").write_text((REPO_ROOT / "params.yaml").read_text())
+    (root / "configs" / "overlays" / f"{name}.yaml").write_text(text)
+    return root
+
+
 def test_an_overlay_with_an_unknown_key_is_refused_naming_it(tmp_path):
-    (tmp_path / "configs" / "overlays").mkdir(parents=True)
-    (tmp_path / "params.yaml").write_text((REPO_ROOT / "params.yaml").read_text())
-    (tmp_path / "configs" / "overlays" / "bad.yaml").write_text("simulation:\n  roundz: 3\n")
+    _repo_with_overlay(tmp_path, "bad", "simulation:\n  roundz: 3\n")
     with pytest.raises(ParamsError, match="unknown key 'simulation.roundz'"):
         validate("bad", tmp_path)
     with pytest.raises(SystemExit, match="no params overlay 'nope'"):
@@ -47,8 +55,6 @@ def test_an_overlay_with_an_unknown_key_is_refused_naming_it(tmp_path):
 
 
 def test_an_overlay_with_the_old_training_profile_key_is_refused_naming_the_new_one(tmp_path):
-    (tmp_path / "configs" / "overlays").mkdir(parents=True)
-    (tmp_path / "params.yaml").write_text((REPO_ROOT / "params.yaml").read_text())
-    (tmp_path / "configs" / "overlays" / "old.yaml").write_text("training:\n  profile: paper\n")
+    _repo_with_overlay(tmp_path, "old", "training:\n  profile: paper\n")
     with pytest.raises(ParamsError, match="'training.profile' is gone: use 'training.recipe'"):
         validate("old", tmp_path)

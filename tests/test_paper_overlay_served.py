@@ -47,7 +47,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import transformers_serve
+from conftest import serving
 from medpref import REPO_ROOT
 from medpref.stagekit import Stage
 
@@ -145,10 +145,8 @@ def tiny_model(tmp_path_factory, embedded_llm_path):
 @pytest.fixture(scope="module")
 def tiny_served(tmp_path_factory, tiny_model):
     """(base URL, model id) of ``transformers serve`` serving the tiny llama."""
-    model = str(Path(tiny_model).resolve())
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with transformers_serve(model, log) as url:
-        yield url, model
+    with serving(tiny_model, tmp_path_factory) as served_tiny:
+        yield served_tiny
 
 
 def _under(root: Path, tree):

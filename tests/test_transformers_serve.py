@@ -6,12 +6,11 @@ pinned in requirements.lock) are missing."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import run_stage01, stage01_on_server, transformers_serve
+from conftest import run_stage01, serving, stage01_on_server
 from medpref import REPO_ROOT
 from medpref.llm.cache import ResponseCache
 
@@ -26,10 +25,8 @@ URL_ENV, KEY_ENV = "MEDPREF_SERVE_URL", "MEDPREF_SERVE_KEY"
 @pytest.fixture(scope="module")
 def served_model(embedded_llm_path, tmp_path_factory):
     """(base URL, model id) of a ``transformers serve`` process, stopped afterwards."""
-    model = str(Path(embedded_llm_path).resolve())
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with transformers_serve(model, log) as url:
-        yield url, model
+    with serving(embedded_llm_path, tmp_path_factory) as served_embedded:
+        yield served_embedded
 
 
 def test_stage01_against_transformers_serve(tmp_path, monkeypatch, served_model):
