@@ -1,10 +1,12 @@
 """A recipe on a hardware → the arguments trl's trainers and peft's LoRA take.
 
-One place turns ``training.recipes.<name>`` (what is trained) and the ``policy`` section of
-``configs/hardware/<name>.yaml`` (where and how fast) into ``SFTConfig``/``DPOConfig``
-keyword arguments, so SFT and every DPO run share batch, precision, checkpointing and
-logging. trl defaults to bf16 and gradient checkpointing; on a CPU both make LoRA training
-about 12x slower, so they are set explicitly from the hardware and what is present.
+One place turns a section of ``configs/hardware/<name>.yaml`` (where and how fast: ``rem``
+for stage 03's REM, ``policy`` for stage 05) and a recipe (what is trained:
+``training.recipes.<name>``, or ``rem.train``) into ``SFTConfig``/``DPOConfig`` keyword
+arguments, so the REM, the policy's SFT and every DPO run share batch, precision,
+checkpointing and logging. trl defaults to bf16 and gradient checkpointing; on a CPU
+both make LoRA training about 12x slower, so they are set explicitly from the hardware
+and what is present.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from medpref.training.config import TrainingRecipe
-from medpref.training.hardware import Hardware, resolve_bf16
+from medpref.training.hardware import Hardware, TrainerHardware, resolve_bf16
 from medpref.training.sft import LoraSettings
 
 
@@ -59,12 +61,10 @@ def few_steps_warning(what: str, n_examples: int, hardware: Hardware, epochs: in
             f"{hardware.policy.grad_accumulation} × {world_size} process(es); {how})")
 
 
-def trainer_kwargs(recipe: TrainingRecipe, hardware: Hardware, output_dir: str | Path,
-                   seed: int, epochs: int, max_steps: int | None) -> dict[str, Any]:
-    """Arguments shared by ``SFTConfig`` and ``DPOConfig`` (both are TrainingArguments).
-
-    The run length is ``epochs`` whole passes (the Trainer counts the steps, also under
-    several processes), or ``max_steps`` where the recipe sets that override.
+def hardware_kwargs(section: TrainerHardware, hardware: Hardware, output_dir: str | Path,
+                    seed: int) -> dict[str, Any]:
+    """Trainer arguments a hardware section decides, shared by every run (the REM's and
+    the policy's): device, batch × accumulation, precision, checkpointing, logging.
 
     ``use_cpu`` on CPU hardware and where no GPU exists: a CPU launch with several
     processes (torchrun) then runs DDP over gloo, the same code path as on GPUs.
@@ -73,24 +73,35 @@ def trainer_kwargs(recipe: TrainingRecipe, hardware: Hardware, output_dir: str |
     """
     import torch
 
-    policy = hardware.policy
     return {
-        "output_dir": str(output_dir), "num_train_epochs": epochs,
-        "max_steps": max_steps if max_steps is not None else -1,
+        "output_dir": str(output_dir),
         "use_cpu": hardware.device == "cpu" or not torch.cuda.is_available(),
-        "per_device_train_batch_size": policy.per_device_batch_size,
-        "per_device_eval_batch_size": policy.per_device_batch_size,
-        "gradient_accumulation_steps": policy.grad_accumulation,
-        "learning_rate": recipe.learning_rate,
-        "warmup_steps": recipe.warmup_ratio,  # < 1: a ratio
-        "lr_scheduler_type": "linear", "bf16": resolve_bf16(hardware), "fp16": False,
+        "per_device_train_batch_size": section.per_device_batch_size,
+        "per_device_eval_batch_size": section.per_device_batch_size,
+        "gradient_accumulation_steps": section.grad_accumulation,
+        "bf16": resolve_bf16(hardware), "fp16": False,
         # transformers 5 renamed it; trl reads the old name, which mirrors the new one
-        "activation_checkpointing": policy.gradient_checkpointing,
-        "gradient_checkpointing": policy.gradient_checkpointing,
-        "logging_steps": policy.logging_steps, "logging_first_step": True,
-        "save_strategy": "steps", "save_steps": policy.save_steps,
-        "save_total_limit": policy.save_total_limit, "save_only_model": False,
+        "activation_checkpointing": section.gradient_checkpointing,
+        "gradient_checkpointing": section.gradient_checkpointing,
+        "logging_steps": section.logging_steps, "logging_first_step": True,
+        "save_strategy": "steps", "save_steps": section.save_steps,
+        "save_total_limit": section.save_total_limit, "save_only_model": False,
         "report_to": [], "seed": seed, "data_seed": seed, "dataloader_num_workers": 0,
-        "disable_tqdm": False, "max_length": recipe.max_length, "dataset_num_proc": None,
+        "disable_tqdm": False, "dataset_num_proc": None,
         # DDP + LoRA: frozen base weights get no gradient; without this DDP waits for them
         "ddp_find_unused_parameters": False}
+
+
+def trainer_kwargs(recipe: TrainingRecipe, hardware: Hardware, output_dir: str | Path,
+                   seed: int, epochs: int, max_steps: int | None) -> dict[str, Any]:
+    """Arguments shared by the policy's ``SFTConfig`` and ``DPOConfig`` (both are
+    TrainingArguments): the hardware's ``policy`` section and the recipe.
+
+    The run length is ``epochs`` whole passes (the Trainer counts the steps, also under
+    several processes), or ``max_steps`` where the recipe sets that override.
+    """
+    return hardware_kwargs(hardware.policy, hardware, output_dir, seed) | {
+        "num_train_epochs": epochs, "max_steps": max_steps if max_steps is not None else -1,
+        "learning_rate": recipe.learning_rate,
+        "warmup_steps": recipe.warmup_ratio,  # < 1: a ratio
+        "lr_scheduler_type": "linear", "max_length": recipe.max_length}

@@ -35,10 +35,13 @@ class TrainerHardware(StrictModel):
     per_device_batch_size: int = Field(ge=1, le=1024)
     grad_accumulation: int = Field(ge=1, le=1024)
     gradient_checkpointing: bool          # on: less memory, more time (off on a CPU)
+    logging_steps: int = Field(ge=1)
+    save_steps: int = Field(ge=1)         # checkpoint every N steps (the resume point)
+    save_total_limit: int = Field(ge=1)
 
 
 class RemHardware(TrainerHardware):
-    """Stage 03's REM LoRA (``medpref.training.sft.train_lora``)."""
+    """Stage 03's REM LoRA (``medpref.rem.build_rem.train_rem``)."""
 
     max_steps: int | None = Field(ge=1)   # cap on optimizer steps on slow hardware (null: none)
     group_by_length: bool                 # batches of similar length: less padding
@@ -48,9 +51,6 @@ class PolicyHardware(TrainerHardware):
     """Stage 05's SFT and DPO of the policy (``medpref.training.arguments``)."""
 
     precompute_ref_log_probs: bool        # DPO: reference log-probs once, up front
-    logging_steps: int = Field(ge=1)
-    save_steps: int = Field(ge=1)         # checkpoint every N steps (the resume point)
-    save_total_limit: int = Field(ge=1)
 
 
 class Hardware(StrictModel):
