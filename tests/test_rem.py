@@ -421,11 +421,12 @@ def test_stage_eval_subset_and_sft_examples():
         assert sorted(a.score for a in subset if a.rule == rule) == [0, 1, 2]
     assert len(inputs.split("train")) + len(inputs.split("test")) == 252
     ex = sft_examples(subset[:1], inputs.flowchart, "rem_judge", "short")[0]
-    assert [m["role"] for m in ex.messages] == ["system", "user"]
-    assert ex.answer == f"Comment: {' '.join(subset[0].comment.split())}\nScore: {subset[0].score}"
+    assert [m["role"] for m in ex["prompt"]] == ["system", "user"]
+    assert ex["completion"] == [{"role": "assistant", "content": (
+        f"Comment: {' '.join(subset[0].comment.split())}\nScore: {subset[0].score}")}]
     first = sft_examples(subset[:1], inputs.flowchart, "rem_judge", "short", "score_first")[0]
-    assert first.answer.startswith(f"Score: {subset[0].score}\nComment: ")
-    assert "Score: <0, 1 or 2>\nComment:" in first.messages[0]["content"]
+    assert first["completion"][0]["content"].startswith(f"Score: {subset[0].score}\nComment: ")
+    assert "Score: <0, 1 or 2>\nComment:" in first["prompt"][0]["content"]
 
 
 @pytest.mark.parametrize("order, comment_calls", [("comment_first", 1), ("score_first", 0)])

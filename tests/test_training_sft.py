@@ -1,31 +1,37 @@
-"""LoRA SFT (src/medpref/training): answer-only loss mask, step planning, a tiny real run."""
+"""LoRA SFT with trl's SFTTrainer, the one training path (src/medpref/training/sft.py):
+the REM's trainer and its answer-only labels, step planning, a tiny real run."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from conftest import make_tiny_llama
 from medpref import REPO_ROOT
+from medpref.params import load_params
+from medpref.rem import build_rem
+from medpref.rem.build_rem import rem_sft_config, rem_steps
 from medpref.training.hardware import load_hardware
 from medpref.training.sft import (
-    IGNORE_INDEX,
     TASK_CARD,
-    AnswerOnlyCollator,
     LoraSettings,
-    SFTExample,
-    SFTSettings,
-    answer_only_loss,
-    answer_width,
-    encode_examples,
-    planned_steps,
+    build_sft_trainer,
+    drop_too_long,
+    load_base,
     read_task_card,
-    train_lora,
+    with_lora,
 )
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
-EXAMPLE = SFTExample([{"role": "system", "content": "Judge the rule."},
-                      {"role": "user", "content": "Doctor: Any fever?"}],
-                     "Comment: asks about fever.\nScore: 2")
+PROMPT = [{"role": "system", "content": "Judge the rule."},
+          {"role": "user", "content": "Doctor: Any fever?"}]
+ANSWER = "Comment: asks about fever.\nScore: 2"
+
+
+def example(answer: str = ANSWER, prompt=PROMPT) -> dict:
+    """A trl prompt-completion conversation, the shape of the REM's examples."""
+    return {"prompt": list(prompt), "completion": [{"role": "assistant", "content": answer}]}
 
 
 @pytest.fixture(scope="module")
@@ -37,86 +43,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory, tokenizer):
-    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer, max_positions=256)
-
-
-def test_loss_mask_covers_only_the_answer(tokenizer):
-    data, dropped = encode_examples(tokenizer, [EXAMPLE], max_length=512)
-    assert dropped == 0
-    batch = AnswerOnlyCollator(tokenizer)(data)
-    ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
-    learned = [t for t, lab in zip(ids, labels) if lab != IGNORE_INDEX]
-    assert tokenizer.decode(learned) == EXAMPLE.answer + "<|im_end|>\n"
-    prompt_ids = tokenizer(tokenizer.apply_chat_template(
-        EXAMPLE.messages, tokenize=False, add_generation_prompt=True),
-        add_special_tokens=False)["input_ids"]
-    assert labels[:len(prompt_ids)] == [IGNORE_INDEX] * len(prompt_ids)
-    assert labels[len(prompt_ids):] == ids[len(prompt_ids):]
-
-
-def test_padding_is_masked_and_attention_off(tokenizer):
-    short = SFTExample(EXAMPLE.messages, "Score: 1")
-    data, _ = encode_examples(tokenizer, [EXAMPLE, short], max_length=512)
-    batch = AnswerOnlyCollator(tokenizer)(data)
-    n_short = len(data[1]["input_ids"])
-    assert batch["attention_mask"][1].tolist()[n_short:] == [0] * (batch["input_ids"].shape[1]
-                                                                   - n_short)
-    assert set(batch["labels"][1].tolist()[n_short:]) == {IGNORE_INDEX}
-    learned = [t for t, lab in zip(batch["input_ids"][1].tolist(), batch["labels"][1].tolist())
-               if lab != IGNORE_INDEX]
-    assert tokenizer.decode(learned) == "Score: 1<|im_end|>\n"
-
-
-def test_left_padding_ends_every_answer_at_the_last_position(tokenizer):
-    short = SFTExample(EXAMPLE.messages, "Score: 1")
-    data, _ = encode_examples(tokenizer, [EXAMPLE, short], max_length=512)
-    batch = AnswerOnlyCollator(tokenizer, padding_side="left")(data)
-    n_short, width = len(data[1]["input_ids"]), batch["input_ids"].shape[1]
-    assert batch["attention_mask"][1].tolist() == [0] * (width - n_short) + [1] * n_short
-    assert batch["input_ids"][1].tolist()[width - n_short:] == data[1]["input_ids"]
-    # positions count from each row's first real token
-    assert batch["position_ids"][1].tolist()[width - n_short:] == list(range(n_short))
-    learned = [t for t, lab in zip(batch["input_ids"][1].tolist(), batch["labels"][1].tolist())
-               if lab != IGNORE_INDEX]
-    assert tokenizer.decode(learned) == "Score: 1<|im_end|>\n"
-    # the widest answer (the long one) starts answer_width positions from the end
-    n_answer = len(tokenizer(EXAMPLE.answer + "<|im_end|>\n",
-                             add_special_tokens=False)["input_ids"])
-    assert answer_width(batch["labels"]) == n_answer
-
-
-def test_answer_only_loss_equals_the_models_own_loss(tokenizer, tiny_model_dir):
-    """The LM head on the answer tail of a left-padded batch gives the loss the model
-    computes on the whole right-padded batch (mean over answer tokens)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    examples = [EXAMPLE, SFTExample(EXAMPLE.messages, "Score: 1"),
-                SFTExample([{"role": "user", "content": "Doctor: Hi. Any cough at night?"}],
-                           "Comment: asks one question.\nScore: 2")]
-    data, _ = encode_examples(tokenizer, examples, max_length=512)
-    right = AnswerOnlyCollator(tokenizer)(data)
-    left = AnswerOnlyCollator(tokenizer, padding_side="left")(data)
-    with torch.no_grad():
-        want = model(**right).loss
-        got = answer_only_loss(model, left)
-        n = int((right["labels"][:, 1:] != IGNORE_INDEX).sum())
-        summed = answer_only_loss(model, left, num_items=2 * n)
-    assert float(got) == pytest.approx(float(want), rel=1e-4)
-    assert float(summed) == pytest.approx(float(want) / 2, rel=1e-4)
-
-
-def test_sequence_without_marker_is_an_error(tokenizer):
-    ids = tokenizer("no chat template here", add_special_tokens=False)["input_ids"]
-    with pytest.raises(ValueError, match="marker"):
-        AnswerOnlyCollator(tokenizer)([{"input_ids": ids}])
-
-
-def test_too_long_examples_are_dropped_not_truncated(tokenizer):
-    data, dropped = encode_examples(tokenizer, [EXAMPLE, SFTExample(EXAMPLE.messages,
-                                                                    "word " * 400)], 128)
-    assert (len(data), dropped) == (1, 1)
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer, max_positions=1024)
 
 
 def _with_rem(hardware, **update):
@@ -124,14 +51,73 @@ def _with_rem(hardware, **update):
     return hardware.model_copy(update={"rem": hardware.rem.model_copy(update=update)})
 
 
-def test_planned_steps_hand_computed():
+def _rem_train(**update):
+    p = load_params().rem
+    return p.train.model_copy(update=update)
+
+
+@pytest.fixture(scope="module")
+def rem_trainer(tiny_model_dir, tmp_path_factory):
+    """The REM's trainer (its ``SFTConfig`` from ``rem.train`` and the cpu hardware's
+    ``rem`` section) on two examples, one with a short answer."""
+    hw = load_hardware("cpu")
+    tok, base = load_base(tiny_model_dir, hw, device="cpu")
+    model = with_lora(base, LoraSettings(r=4, alpha=8, dropout=0.0))
+    args = rem_sft_config(_rem_train(), hw, tmp_path_factory.mktemp("ckpt"), 0, steps=1)
+    return build_sft_trainer(model, tok, [example(), example("Score: 1")], args)
+
+
+def test_the_rem_trains_with_sft_trainer_on_the_hardware_settings(rem_trainer):
+    from trl import SFTTrainer
+
+    args = rem_trainer.args
+    assert isinstance(rem_trainer, SFTTrainer)
+    assert args.completion_only_loss is True and args.packing is False
+    assert args.padding_free is False
+    # trl's defaults (bf16, gradient checkpointing) would make CPU training ~12x slower
+    assert args.bf16 is False and args.gradient_checkpointing is False
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 2)
+    assert args.train_sampling_strategy == "group_by_length"
+    p = load_params().rem.train
+    assert (args.learning_rate, args.warmup_steps, args.max_length) == (
+        p.learning_rate, p.warmup_steps, p.max_length)
+    assert (args.logging_steps, args.save_steps, args.max_steps) == (1, 10, 1)
+
+
+def test_only_the_answer_carries_labels(rem_trainer, tokenizer):
+    """The collated batch of the trainer: every prompt token (the assistant marker
+    included) and the padding are -100; the answer and its end-of-turn token are kept."""
+    rows = [rem_trainer.train_dataset[i] for i in range(2)]
+    batch = rem_trainer.data_collator(rows)
+    prompt_ids = tokenizer.apply_chat_template(PROMPT, tokenize=True, return_dict=True,
+                                               add_generation_prompt=True)["input_ids"]
+    for row, answer in enumerate((ANSWER, "Score: 1")):
+        ids, labels = batch["input_ids"][row].tolist(), batch["labels"][row].tolist()
+        n = int(batch["attention_mask"][row].sum())
+        assert ids[:len(prompt_ids)] == prompt_ids
+        assert labels[:len(prompt_ids)] == [-100] * len(prompt_ids)
+        assert labels[len(prompt_ids):n] == ids[len(prompt_ids):n]
+        assert set(labels[n:]) <= {-100}          # padding (the short row) is not learned
+        learned = [t for t in labels if t != -100]
+        assert tokenizer.decode(learned) == answer + "<|im_end|>\n"
+
+
+def test_too_long_examples_are_dropped_not_truncated(tokenizer):
+    kept, dropped = drop_too_long(tokenizer, [example(), example("word " * 400)], 128,
+                                  ("completion",))
+    assert (kept, dropped) == ([example()], 1)
+
+
+def test_rem_steps_hand_computed():
     hw = _with_rem(load_hardware("cpu"), per_device_batch_size=4, grad_accumulation=2,
                    max_steps=40)
     # 186 examples / 8 per step = 23.25 → 24 steps an epoch
-    assert planned_steps(186, hw, SFTSettings(epochs=1)) == 24
-    assert planned_steps(186, hw, SFTSettings(epochs=2)) == 40      # capped by the hardware
-    assert planned_steps(186, hw, SFTSettings(epochs=2, max_steps=45)) == 45  # explicit wins
-    assert planned_steps(186, _with_rem(hw, max_steps=None), SFTSettings(epochs=2)) == 48
+    assert rem_steps(186, _rem_train(epochs=1.0), hw) == 24
+    assert rem_steps(186, _rem_train(epochs=2.0), hw) == 40        # capped by the hardware
+    assert rem_steps(186, _rem_train(epochs=2.0, max_steps=45), hw) == 45  # explicit wins
+    assert rem_steps(186, _rem_train(epochs=2.0), _with_rem(hw, max_steps=None)) == 48
+    # the committed REM: 182 examples that fit, 2 epochs of ceil(182 / 8) = 23
+    assert rem_steps(182, _rem_train(), load_hardware("cpu")) == 46
 
 
 def test_hardware_files_validate(tmp_path):
@@ -155,26 +141,49 @@ def test_hardware_files_validate(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_few_lora_steps_change_the_adapter(tiny_model_dir, tmp_path):
+def test_a_few_rem_steps_change_a_loadable_adapter(tiny_model_dir, tmp_path, monkeypatch):
+    """``train_rem`` on a tiny model: SFTTrainer trains 3 steps, the adapter folder has the
+    weights (LoRA B moved off zero), the task card, fit.json and a canonical config, and
+    peft loads it; the checkpoints are removed once it is saved."""
+    from peft import PeftModel
     from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    from trl import SFTTrainer
 
-    cpu = load_hardware("cpu")
-    hw = _with_rem(cpu.model_copy(update={"num_threads": 1}), per_device_batch_size=2,
-                   grad_accumulation=1, group_by_length=True)
-    out = tmp_path / "adapter"
-    result = train_lora(tiny_model_dir, [EXAMPLE] * 4, out, hw,
-                        SFTSettings(max_steps=3, learning_rate=1e-2, max_length=256,
-                                    logging_steps=1),
-                        LoraSettings(r=4, alpha=8, dropout=0.0),
-                        task_card={"task": "rem", "answer_order": "score_first"})
-    assert read_task_card(out) == {"task": "rem", "answer_order": "score_first"}
-    assert result.steps == 3 and result.n_train == 4 and len(result.losses) == 3
-    weights = load_file(out / "adapter_model.safetensors")
-    lora_b = {k: v for k, v in weights.items() if "lora_B" in k}
+    made = []
+
+    def recording(*args, **kwargs):
+        made.append(build_sft_trainer(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(build_rem, "build_sft_trainer", recording)
+    params = load_params().rem
+    out, ckpt = tmp_path / "rem_lora", tmp_path / "ckpt"
+    p = params.model_copy(update={"train": params.train.model_copy(update={
+        "adapter_dir": str(out), "checkpoints_dir": str(ckpt), "max_steps": 3,
+        "learning_rate": 1e-2, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0})})
+    inputs = build_rem.load_inputs(p)
+    few = build_rem.RemInputs(inputs.flowchart, inputs.split("train")[:6], [])
+    result = build_rem.train_rem(p, few, str(tiny_model_dir), seed=0)
+
+    assert len(made) == 1 and isinstance(made[0], SFTTrainer)
+    assert result.steps == 3 and result.n_train + result.n_dropped == 6
+    assert [r["step"] for r in result.losses] == [1, 2, 3]
+    assert {f.name for f in out.iterdir()} >= {"adapter_model.safetensors", "adapter_config.json",
+                                              TASK_CARD, "fit.json"}
+    assert read_task_card(out) == build_rem.rem_task_card(p)
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["steps"] == 3 and fit["n_train"] == result.n_train
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["target_modules"] == sorted(config["target_modules"])
+    assert not ckpt.exists()
+    lora_b = {k: v for k, v in load_file(out / "adapter_model.safetensors").items()
+              if "lora_B" in k}
     assert lora_b, "no LoRA B matrices saved"
     # PEFT starts every B at zero: any non-zero B means the optimizer moved the adapter
     assert all(float(v.abs().sum()) > 0 for v in lora_b.values())
-    assert (out / "adapter_config.json").exists()
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), out)
+    assert model.peft_config["default"].r == 4
 
 
 def test_task_card_tells_the_finetuned_rem_how_to_read(tmp_path):

@@ -6,6 +6,7 @@ The notebook calls these functions in order; each does one step and returns plai
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,17 +16,35 @@ from typing import Any
 import pandas as pd
 
 from medpref.contracts import Dialogue, RemAnnotation, read_jsonl
+from medpref.identity import content_id
 from medpref.llm import LLMSession
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.rem.base import RuleJudgement
-from medpref.rem.config import RemParams
+from medpref.rem.config import RemParams, RemTrainParams
 from medpref.rem.evaluation import confusion, label_spread, match_metrics, per_rule_metrics
 from medpref.rem.scorers import PromptedScorer, describe_settings, scorer_from_settings
 from medpref.rem.task import build_messages, format_answer, select_examples
 from medpref.rules import Flowchart, load_rules
-from medpref.training.hardware import load_hardware
-from medpref.training.sft import LoraSettings, SFTExample, SFTSettings, TrainResult, train_lora
+from medpref.training.arguments import hardware_kwargs
+from medpref.training.hardware import Hardware, load_hardware
+from medpref.training.runs import (
+    FIT_RECORD,
+    finish_checkpoints,
+    fit,
+    run_key,
+    save_trained_adapter,
+    write_json,
+)
+from medpref.training.sft import (
+    LoraSettings,
+    TrainResult,
+    build_sft_trainer,
+    drop_too_long,
+    load_base,
+    portable_path,
+    with_lora,
+)
 
 
 @dataclass
@@ -80,27 +99,76 @@ def split_counts(inputs: RemInputs) -> pd.DataFrame:
 # -- training -----------------------------------------------------------------------------
 def sft_examples(annotations: Sequence[RemAnnotation], flowchart: Flowchart,
                  prompt_name: str, detail: str,
-                 order: str = "comment_first") -> list[SFTExample]:
-    """The REM task as SFT pairs: the zero-shot prompt and 'Comment: …\\nScore: N'
-    (or 'Score: N\\nComment: …' with ``order="score_first"``)."""
+                 order: str = "comment_first") -> list[dict[str, list[dict[str, str]]]]:
+    """The REM task as trl prompt-completion examples: the zero-shot prompt → the answer
+    'Comment: …\nScore: N' (or 'Score: N\nComment: …' with ``order="score_first"``)."""
     prompt = load_prompt(prompt_name)
-    return [SFTExample(build_messages(prompt, flowchart[a.rule], a.history, (), detail, order),
-                       format_answer(a.comment, a.score, order)) for a in annotations]
+    return [{"prompt": build_messages(prompt, flowchart[a.rule], a.history, (), detail, order),
+             "completion": [{"role": "assistant",
+                             "content": format_answer(a.comment, a.score, order)}]}
+            for a in annotations]
+
+
+def rem_steps(n_train: int, t: RemTrainParams, hardware: Hardware) -> int:
+    """Optimizer steps of the REM's run: an explicit ``rem.train.max_steps`` wins;
+    otherwise ``epochs`` over ``n_train`` examples, capped by the hardware's
+    ``rem.max_steps``."""
+    if t.max_steps is not None:
+        return t.max_steps
+    rem = hardware.rem
+    per_epoch = math.ceil(n_train / (rem.per_device_batch_size * rem.grad_accumulation))
+    steps = max(1, math.ceil(t.epochs * per_epoch))
+    return min(steps, rem.max_steps) if rem.max_steps is not None else steps
+
+
+def rem_sft_config(t: RemTrainParams, hardware: Hardware, ckpt_dir: str | Path, seed: int,
+                   steps: int):
+    """The REM's ``SFTConfig``: the hardware's ``rem`` section (batch, accumulation,
+    precision, checkpoints, length grouping) and the ``rem.train`` recipe; the loss on
+    the answer (the completion) only."""
+    from trl import SFTConfig
+
+    return SFTConfig(**hardware_kwargs(hardware.rem, hardware, ckpt_dir, seed),
+                     max_steps=steps, learning_rate=t.learning_rate,
+                     warmup_steps=t.warmup_steps, lr_scheduler_type="linear",
+                     max_length=t.max_length, packing=False, completion_only_loss=True,
+                     # batches of similar length pad little (the collator pads to the longest)
+                     train_sampling_strategy="group_by_length" if hardware.rem.group_by_length
+                     else "random")
 
 
 def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> TrainResult:
-    """LoRA-train the REM on the train split; the adapter goes to ``train.adapter_dir``."""
-    t = p.train
+    """LoRA-train the REM on the train split with ``SFTTrainer`` (the answer-only loss);
+    the adapter, its task card and ``fit.json`` go to ``train.adapter_dir``. A killed run
+    resumes from its last checkpoint in ``train.checkpoints_dir``."""
+    from transformers import set_seed
+
+    t, hardware, base_path = p.train, load_hardware(p.train.hardware), repo_path(base_model)
     examples = sft_examples(inputs.split("train"), inputs.flowchart, p.prompt, t.rule_detail,
                             t.answer_order)
-    return train_lora(
-        repo_path(base_model), examples, repo_path(t.adapter_dir), load_hardware(t.hardware),
-        SFTSettings(epochs=t.epochs, max_steps=t.max_steps, learning_rate=t.learning_rate,
-                    warmup_steps=t.warmup_steps, max_length=t.max_length, seed=seed,
-                    logging_steps=1),
-        LoraSettings(r=t.lora_r, alpha=t.lora_alpha, dropout=t.lora_dropout,
-                     target_modules=tuple(t.target_modules)),
-        task_card=rem_task_card(p))
+    set_seed(seed)
+    tok, base = load_base(base_path, hardware, device="cpu")
+    data, dropped = drop_too_long(tok, examples, t.max_length, ("completion",))
+    if not data:
+        raise ValueError(f"no REM training example fits rem.train.max_length={t.max_length}")
+    model = with_lora(base, LoraSettings(r=t.lora_r, alpha=t.lora_alpha, dropout=t.lora_dropout,
+                                         target_modules=tuple(t.target_modules)))
+    ckpt_dir, card = repo_path(t.checkpoints_dir), rem_task_card(p)
+    trainer = build_sft_trainer(model, tok, data, rem_sft_config(
+        t, hardware, ckpt_dir, seed, rem_steps(len(data), t, hardware)))
+    key = run_key(kind="rem", train=t.model_dump(), hardware=hardware.model_dump(
+        exclude={"policy"}), seed=seed, data=data, base=content_id(base_path), card=card)
+    result = fit(trainer, ckpt_dir, key)
+    model.peft_config["default"].base_model_name_or_path = portable_path(base_path)
+    out_dir = repo_path(t.adapter_dir)
+    save_trained_adapter(trainer, model, out_dir, card)
+    write_json(out_dir / FIT_RECORD, {
+        "n_train": len(data), "n_dropped": dropped, "steps": result.steps,
+        "resumed_from": result.resumed_from, "runtime_s": round(result.runtime_s, 1),
+        "log_history": result.log_history})
+    finish_checkpoints(ckpt_dir, keep=False)
+    return TrainResult(out_dir, len(data), dropped, result.steps, result.runtime_s,
+                       [{"step": h["step"], "loss": h["loss"]} for h in result.train_logs()])
 
 
 def rem_task_card(p: RemParams) -> dict[str, Any]:

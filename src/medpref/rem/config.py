@@ -38,6 +38,7 @@ class RemTrainParams(StrictModel):
     # score_first: "Score: N Comment: …" (scoring reads the score token in one pass)
     answer_order: Literal["comment_first", "score_first"] = "score_first"
     adapter_dir: str = "data/03_rem/rem_lora"
+    checkpoints_dir: str = "data/03_rem/checkpoints"  # a killed run resumes here (removed after)
 
 
 class RemScorerSettings(StrictModel):

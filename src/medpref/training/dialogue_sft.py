@@ -29,7 +29,13 @@ from medpref.training.runs import (
     run_key,
     save_trained_adapter,
 )
-from medpref.training.sft import load_base, portable_path, with_lora
+from medpref.training.sft import (
+    build_sft_trainer,
+    drop_too_long,
+    load_base,
+    portable_path,
+    with_lora,
+)
 from medpref.training.sft_data import dialogues_to_sft_examples, split_target
 
 _log = logging.getLogger(__name__)
@@ -77,12 +83,6 @@ def load_dialogues(p: SFTParams) -> tuple[list[Dialogue], list[DialogueSource]]:
         dialogues += rows
         sources.append(DialogueSource(name, len(rows)))
     return dialogues, sources
-
-
-def token_length(tokenizer, messages: list[dict[str, str]]) -> int:
-    """Tokens of a conversation in the model's chat template."""
-    return len(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)
-               ["input_ids"])
 
 
 def clip_history(messages: list[dict[str, str]], max_turns: int | None) -> list[dict[str, str]]:
@@ -140,16 +140,6 @@ def sft_examples(dialogues: list[Dialogue], system_prompt: str, max_examples: in
     return examples
 
 
-def drop_too_long(tokenizer, examples: list[dict[str, Any]], max_length: int,
-                  parts: tuple[str, ...]) -> tuple[list[dict[str, Any]], int]:
-    """Examples whose prompt plus longest answer fits ``max_length`` tokens; truncating
-    would cut the learned answer, so longer ones are dropped (and counted)."""
-    kept = [ex for ex in examples
-            if max(token_length(tokenizer, ex["prompt"] + ex[part]) for part in parts)
-            <= max_length]
-    return kept, len(examples) - len(kept)
-
-
 @dataclass
 class SFTRun:
     adapter_dir: Path
@@ -167,14 +157,6 @@ def sft_config(recipe: TrainingRecipe, hardware: Hardware, ckpt_dir: str | Path,
     return SFTConfig(**trainer_kwargs(recipe, hardware, ckpt_dir, seed, recipe.sft_epochs,
                                       recipe.sft_max_steps), packing=False,
                      completion_only_loss=True)  # loss on the doctor turn (the completion)
-
-
-def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: tuple = ()):
-    from datasets import Dataset
-    from trl import SFTTrainer
-
-    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
-                      processing_class=tok, callbacks=list(callbacks))
 
 
 def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],

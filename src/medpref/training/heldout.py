@@ -94,8 +94,8 @@ def crossfit(base_path: str | Path, sft_adapter: str | Path,
              beta: float, loss_type: str, seed: int) -> list[dict[str, Any]]:
     """One row per pair that fits ``recipe.max_length``: its fold, the chosen answer's
     source and its held-out margin. Fold policies train in ``workdir`` (removed after)."""
-    from medpref.training.dialogue_sft import drop_too_long
     from medpref.training.dpo import train_dpo
+    from medpref.training.sft import drop_too_long
 
     workdir = Path(workdir)
     tok_ref, ref = _load(base_path, sft_adapter, hardware)
