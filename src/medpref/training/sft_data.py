@@ -64,8 +64,8 @@ def dialogues_to_sft_examples(dialogues: Iterable[Dialogue | dict[str, Any]],
 
 
 def split_target(example: dict[str, list[dict[str, str]]]) -> tuple[list[dict[str, str]], str]:
-    """``(context messages, target doctor turn)`` of an example: the prompt/answer pair a
-    trainer that masks the loss to the answer needs (e.g. ``SFTExample`` in ``sft.py``)."""
+    """``(context messages, target doctor turn)`` of an example: the prompt/completion pair
+    a trainer that masks the loss to the answer needs (trl's prompt-completion examples)."""
     messages = example["messages"]
     if not messages or messages[-1]["role"] != "assistant":
         raise ValueError("an SFT example ends with the assistant's target turn")
