@@ -102,6 +102,26 @@ def test_only_the_answer_carries_labels(rem_trainer, tokenizer):
         assert tokenizer.decode(learned) == answer + "<|im_end|>\n"
 
 
+def test_the_loss_is_the_mean_over_the_answer_tokens(rem_trainer):
+    """The trainer's loss on a collated batch equals cross-entropy computed by hand from
+    the model's full logits, averaged over the answer tokens only (what the custom
+    trainer of before computed on the answer tail)."""
+    import torch
+    import torch.nn.functional as F
+
+    batch = rem_trainer.data_collator([rem_trainer.train_dataset[i] for i in range(2)])
+    model = rem_trainer.model.eval()
+    with torch.no_grad():
+        got = rem_trainer.compute_loss(model, dict(batch))
+        logits = model(input_ids=batch["input_ids"],
+                       attention_mask=batch["attention_mask"]).logits
+    labels = batch["labels"][:, 1:]
+    want = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                           ignore_index=-100)
+    assert int((labels != -100).sum()) < int(batch["attention_mask"].sum()) // 2
+    assert float(got) == pytest.approx(float(want), rel=1e-4)
+
+
 def test_too_long_examples_are_dropped_not_truncated(tokenizer):
     kept, dropped = drop_too_long(tokenizer, [example(), example("word " * 400)], 128,
                                   ("completion",))
