@@ -35,6 +35,21 @@ def test_notebook_is_clean_thin_and_parameterised(nb_path):
         assert not defs, f"logic belongs in src/: {[d.name for d in defs]}"
 
 
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_papermill_reads_every_parameter(nb_path):
+    """papermill infers a parameters cell's names line by line; a comment it cannot
+    parse (quotes, ``==``) drops that name and turns a dvc-passed ``-p`` into an
+    "unknown parameter" warning."""
+    from papermill.translators import PythonTranslator
+
+    nb = json.loads(nb_path.read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    src = "".join(cell["source"])
+    assigned = [t.id for n in ast.parse(src).body if isinstance(n, ast.Assign)
+                for t in n.targets if isinstance(t, ast.Name)]
+    assert [p.name for p in PythonTranslator.inspect({"source": src})] == assigned
+
+
 def _stages():
     yield from DVC["stages"].items()
 

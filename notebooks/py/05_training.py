@@ -17,7 +17,7 @@
 # papermill parameters (dvc.yaml passes part and run)
 params_path = "params.yaml"
 part = "sft"      # sft | dpo | summary
-run = ""          # with part == "dpo": the run (policies.dpo_runs)
+run = ""          # the DPO run for part dpo, a name in policies.dpo_runs
 
 # %%
 from medpref.stagekit import open_stage

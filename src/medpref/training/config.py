@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
-from medpref.training.hardware import Hardware, load_hardware
+from medpref.training.hardware import Hardware, load_hardware, refuse_moved_keys
 
 #: fields of the old ``training.profiles.<name>`` that are hardware now
 HARDWARE_KEYS = ("per_device_batch_size", "grad_accumulation", "gradient_checkpointing",
@@ -26,15 +26,9 @@ HARDWARE_KEYS = ("per_device_batch_size", "grad_accumulation", "gradient_checkpo
 MACHINE_KEYS = ("bf16", "num_threads")
 
 
-def _moved_to_hardware(data: Any) -> Any:
-    """A hardware field in a recipe (as in the old profiles): an error naming its new key."""
-    if isinstance(data, dict):
-        for key in data:
-            if key in HARDWARE_KEYS or key in MACHINE_KEYS:
-                where = f"policy.{key}" if key in HARDWARE_KEYS else key
-                raise ValueError(f"'{key}' is hardware, not recipe: set '{where}' in "
-                                 "configs/hardware/<training.hardware>.yaml")
-    return data
+#: each hardware field → its key in configs/hardware/<name>.yaml
+_HARDWARE_HOME = ({key: f"policy.{key}" for key in HARDWARE_KEYS}
+                  | {key: key for key in MACHINE_KEYS})
 
 
 class TrainingRecipe(StrictModel):
@@ -60,7 +54,8 @@ class TrainingRecipe(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _no_hardware_keys(cls, data: Any) -> Any:
-        return _moved_to_hardware(data)
+        return refuse_moved_keys(data, _HARDWARE_HOME, "'{key}' is hardware, not recipe: set "
+                                 "'{new}' in configs/hardware/<training.hardware>.yaml")
 
     @field_validator("target_modules")
     @classmethod
@@ -140,11 +135,7 @@ class TrainingParams(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _no_old_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for old, new in _RENAMED.items():
-                if old in data:
-                    raise ValueError(f"'training.{old}' is gone: use {new}")
-        return data
+        return refuse_moved_keys(data, _RENAMED, "'training.{key}' is gone: use {new}")
 
     @field_validator("recipes")
     @classmethod

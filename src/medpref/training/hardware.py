@@ -29,6 +29,16 @@ _MOVED_FLAT_KEYS = {key: f"rem.{key}" for key in (
     "group_by_length")}
 
 
+def refuse_moved_keys(data: Any, moved: dict[str, str], message: str) -> Any:
+    """A model's before-validator for keys that moved: the first key of ``moved`` found in
+    ``data`` is a ValueError, ``message`` formatted with ``key`` and its ``new`` home."""
+    if isinstance(data, dict):
+        for key, new in moved.items():
+            if key in data:
+                raise ValueError(message.format(key=key, new=new))
+    return data
+
+
 class TrainerHardware(StrictModel):
     """How one trainer batches on this hardware (every field set in the file)."""
 
@@ -65,12 +75,9 @@ class Hardware(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _no_flat_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key, new in _MOVED_FLAT_KEYS.items():
-                if key in data:
-                    raise ValueError(f"'{key}' is now '{new}' (or 'policy.{key}' for stage "
-                                     "05): a hardware file has a section per trainer")
-        return data
+        return refuse_moved_keys(data, _MOVED_FLAT_KEYS, "'{key}' is now '{new}' (or "
+                                 "'policy.{key}' for stage 05): a hardware file has a "
+                                 "section per trainer")
 
 
 def hardware_path(name: str) -> Path:
