@@ -135,13 +135,43 @@ def test_every_prompt_file_has_a_role():
     assert names and names <= set(pc.PROMPT_ROLE)
 
 
-def test_main_on_the_committed_ledgers(capsys):
-    stages = pc.main([])
+def _cache_with_one_judge_request(cache_dir: Path, tokens_in: int, tokens_out: int) -> None:
+    """A stage-08 cache file holding one greedy ``medqa_judge`` request."""
+    cache_dir.mkdir()
+    literal = pc.load_templates(ROOT / "configs" / "prompts")["medqa_judge"]
+    conn = sqlite3.connect(cache_dir / "08_medqa.sqlite")
+    conn.execute("CREATE TABLE completions (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+                 "request TEXT NOT NULL, response TEXT NOT NULL, created REAL NOT NULL)")
+    request = {"messages": [{"role": "system", "content": literal + " the item"}],
+               "params": {"temperature": 0.0}}
+    conn.execute("INSERT INTO completions VALUES ('k', 'chat', ?, ?, 0)",
+                 (json.dumps(request), json.dumps({"tokens_in": tokens_in,
+                                                   "tokens_out": tokens_out})))
+    conn.commit()
+    conn.close()
+
+
+def test_main_on_the_committed_ledgers(tmp_path, capsys):
+    """Every committed ledger is read; a role's tokens come from its cached requests
+    (a synthetic stage-08 cache here, so the check runs on a fresh clone as well)."""
+    cache = tmp_path / "llm"
+    _cache_with_one_judge_request(cache, tokens_in=200, tokens_out=3)
+    stages = pc.main(["--cache-dir", str(cache)])
     out = capsys.readouterr().out
     total = stages[-1]
     assert total["stage"] == "total" and "total" in out
     assert total["calls"] > sum(1 for _ in pc.DRIVERS)
     assert total["calls"] == pytest.approx(sum(s["calls"] for s in stages[:-1]))
-    if not (ROOT / "data" / "cache" / "llm").is_dir():
-        pytest.skip("no LLM cache (data/cache/llm: `dvc pull`): tokens and cost not checked")
     assert total["tokens_in"] > 0 and total["cost_usd"] > 0
+
+    default, paper = pc.load_settings(ROOT, None, None)
+    judge = next(r for r in pc.estimate(ROOT, cache, default, paper)
+                 if r.source == "08_medqa" and r.role == "judge")
+    ledger = pc.read_ledger(ROOT / "reports/08_medqa/ledger.json")["judge"]
+    assert judge.default_requests == ledger["calls"] + ledger["cache_hits"] > 0
+    assert judge.calls > 0 and not judge.notes  # from the cache, not the ledger's tokens
+    assert judge.tokens_in == pytest.approx(judge.calls * 200)
+    assert judge.tokens_out == pytest.approx(judge.calls * 3)
+    _, price = pc.role_price(paper, "judge")
+    assert judge.cost_usd == pytest.approx(
+        judge.calls * (200 * price["input_per_1m"] + 3 * price["output_per_1m"]) / 1e6)
