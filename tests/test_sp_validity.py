@@ -318,13 +318,16 @@ def disease_case(disease):
     # only a modifier in common
     ("The pain is in the right lower part of the chest.",
      "community-acquired pneumonia (right lower lobe)", False),
-    # only the site, a cause or the class word in common (credited in the committed run
-    # at a2f4a76, whose grader still counted these as the disease's name)
+    # only the site or the class word in common (credited in the committed run at
+    # a2f4a76, whose grader still counted these as the disease's name)
     ("Take some medicine designed against uterine contractions.",
      "uterine fibroids (leiomyoma)", False),
-    ("Take iron supplements daily.", "iron deficiency anaemia", False),
-    ("I'd like a pregnancy test first.", "ectopic pregnancy (left tubal)", False),
-    ("This could be an ectopic pregnancy.", "ectopic pregnancy (left tubal)", True),
+    ("The ovary looks normal on the scan.", "polycystic ovary syndrome", False),
+    # plain words the hand graders credit: "iron" and "pregnancy" stay part of the name
+    ("You're anaemic because your iron stores are very low.", "iron deficiency anaemia",
+     True),
+    ("The pregnancy is growing in your left fallopian tube, outside the womb.",
+     "ectopic pregnancy (left tubal)", True),
     ("It may be linked to anxiety disorders.",
      "major depressive disorder (moderate to severe episode)", False),
     ("Depression caused by trauma is common.",

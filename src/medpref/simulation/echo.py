@@ -88,14 +88,16 @@ def item_parts(item: str) -> list[str]:
 # words that qualify a disease without naming it: a sentence sharing only these with a
 # checklist disease ("right lower lobe", "acute") has not named that disease. Besides
 # laterality, severity and acuity: the site or organ ("uterine contractions" is not
-# uterine fibroids, "the ovary" not polycystic ovary syndrome), a cause or stage beside
-# the disease ("iron supplements", "a pregnancy test", "dehydration"), and the class
-# words any disease shares ("disorder", "syndrome", "deficiency", "disease")
+# uterine fibroids, "the ovary" not polycystic ovary syndrome), a state beside the
+# disease ("dehydration"), and the class words any disease shares ("disorder",
+# "syndrome", "deficiency", "disease"). Not "iron" nor "pregnancy": the hand-graded items
+# credit plain words ("you're anaemic because your iron stores are very low"; "the
+# pregnancy is growing in your left tube"), which then pass through those units alone
 _DISEASE_MODIFIERS = frozenset("""
 acute chronic left right upper lower bilateral unilateral lobe mild moderate severe early
 late primary secondary recurrent suspected possible probable type stage grade episode
 major minor childhood allergic tubal community acquired
-uterine ovary ovarian inguinal indirect media calculous iron pregnancy dehydration
+uterine ovary ovarian inguinal indirect media calculous dehydration
 generalized generalised disease diseases syndrome disorder disorders deficiency
 """.split())
 
