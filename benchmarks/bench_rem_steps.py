@@ -5,15 +5,16 @@ recipe, the hardware's ``rem`` section, the real training examples) but stops af
 ``N`` optimizer steps (``rem.train.max_steps``), into a temporary folder that is removed
 afterwards. It uses only ``load_params``, ``build_rem.load_inputs`` and
 ``build_rem.train_rem``, which every version of the project since the hardware files has,
-so it times another commit's trainer too: put that commit's ``src`` first on PYTHONPATH
-(a ``git worktree``) and run the same file. Runs alternate best on an otherwise idle
-machine; the step count includes the first (model load is outside the trainer time).
+so it times another commit's trainer too: run this file from a checkout of that commit
+(``cd <checkout> && PYTHONPATH=src .venv/bin/python <this file> 6``; params, data and
+code are then that checkout's). Run the variants one after another on an otherwise idle
+machine. Model loading is outside the trainer seconds, inside the wall seconds.
 
 ``--answer-positions`` asks what trl's CPU path costs: trl 1.16 runs its fused LM head
 (log-probabilities, entropy, top-1) on the valid label positions only where Triton runs
 (CUDA, XPU) and on every position elsewhere; the flag makes it take the valid-positions
-path on the CPU too (the same loss up to summation order). Benchmark only: the trainer
-of stage 03 does not set it.
+path on the CPU too (positions labelled -100 add nothing to the loss on either path).
+Benchmark only: the trainer of stage 03 does not set it.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/bench_rem_steps.py [N] [--answer-positions]
 (N default 10)
