@@ -10,8 +10,21 @@ trained adapter has a new content identity, so every call would miss it anyway.
 ``--adapter DIR`` scores an adapter trained earlier (no training), e.g. a copy of the
 committed ``data/03_rem/rem_lora``, to check that this script reproduces stage 03's row.
 
-Usage: .venv/bin/python benchmarks/bench_rem_trainer.py [--adapter DIR]
-       [--eval-per-rule N] [--out DIR]
+``--steps N`` times N optimizer steps (``rem.train.max_steps``) and scores nothing: a
+trainer's cost per step. The script uses only ``load_params`` and ``build_rem``'s
+``load_inputs``/``train_rem``, so it times another commit's trainer too: run this file
+from a checkout of that commit (``cd <checkout> && PYTHONPATH=src .venv/bin/python
+<this file> --steps 6``; params, data and code are then that checkout's). Run the
+variants one after another on an otherwise idle machine.
+
+``--answer-positions`` asks what trl's CPU path costs: trl 1.16 runs its fused LM head
+(log-probabilities, entropy, top-1) on the valid label positions only where Triton runs
+(CUDA, XPU) and on every position elsewhere; the flag makes it take the valid-positions
+path on the CPU too (positions labelled -100 add nothing to the loss on either path).
+Benchmark only: the trainer of stage 03 does not set it.
+
+Usage: .venv/bin/python benchmarks/bench_rem_trainer.py [--adapter DIR | --steps N]
+       [--answer-positions] [--eval-per-rule N] [--out DIR]
 """
 
 from __future__ import annotations
@@ -34,15 +47,24 @@ def main() -> None:
     ap.add_argument("--eval-per-rule", type=int, default=None,
                     help="a balanced subset of N per rule (default: rem.eval_per_rule)")
     ap.add_argument("--out", help="keep the adapter, losses and predictions here")
+    ap.add_argument("--steps", type=int, help="train N optimizer steps, time them, score nothing")
+    ap.add_argument("--answer-positions", action="store_true",
+                    help="trl's fused LM head on the answer positions only, on the CPU too")
     args = ap.parse_args()
+    if args.answer_positions:
+        import trl.trainer.utils as trl_utils
+
+        trl_utils._use_triton = lambda device: True  # the compact path of add_fused_lm_head
 
     params = load_params()
     seed = params.shared.seed
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-rem-"))
     work.mkdir(parents=True, exist_ok=True)
     adapter = Path(args.adapter).resolve() if args.adapter else work / "rem_lora"
-    p = params.rem.model_copy(update={"train": params.rem.train.model_copy(update={
-        "adapter_dir": str(adapter), "checkpoints_dir": str(work / "checkpoints")})})
+    where = {"adapter_dir": str(adapter), "checkpoints_dir": str(work / "checkpoints")}
+    if args.steps:
+        where["max_steps"] = args.steps
+    p = params.rem.model_copy(update={"train": params.rem.train.model_copy(update=where)})
     inputs = b03.load_inputs(p)
     if not args.adapter:
         t0 = time.perf_counter()
@@ -54,6 +76,13 @@ def main() -> None:
               f"({train.n_dropped} too long), loss {losses['loss'].iloc[0]:.3f} -> "
               f"{losses['loss'].iloc[-1]:.3f}; trainer {train.runtime_s:.0f} s, "
               f"train_rem {wall:.0f} s wall", flush=True)
+        if args.steps:
+            how = " (answer positions only)" if args.answer_positions else ""
+            print(f"{b03.__file__}{how}: {train.steps} steps, trainer {train.runtime_s:.1f} s "
+                  f"({train.runtime_s / train.steps:.2f} s/step)")
+            if not args.out:
+                shutil.rmtree(work, ignore_errors=True)
+            return
     eval_set = inputs.split(p.eval_split, args.eval_per_rule or p.eval_per_rule)
     llm = LLMSession.for_stage("bench_rem_trainer", params, use_cache=False)
     run = b03.run_scorer("finetuned", llm, p, inputs, eval_set, seed)
