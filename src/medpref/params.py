@@ -111,6 +111,9 @@ class LLMConfig(StrictModel):
 
 class SharedParams(StrictModel):
     seed: int = 13
+    #: the train / dev / eval split of the embedded dialogues that every stage reads
+    #: (medpref.data.split)
+    split: str = "data/embedded/dialogue_split.yaml"
     llm: LLMConfig = Field(default_factory=LLMConfig)
 
 
