@@ -30,6 +30,15 @@ stage.p.active_recipe(), stage.p.active_hardware().policy
 # %% [markdown]
 # ## Train (or gather)
 #
+# SFT reads the written split (`shared.split`): the train dialogues' doctor turns (and
+# NoteChat's, and `training.sft.real`'s) are its examples, the dev dialogues' doctor turns
+# its development loss, the eval dialogues nothing. After each epoch it measures the
+# development loss; it stops once that has not fallen for `training.sft.patience` epochs
+# (at most the recipe's `sft_epochs`) and keeps the adapter of the epoch with the lowest.
+# A DPO run trains one per annotation strategy, plus `control_process`: a control whose
+# planted pairs (the real turn that takes the history over a premature diagnosis) show
+# whether the recipe can move the policy at all; the summary marks it (`control`).
+#
 # The progress bar below is trl's: steps done, rate and time left. A run killed midway
 # resumes from its last checkpoint (`training.checkpoints_dir`) when rerun with the same
 # params and data. A DPO run with fewer than `training.dpo.min_pairs` pairs is skipped,
@@ -45,13 +54,21 @@ out.metrics
 # %% [markdown]
 # ## This part's table
 #
-# `sft`: where the dialogues came from. `dpo`: the run's card with its reward metrics on
+# `sft`: where the dialogues came from (dialogues per part of the split, targets kept).
+# `dpo`: the run's card with its reward metrics on
 # the training pairs after training (`eval_rewards/margins` > 0 means the policy now
 # prefers the chosen answers more than the SFT reference does). `summary`: every run,
 # trained or skipped and why; `policies.json` lists the trained policies as roles.
 
 # %%
 out.table
+
+# %% [markdown]
+# `sft`: the development loss per epoch (epoch 0 is the base model before training) and
+# the epoch kept (`chosen`); `dpo`, `summary`: nothing here.
+
+# %%
+out.extra.get("dev_loss")
 
 # %%
 out.figure

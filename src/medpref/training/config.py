@@ -41,9 +41,10 @@ class TrainingRecipe(StrictModel):
     target_modules: dict[str, list[str]]
     learning_rate: float = Field(gt=0.0, le=1.0)
     warmup_ratio: float = Field(ge=0.0, lt=1.0)       # share of steps with a rising lr
-    # whole passes over the data: SFT over the doctor-turn examples it keeps, DPO over a
-    # run's pairs; a step count is then epochs × ceil(examples / (batch × accumulation)),
-    # batch and accumulation being the hardware's
+    # whole passes over the data: SFT over the doctor-turn examples it keeps (at most: the
+    # development loss picks the epoch, training.sft.patience stops it), DPO over a run's
+    # pairs; a step count is then epochs × ceil(examples / (batch × accumulation)), batch
+    # and accumulation being the hardware's
     sft_epochs: int = Field(ge=1, le=100)
     sft_max_steps: int | None = Field(ge=1)       # explicit step override (null: the epochs)
     dpo_epochs: int = Field(ge=1, le=100)
@@ -75,10 +76,16 @@ class RealDialogues(StrictModel):
 
 
 class SFTParams(StrictModel):
-    dialogues: list[str]               # contract Dialogue files; a missing one is noted, skipped
+    # contract Dialogue files; a missing one is noted, skipped. The split (shared.split)
+    # decides for the dialogues it lists: train is trained on, dev gives the development
+    # loss, eval is never read; a file it lists none of trains whole
+    dialogues: list[str]
     real: list[RealDialogues]          # [] on the embedded default
     system_prompt: str                 # configs/prompts/<name>.yaml: the policy's system text
     max_examples: int | None = Field(ge=1)  # seeded subset of doctor-turn examples (null: all)
+    # stop once the development loss has not fallen for this many epochs (the adapter of
+    # the epoch with the lowest one is kept; at most the recipe's sft_epochs)
+    patience: int = Field(ge=1, le=100)
     output_dir: str                    # the SFT adapter
     # only doctor turns that pass medpref.notechat.turn_quality are targets (failing ones
     # stay as context); false keeps them (it retrains SFT and what follows)

@@ -61,6 +61,9 @@ class PolicyHardware(TrainerHardware):
     """Stage 05's SFT and DPO of the policy (``medpref.training.arguments``)."""
 
     precompute_ref_log_probs: bool        # DPO: reference log-probs once, up front
+    # SFT: a batch's examples flattened into one sequence, no padding (transformers keeps
+    # them apart by position ids); trl's DPO does not do it
+    padding_free: bool
 
 
 class Hardware(StrictModel):

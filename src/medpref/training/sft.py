@@ -85,13 +85,16 @@ def drop_too_long(tokenizer, examples: list[dict[str, Any]], max_length: int,
     return kept, len(examples) - len(kept)
 
 
-def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: tuple = ()):
+def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: tuple = (),
+                      eval_data: list[dict[str, Any]] | None = None):
     """``SFTTrainer`` over prompt-completion examples; ``args`` is an ``SFTConfig`` with
-    ``completion_only_loss=True`` (the loss on the completion alone)."""
+    ``completion_only_loss=True`` (the loss on the completion alone). ``eval_data``, when
+    given, is what ``evaluate`` scores, with the same loss."""
     from datasets import Dataset
     from trl import SFTTrainer
 
     return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
+                      eval_dataset=Dataset.from_list(eval_data) if eval_data else None,
                       processing_class=tok, callbacks=list(callbacks))
 
 

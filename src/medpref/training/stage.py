@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from medpref.contracts import atomic_write_text
+from medpref.data.split import load_split
 from medpref.identity import content_id
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
@@ -34,6 +35,7 @@ from medpref.training.dialogue_sft import (
     count_targets,
     load_dialogues,
     sft_examples,
+    split_corpus,
     train_dialogue_sft,
 )
 from medpref.training.dpo import (
@@ -128,39 +130,86 @@ def _hardware(stage: Stage) -> dict[str, Any]:
 def run_sft(stage: RunStage) -> TrainingOutputs:
     p: TrainingParams = stage.p
     prompt = load_prompt(p.sft.system_prompt)
+    recipe = p.active_recipe()
     with stage.step("load"):
         dialogues, sources = load_dialogues(p.sft)
-        examples = sft_examples(dialogues, prompt.system.strip(), p.sft.max_examples, stage.seed,
-                                p.active_recipe().history_max_turns, p.sft.turn_quality)
-        count_targets(dialogues, sources, p.sft.turn_quality)
+        corpus = split_corpus(dialogues, sources, load_split(repo_path(stage.params.shared.split)))
+        examples = sft_examples(corpus.train, prompt.system.strip(), p.sft.max_examples,
+                                stage.seed, recipe.history_max_turns, p.sft.turn_quality)
+        dev_examples = sft_examples(corpus.dev, prompt.system.strip(), None, stage.seed,
+                                    recipe.history_max_turns, p.sft.turn_quality)
+        count_targets(corpus.train, sources, p.sft.turn_quality)
     out_dir = repo_path(p.sft.output_dir)
     with stage.step("train"):
         result = train_dialogue_sft(
             repo_path(_base_model(stage)), examples, out_dir / "adapter",
-            repo_path(p.checkpoints_dir) / "sft", p.active_recipe(), p.active_hardware(),
+            repo_path(p.checkpoints_dir) / "sft", recipe, p.active_hardware(),
             stage.seed, p.keep_checkpoints, task_card=_task_card(prompt),
             check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="SFT examples"),
-            warn_below_steps=p.warn_below_steps)
+            warn_below_steps=p.warn_below_steps, dev_examples=dev_examples,
+            patience=p.sft.patience)
     logs = result.fit.train_logs()
+    curve = result.curve
     card = {"run": "sft", "status": "trained", "examples": result.n_examples,
             "turn_quality": p.sft.turn_quality,
-            "dropped_too_long": result.n_dropped, "epochs": p.active_recipe().sft_epochs,
+            "dropped_too_long": result.n_dropped, "epochs": result.card["chosen_epoch"],
+            **{k: result.card[k] for k in ("max_epochs", "epochs_run", "chosen_epoch",
+                                           "dev_examples", "dev_loss")},
+            "dev_loss_base": curve.dev_loss[0] if curve else None,
+            "train_dialogues": len(corpus.train), "dev_dialogues": len(corpus.dev),
             "steps": result.fit.steps, "steps_warning": result.warning,
             "resumed_from": result.fit.resumed_from, "runtime_s": round(result.fit.runtime_s, 1),
             "adapter": policies.portable_path(out_dir / "adapter"), **_hardware(stage)}
     table = pd.DataFrame([vars(s) for s in sources])
+    curve_table = pd.DataFrame(curve.rows() if curve else [], columns=DEV_LOSS_COLUMNS)
+    figure = plot_dev_loss(curve_table)
     if is_main_process():
         write_json(out_dir / RUN_CARD, card)
         write_run_logs(stage.reports_dir, result.fit.log_history)
         write_table(table, stage.report("sources"))
+        atomic_write_text(stage.report("dev_loss.csv"), curve_table.to_csv(index=False))
+        save_figure(figure, stage.report("dev_loss.png"))
     metrics = {"examples": result.n_examples, "dropped_too_long": result.n_dropped,
-               "epochs": card["epochs"], "steps": result.fit.steps, "dialogues": len(dialogues),
+               "dev_examples": card["dev_examples"], "max_epochs": card["max_epochs"],
+               "epochs_run": card["epochs_run"], "chosen_epoch": card["chosen_epoch"],
+               "dev_loss": card["dev_loss"], "dev_loss_base": card["dev_loss_base"],
+               "steps": result.fit.steps, "dialogues": len(dialogues),
+               "train_dialogues": card["train_dialogues"],
+               "dev_dialogues": card["dev_dialogues"],
                "turn_quality": p.sft.turn_quality,
                "failing_turn_quality": sum(s.failing_turn_quality for s in sources),
                "loss_first": logs[0]["loss"] if logs else None,
                "loss_last": logs[-1]["loss"] if logs else None}
     return TrainingOutputs(table, metrics, {"base": _base_model(stage)},
-                           {prompt.name: prompt.sha}, extra={"card": card})
+                           {prompt.name: prompt.sha}, figure=figure,
+                           extra={"card": card, "dev_loss": curve_table})
+
+
+#: reports/05_training/sft/dev_loss.csv: epoch 0 is the base model before training
+DEV_LOSS_COLUMNS = ["epoch", "dev_loss", "train_loss", "wall_s", "chosen"]
+
+
+def plot_dev_loss(curve: pd.DataFrame):
+    """Development and mean training loss per epoch; the kept epoch marked."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    if curve.empty:
+        ax.text(0.5, 0.5, "no development dialogues: every epoch trained, the last kept",
+                ha="center", transform=ax.transAxes, fontsize=8)
+        return fig
+    ax.plot(curve["epoch"], curve["dev_loss"], marker="o", label="development loss")
+    ax.plot(curve["epoch"], curve["train_loss"], marker="s", label="training loss (epoch mean)")
+    chosen = curve[curve["chosen"].astype(bool)]
+    if not chosen.empty:
+        ax.scatter(chosen["epoch"], chosen["dev_loss"], s=140, facecolors="none",
+                   edgecolors="black", label="kept epoch", zorder=3)
+    ax.set_xlabel("epoch (0: the base model)")
+    ax.set_ylabel("loss on doctor turns")
+    ax.set_title("SFT: development loss per epoch", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def _task_card(prompt) -> dict[str, Any]:
