@@ -22,7 +22,8 @@ from medpref.params import ParamsError, parse_params
 from test_stage_runs import _stage04, raw_params, scripted_models  # noqa: F401  (fixtures)
 
 FAKE = "always_sampled"
-PAPERS = ["gpt4_rank", "cai_avg", "cai_dep", "agent"]   # today's list, in today's order
+PAPERS = ["gpt4_rank", "cai_avg", "cai_dep", "agent"]   # the papers' four, in today's order
+DEFAULT = [*PAPERS, "control_process"]   # today's list: + the DPO control (issue 32)
 GRID = [f"grid_{w}_{n}" for w in ("avg", "dep") for n in (1, 2, 3)]
 
 
@@ -45,10 +46,10 @@ def with_fake(raw_params):  # noqa: F811
     return raw
 
 
-def test_the_default_list_is_the_papers_four_in_their_order():
+def test_the_default_list_is_the_papers_four_in_their_order_then_the_control():
     raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    assert raw["annotation"]["strategies"] == PAPERS
-    assert [name for name, _ in strategy_plan(PAPERS)] == PAPERS
+    assert raw["annotation"]["strategies"] == DEFAULT
+    assert [name for name, _ in strategy_plan(DEFAULT)] == DEFAULT
 
 
 def test_a_new_strategy_is_one_function_and_one_list_entry(with_fake, tmp_path, monkeypatch,
@@ -61,17 +62,17 @@ def test_a_new_strategy_is_one_function_and_one_list_entry(with_fake, tmp_path, 
 
     stage = _stage04(with_fake, tmp_path, monkeypatch)
     # stage 04: planned after the papers' four (their model calls keep their order) ...
-    assert [name for name, _ in strategy_plan(stage.p.strategies)] == [*PAPERS, FAKE]
+    assert [name for name, _ in strategy_plan(stage.p.strategies)] == [*DEFAULT, FAKE]
     out = annotation_stage.run(stage)
-    assert list(out.results) == [*PAPERS, FAKE]
+    assert list(out.results) == [*DEFAULT, FAKE]
     assert [p.chosen_source for p in out.results[FAKE].pairs] == ["sampled"] * 5
     written = tmp_path / "data/04_annotation/pairs"
     assert sorted(p.name for p in written.iterdir()) == sorted(f"{s}.jsonl" for s in
-                                                               [*PAPERS, FAKE])
+                                                               [*DEFAULT, FAKE])
     # ... stage 05: its DPO run reads that file, after the strategies and before the grid
     params = parse_params(with_fake)
     runs = dpo_runs(params)
-    assert list(runs) == [*PAPERS, FAKE, *GRID]
+    assert list(runs) == [*DEFAULT, FAKE, *GRID]
     assert runs[FAKE] == f"data/04_annotation/pairs/{FAKE}.jsonl"
     assert FAKE in heldout_runs(params)
     # ... stage 06: trained, it is a doctor of the SP test (the rows of follow-up Table 3)
@@ -84,6 +85,7 @@ def test_a_new_strategy_is_one_function_and_one_list_entry(with_fake, tmp_path, 
                 if a.id == "followup_pairs")
     rows = list(build_table(spec, tmp_path).table.query("source == 'ours'")["row"])
     assert [r for r in rows if r in (*PAPERS, FAKE)] == [*PAPERS, FAKE]
+    assert "control_process" not in rows       # a control: no row of a paper table
 
 
 def test_an_unknown_strategy_names_the_param_and_the_known_ones(raw_params, tmp_path,  # noqa: F811
@@ -119,7 +121,7 @@ def test_a_run_named_in_both_lists_is_refused(raw_params):  # noqa: F811
 # -- dvc.yaml, as DVC expands it ---------------------------------------------------------------
 
 TODAY_ANNOTATION_OUTS = [
-    *(f"data/04_annotation/pairs/{s}.jsonl" for s in PAPERS),
+    *(f"data/04_annotation/pairs/{s}.jsonl" for s in DEFAULT),
     "data/04_annotation/decisions.jsonl", "data/04_annotation/raw_answers.jsonl",
     "data/04_annotation/state_scores.jsonl", "data/cache/llm/04_annotation.sqlite",
     "reports/notebooks/04_annotation.ipynb", "reports/04_annotation/unparsable.jsonl",
@@ -129,7 +131,7 @@ TODAY_ANNOTATION_OUTS = [
                                                              ("threshold_sweep", "png")}),
     *(f"reports/04_annotation/{name}.json" for name in ("provenance", "ledger", "timings",
                                                           "metrics"))]
-TODAY_PAIRS = {**{s: f"data/04_annotation/pairs/{s}.jsonl" for s in PAPERS},
+TODAY_PAIRS = {**{s: f"data/04_annotation/pairs/{s}.jsonl" for s in DEFAULT},
                **{g: f"data/04_annotation/grid/{g[5:]}/pairs.jsonl" for g in GRID}}
 
 
@@ -163,8 +165,8 @@ def test_dvc_expands_todays_annotation_outs_from_the_default_list(dvc_stages):
 def test_dvc_expands_todays_dpo_runs_from_the_default_list(dvc_stages):
     dpo = {name.split("@")[1]: name for name in dvc_stages
            if name.startswith(("training_dpo@", "training_dpo_grid@"))}
-    assert list(dpo) == [*PAPERS, *GRID]
-    assert all(dpo[s] == f"training_dpo@{s}" for s in PAPERS)   # the names dvc.lock knows
+    assert list(dpo) == [*DEFAULT, *GRID]
+    assert all(dpo[s] == f"training_dpo@{s}" for s in DEFAULT)   # the names dvc.lock knows
     code = {}
     for run, name in dpo.items():
         outs, deps = dvc_stages[name]

@@ -127,6 +127,14 @@ class GridConfig(StrictModel):
         return v
 
 
+class ControlConfig(StrictModel):
+    """The ``control_process`` pairs (medpref.annotation.control): no model call."""
+
+    # Dialogue file with meta.diagnosis and meta.diagnosis_turn; its shared.split train part
+    dialogues: str = "data/embedded/dialogues.jsonl"
+    max_pairs: int | None = Field(80, ge=1)           # seeded subset (None: all)
+
+
 class AnnotationParams(StrictModel):
     # the strategies stage 04 runs, in order (medpref.annotation.strategies): each writes
     # <output_dir>/pairs/<name>.jsonl and gets the DPO run <name> (dvc.yaml reads the list)
@@ -144,6 +152,7 @@ class AnnotationParams(StrictModel):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     grid: GridConfig = Field(default_factory=GridConfig)
+    control: ControlConfig = Field(default_factory=ControlConfig)
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @field_validator("strategies")

@@ -10,7 +10,13 @@ summary (gpt4_rank's other reading). ``register_strategy`` records one under its
 
 A new strategy is one module plus one list entry: a name no loaded module registered is
 looked up in the module of the same name in this package (``medpref.annotation.<name>``),
-which registers it when imported.
+which registers it when imported; the module ``control`` registers ``control_process``.
+
+A strategy registered with ``control=True`` is a *control*, not an annotation strategy of
+the papers: its pairs are planted (``control_process``: the real turn that takes the
+history over a premature diagnosis) to show that the DPO recipe can move a policy at all.
+Its DPO run trains like the others; the runs table marks it (:func:`is_control`) and the
+paper tables leave it out.
 """
 
 from __future__ import annotations
@@ -39,10 +45,20 @@ class StrategyResult:
 
 StrategyFn = Callable[[Any], list[StrategyResult]]
 STRATEGIES: dict[str, StrategyFn] = {}
+#: the controls by name, so a reader of run names (stage 05's runs table, stage 09) knows
+#: them without importing the modules that build them; each registers with control=True
+CONTROLS = frozenset({"control_process"})
+#: modules that register strategies not named after them
+_REGISTERING = {"control_process": "control"}
 
 
-def register_strategy(name: str) -> Callable[[StrategyFn], StrategyFn]:
-    """Decorator: ``fn(inputs) -> [written result, *shown-only results]`` is strategy ``name``."""
+def register_strategy(name: str, control: bool = False) -> Callable[[StrategyFn], StrategyFn]:
+    """Decorator: ``fn(inputs) -> [written result, *shown-only results]`` is strategy
+    ``name``; ``control`` says it is one of :data:`CONTROLS` (checked: the two agree)."""
+    if control != (name in CONTROLS):
+        raise ValueError(f"annotation strategy '{name}': control={control} but CONTROLS "
+                         f"{'lists' if name in CONTROLS else 'does not list'} it")
+
     def deco(fn: StrategyFn) -> StrategyFn:
         if name in STRATEGIES and STRATEGIES[name] is not fn:
             raise ValueError(f"annotation strategy '{name}' is registered twice")
@@ -52,13 +68,19 @@ def register_strategy(name: str) -> Callable[[StrategyFn], StrategyFn]:
 
 
 def _import_module_named(name: str) -> None:
-    """Import ``medpref.annotation.<name>`` if it exists (it registers its strategy)."""
-    module = f"{__package__}.{name}"
+    """Import the module that registers strategy ``name`` if it exists:
+    ``medpref.annotation.<name>`` (or the one ``_REGISTERING`` names)."""
+    module = f"{__package__}.{_REGISTERING.get(name, name)}"
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name != module:  # the module exists but an import inside it failed
             raise
+
+
+def is_control(name: str) -> bool:
+    """Whether strategy (or DPO run) ``name`` is a control (:data:`CONTROLS`)."""
+    return name in CONTROLS
 
 
 def strategy_plan(names: Sequence[str]) -> list[tuple[str, StrategyFn]]:

@@ -54,6 +54,8 @@ def _our_rows(spec: ArtefactSpec, root: Path) -> tuple[list[dict], list[Cell]]:
         raise ValueError(f"{spec.source}: no column(s) {missing} for artefact '{spec.id}'")
     if spec.rows is not None:
         df = df[df[row_cols[0]].astype(str).isin(spec.rows)]
+    if spec.exclude_rows:
+        df = df[~df[row_cols[0]].astype(str).isin(spec.exclude_rows)]
     rows, trace = [], []
     for _, rec in df.iterrows():
         label = " ".join(str(rec[c]) for c in row_cols)

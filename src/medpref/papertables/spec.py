@@ -27,6 +27,7 @@ class ArtefactSpec(StrictModel):
     source: str
     row: str | None = None
     rows: list[str] | None = None
+    exclude_rows: list[str] = Field(default_factory=list)   # by the first row column
     filter: dict[str, str] = Field(default_factory=dict)
     columns: dict[str, str] = Field(default_factory=dict)
     scale: dict[str, float] = Field(default_factory=dict)
@@ -63,6 +64,16 @@ class Headline(StrictModel):
 class Registry(StrictModel):
     artefacts: list[ArtefactSpec]
     headlines: list[Headline] = Field(default_factory=list)
+    # rows that are controls, not a paper's systems (the DPO run control_process, its
+    # annotation pairs): left out of every table (each artefact's exclude_rows gets them)
+    controls: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _controls_excluded(self) -> Registry:
+        for spec in self.artefacts:
+            spec.exclude_rows = [*spec.exclude_rows,
+                                 *[c for c in self.controls if c not in spec.exclude_rows]]
+        return self
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Registry:

@@ -39,13 +39,22 @@ def dpo_runs(params: Params) -> dict[str, str]:
     return {**runs, **params.training.dpo.runs}
 
 
+def is_control(run: str) -> bool:
+    """A control's run (``control_process``: planted pairs that show the recipe can move
+    a policy), not an annotation strategy's (``medpref.annotation.strategies.CONTROLS``)."""
+    from medpref.annotation.strategies import is_control as control
+
+    return control(run)
+
+
 def heldout_runs(params: Params) -> list[str]:
-    """The runs whose held-out reward is cross-fitted (``training.dpo.heldout_runs``)."""
+    """The runs whose held-out reward is cross-fitted (``training.dpo.heldout_runs``;
+    ``strategies``: the annotation strategies' runs, the controls left out)."""
     wanted, runs = params.training.dpo.heldout_runs, dpo_runs(params)
     if wanted is None:
         return list(runs)
     if wanted == "strategies":
-        return list(params.annotation.strategies)
+        return [name for name in params.annotation.strategies if not is_control(name)]
     unknown = sorted(set(wanted) - set(runs))
     if unknown:
         raise ValueError(f"training.dpo.heldout_runs names runs that are not DPO runs: "

@@ -252,7 +252,8 @@ def run_dpo(stage: RunStage, name: str) -> TrainingOutputs:
         with stage.step("reuse"):
             card, fit_record = _reuse_run(stage, name, source, others[source], task_card,
                                           len(pairs))
-    card.update({"run": name, "status": "trained", "pairs_file": runs[name],
+    card.update({"run": name, "control": policies.is_control(name), "status": "trained",
+                 "pairs_file": runs[name],
                  "pairs_sha": reuse.pairs_sha(pairs_path), "share_key": key,
                  "strategies": sorted({pair.strategy for pair in pairs}),
                  "adapter": policies.portable_path(out_dir / "adapter"),
@@ -383,8 +384,10 @@ def _slashless(values: dict[str, float]) -> dict[str, float]:
 # -- summary --------------------------------------------------------------------------------
 
 #: ``shares_training_of``: the run whose trained adapter this run copied (same share key,
-#: :mod:`medpref.training.reuse`); ``steps_warning``: fewer than warn_below_steps steps
-SUMMARY_COLUMNS = ["run", "status", "reason", "pairs_file", "pairs_sha", "pairs", "epochs",
+#: :mod:`medpref.training.reuse`); ``steps_warning``: fewer than warn_below_steps steps;
+#: ``control``: a control's run (planted pairs), not an annotation strategy's
+SUMMARY_COLUMNS = ["run", "control", "status", "reason", "pairs_file", "pairs_sha", "pairs",
+                   "epochs",
                    "steps", "steps_warning", "shares_training_of", "adapter_sha", "runtime_s",
                    "eval_loss", "eval_rewards/chosen", "eval_rewards/rejected",
                    "eval_rewards/margins", "eval_rewards/accuracies", *heldout.COLUMNS,
@@ -403,10 +406,13 @@ def dvc_stage(stage: Stage, run: str) -> str:
 def _summary_row(stage: Stage, name: str) -> dict[str, Any]:
     p: TrainingParams = stage.p
     card = read_run_card(policies.run_dir(stage.params, name))
+    control = policies.is_control(name)
     if card is None:
-        return {"run": name, "status": "not run", "reason": f"stage {dvc_stage(stage, name)} "
-                "has not run", "pairs_file": policies.dpo_runs(stage.params)[name]}
-    row = {**card, **(card.get("heldout") or {}), "shares_training_of": card.get("reused_from")}
+        return {"run": name, "control": control, "status": "not run",
+                "reason": f"stage {dvc_stage(stage, name)} has not run",
+                "pairs_file": policies.dpo_runs(stage.params)[name]}
+    row = {**card, **(card.get("heldout") or {}), "shares_training_of": card.get("reused_from"),
+           "control": control}
     metrics = repo_path(p.reports) / "dpo" / name / "metrics.json"
     if card["status"] == "trained" and metrics.exists():
         evals = json.loads(metrics.read_text(encoding="utf-8")).get("eval", {})
@@ -463,6 +469,7 @@ def run_summary(stage: RunStage) -> TrainingOutputs:
     metrics = {"runs": len(rows), "trained": int(trained_runs.sum()),
                "trainings": int((trained_runs & (table["shares_training_of"] == "")).sum()),
                "skipped": int((table["status"] == "skipped").sum()),
+               "controls": int(table["control"].astype(bool).sum()),
                "few_steps": int((table["steps_warning"] != "").sum()),
                "policies": len(trained)}
     return TrainingOutputs(table, metrics, extra={"policies": trained, "curves": curves})
