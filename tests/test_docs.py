@@ -11,8 +11,9 @@
   included) is refused unless it is in a code span or block, in a generated block, in a
   table's ``paper`` column (the papers' own values), the value of a params key named in a
   code span of the same sentence (or table row), a paper reference (Eq. 6, Tables 4 and 6,
-  §2.3.2, App. A.1), a stage or issue number, a version, a licence version, or a date.
-  Numbers glued into names (GPT-4, SmolLM2-135M, ROUGE-1/2/L) are names. The tests at the
+  §2.3.2, App. A.1), a stage or issue number, a version, a licence version, a date, or
+  inside a quotation (a transcript's or a paper's words, in double quotes). Numbers glued
+  into names (GPT-4, SmolLM2-135M, ROUGE-1/2/L, type 2 diabetes) are names. The tests at the
   end show the rule refusing typed results such as "κ 0.68" and "42.4 min".
 """
 
@@ -119,6 +120,11 @@ def units(prose: str) -> list[Unit]:
     return out
 
 
+SENTENCE_END = re.compile(r"[.!?]\s+(?=[A-Z\"“(*_\x00])")
+ABBREVIATIONS = {"Dr.", "Mr.", "Ms.", "e.g.", "i.e.", "cf.", "vs.", "Eq.", "Eqs.", "Fig.",
+                 "Figs.", "App.", "Alg.", "incl.", "al."}
+
+
 def sentences(unit: Unit) -> list[tuple[int, str, list[str]]]:
     """(line, sentence with code spans masked, the code spans' contents)."""
     codes: list[str] = []
@@ -134,11 +140,9 @@ def sentences(unit: Unit) -> list[tuple[int, str, list[str]]]:
             cells[unit.paper_column] = " "
         parts, starts = ["|".join(cells)], [0]
     else:
-        parts = re.split(r"(?<=[.!?])\s+(?=[A-Z\"“(*_\x00])", masked)
-        starts, at = [], 0
-        for p in parts:
-            at = masked.index(p, at)
-            starts.append(at)
+        starts = [0] + [m.end() for m in SENTENCE_END.finditer(masked)
+                        if masked[:m.start() + 1].split()[-1].lstrip('"“(') not in ABBREVIATIONS]
+        parts = [masked[a:b] for a, b in zip(starts, [*starts[1:], len(masked)], strict=True)]
     out = []
     for start, part in zip(starts, parts, strict=True):
         line = unit.line + masked[:start].count("\n")
@@ -292,6 +296,10 @@ ALLOWED = [
     r"\bCC[ -]BY(?:-[A-Z]+)*\s+\d+\.\d+",
     # dates
     r"\b(?:19|20)\d\d-[01]\d-[0-3]\d\b",
+    # names that hold a number: type 2 diabetes
+    r"\b[Tt]ype\s+[12]\s+diabetes",
+    # quotations (a transcript's sentence, a paper's words): "take 2 tablets"
+    r'"[^"]*"|“[^”]*”',
 ]
 ALLOWED_RE = re.compile("|".join(f"(?:{a})" for a in ALLOWED))
 NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
@@ -426,6 +434,7 @@ def refused(text: str) -> list[str]:
     ("The difference is -0.014 (p 0.38).", ["-0.014", "0.38"]),
     ("SFT over base on Dis.: +8.8 points [−11.8, 29.4].", ["8.8", "11.8", "29.4"]),
     ("The SP test runs 5 rounds.", ["5"]),
+    ('The doctor said to take 2 tablets, "twice a day".', ["2"]),
     ("`simulation.rounds` sets 7 rounds.", ["7"]),
     ("| doctor | Sym. |\n|---|---|\n| base | 0.8 |", ["0.8"]),
     ("| what | paper | here |\n|---|---|---|\n| examples | 5 per rule | 3 per rule |", ["3"]),
@@ -440,6 +449,7 @@ def test_the_rule_refuses_typed_results(text, numbers):
     "Python 3.11, torch 2.13.0 and CC BY 4.0; measured on 2026-11-23.",
     "GPT-4, SmolLM2-135M-Instruct, the 135M model, ROUGE-1/2/L, BLEU-4, SHA-256, HR@k.",
     "The cold run took `42.4 min`.",
+    'The doctor said "take 2 tablets twice a day" and named type 2 diabetes.',
     "`simulation.rounds` sets 5 rounds; `imapscore.extraction.mode`, `.samples` (3).",
     "<!-- BEGIN GENERATED headlines -->\n| kappa | 0.68 |\n<!-- END GENERATED headlines -->",
     "```\nmake repro   # 42.4 min\n```",
