@@ -213,7 +213,8 @@ def _stage(tmp_path, runs: dict[str, str], min_pairs: int = 4):
 
 def test_runs_with_too_few_pairs_or_no_file_are_skipped_with_their_reason(tmp_path):
     write_jsonl(tmp_path / "few.jsonl", _pairs(2))
-    runs = {"few": str(tmp_path / "few.jsonl"), "none": str(tmp_path / "absent.jsonl")}
+    runs = {"few": str(tmp_path / "few.jsonl"), "none": str(tmp_path / "absent.jsonl"),
+            "control_process": str(tmp_path / "few.jsonl")}   # a control's run (issue 32)
     stage, training_stage = _stage(tmp_path, runs, min_pairs=4)
     for name in runs:
         part = training_stage.open_part(stage, "dpo", name)
@@ -227,10 +228,12 @@ def test_runs_with_too_few_pairs_or_no_file_are_skipped_with_their_reason(tmp_pa
     assert read_run_card(tmp_path / "dpo" / "few")["reason"] == "2 pairs < min_pairs 4"
     assert read_run_card(tmp_path / "dpo" / "none")["reason"].startswith("no pairs file")
     summary = training_stage.run(training_stage.open_part(stage, "summary"))
-    assert summary.metrics == {"runs": 2, "trained": 0, "trainings": 0, "skipped": 2,
-                               "few_steps": 0, "policies": 0}
+    assert summary.metrics == {"runs": 3, "trained": 0, "trainings": 0, "skipped": 3,
+                               "controls": 1, "few_steps": 0, "policies": 0}
     assert list(summary.table["reason"]) == ["2 pairs < min_pairs 4",
-                                             f"no pairs file {tmp_path / 'absent.jsonl'}"]
+                                             f"no pairs file {tmp_path / 'absent.jsonl'}",
+                                             "2 pairs < min_pairs 4"]
+    assert list(summary.table["control"]) == [False, False, True]
 
 
 def test_a_strategy_that_made_no_pair_is_skipped_not_a_crash(tmp_path):
