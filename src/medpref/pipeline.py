@@ -11,11 +11,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from medpref.imap.outputs import OUTPUTS as IMAPSCORE
 from medpref.medqa.outputs import OUTPUTS as MEDQA
 from medpref.outputs import StageOutputs
 
 #: stage name → its declared outputs, in pipeline order
-STAGES: dict[str, StageOutputs] = {o.stage: o for o in (MEDQA,)}
+STAGES: dict[str, StageOutputs] = {o.stage: o for o in (IMAPSCORE, MEDQA)}
 
 
 def stages_with_records(root: Path, names: list[str] | None = None) -> list[StageOutputs]:
