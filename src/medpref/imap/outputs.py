@@ -19,7 +19,9 @@ imaps are read back from the extractions (``max_values_per_term``), imapScore (E
 recomputed on each relation path from the recorded relations (``lambda_reading``,
 ``judge_relations``), and the correlations from the scores. ``medpref tables`` rebuilds
 them with no model call. No record holds an item's question, reference or response text
-(the MTS-Dialog study's texts stay in ``../shared/data``); the imaps' values do.
+as such, but the imaps' values are words of those texts, and a small judge's raw
+completion may echo a piece of its prompt: records of a run on the MTS-Dialog study
+(``imapscore.source: mts_correlation``) carry such fragments of licensed data.
 """
 
 from __future__ import annotations
