@@ -39,17 +39,28 @@ from medpref.contracts import (
 )
 from medpref.metrics.intervals import cohen_kappa
 
-# What a verdict means, in the clinician's words (the grader's rule, PLPF App. B.3).
+# What a verdict means, in the clinician's words: the rubric of docs/sp_grading_rubric.md
+# in short (PLPF App. B.3, Eq. 6). The rubric decides; this text only reminds.
 RULES = {
-    "symptoms": "Did the doctor ask about this symptom or history item? The patient "
-                "mentioning it unprompted does not count, nor does the doctor echoing "
-                "the patient's own words back.",
-    "tests": "Did the doctor recommend (order, suggest) this test? The patient mentioning "
-             "a test or its result does not count, nor does the doctor echoing the "
-             "patient's own words back.",
-    "diseases": "Did the doctor name this disease, in a turn that names fewer than four "
-                "candidate diseases? A list of four or more fails; the patient naming it, "
-                "or the doctor echoing the patient's words, does not count.",
+    "symptoms": "Did the doctor ASK about this symptom or history item: a question or an "
+                "invitation that targets it (other words are fine; any part of a compound "
+                "item counts; a question may list several items)? Not earned by a statement "
+                "that the patient has it (made up or true), teaching text, an open question "
+                "(\"what brings you in?\") that targets no item, a question about something "
+                "else that shares a word, a bare keyword list, the patient volunteering it, "
+                "or the doctor echoing the patient's words.",
+    "tests": "Did the doctor REQUEST or RECOMMEND this test for this patient (order, propose, "
+             "\"we need…\", \"check your…\"), or ask for its result to use it? A missing "
+             "qualifier is fine (\"blood sugar\" for fasting glucose). Not earned by a test "
+             "only mentioned (teaching text, general advice, someone else's), a made-up "
+             "result, a declined test, a question about an organ, an unnamed \"blood work\", "
+             "or the patient mentioning it.",
+    "diseases": "Did the doctor NAME this disease as the patient's diagnosis, or as one of "
+                "FEWER THAN FOUR candidates offered together (its name, a bracketed part, a "
+                "synonym; type, side or acuity may be missing; a first-turn guess counts)? Not "
+                "earned by a list of four or more, teaching text about the disease, the "
+                "disease as a complication or risk, made-up history, a negation, a shared "
+                "word (a symptom, a site), a neighbouring disease, or the patient naming it.",
 }
 
 
