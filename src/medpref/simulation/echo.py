@@ -226,7 +226,8 @@ def doctor_sentences(turns: Sequence[Turn], echo_overlap: float = 0.6, min_new: 
                      ) -> list[DoctorSentence]:
     """Every doctor sentence in order, each checked against what the patient had said
     before it. An echo: at least ``echo_overlap`` of its units said already and fewer
-    than ``min_new`` new units."""
+    than ``min_new`` new units; a question needs only one new unit to be the doctor's own
+    ("How high has the fever been?" asks something the patient has not said)."""
     said: set[str] = set()
     out = []
     for i, t in enumerate(turns):
@@ -237,6 +238,8 @@ def doctor_sentences(turns: Sequence[Turn], echo_overlap: float = 0.6, min_new: 
             units = content_units(s)
             new = len(units - said)
             share = overlap_share(units, said)
-            echo = bool(units) and share >= echo_overlap and new < min_new
-            out.append(DoctorSentence(i, s, speech_act(s), echo, round(share, 3), new))
+            act = speech_act(s)
+            needs = 1 if act == "question" else min_new
+            echo = bool(units) and share >= echo_overlap and new < needs
+            out.append(DoctorSentence(i, s, act, echo, round(share, 3), new))
     return out

@@ -1,0 +1,67 @@
+"""The SP grader's rule changes, each pinned by the dev items that motivated it.
+
+Every rule change after the baseline of ``data/embedded/sp_grader_changes.yaml`` has a
+test here built from the dev hand-graded items its entry names (``motivated_by``), so a
+later change that undoes it fails. Items are graded by the echo-aware grader as params set it,
+without MiniLM (the lexical match only), so these tests need no model.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from medpref import REPO_ROOT
+from medpref.data.sp_cases import embedded_sp_graded
+from medpref.params import load_params
+from medpref.prompts import load_prompt
+from medpref.simulation.echo import doctor_sentences
+from medpref.simulation.graders import GraderContext, build_grader
+from medpref.simulation.grading import GradingSetup
+from medpref.simulation.validation import grade_hand_items
+
+CHANGES = REPO_ROOT / "data" / "embedded" / "sp_grader_changes.yaml"
+
+
+@pytest.fixture(scope="module")
+def items():
+    return {g.id: g for g in embedded_sp_graded()}
+
+
+@pytest.fixture(scope="module")
+def grader():
+    g = load_params().simulation.grader
+    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
+                         count_template=load_prompt(g.count_prompt), encode=None,
+                         max_candidates=g.max_candidates)
+    return build_grader("echo_aware", GraderContext(g, setup))
+
+
+def verdicts(grader, items, ids):
+    return {gr.case: gr.passed for gr in grade_hand_items([items[i] for i in ids], grader)}
+
+
+def test_motivating_items_are_dev_items(items):
+    for e in yaml.safe_load(CHANGES.read_text(encoding="utf-8"))["changes"]:
+        assert all(items[i].split == "dev" for i in e["motivated_by"]), e["id"]
+
+
+# -- change 1: a question with one new unit is the doctor's own, not an echo ------------------
+
+def test_a_question_adding_one_unit_is_not_an_echo(items, grader):
+    """'Any pain in your shoulder?' after 'Lower tummy pain…' and 'How high has the fever
+    been?' after 'Fever and cough…' share half their units with the complaint and add one:
+    they ask something new and earn their items (dev g-0274, g-0469)."""
+    ids = ["g-0274", "g-0469"]
+    for i in ids:
+        own = [s for s in doctor_sentences(items[i].transcript, 0.5, 2)]
+        assert [s.echo for s in own] == [False], i
+    assert verdicts(grader, items, ids) == {i: True for i in ids}
+
+
+def test_a_statement_echo_with_one_new_unit_stays_an_echo():
+    from medpref.contracts import Turn
+
+    turns = [Turn(role="patient", text="Fever and cough with yellow phlegm for four days"),
+             Turn(role="doctor", text="So a high fever for four days.")]
+    assert [s.echo for s in doctor_sentences(turns, 0.5, 2)] == [True]
