@@ -65,3 +65,45 @@ def test_a_statement_echo_with_one_new_unit_stays_an_echo():
     turns = [Turn(role="patient", text="Fever and cough with yellow phlegm for four days"),
              Turn(role="doctor", text="So a high fever for four days.")]
     assert [s.echo for s in doctor_sentences(turns, 0.5, 2)] == [True]
+
+
+# -- change 2: the forms a request for a test takes ------------------------------------------
+
+REQUEST_IDS = ["g-0136", "g-0459", "g-0487", "g-0493", "g-0534"]
+
+
+def test_requests_in_their_everyday_forms_are_recommendations(items):
+    """'We need a transvaginal ultrasound now.', 'Let me look in her ears with an
+    otoscope.', "I'd like blood tests, a blood count, liver tests and lipase.", 'And a
+    short mood questionnaire.' and "Let's weigh him now…" request a test (dev items)."""
+    from medpref.simulation.echo import speech_act
+
+    for i in REQUEST_IDS:
+        doctor = [t.text for t in items[i].transcript if t.role == "doctor"]
+        assert [speech_act(d) for d in doctor] == ["recommendation"], i
+
+
+def test_requests_earn_their_tests_where_the_words_match(items, grader):
+    assert verdicts(grader, items, ["g-0487", "g-0534"]) == {"g-0487": True, "g-0534": True}
+
+
+def test_a_reported_result_or_a_new_question_is_not_a_request():
+    from medpref.simulation.echo import speech_act
+
+    assert speech_act("And the X-ray was normal.") == "statement"
+    assert speech_act("And CRP?") == "question"
+    assert speech_act("We need more information from family members.") == "statement"
+
+
+@pytest.mark.slow
+def test_requests_earn_their_tests_with_minilm(items):
+    """With MiniLM (as the stage grades): all five dev requests earn their test."""
+    from medpref.medqa.database import load_encoder
+
+    g = load_params().simulation.grader
+    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
+                         count_template=load_prompt(g.count_prompt),
+                         encode=load_encoder(REPO_ROOT / "models" / "all-minilm-l6-v2"),
+                         max_candidates=g.max_candidates)
+    minilm = build_grader("echo_aware", GraderContext(g, setup))
+    assert verdicts(minilm, items, REQUEST_IDS) == {i: True for i in REQUEST_IDS}

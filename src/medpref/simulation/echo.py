@@ -51,15 +51,26 @@ _QUESTION_START = re.compile(
     r"which|who|why|do|does|did|have|has|had|are|is|was|were|can|could|would|will|any|"
     r"tell me|describe|please (?:tell|describe))\b", re.IGNORECASE)
 _RECOMMEND = re.compile(
-    r"\b(?:i(?:'d| would) like (?:to|you to|a|an|some|the|your|him|her|them|that)\b|"
+    r"\b(?:i(?:'d| would)(?: still| also)? like (?:to|you to|a|an|some|the|your|him|her|them|"
+    r"that|[\w-]+ (?:tests?|scans?|samples?|levels?|counts?))\b|"
     r"(?:we|i)(?:'ll| will) (?:do|get|run|order|check|arrange|take|measure|test|send|book|"
-    r"dip|refer)\b|so (?:we|i) can (?:check|test|measure|see|look)\b|"
+    r"dip|refer|weigh)\b|so (?:we|i) can (?:check|test|measure|see|look)\b|"
     r"let's (?:go through|look|see)\b|i (?:recommend|suggest|advise|want to order|"
     r"will order|'ll order)|i'll (?:order|arrange|request|send|check)|we (?:should|need to|"
     r"will|'ll|can) (?:do|get|run|order|check|arrange|take|measure|test|start)|let's "
-    r"(?:do|get|run|order|check|arrange|take|measure|test)|you (?:should|need to|will need "
+    r"(?:do|get|run|order|check|arrange|take|measure|test|weigh|send|use|complete)|"
+    r"let me (?:look|check|examine|listen|feel|take|measure|weigh|test)\b|"
+    r"\b(?:we|you)(?:'ll| will)? need (?:a|an|some|the|your|right away|now|urgently)\b|"
+    r"you (?:should|need to|will need "
     r"to) (?:have|get|do|take)|(?:recommend|suggest|order|arrange|request)(?:ing)? (?:a|an|"
     r"some|the)\b)", re.IGNORECASE)
+# an elliptical request that continues the plan: "And a urine test." "And blood tests, a
+# full blood count and CRP." (no verb of its own: "And the X-ray was normal." reports)
+_ELLIPTICAL_REQUEST = re.compile(r"^\s*(?:and|also|plus)\s+[\w\s,'-]{1,80}[.!]?\s*$",
+                                 re.IGNORECASE)
+_FINITE_VERB = re.compile(r"\b(?:is|was|were|are|am|has|had|have|does|did|do|shows?|showed|"
+                          r"came|comes|looks?|looked|seems?|seemed|went|goes|feels?|felt)\b",
+                          re.IGNORECASE)
 _IMPERATIVE = re.compile(r"^\s*(?:please\s+|so\s+|then\s+)?(?:get|have|do|take|go for|book|"
                          r"arrange|start)\s+(?:a|an|some|the|your|a few)?\s*\w", re.IGNORECASE)
 _DECLINE = re.compile(
@@ -204,6 +215,8 @@ def speech_act(sentence: str) -> str:
     if _DECLINE.search(s):
         return "decline"
     if _RECOMMEND.search(s) or (_IMPERATIVE.match(s) and not s.endswith("?")):
+        return "recommendation"
+    if _ELLIPTICAL_REQUEST.match(s) and not _FINITE_VERB.search(s):
         return "recommendation"
     if s.endswith(("?", "？")) or _QUESTION_START.match(s):
         return "question"
