@@ -107,3 +107,23 @@ def test_requests_earn_their_tests_with_minilm(items):
                          max_candidates=g.max_candidates)
     minilm = build_grader("echo_aware", GraderContext(g, setup))
     assert verdicts(minilm, items, REQUEST_IDS) == {i: True for i in REQUEST_IDS}
+
+
+# -- change 3: a disease in made-up history is not a diagnosis --------------------------------
+
+def test_a_disease_in_stated_history_is_not_named(items, grader):
+    """'…when he had asthma attacks while sleeping', 'He had asthma earlier today…',
+    '…who has been diagnosed with asthma since he was 12…' state a past event (dev items)."""
+    ids = ["g-0273", "g-0277", "g-0375"]
+    assert verdicts(grader, items, ids) == {i: False for i in ids}
+
+
+def test_history_cues_leave_a_diagnosis_named():
+    from medpref.simulation.echo import names_disease
+
+    item = "childhood asthma (allergic)"
+    assert not names_disease("He had asthma attacks while sleeping.", item)
+    assert not names_disease("He has been diagnosed with asthma since he was 12.", item)
+    assert names_disease("This sounds very similar to asthma.", item)
+    # a history cue further back does not reach the diagnosis
+    assert names_disease("He had a cold last week, and this now sounds like asthma.", item)

@@ -122,6 +122,12 @@ _NEGATION_PHRASES = re.compile(r"\bruled? out\b|\brules out\b|\bfree of\b", re.I
 _NOT_A_NEGATION = re.compile(r"\bnot (?:just|only)\b", re.IGNORECASE)   # "not just hernia": more
 NEGATION_WINDOW = 5
 
+# a history cue just before the disease: "he had asthma attacks while sleeping", "who has
+# been diagnosed with asthma since he was 12" state a past event, not the diagnosis the
+# doctor reaches now
+_HISTORY_CUES = frozenset({"had", "diagnosed"})
+HISTORY_WINDOW = 3
+
 # disease-shaped words: a sentence holding many of these is a list of candidates even
 # when nothing separates them ("pancreatitis bronchitis gastroenteritis anemia ...")
 _DISEASE_WORD = re.compile(
@@ -145,8 +151,9 @@ def disease_core(item: str) -> frozenset[str]:
 def names_disease(sentence: str, item: str) -> bool:
     """The sentence names the disease: it shares a unit of :func:`disease_core` with it, and
     (English) some such mention has no negation cue in the ``NEGATION_WINDOW`` words before
-    it. A sentence only about the same organ or topic ("the eardrums" for otitis media)
-    does not name it, whatever its cosine."""
+    it and no history cue ("had", "diagnosed") in the ``HISTORY_WINDOW`` words before it. A
+    sentence only about the same organ or topic ("the eardrums" for otitis media) does not
+    name it, whatever its cosine."""
     core = disease_core(item)
     if not core & content_units(sentence):
         return False
@@ -159,7 +166,8 @@ def names_disease(sentence: str, item: str) -> bool:
     hits = [i for i, w in enumerate(words) if w not in _STOP and stem(w) in core]
     if not hits:        # a unit shared through a Chinese run or a digit-free token split
         return True
-    return any(not _NEGATION_CUES & set(words[max(0, i - NEGATION_WINDOW):i]) for i in hits)
+    return any(not _NEGATION_CUES & set(words[max(0, i - NEGATION_WINDOW):i])
+               and not _HISTORY_CUES & set(words[max(0, i - HISTORY_WINDOW):i]) for i in hits)
 
 
 def disease_words(sentence: str) -> int:
