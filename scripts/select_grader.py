@@ -7,6 +7,7 @@ the best dev κ (ties: the higher accuracy, then the first in grid order) is the
 once on the test half, with its bootstrap 95 % interval. No model calls beyond MiniLM.
 
     python scripts/select_grader.py            # prints both tables; ~1 min on 2 cores
+    python scripts/select_grader.py --dev-only # the grid on dev only (before a change)
 
 ``--report`` grades every hand-graded item with the grader as params set it (no grid)
 and prints, per split, batch and category: items, cases, κ, recall and precision of
@@ -97,6 +98,8 @@ def main() -> None:
     ap.add_argument("--report", action="store_true", help="the configured grader, no grid")
     ap.add_argument("--dev-errors", action="store_true", help="dev items graded wrong")
     ap.add_argument("--out", help="CSV for --report")
+    ap.add_argument("--dev-only", action="store_true",
+                    help="the grid on dev only; the test half is not graded")
     args = ap.parse_args()
     p = load_params().simulation
     if args.report or args.dev_errors:
@@ -114,7 +117,8 @@ def main() -> None:
         for values in itertools.product(*grid.values()):
             setting = dict(zip(grid, values))
             t = validate_grader(dev, grader_for(mode, setting, p, encode), n_boot=100)
-            row = t[(t["split"] == "all") & (t["category"] == "all")].iloc[0]
+            row = t[(t["split"] == "all") & (t["category"] == "all")
+                    & (t["batch"] == "all")].iloc[0]
             rows.append({**setting, "kappa": row["kappa"], "accuracy": row["accuracy"]})
         grid_df = pd.DataFrame(rows)
         best = grid_df.sort_values(["kappa", "accuracy"], ascending=False, kind="stable").iloc[0]
@@ -123,10 +127,14 @@ def main() -> None:
                                   kind="stable").head(5).to_string(index=False))
         setting = {k: best[k] for k in grid}
         setting = {k: (int(v) if k == "echo_min_new" else float(v)) for k, v in setting.items()}
+        if args.dev_only:
+            continue
         t = validate_grader(test, grader_for(mode, setting, p, encode), n_boot=2000)
         t.insert(0, "setting", str(setting))
         t.insert(0, "grader", mode)
-        chosen.append(t[t["split"] == "all"])
+        chosen.append(t[(t["split"] == "all") & (t["batch"] == "all")])
+    if args.dev_only:
+        return
     print("\nchosen on dev, graded on test:")
     cols = ["grader", "setting", "category", "items", "accuracy", "kappa", "kappa_lo",
             "kappa_hi", "echo_negatives", "echo_negatives_passed"]
