@@ -127,3 +127,36 @@ def test_history_cues_leave_a_diagnosis_named():
     assert names_disease("This sounds very similar to asthma.", item)
     # a history cue further back does not reach the diagnosis
     assert names_disease("He had a cold last week, and this now sounds like asthma.", item)
+
+
+# -- change 4: a disease is named as the diagnosis only in a sentence that offers one --------
+
+def _doctor_sentences_naming(item_obj):
+    from medpref.simulation.echo import names_disease
+    from medpref.simulation.knowledge import split_sentences
+
+    return [s for t in item_obj.transcript if t.role == "doctor"
+            for s in split_sentences(t.text) if names_disease(s, item_obj.item)]
+
+
+def test_teaching_text_and_talk_in_passing_do_not_name_the_disease(items, grader):
+    """Dev false credits: a run-on list after 'She may need surgery depending upon size
+    uterine fibroids…', 'these include anaemia if not caused from lack o f iron…',
+    '…could lead to more complicated conditions not just hernia…', '…indicates biliary
+    atres syndrome … caused primarily by gallstones…', '…which may occur when an ectopic
+    pregnancy occurs…': no sentence offers the disease as this patient's diagnosis."""
+    ids = ["g-0244", "g-0278", "g-0291", "g-0364", "g-0445"]
+    for i in ids:
+        assert _doctor_sentences_naming(items[i]) == [], i
+    assert verdicts(grader, items, ids) == {i: False for i in ids}
+
+
+def test_every_dev_diagnosis_keeps_its_frame(items):
+    """Each dev disease item graded a pass names the disease in a sentence with a
+    diagnostic frame ('This could be due to…', 'This sounds very similar to Asthma', 'You're
+    anaemic because…', 'She most likely has…', 'I think this is…')."""
+    dev_passes = [g for g in items.values() if g.split == "dev" and g.category == "diseases"
+                  and g.passed and g.lang == "en"]
+    assert len(dev_passes) >= 15
+    for g in dev_passes:
+        assert _doctor_sentences_naming(g), g.id

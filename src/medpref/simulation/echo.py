@@ -128,6 +128,23 @@ NEGATION_WINDOW = 5
 _HISTORY_CUES = frozenset({"had", "diagnosed"})
 HISTORY_WINDOW = 3
 
+# how a doctor offers a disease as this patient's diagnosis: "this could be due to …",
+# "it sounds like …", "you have …", "she most likely has …", "I think …", "yellow phlegm
+# may indicate …", or a finding in the patient's body ("…growing in your left tube"). An English
+# sentence without such a frame mentions a disease in teaching text or in passing ("These
+# illnesses include … other kinds involving pneumonia"; "…could lead to more complicated
+# conditions not just hernia"), which does not name it as the diagnosis
+_DIAGNOSIS_FRAME = re.compile(
+    r"\b(?:this|that|it)(?:'s| is| was| could| can| may| might| would| will| sounds| "
+    r"seems| looks| means| indicates| suggests)\b|"
+    r"\b(?:could|can|might|may|is|would) (?:it|this|that) be\b|"
+    r"\b(?:may|might|could|can|would) (?:indicate|suggest|mean|point to)\b|"
+    r"\bin your\b|\byour (?:left |right )?[a-z]+ (?:is|are|has|shows?)\b|"
+    r"\b(?:you|he|she|they|we)(?:'re| are| is|'ve| have| has|'s)\b|"
+    r"\b(?:most likely|probably|likely|possibly|i think|i suspect|i believe|diagnosis|"
+    r"sounds? like|looks? like|seems? like|suffers? from|suffering from|due to|caused by|"
+    r"consistent with|points? to|worry is)\b", re.IGNORECASE)
+
 # disease-shaped words: a sentence holding many of these is a list of candidates even
 # when nothing separates them ("pancreatitis bronchitis gastroenteritis anemia ...")
 _DISEASE_WORD = re.compile(
@@ -151,14 +168,18 @@ def disease_core(item: str) -> frozenset[str]:
 def names_disease(sentence: str, item: str) -> bool:
     """The sentence names the disease: it shares a unit of :func:`disease_core` with it, and
     (English) some such mention has no negation cue in the ``NEGATION_WINDOW`` words before
-    it and no history cue ("had", "diagnosed") in the ``HISTORY_WINDOW`` words before it. A
-    sentence only about the same organ or topic ("the eardrums" for otitis media) does not
-    name it, whatever its cosine."""
+    it and no history cue ("had", "diagnosed") in the ``HISTORY_WINDOW`` words before it,
+    in a sentence that offers a diagnosis (``_DIAGNOSIS_FRAME``: "this could be…", "you
+    have…", "most likely…"; teaching text and talk in passing do not). A sentence only
+    about the same organ or topic ("the eardrums" for otitis media) does not name it,
+    whatever its cosine."""
     core = disease_core(item)
     if not core & content_units(sentence):
         return False
     if is_chinese(sentence):
         return True
+    if not _DIAGNOSIS_FRAME.search(sentence.replace("\u2019", "'")):
+        return False
     stem = _stemmer().stem
     text = sentence.lower().replace("\u2019", "'")          # "doesn’t" as "doesn't"
     text = _NEGATION_PHRASES.sub(" not ", _NOT_A_NEGATION.sub(" also ", text))
