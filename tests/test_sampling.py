@@ -318,14 +318,15 @@ def test_stage_01_sees_the_train_dialogues_only(tmp_path, monkeypatch, scripted_
         prompts.append("\n".join(m["content"] for m in req.messages))
         return "Any red flags? Patient: none\nDoctor: Then we watch and wait."
 
-    stage = _stage(tmp_path, monkeypatch, scripted_client, responder, n_items=40,
-                   rounds=RoundsParams(enabled=False))
-    out = sampling_stage.run(stage)
     split = load_split(repo_path(load_params().shared.split))
     train = set(split.ids("train"))
+    n_items = len(train) + 5                  # more items than train dialogues: all are cut
+    stage = _stage(tmp_path, monkeypatch, scripted_client, responder, n_items=n_items,
+                   rounds=RoundsParams(enabled=False))
+    out = sampling_stage.run(stage)
     dialogues = {d.id: d for d in read_jsonl(repo_path(stage.p.dialogues), Dialogue)}
-    assert len(out.items) == 40 and out.n_dialogues == len(train) == out.n_exemplars
-    assert {i.meta["dialogue_id"] for i in out.items} == train     # 40 items cycle all 23
+    assert len(out.items) == n_items and out.n_dialogues == len(train) == out.n_exemplars
+    assert {i.meta["dialogue_id"] for i in out.items} == train
     assert {i.meta["exemplar_id"] for i in out.items} <= train
     for item in out.items:
         turns = dialogues[item.meta["dialogue_id"]].turns
