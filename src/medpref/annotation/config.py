@@ -23,6 +23,8 @@ from medpref.stagekit import GuardParams
 WeightingName = Literal["avg", "dep"]
 #: The strategies of the papers, in the order stage 04 runs them (its LLM calls follow it).
 DEFAULT_STRATEGIES = ("gpt4_rank", "cai_avg", "cai_dep", "agent")
+#: and, after them, the DPO control (medpref.annotation.control: planted pairs, no model call)
+DEFAULT_CONTROLS = ("control_process",)
 STRATEGY_NAME = r"^[a-z][a-z0-9_]*$"  # a file name, a DVC stage suffix and a DPO run name
 
 
@@ -138,7 +140,8 @@ class ControlConfig(StrictModel):
 class AnnotationParams(StrictModel):
     # the strategies stage 04 runs, in order (medpref.annotation.strategies): each writes
     # <output_dir>/pairs/<name>.jsonl and gets the DPO run <name> (dvc.yaml reads the list)
-    strategies: list[str] = Field(default_factory=lambda: list(DEFAULT_STRATEGIES))
+    strategies: list[str] = Field(default_factory=lambda: [*DEFAULT_STRATEGIES,
+                                                           *DEFAULT_CONTROLS])
     input: str = "data/01_sampling/unlabeled.jsonl"
     rules: str = "configs/rules/plpf_flowchart.yaml"
     max_items: int | None = Field(None, ge=1)  # the first N items (None: all)
