@@ -18,9 +18,11 @@ from medpref.imap.outputs import OUTPUTS as IMAPSCORE
 from medpref.medqa.outputs import OUTPUTS as MEDQA
 from medpref.outputs import StageOutputs
 from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
+from medpref.rem.outputs import OUTPUTS as REM
 
 #: stage name → its declared outputs, in pipeline order
-STAGES: dict[str, StageOutputs] = {o.stage: o for o in (IMAPSCORE, MEDQA, PAPER_TABLES)}
+STAGES: dict[str, StageOutputs] = {o.stage: o for o in (REM, IMAPSCORE, MEDQA,
+                                                         PAPER_TABLES)}
 
 
 def stages_with_records(root: Path, names: list[str] | None = None) -> list[StageOutputs]:
