@@ -19,9 +19,10 @@ from medpref.medqa.outputs import OUTPUTS as MEDQA
 from medpref.outputs import StageOutputs
 from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
 from medpref.rem.outputs import OUTPUTS as REM
+from medpref.sampling.outputs import OUTPUTS as SAMPLING
 
 #: stage name → its declared outputs, in pipeline order
-STAGES: dict[str, StageOutputs] = {o.stage: o for o in (REM, IMAPSCORE, MEDQA,
+STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, REM, IMAPSCORE, MEDQA,
                                                          PAPER_TABLES)}
 
 
