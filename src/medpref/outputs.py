@@ -190,6 +190,7 @@ class StageOutputs:
                 paths += write_table(built[o.name], reports_dir / o.name, o.floatfmt).values()
             else:
                 paths.append(save_figure(built[o.name], reports_dir / f"{o.name}.png"))
+                _release(built[o.name])
         return paths
 
     def assemble(self, reports_dir: Path, params: Any) -> dict[str, dict[str, bytes]]:
@@ -293,6 +294,14 @@ def _write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _release(fig) -> None:
+    """Let pyplot forget a written figure (the object still shows in a notebook), so a
+    stage that draws many does not pile them up in pyplot's registry."""
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 def write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
