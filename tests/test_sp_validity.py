@@ -15,8 +15,9 @@ from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams
 from medpref.simulation.graders import GRADERS, GraderContext, build_grader, without_echoes
+from medpref.simulation.knowledge import build_knowledge_bases
+from medpref.simulation.patient import patient_fidelity
 from medpref.simulation.patients import (
-    ASK_DIAGNOSIS,
     DONT_KNOW,
     ExtractivePatient,
     PatientContext,
@@ -160,10 +161,28 @@ def test_the_extractive_patient_answers_a_scripted_question_with_its_scripted_an
     assert text == c.chief_complaint and trace[0]["from"] == "complaint"
 
 
-def test_a_turn_that_asks_nothing_gets_the_patients_question_not_a_fact():
+def test_a_turn_that_asks_nothing_gets_a_neutral_fallback_not_a_request_for_a_diagnosis():
+    """The patient does not steer: "What do you think I have?" would invite any doctor
+    that asked nothing to name a diagnosis (issue 31). The fallback is counted."""
     c = case("sp-x")
-    text, trace = extractive(c).answer("sp-x", "en", "The result of the flu is a fever. Fever.")
-    assert text == ASK_DIAGNOSIS["en"] and trace[0]["from"] == "asks_diagnosis"
+    patient = extractive(c)
+    text, trace = patient.answer("sp-x", "en", "The result of the flu is a fever. Fever.")
+    assert text == "I'm not sure what else to tell you." and trace[0]["from"] == "nothing_asked"
+    assert "?" not in text and "diagnos" not in text and "have" not in text
+    zh, _ = patient.answer("sp-x", "zh", "发烧是流感的结果。")
+    assert zh == PatientParams().nothing_asked["zh"] and "？" not in zh
+    own = extractive(c, nothing_asked={"en": "Hmm."})
+    assert own.answer("sp-x", "en", "Fever.")[0] == "Hmm."
+    assert own.answer("sp-x", "zh", "发烧。")[0] == "Hmm."      # no zh sentence: the English one
+    with pytest.raises(ValueError, match="nothing_asked"):
+        PatientParams(nothing_asked={"zh": "嗯。"})
+    # what each reply was, for the per-doctor fallback share
+    consults = [consult.Consultation("sp-x", "im", "en", "d", "m", [
+        Turn(role="patient", text="cough"), Turn(role="doctor", text=t)])
+        for t in ("I see.", "What is your favourite film?", "Do you have a fever?",
+                  "Do you have a fever? What is your favourite film?")]
+    steps = [r.step["fallback"] for r in patient.reply(consults)]
+    assert steps == ["nothing_asked", "dont_know", None, None]
 
 
 def test_the_chinese_patient_answers_a_reworded_question_and_declines_an_unrelated_one():
@@ -234,7 +253,8 @@ def test_the_fidelity_guard_fails_a_run_whose_patient_invents_facts(tmp_path, mo
     params = parse_params({"simulation": {
         "cases": str(tmp_path / "cases.jsonl"), "rounds": 2, "trained_policies": False,
         "rem_radar": False, "next_turn": {"enabled": False},
-        "grader": {"graded_items": None}, "patient": {"kind": "llm"}}})
+        "grader": {"graded_items": None},
+        "patient": {"kind": "llm", "guard_min_sentences": 2}}})
     clients = {"policy": client(lambda r: "Do you have a fever?", "policy"),
                "patient": client(lambda r: "My brother plays football in Madrid.", "patient"),
                "judge": client(keyword_judge, "judge")}
@@ -367,3 +387,24 @@ def test_disease_words_count_the_shapes_of_diseases_not_diagnosis():
     assert disease_words("The diagnosis and prognosis are good; the mechanism is clear.") == 0
     assert disease_words("iron deficiency, a syndrome, a tumour and lymphomas") == 4
     assert names_disease("有没有发热？", "发热")   # Chinese: the shared unit suffices
+
+
+def test_the_patient_knows_its_opening_words_from_any_source():
+    """AgentClinic NEJM: the adapter derives "Gross hematuria" from the question; it is in
+    no section, yet the patient says it when asked what brings it in (issue 31: the run
+    failed at its fidelity guard on that one sentence)."""
+    c = SPCase(id="nejm-1", department="general", chief_complaint="Gross hematuria",
+               patient_info={"History": "A 67-year-old man has had blood in his urine for "
+                                        "three days."},
+               checklist={"symptoms": ["blood in urine"], "tests": [], "diseases": ["x"]})
+    kb = build_knowledge_bases([c], toy_encode, 128)[c.id]
+    assert "gross hematuria" in kb.verbatim
+    assert any(ch.startswith("Chief complaint: Gross hematuria") for ch in kb.chunks)
+    patient = ExtractivePatient(PatientContext(PatientParams(), {c.id: c}, {}, toy_encode))
+    said, _ = patient.answer(c.id, "en", "What brings you in today?")
+    assert said == "Gross hematuria"
+    turns = [Turn(role="patient", text=c.chief_complaint),
+             Turn(role="doctor", text="What brings you in today?"), Turn(role="patient", text=said)]
+    blind = patient_fidelity(turns, kb, lambda t: toy_encode(t) * 0.0, support=0.45,
+                             relevance=0.25)              # an encoder that matches nothing
+    assert blind.sentences == 1 and blind.unsupported == 0

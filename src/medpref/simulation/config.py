@@ -42,6 +42,10 @@ class PatientParams(StrictModel):
     # sentence of three cases is no share to stop a run on)
     max_unsupported_share: float = Field(0.10, ge=0.0, le=1.0)
     guard_min_sentences: int = Field(10, ge=1)
+    # extractive: the answer to a doctor turn that asks nothing, per language (a neutral
+    # sentence: a patient that asks "what do I have?" steers the doctor to a diagnosis)
+    nothing_asked: dict[str, str] = Field(default_factory=lambda: {
+        "en": "I'm not sure what else to tell you.", "zh": "我一时想不起还有别的要说的。"})
     role: str = "patient"
     prompt: str = "sp_patient"
     chunk_tokens: int = Field(128, ge=8, le=4096)     # a chunk's size cap (Han chars count 1 each)
@@ -59,6 +63,13 @@ class PatientParams(StrictModel):
     def call(self) -> CallSpec:
         """The llm patient's reply."""
         return CallSpec(self.role, self.prompt, self.max_new_tokens)
+
+    @model_validator(mode="after")
+    def _nothing_asked_in_english(self) -> PatientParams:
+        if not self.nothing_asked.get("en", "").strip():
+            raise ValueError("simulation.patient.nothing_asked: needs a non-empty 'en' "
+                             "sentence (the one used for a language it does not list)")
+        return self
 
     @model_validator(mode="after")
     def _known_kind(self) -> PatientParams:

@@ -10,8 +10,11 @@ A patient answers the doctor's newest turn of every open consultation in one bat
   patient information closest to it; examination and test findings only when the
   doctor asks for an examination or a test; "what brings you in?" gets the chief
   complaint. Nothing above its threshold: "I'm not sure about that."; a turn that asks
-  nothing: "What do you think I have, and how should it be treated?" (PLPF's patient
-  asks about its illness then). It cannot invent a fact and never speaks as the doctor.
+  nothing: a neutral sentence (``patient.nothing_asked``, "I'm not sure what else to
+  tell you."), never a request for a diagnosis, which would steer a doctor that has not
+  asked towards naming one. Both are *fallbacks* (the case answered nothing), recorded in
+  each reply's ``step["fallback"]`` and counted per doctor. It cannot invent a fact and
+  never speaks as the doctor.
 - ``llm``: PLPF's retrieval-augmented patient (the last rounds as the query, the top
   chunks of the case's knowledge base in its prompt), for served models that can keep
   the role.
@@ -33,9 +36,8 @@ from medpref.simulation.patient import parse_patient_answer, render_patient_prom
 from medpref.simulation.registry import Registry
 
 DONT_KNOW = {"en": "I'm not sure about that.", "zh": "这个我不太清楚。"}
-# a doctor turn that asks nothing: the patient asks about its illness (PLPF's patient rule)
-ASK_DIAGNOSIS = {"en": "What do you think I have, and how should it be treated?",
-                 "zh": "医生，我这是什么病？该怎么治？"}
+# the two ways the extractive patient answers with no case text (step["fallback"])
+FALLBACKS = ("nothing_asked", "dont_know")
 # sections whose sentences are findings: given only after a test or examination is asked for
 FINDINGS = re.compile(r"exam|test|investigation|result|lab|mental state|检查|化验|结果|体格",
                       re.IGNORECASE)
@@ -53,6 +55,13 @@ _PUNCT = re.compile(r"[，。？！、?!,.\s]")
 
 def is_dont_know(text: str) -> bool:
     return text.strip() in DONT_KNOW.values()
+
+
+def fallback_sentences(p) -> frozenset[str]:
+    """The patient's sentences that state no fact of the case (``p``: PatientParams): its
+    "don't know" and its answer to a turn that asks nothing. The fidelity check skips
+    them; they are no claim the case could support."""
+    return frozenset([*DONT_KNOW.values(), *(t.strip() for t in p.nothing_asked.values())])
 
 
 # who is asked about, not what: dropped from a Chinese question before matching
@@ -193,8 +202,8 @@ class ExtractivePatient:
         asked = [s for s in split_sentences(doctor_turn)
                  if speech_act(s) in ("question", "recommendation")]
         if not asked:
-            return ASK_DIAGNOSIS["zh" if zh else "en"], [{"question": None,
-                                                         "from": "asks_diagnosis"}]
+            said = p.nothing_asked.get("zh" if zh else "en", p.nothing_asked["en"])
+            return said, [{"question": None, "from": "nothing_asked"}]
         said, trace = [], []
         for q in asked:
             pick = self._pick(src, q, zh, p)
@@ -230,5 +239,16 @@ class ExtractivePatient:
         out = []
         for c in consults:
             text, trace = self.answer(c.case_id, c.lang, c.turns[-1].text)
-            out.append(PatientReply(text, step={"answered_from": trace}))
+            out.append(PatientReply(text, step={"answered_from": trace,
+                                                "fallback": fallback_of(trace)}))
         return out
+
+
+def fallback_of(trace: Sequence[dict]) -> str | None:
+    """Which fallback an extractive answer was (``FALLBACKS``), None when some question
+    got case text."""
+    if any(t.get("from") == "nothing_asked" for t in trace):
+        return "nothing_asked"
+    if all(t.get("from") == "dont_know" for t in trace):
+        return "dont_know"
+    return None
