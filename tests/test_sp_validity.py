@@ -14,8 +14,9 @@ from medpref.llm.types import CallSpec, Completion, GenerationParams
 from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams
+from medpref.simulation.echo import list_pieces, listed_candidates, lists_too_many, speech_act
 from medpref.simulation.graders import GRADERS, GraderContext, build_grader, without_echoes
-from medpref.simulation.knowledge import build_knowledge_bases
+from medpref.simulation.knowledge import build_knowledge_bases, split_sentences
 from medpref.simulation.patient import patient_fidelity
 from medpref.simulation.patients import (
     DONT_KNOW,
@@ -387,6 +388,86 @@ def test_disease_words_count_the_shapes_of_diseases_not_diagnosis():
     assert disease_words("The diagnosis and prognosis are good; the mechanism is clear.") == 0
     assert disease_words("iron deficiency, a syndrome, a tumour and lymphomas") == 4
     assert names_disease("有没有发热？", "发热")   # Chinese: the shared unit suffices
+
+
+def four_symptom_case() -> SPCase:
+    """Four single-word symptoms, a test and a disease: a recital lists more than three."""
+    c = case("sp-l")
+    return c.model_copy(update={"checklist": c.checklist.model_copy(update={
+        "symptoms": ["fever", "phlegm", "wheeze", "rash"], "tests": ["chest X-ray"],
+        "diseases": ["pneumonia"]})})
+
+
+def ask(grader, c, *doctor_turns):
+    """Grades when the doctor says ``doctor_turns`` in order (the patient: "Yes.")."""
+    turns = [Turn(role="patient", text=c.chief_complaint)]
+    for t in doctor_turns:
+        turns += [Turn(role="doctor", text=t), Turn(role="patient", text="Yes.")]
+    consult_ = consult.Consultation(c.id, c.department, c.lang, "doc", "m", turns)
+    return {g.item: g for g in grader.grade([consult_], {c.id: c})}
+
+
+# -- the listing rule (Eq. 6 extended), on hand-made sentences --------------------------------
+
+def test_a_four_item_list_fails_and_a_three_item_question_passes():
+    four = "Do you have fever, cough, chest pain or headache?"
+    three = "Do you have fever, cough or chest pain?"
+    assert list_pieces(four) == 4 and list_pieces(three) == 3
+    assert lists_too_many(four, 0, "question", 4)
+    assert not lists_too_many(three, 0, "question", 4)
+    assert not lists_too_many(three, 3, "question", 4)       # three checklist items matched
+    assert lists_too_many(three, 4, "question", 4)           # ... four: a list of the checklist
+    assert not lists_too_many(four, 0, "question", 5)        # the cap is a param
+
+
+def test_a_run_on_list_without_commas_is_caught_by_its_matched_items():
+    run_on = "Any fever phlegm wheeze rash?"
+    assert list_pieces(run_on) == 1
+    assert not lists_too_many(run_on, 3, "question", 4)
+    assert lists_too_many(run_on, 4, "question", 4)
+
+
+def test_a_lead_in_without_content_is_no_piece_and_an_order_counts_its_items_only():
+    diagnosis = "From what you've told me, the most likely diagnosis is acute appendicitis."
+    assert list_pieces(diagnosis) == 1
+    order = "I'd like blood tests, a blood count, liver tests and lipase."
+    assert list_pieces(order) == 4
+    assert listed_candidates(order, 3, "recommendation") == 3      # three checklist tests
+    assert not lists_too_many(order, 3, "recommendation", 4)
+    assert lists_too_many(order, 4, "recommendation", 4)           # four items: still a list
+    assert lists_too_many(order, 0, "question", 4)                 # asked as a list: pieces
+
+
+def test_every_single_topic_question_of_the_embedded_scripts_passes_the_listing_rule():
+    """Counting pieces alone: no scripted question of the 17 cases lists four things."""
+    from medpref.contracts import read_jsonl
+    from medpref.params import REPO_ROOT
+
+    cases = read_jsonl(REPO_ROOT / "data" / "embedded" / "sp_cases.jsonl", SPCase)
+    questions = [s for c in cases for pair in c.script
+                 for s in split_sentences(pair["doctor"]) if speech_act(s) == "question"]
+    assert len(questions) > 300
+    listing = [q for q in questions if lists_too_many(q, 0, "question", 4)]
+    assert listing == []
+
+
+def test_the_grader_credits_nothing_of_a_recital_and_each_item_asked_on_its_own():
+    c, grader = four_symptom_case(), echo_aware()
+    recital = ask(grader, c, "Do you have fever, phlegm, wheeze, rash or chest X-ray?")
+    assert not any(g.passed for g in recital.values())
+    assert recital["fever"].listing_excluded == [
+        "Do you have fever, phlegm, wheeze, rash or chest X-ray?"]
+    run_on = ask(grader, c, "Any fever phlegm wheeze rash?")
+    assert not any(g.passed for g in run_on.values())
+    three = ask(grader, c, "Any fever, phlegm or wheeze?")
+    assert [i for i, g in three.items() if g.passed] == ["fever", "phlegm", "wheeze"]
+    apart = ask(grader, c, "Any fever? Any phlegm? Any wheeze? Any rash?")
+    assert all(apart[i].passed for i in ["fever", "phlegm", "wheeze", "rash"])
+    # the per-turn disease rule still holds beside it
+    named = ask(grader, c, "This is pneumonia.")
+    assert named["pneumonia"].passed and named["pneumonia"].candidates == [1]
+
+
 
 
 def test_the_patient_knows_its_opening_words_from_any_source():
