@@ -201,7 +201,8 @@ def test_lockstep_simulation_respects_the_round_cap_and_the_end_marker():
     sizes = []
     orig = doctor_backend.generate
     doctor_backend.generate = lambda reqs, cb=None: (sizes.append(len(reqs)), orig(reqs, cb))[1]
-    out = consult.simulate(cases, doctor, "doc", setup, CallSpec("doctor", "policy_doctor", 32))
+    out = consult.simulate(cases, consult.ModelDoctor(
+        "doc", doctor, CallSpec("doctor", "policy_doctor", 32), setup), setup)
     by_id = {c.case_id: c for c in out}
     assert by_id["sp-a"].rounds == 5 and by_id["sp-a"].ended_by == "rounds"
     assert by_id["sp-b"].rounds == 2 and by_id["sp-b"].ended_by == "end_marker"
@@ -586,7 +587,7 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
         "cases": str(tmp_path / "cases.jsonl"), "n_cases": None, "rounds": 2,
         "trained_policies": False, "rem_radar": False, "grader": {"mode": "generate",
                                                                  "graded_items": None},
-        "next_turn": {"n_dialogues": 2},
+        "next_turn": {"n_dialogues": 2}, "controls": [],
         "doctors": [{"name": "base", "role": "policy"}, {"name": "silent", "role": "mute"}]}})
 
     def doctor(req):
@@ -598,6 +599,13 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
                "judge": client(keyword_judge, "judge")}
 
     new_stage = scripted_sim_stage(tmp_path, monkeypatch, clients)
+    # with the controls on, this keyword judge credits the reciter's list of the whole
+    # checklist: the gate says the instrument cannot tell listing from asking
+    params.simulation.controls = ["control_reciter", "control_lecture"]
+    with pytest.raises(StageFailed, match=r"control_reciter Sym\. 100\.0 \(must be ≤ 10\.0"):
+        sim_stage.run(new_stage(params))
+    assert not (tmp_path / "reports" / "table2.md").exists()
+    params.simulation.controls = []
     out = sim_stage.run(new_stage(params))
     t2 = out.table2.set_index("doctor")
     # each case: fever asked; phlegm's judge answer is unparsable, so it abstains

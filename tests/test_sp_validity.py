@@ -254,7 +254,7 @@ def test_the_fidelity_guard_fails_a_run_whose_patient_invents_facts(tmp_path, mo
     params = parse_params({"simulation": {
         "cases": str(tmp_path / "cases.jsonl"), "rounds": 2, "trained_policies": False,
         "rem_radar": False, "next_turn": {"enabled": False},
-        "grader": {"graded_items": None},
+        "grader": {"graded_items": None}, "controls": [],
         "patient": {"kind": "llm", "guard_min_sentences": 2}}})
     clients = {"policy": client(lambda r: "Do you have a fever?", "policy"),
                "patient": client(lambda r: "My brother plays football in Madrid.", "patient"),

@@ -25,8 +25,8 @@ def consult_rows(consults, kbs, encode, p: SimulationParams) -> list[dict]:
                                p.patient.relevance_threshold, skip=lambda s: s.strip() in no_fact)
         patient_turns = [t.text for t in c.turns[1:] if t.role == "patient"]
         replies = [s for s in c.steps if s.get("speaker") == "patient"]
-        rows.append({"doctor": c.doctor, "case": c.case_id, "department": c.department,
-                     "rounds": c.rounds, "ended_by": c.ended_by,
+        rows.append({"doctor": c.doctor, "kind": c.kind, "case": c.case_id,
+                     "department": c.department, "rounds": c.rounds, "ended_by": c.ended_by,
                      "sentences": fid.sentences, "volunteered": fid.volunteered,
                      "unsupported": fid.unsupported, "unsupported_at": fid.unsupported_at,
                      "empty_turns": sum(1 for s in c.steps if s.get("empty")),
