@@ -489,3 +489,32 @@ def test_the_patient_knows_its_opening_words_from_any_source():
     blind = patient_fidelity(turns, kb, lambda t: toy_encode(t) * 0.0, support=0.45,
                              relevance=0.25)              # an encoder that matches nothing
     assert blind.sentences == 1 and blind.unsupported == 0
+
+
+def test_the_patient_answers_one_line_of_a_section_that_lists_a_finding_a_line():
+    """AgentClinic's sections have no full stops, one finding a line: the patient gives the
+    line that answers, not the whole section (which volunteered every other finding)."""
+    from medpref.simulation.knowledge import case_sentences, section_sentences
+
+    results = ("Blood Tests: Acetylcholine Receptor Antibodies: Present (elevated)\n"
+               "Electromyography: Findings: Decreased muscle response\n"
+               "Imaging: Chest CT: Normal, no thymoma")
+    assert section_sentences(results) == results.splitlines()
+    assert section_sentences("One. Two") == ["One.", "Two"]
+    c = SPCase(id="ac-1", department="general", chief_complaint="Double vision",
+               patient_info={"History": "Double vision for a month.", "Test Results": results},
+               checklist={"symptoms": ["Double vision"], "tests": ["Electromyography"],
+                          "diseases": ["Myasthenia gravis"]})
+    patient = ExtractivePatient(PatientContext(PatientParams(), {c.id: c}, {}, toy_encode))
+    said, trace = patient.answer(c.id, "en", "Can we check the electromyography findings?")
+    assert said == "Electromyography: Findings: Decreased muscle response"
+    assert trace[0]["from"] == "findings"
+    assert "electromyography: findings: decreased muscle response" in case_sentences(c)
+    # two lines in one answer stay two sentences, each the case's own
+    from medpref.simulation.knowledge import normalise_sentence, split_sentences
+
+    both, _ = patient.answer(c.id, "en", "Can we check the electromyography findings? "
+                                         "Can we check the chest CT imaging?")
+    assert split_sentences(both) == ["Electromyography: Findings: Decreased muscle response.",
+                                     "Imaging: Chest CT: Normal, no thymoma."]
+    assert all(normalise_sentence(s) in case_sentences(c) for s in split_sentences(both))

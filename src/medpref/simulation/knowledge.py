@@ -36,6 +36,13 @@ def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
+def section_sentences(text: str) -> list[str]:
+    """A case section's sentences: each line cut as :func:`split_sentences` cuts. A line
+    break ends a sentence too: AgentClinic's sections give one finding or one list a line
+    ("Electromyography: Findings: ..."), with no full stop between them."""
+    return [s for line in str(text).splitlines() for s in split_sentences(line)]
+
+
 def _hard_split(text: str, limit: int) -> list[str]:
     """Cut a text with no usable sentence break into pieces of ``limit`` tokens."""
     spans = [m.span() for m in _TOKEN.finditer(text)]
@@ -101,7 +108,7 @@ def case_sentences(case: SPCase) -> frozenset[str]:
     that is not in any section."""
     texts = [case.chief_complaint, *(str(v) for v in case.patient_info.values())]
     texts += [pair.get("patient", "") for pair in case.script]
-    return frozenset(n for t in texts for s in split_sentences(t)
+    return frozenset(n for t in texts for s in section_sentences(t)
                      if (n := normalise_sentence(s)))
 
 

@@ -31,7 +31,13 @@ import numpy as np
 
 from medpref.contracts import SPCase
 from medpref.simulation.echo import ZH_QUESTION_FRAME, is_chinese, speech_act
-from medpref.simulation.knowledge import Encoder, KnowledgeBase, retrieval_query, split_sentences
+from medpref.simulation.knowledge import (
+    Encoder,
+    KnowledgeBase,
+    retrieval_query,
+    section_sentences,
+    split_sentences,
+)
 from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
 from medpref.simulation.registry import Registry
 
@@ -51,6 +57,15 @@ OPENING = re.compile(r"what brings you|how can i help|what seems to be|what can 
                      r"the) (?:problem|symptoms|complaint))|哪里不舒服|怎么了|什么问题|"
                      r"有什么(?:不舒服|症状)", re.IGNORECASE)
 _PUNCT = re.compile(r"[，。？！、?!,.\s]")
+
+
+_CLOSED = re.compile(r"[.!?;。！？；]$")
+
+
+def closed(sentence: str, zh: bool = False) -> str:
+    """A sentence with its closing mark, so that sentences joined into one answer stay
+    apart (an AgentClinic line, "Platelets: Normal", has none)."""
+    return sentence if _CLOSED.search(sentence) else sentence + ("。" if zh else ".")
 
 
 def is_dont_know(text: str) -> bool:
@@ -174,7 +189,7 @@ class ExtractivePatient:
     def _source(case: SPCase) -> _Source:
         history, findings = [], []
         for section, text in case.patient_info.items():
-            (findings if FINDINGS.search(section) else history).extend(split_sentences(text))
+            (findings if FINDINGS.search(section) else history).extend(section_sentences(text))
         pairs = [(q.get("doctor", "").strip(), q.get("patient", "").strip()) for q in case.script]
         pairs = [(q, a) for q, a in pairs if q and a]
         return _Source([q for q, _ in pairs], [a for _, a in pairs], history, findings,
@@ -211,7 +226,9 @@ class ExtractivePatient:
             if pick["text"] and pick["text"] not in said:
                 said.append(pick["text"])
         said = said[:p.max_sentences] if p.max_sentences else said
-        return (" ".join(said) if said else DONT_KNOW["zh" if zh else "en"]), trace
+        if not said:
+            return DONT_KNOW["zh" if zh else "en"], trace
+        return " ".join(closed(s, zh) if len(said) > 1 else s for s in said), trace
 
     def _pick(self, src: _Source, q: str, zh: bool, p) -> dict:
         cut = ((p.zh_script_threshold, p.zh_findings_threshold, p.zh_history_threshold) if zh
