@@ -172,7 +172,7 @@ def per_case(rows):
                          for d, k, c, s, t, x in rows])
 
 
-def test_the_gate_reads_negatives_against_a_cap_and_the_script_against_its_hand_coverage():
+def test_the_gate_reads_negatives_against_a_cap_and_the_script_against_its_expected_coverage():
     pc = per_case([
         ("control_script", "control", "c1", 0.7, 1.0, 1.0),
         ("control_script", "control", "c2", 0.4, None, 1.0),
@@ -198,7 +198,7 @@ def test_the_gate_reads_negatives_against_a_cap_and_the_script_against_its_hand_
     with pytest.raises(StageFailed) as err:
         controls.check_controls(gate)
     msg = str(err.value)
-    assert "control_script Sym. 55.0 (must be ≥ 60.0, 75.0 hand-judged, 2 cases)" in msg
+    assert "control_script Sym. 55.0 (must be ≥ 60.0, 75.0 expected, 2 cases)" in msg
     assert "control_lecture Sym. 12.5 (must be ≤ 10.0, 2 cases)" in msg
     assert "control_echo" not in msg
     controls.check_controls(gate[gate["passed"] != False])  # noqa: E712  (passes silently)
@@ -214,6 +214,11 @@ def test_expected_coverage_comes_from_the_hand_reading_a_derived_script_or_nowhe
     assert exp[("sp-s", "symptoms")] == 0.5
     assert exp[("sp-s", "tests")] is None                 # a real script nobody read by hand
     assert exp[("sp-b", "symptoms")] == exp[("sp-b", "tests")] == 1.0   # derived: all asked
+    # ... but not a symptom the opening complaint already names (asking it repeats it)
+    told = bare.model_copy(update={"id": "sp-c", "chief_complaint": "Fever since Monday"})
+    assert controls.expected_coverage([told], {})[("sp-c", "symptoms")] == 0.5
+    assert controls.named_in_complaint("Double vision", "double vision")
+    assert not controls.named_in_complaint("pleuritic chest pain", "Chest pain and fever")
     assert exp[("sp-s", "diseases")] == 1.0               # the closing sentence names it
     assert exp[("sp-t", "tests")] is None                 # empty category
 
@@ -324,6 +329,8 @@ def test_the_stage_runs_the_controls_as_labelled_rows_and_writes_range_and_gate(
     assert doctors.loc["control_lecture", "kind"] == "control"
     assert doctors.loc["control_lecture", "fallback_share"] == 1.0
     assert doctors.loc["control_lecture", "model_id"] == "control:control_lecture"
+    assert out.metrics["sp_range/Dis."]["range_diff"] == 100.0
+    assert out.metrics["sp/control_lecture"] == {"Sym.": 0.0, "Test": 0.0, "Dis.": 0.0}
     html = (reports / "transcripts.html").read_text()
     assert 'control_echo <span class="tag tag-control">control</span>' in html
     lines = [json.loads(x) for x in (tmp_path / "data" / "transcripts.jsonl").read_text()

@@ -453,6 +453,10 @@ def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
     if not out.behaviour.empty:
         m["patient_unsupported_share"] = round(float(
             out.behaviour["patient_unsupported_share"].max()), 4)
+    ranges = out.table2_range.drop_duplicates("metric")
+    for _, row in ranges.iterrows():   # control_script minus control_lecture, in points
+        m[f"sp_range/{row['metric']}"] = {k: None if pd.isna(row[k]) else round(float(row[k]), 2)
+                                          for k in ("range_diff", "range_lo", "range_hi")}
     return m
 
 

@@ -380,8 +380,33 @@ def table2_range(per_case: pd.DataFrame, paired: pd.DataFrame, kinds: Mapping[st
     return pd.DataFrame(rows, columns=RANGE_COLUMNS)
 
 
+def _negative_verdict(sub: pd.DataFrame, cat: str, max_pass: float) -> dict:
+    """A negative control's Eq. 6 score over its cases against the cap (None: no case)."""
+    vals = sub[cat].dropna().astype(float)
+    score = 100.0 * vals.mean() if len(vals) else float("nan")
+    limit = 100.0 * max_pass
+    return {"cases": len(vals), "score": score, "rule": "≤", "limit": limit,
+            "expected_coverage": float("nan"),
+            "passed": None if pd.isna(score) else bool(score <= limit + 1e-9)}
+
+
+def _positive_verdict(sub: pd.DataFrame, cat: str,
+                      expected: Mapping[tuple[str, str], float | None], fraction: float) -> dict:
+    """A positive control's mean over the cases whose expected coverage is known, against
+    ``fraction`` × that coverage's mean over the same cases (None: no such case)."""
+    pairs = [(float(v), expected[(c, cat)]) for c, v in zip(sub["case"], sub[cat])
+             if not pd.isna(v) and expected.get((c, cat)) is not None]
+    if not pairs:
+        return {"cases": 0, "score": float("nan"), "rule": "≥", "limit": float("nan"),
+                "expected_coverage": float("nan"), "passed": None}
+    score = 100.0 * sum(v for v, _ in pairs) / len(pairs)
+    cover = 100.0 * sum(e for _, e in pairs) / len(pairs)
+    return {"cases": len(pairs), "score": score, "rule": "≥", "limit": fraction * cover,
+            "expected_coverage": cover, "passed": bool(score >= fraction * cover - 1e-9)}
+
+
 GATE_COLUMNS = ["control", "polarity", "metric", "cases", "score", "rule", "limit",
-                "hand_coverage", "passed"]
+                "expected_coverage", "passed"]
 
 
 def controls_gate(per_case: pd.DataFrame, polarity: Mapping[str, str],
@@ -398,20 +423,7 @@ def controls_gate(per_case: pd.DataFrame, polarity: Mapping[str, str],
         if sub.empty:
             continue
         for cat in CATEGORIES:
-            if pol == "negative":
-                vals = sub[cat].dropna().astype(float)
-                score = 100.0 * vals.mean() if len(vals) else float("nan")
-                limit, cover, rule = 100.0 * max_negative_pass, float("nan"), "≤"
-                passed = None if pd.isna(score) else bool(score <= limit + 1e-9)
-            else:
-                pairs = [(float(v), expected[(c, cat)]) for c, v in zip(sub["case"], sub[cat])
-                         if not pd.isna(v) and expected.get((c, cat)) is not None]
-                vals = pairs
-                score = 100.0 * sum(v for v, _ in pairs) / len(pairs) if pairs else float("nan")
-                cover = 100.0 * sum(e for _, e in pairs) / len(pairs) if pairs else float("nan")
-                limit, rule = script_fraction * cover, "≥"
-                passed = None if not pairs else bool(score >= limit - 1e-9)
-            rows.append({"control": control, "polarity": pol, "metric": SHORT[cat],
-                         "cases": len(vals), "score": score, "rule": rule, "limit": limit,
-                         "hand_coverage": cover, "passed": passed})
+            verdict = (_negative_verdict(sub, cat, max_negative_pass) if pol == "negative"
+                       else _positive_verdict(sub, cat, expected, script_fraction))
+            rows.append({"control": control, "polarity": pol, "metric": SHORT[cat], **verdict})
     return pd.DataFrame(rows, columns=GATE_COLUMNS)
