@@ -572,7 +572,8 @@ def test_grader_validation_agreement_table():
                                                     lambda: setup.judge))
     table = validate_grader(items, grader, n_boot=200)
     assert set(table["split"]) == {"dev", "test", "all"}
-    table = table[table["split"] == "all"].set_index("category")
+    assert set(table["batch"]) == {"all", "v1"}          # items without a batch are v1
+    table = table[(table["split"] == "all") & (table["batch"] == "all")].set_index("category")
     assert table.loc["all", "items"] == 5 and table.loc["all", "accuracy"] == pytest.approx(0.8)
     assert table.loc["diseases", "accuracy"] == 1.0
     # gold T F T F T vs predicted T F T F F: p_o = .8, p_e = .6·.4 + .4·.6 = .48

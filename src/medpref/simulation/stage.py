@@ -444,7 +444,8 @@ def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
         m[f"next_turn/{row['doctor']}"] = {k: (None if pd.isna(row[k]) else round(float(row[k]), 3))
                                           for k in ("bleu4", "rougeL_f1", "rougeL_r", "gpd")}
     gv = out.grader_validation
-    test = (gv[(gv["category"] == "all") & (gv["split"] == "test")] if not gv.empty else gv)
+    test = (gv[(gv["category"] == "all") & (gv["split"] == "test") & (gv["batch"] == "all")]
+            if not gv.empty else gv)
     for _, row in test.iterrows():
         m[f"grader/{row['grader']}"] = {
             "accuracy": round(float(row["accuracy"]), 3), "items": int(row["items"]),
