@@ -463,6 +463,12 @@ def test_the_grader_credits_nothing_of_a_recital_and_each_item_asked_on_its_own(
     assert [i for i, g in three.items() if g.passed] == ["fever", "phlegm", "wheeze"]
     apart = ask(grader, c, "Any fever? Any phlegm? Any wheeze? Any rash?")
     assert all(apart[i].passed for i in ["fever", "phlegm", "wheeze", "rash"])
+    # a single-topic question that MiniLM puts near many items is no list: only items
+    # named by their words count (every sentence "matches" every item by cosine here)
+    loose = build_grader("echo_aware", GraderContext(GraderParams(match_threshold=-1.0),
+                                                     grading_setup()))
+    one = ask(loose, c, "Has he ever had wheezing treated before?")
+    assert one["wheeze"].passed and one["wheeze"].listing_excluded == []
     # the per-turn disease rule still holds beside it
     named = ask(grader, c, "This is pneumonia.")
     assert named["pneumonia"].passed and named["pneumonia"].candidates == [1]

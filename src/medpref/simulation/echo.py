@@ -211,10 +211,10 @@ def list_pieces(sentence: str) -> int:
 
 def listed_candidates(sentence: str, matched_items: int, act: str) -> int:
     """How many candidates one doctor sentence names at once: the checklist items of the
-    case it matches, in any category (``matched_items``), or its list pieces, whichever
-    is more. A recommendation is counted by its matched items only: an order for one
-    blood draw is written as a list ("blood tests, a blood count, liver tests and
-    lipase") and names three checklist tests, not four candidates."""
+    case it names by their words and would earn, in any category (``matched_items``), or
+    its list pieces, whichever is more. A recommendation is counted by its items only: an
+    order for one blood draw is written as a list ("blood tests, a blood count, liver
+    tests and lipase") and names three checklist tests, not four candidates."""
     pieces = 0 if act == "recommendation" else list_pieces(sentence)
     return max(matched_items, pieces)
 

@@ -17,8 +17,8 @@ item. Four are registered:
   asthma"); it passes only in a turn naming fewer than ``max_candidates`` candidates,
   counting list pieces or disease-shaped words, whichever is more. In every category, a
   sentence that names ``max_candidates`` or more candidates at once (checklist items it
-  matches, in any category, or its list pieces: :func:`~medpref.simulation.echo.lists_too_many`)
-  earns nothing: listing is not asking.
+  names by their words, in any category, or its list pieces:
+  :func:`~medpref.simulation.echo.lists_too_many`) earns nothing: listing is not asking.
 
 Adding a grader: one class with ``grade(consults, cases)`` and ``@register_grader``.
 """
@@ -160,8 +160,12 @@ class EchoAwareGrader:
         sims = self._similarities(per, items)
         hits = {(ci, cat, item): self._matches(item, per[ci], sims.get((ci, item)))
                 for ci, cat, item in items}
-        listing = [self._listing(sents, [self._own(sents, cat, item, hits[(cj, cat, item)])
-                                         for cj, cat, item in items if cj == ci])
+        # the items a sentence names by their words (no cosine: MiniLM's loose match puts a
+        # single-topic question near several items of one case)
+        named = {(ci, cat, item): self._own(per[ci], cat, item, self._matches(item, per[ci],
+                                                                              None))
+                 for ci, cat, item in items}
+        listing = [self._listing(sents, [named[key] for key in items if key[0] == ci])
                    for ci, sents in enumerate(per)]
         return [self._grade(consults[ci], per[ci], cat, item, sims.get((ci, item)),
                             hits[(ci, cat, item)], listing[ci])
@@ -180,7 +184,8 @@ class EchoAwareGrader:
     def _listing(self, sents: Sequence[DoctorSentence], earners: Sequence[list[int]]
                  ) -> set[int]:
         """The sentences that name too many candidates at once: counted by the checklist
-        items each would earn (any category) or by its list pieces."""
+        items each names by their words and would earn (any category), or by its list
+        pieces."""
         matched = [sum(k in own for own in earners) for k in range(len(sents))]
         return {k for k, s in enumerate(sents)
                 if lists_too_many(s.text, matched[k], s.act, self.max_candidates)}
