@@ -409,27 +409,6 @@ def test_next_turn_question_share_intervals_and_paired_verdicts():
     assert nextturn.paired_table(better, "sft").empty
 
 
-def test_next_turn_dialogues_leave_out_what_stage_01_split():
-    from medpref.params import load_params
-    from medpref.simulation.heldout import sampled_dialogue_ids
-    from medpref.simulation.stage import held_out_dialogues
-
-    params = load_params()
-    p = params.simulation
-    split = sampled_dialogue_ids(params, p.next_turn.dialogues)
-    chosen = held_out_dialogues(p, params)
-    assert split and len(chosen) == p.next_turn.n_dialogues
-    assert not {d.id for d in chosen} & split
-    # without the whole params (no stage 01 to ask) the file's last dialogues, as before,
-    # some of which stage 01 split
-    from medpref.contracts import Dialogue, read_jsonl
-    from medpref.params import repo_path
-
-    ids = [d.id for d in read_jsonl(repo_path(p.next_turn.dialogues), Dialogue)]
-    plain = [d.id for d in held_out_dialogues(p)]
-    assert plain == ids[-p.next_turn.n_dialogues:] and set(plain) & split
-
-
 def test_table3_grid_reads_cells_from_policy_names():
     t2 = pd.DataFrame([{"doctor": "base", "ALL Sym.": 1.0, "ALL Test": 2.0, "ALL Dis.": 3.0},
                        {"doctor": "grid_avg_1",
