@@ -391,6 +391,9 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
             "cases": str(tmp_path / "cases.jsonl"), "rounds": 1, "trained_policies": False,
             "grader": {"mode": "generate", "graded_items": None},
             "next_turn": {"enabled": False},
+            # no control doctors: this keyword judge credits control_reciter's list of the
+            # checklist, and the controls' gate (test_sp_controls) would stop the run
+            "controls": [],
             "heldout": {"enabled": True, "dialogues": str(dialogues), "n_states": 6,
                         "states_per_dialogue": 2},
             "doctors": [{"name": "sft", "role": "policy"}, {"name": "good", "role": "good"}]}})

@@ -25,6 +25,13 @@ it, the SP cases are checked against the split (:mod:`~medpref.simulation.overla
 training dialogue of an SP case's disease and presentation fails the stage); after the
 doctors, the GPD judge is checked (:func:`~medpref.simulation.nextturn.gpd_check`) and
 the share of turns that ask a question is tabled (:mod:`~medpref.simulation.questions`).
+
+Beside the model doctors, the control doctors of ``simulation.controls``
+(:mod:`~medpref.simulation.controls`: a clinician's script, a checklist recital, a lecture,
+an echo) run steps 1–2 on every case with no model call; they are labelled rows of every
+table, the range between the script and the lecture is read against each comparison's
+minimum detectable difference (``table2_range``), and the run fails, writing nothing,
+when a control misses its gate (``controls_gate``).
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from medpref.reports import save_figure, write_table
 from medpref.simulation import (
     behaviour,
     consult,
+    controls,
     grading,
     heldout,
     nextturn,
@@ -82,6 +90,8 @@ class SimulationOutputs:
     table2_ci: pd.DataFrame
     table2_paired: pd.DataFrame
     behaviour: pd.DataFrame
+    table2_range: pd.DataFrame
+    controls_gate: pd.DataFrame
     doctors: list[DoctorConfig]
     model_ids: dict[str, str]
     prompts: dict[str, str]
@@ -174,8 +184,8 @@ def per_case_rows(consults, grades) -> list[dict]:
     for c in consults:
         mine = [g for g in grades if g.case == c.case_id and g.doctor == c.doctor]
         scores = grading.case_scores(mine, [c.case_id])[0]
-        rows.append({"doctor": c.doctor, "case": c.case_id, "department": c.department,
-                     **{k: scores[k] for k in grading.CATEGORIES},
+        rows.append({"doctor": c.doctor, "kind": c.kind, "case": c.case_id,
+                     "department": c.department, **{k: scores[k] for k in grading.CATEGORIES},
                      "graded_by": ",".join(sorted({g.method for g in mine})),
                      "abstained_items": sum(g.passed is None for g in mine),
                      "echo_excluded_items": sum(bool(g.echo_excluded) and not g.passed
@@ -284,11 +294,11 @@ class DoctorResult:
 
 def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, client
                     ) -> DoctorResult:
-    """One doctor: SP consultations, checklist grades, patient honesty, next turn, REM."""
+    """One model doctor: SP consultations, checklist grades, patient honesty, next turn,
+    REM."""
     cases = cases_for(p, h, d)
-    consults = consult.simulate(cases, client, d.name, h.setup, p.doctor_call(d))
-    grades = h.grader.grade(consults, {c.id: c for c in cases})
-    fid = behaviour.consult_rows(consults, h.kbs, h.encode, p)
+    doctor = consult.ModelDoctor(d.name, client, p.doctor_call(d), h.setup)
+    consults, grades, fid = consult_and_grade(p, h, cases, doctor)
     nt = None
     if h.items:
         nt = nextturn.evaluate_next_turn(h.items, client, d.name, h.templates[p.doctor_prompt],
@@ -299,19 +309,42 @@ def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, cli
     return DoctorResult(consults, grades, fid, nt, comp)
 
 
+def consult_and_grade(p: SimulationParams, h: Harness, cases: Sequence[SPCase], doctor):
+    """Any doctor's SP consultations, their checklist grades and per-consultation counts."""
+    consults = consult.simulate(cases, doctor, h.setup)
+    grades = h.grader.grade(consults, {c.id: c for c in cases})
+    return consults, grades, behaviour.consult_rows(consults, h.kbs, h.encode, p)
+
+
+def evaluate_control(p: SimulationParams, h: Harness, d: DoctorConfig) -> DoctorResult:
+    """One control doctor on every case (no grid subset): consultations, grades, patient
+    honesty. No model call, so no next turn and no REM radar."""
+    doctor = controls.build_control(d.name, controls.ControlContext(
+        {c.id: c for c in h.cases}, p.rounds))
+    consults, grades, fid = consult_and_grade(p, h, h.cases, doctor)
+    return DoctorResult(consults, grades, fid, None, None)
+
+
 def cases_for(p: SimulationParams, h: Harness, d: DoctorConfig) -> list[SPCase]:
     """All cases, or for a Table 3 grid cell the cheaper ``grid_cases`` subset (the
-    same round-robin subset for every cell, so the cells stay paired)."""
-    if p.grid_cases is not None and grid_cell(d.name, p.grid_pattern) is not None:
+    same round-robin subset for every cell, so the cells stay paired); a control runs on
+    every case."""
+    grid = d.kind == "model" and grid_cell(d.name, p.grid_pattern) is not None
+    if p.grid_cases is not None and grid:
         return select_cases(h.cases, p.grid_cases, None)
     return h.cases
 
 
 def doctors_of(stage, p: SimulationParams) -> list[DoctorConfig]:
+    """The model doctors (configured, then trained policies), then the controls."""
     trained = []
     if p.trained_policies and "training" in stage.params.raw:
         trained = trained_doctors(stage.params)
-    return all_doctors(p.doctors, trained)
+    return [*all_doctors(p.doctors, trained), *control_doctors(p)]
+
+
+def control_doctors(p: SimulationParams) -> list[DoctorConfig]:
+    return [DoctorConfig(name=name, role="", kind="control") for name in p.controls]
 
 
 def run(stage) -> SimulationOutputs:
@@ -326,9 +359,13 @@ def run(stage) -> SimulationOutputs:
     doctors = doctors_of(stage, p)
     results, model_ids = {}, {}
     for d in doctors:
-        client = doctor_client(stage, d)
-        model_ids[d.name] = client.model_id
         with stage.step(f"doctor {d.name}"):
+            if d.kind == "control":
+                results[d.name] = evaluate_control(p, h, d)
+                model_ids[d.name] = f"control:{d.name}"
+                continue
+            client = doctor_client(stage, d)
+            model_ids[d.name] = client.model_id
             results[d.name] = evaluate_doctor(stage, p, h, d, client)
     with stage.step("grader validation"):
         validation = grader_validation(p, h.graders, stage.seed)
@@ -338,13 +375,15 @@ def run(stage) -> SimulationOutputs:
     behaviour.check_fidelity([f for r in results.values() for f in r.fidelity],
                              p.patient.max_unsupported_share, p.patient.guard_min_sentences)
     out = assemble(p, results, validation, doctors, model_ids, h)
+    controls.check_controls(out.controls_gate)      # before anything is written
     out.split_overlap = split_overlap
     with stage.step("gpd check"):
         out.gpd_check = check_gpd(stage, p, h, out)
     write_outputs(stage, out, [row for r in results.values() if r.next_turn
                                for row in r.next_turn.items])
     with stage.step("held-out compliance"):
-        out.heldout = heldout.run_heldout(stage, p, h, doctors, lambda d: doctor_client(stage, d))
+        out.heldout = heldout.run_heldout(stage, p, h, [d for d in doctors if d.kind == "model"],
+                                          lambda d: doctor_client(stage, d))
     out.question_share = question_share(stage, p, out)
     out.metrics.update({**heldout.metrics_of(out.heldout), **overlap.metrics_of(split_overlap),
                         **nextturn.gpd_check_metrics(out.gpd_check),
@@ -404,9 +443,12 @@ def assemble(p: SimulationParams, results: dict[str, DoctorResult], validation, 
     per_case = pd.DataFrame(per_case_rows(consults, grades))
     if fid_rows:   # the patient's honesty per case, beside the case's scores
         honesty = pd.DataFrame(fid_rows)[["doctor", "case", "rounds", "ended_by", "sentences",
-                                          "volunteered", "unsupported"]]
+                                          "volunteered", "unsupported", "fallbacks"]]
         per_case = per_case.merge(honesty, on=["doctor", "case"], how="left")
     t2 = tables.table2(per_case.to_dict("records"))
+    n_boot = p.grader.bootstrap_rounds
+    kinds = {d.name: d.kind for d in doctors}
+    paired = tables.with_kind(tables.table2_paired(per_case, n_boot=n_boot), kinds)
     nt = pd.DataFrame([r.next_turn.summary for r in results.values() if r.next_turn])
     comp = {d: r.compliance for d, r in results.items()
             if r.compliance is not None and not r.compliance.empty}
@@ -415,18 +457,20 @@ def assemble(p: SimulationParams, results: dict[str, DoctorResult], validation, 
     if not comp_long.empty:   # PLPF Fig. 3 ranks the models per rule (1 = most compliant)
         comp_long["rank"] = comp_long.groupby("rule")["mean"].rank(ascending=False,
                                                                      method="min")
-    n_boot = p.grader.bootstrap_rounds
     nt_rows = [row for r in results.values() if r.next_turn for row in r.next_turn.items]
     out = SimulationOutputs(
         consultations=consults, grades=grades, table2=t2, per_case=per_case,
-        fidelity=tables.fidelity_table(fid_rows),
+        fidelity=tables.with_kind(tables.fidelity_table(fid_rows), kinds),
         next_turn=nt, compliance=comp_long,
         next_turn_paired=nextturn.paired_table(nt_rows, "sft", n_boot, h.setup.seed),
         grid=tables.table3_grid(t2, p.grid_pattern),
         table6=tables.table6(t2, nt, p.table6_policies), grader_validation=validation,
-        table2_ci=tables.table2_intervals(per_case, n_boot),
-        table2_paired=tables.table2_paired(per_case, n_boot=n_boot),
-        behaviour=tables.doctor_behaviour(fid_rows), consult_rows=fid_rows,
+        table2_ci=tables.with_kind(tables.table2_intervals(per_case, n_boot), kinds),
+        table2_paired=paired,
+        table2_range=tables.table2_range(per_case, paired, kinds, n_boot=n_boot),
+        controls_gate=controls_gate(p, per_case, h.cases),
+        behaviour=tables.with_kind(tables.doctor_behaviour(fid_rows), kinds),
+        consult_rows=fid_rows,
         doctors=doctors, model_ids=model_ids,
         prompts={n: t.sha for n, t in h.templates.items()},
         grid_ci=tables.table3_intervals(per_case, p.grid_pattern, n_boot=n_boot),
@@ -438,6 +482,18 @@ def assemble(p: SimulationParams, results: dict[str, DoctorResult], validation, 
 
         out.radar = radar_plot(comp, title=f"Rule compliance of SP transcripts (REM: {h.rem_mode})")
     return out
+
+
+def controls_gate(p: SimulationParams, per_case: pd.DataFrame, cases: Sequence[SPCase]
+                  ) -> pd.DataFrame:
+    """The controls' verdicts (:func:`tables.controls_gate`): each control of this run by
+    its registered polarity, the positive one against the hand-judged script coverage."""
+    g = p.controls_gate
+    hand = (controls.load_script_coverage(repo_path(g.script_coverage), cases)
+            if g.script_coverage else {})
+    polarity = {name: controls.CONTROLS[name].polarity for name in p.controls}
+    return tables.controls_gate(per_case, polarity, controls.expected_coverage(cases, hand),
+                                g.max_negative_pass, g.script_fraction)
 
 
 def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
@@ -461,6 +517,10 @@ def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
     if not out.behaviour.empty:
         m["patient_unsupported_share"] = round(float(
             out.behaviour["patient_unsupported_share"].max()), 4)
+    ranges = out.table2_range.drop_duplicates("metric")
+    for _, row in ranges.iterrows():   # control_script minus control_lecture, in points
+        m[f"sp_range/{row['metric']}"] = {k: None if pd.isna(row[k]) else round(float(row[k]), 2)
+                                          for k in ("range_diff", "range_lo", "range_hi")}
     return m
 
 
@@ -482,11 +542,15 @@ def write_outputs(stage, out: SimulationOutputs, nt_items: list[dict]) -> None:
     write_table(out.grader_validation, report("grader_validation"), floatfmt=".3f")
     write_table(out.table2_ci, report("table2_ci"), floatfmt=".1f")
     write_table(out.table2_paired, report("table2_paired"), floatfmt=".3f")
+    write_table(out.table2_range, report("table2_range"), floatfmt=".1f")
+    write_table(out.controls_gate, report("controls_gate"), floatfmt=".1f")
     write_table(out.compliance, report("compliance"), floatfmt=".3f")
-    ids = pd.DataFrame([{"doctor": d.name, "role": d.role, "adapter": d.adapter or "",
-                         "model_id": out.model_ids.get(d.name, "")} for d in out.doctors])
+    ids = pd.DataFrame([{"doctor": d.name, "kind": d.kind, "role": d.role,
+                         "adapter": d.adapter or "", "model_id": out.model_ids.get(d.name, "")}
+                        for d in out.doctors])
     if not out.behaviour.empty:
-        ids = ids.merge(out.behaviour, on="doctor", how="left")
+        ids = ids.merge(out.behaviour.drop(columns=["kind"], errors="ignore"), on="doctor",
+                        how="left")
     write_table(ids, report("doctors"), floatfmt=".3f")
     from medpref.simulation.transcripts_html import write_transcripts_html
 
@@ -500,6 +564,7 @@ def annotated_records(out: SimulationOutputs, p: SimulationParams) -> list[dict]
     it echoes the patient, per patient sentence whether the case supports it, and every
     checklist item's grade with the sentence that earned it."""
     fid = {(r["doctor"], r["case"]): set(r["unsupported_at"]) for r in out.consult_rows}
+    nothing_asked = {t.strip() for t in p.patient.nothing_asked.values()}
     scores = {(r["doctor"], r["case"]): r for r in out.per_case.to_dict("records")}
     rows = []
     for c in out.consultations:
@@ -511,14 +576,17 @@ def annotated_records(out: SimulationOutputs, p: SimulationParams) -> list[dict]
         for i, t in enumerate(rec["turns"]):
             t["sentences"] = [{"text": s, "echo": (i, s) in echoes,
                                "unsupported": t["role"] == "patient" and s in unsupported,
-                               "dont_know": t["role"] == "patient" and is_dont_know(s)}
+                               "dont_know": t["role"] == "patient" and is_dont_know(s),
+                               "nothing_asked": t["role"] == "patient"
+                               and s.strip() in nothing_asked}
                               for s in split_sentences(t["text"])]
         sc = scores.get((c.doctor, c.case_id), {})
         rec["scores"] = {k: (None if pd.isna(sc.get(k)) else sc.get(k))
                          for k in grading.CATEGORIES}
         rec["items"] = [{"category": g.category, "item": g.item, "passed": g.passed,
                          "method": g.method, "evidence_turn": g.evidence_turn,
-                         "evidence": g.evidence, "echo_excluded": g.echo_excluded}
+                         "evidence": g.evidence, "echo_excluded": g.echo_excluded,
+                         "listing_excluded": g.listing_excluded}
                         for g in out.grades if g.case == c.case_id and g.doctor == c.doctor]
         rows.append(rec)
     return rows
