@@ -17,14 +17,16 @@ from a checkout of that commit (``cd <checkout> && PYTHONPATH=src .venv/bin/pyth
 <this file> --steps 6``; params, data and code are then that checkout's). Run the
 variants one after another on an otherwise idle machine.
 
-``--answer-positions`` asks what trl's CPU path costs: trl 1.16 runs its fused LM head
-(log-probabilities, entropy, top-1) on the valid label positions only where Triton runs
-(CUDA, XPU) and on every position elsewhere; the flag makes it take the valid-positions
-path on the CPU too (positions labelled -100 add nothing to the loss on either path).
-Benchmark only: the trainer of stage 03 does not set it.
+``--compact-lm-head on|off`` overrides the hardware's ``rem.compact_lm_head`` (default:
+the hardware file's value; ``configs/hardware/cpu.yaml`` sets it on): trl 1.16 runs its
+fused LM head on the valid label positions only where Triton runs (CUDA, XPU) and on
+every position elsewhere; on, the REM's trainer takes the valid-positions path on the
+CPU too (``medpref.training.lm_head``). The override is a copy of the hardware file in
+the work folder with that one key changed, so the trainer runs exactly as stage 03's.
+Alternate the two (``--steps 4 --compact-lm-head on`` / ``off``) to time the option.
 
 Usage: .venv/bin/python benchmarks/bench_rem_trainer.py [--adapter DIR | --steps N]
-       [--answer-positions] [--eval-per-rule N] [--out DIR]
+       [--compact-lm-head on|off] [--eval-per-rule N] [--out DIR]
 """
 
 from __future__ import annotations
@@ -35,10 +37,22 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from medpref.contracts import write_jsonl
 from medpref.llm import LLMSession
 from medpref.params import load_params
 from medpref.rem import build_rem as b03
+from medpref.training.hardware import load_hardware
+
+
+def hardware_with_compact_head(name: str, on: bool, work: Path) -> Path:
+    """A copy of hardware ``name`` in ``work`` with ``rem.compact_lm_head`` set to ``on``."""
+    hw = load_hardware(name)
+    hw = hw.model_copy(update={"rem": hw.rem.model_copy(update={"compact_lm_head": on})})
+    path = work / f"hardware-{name}-compact-{'on' if on else 'off'}.yaml"
+    path.write_text(yaml.safe_dump(hw.model_dump(), sort_keys=False), encoding="utf-8")
+    return path
 
 
 def main() -> None:
@@ -48,13 +62,9 @@ def main() -> None:
                     help="a balanced subset of N per rule (default: rem.eval_per_rule)")
     ap.add_argument("--out", help="keep the adapter, losses and predictions here")
     ap.add_argument("--steps", type=int, help="train N optimizer steps, time them, score nothing")
-    ap.add_argument("--answer-positions", action="store_true",
-                    help="trl's fused LM head on the answer positions only, on the CPU too")
+    ap.add_argument("--compact-lm-head", choices=("on", "off"),
+                    help="override the hardware's rem.compact_lm_head (default: the file's)")
     args = ap.parse_args()
-    if args.answer_positions:
-        import trl.trainer.utils as trl_utils
-
-        trl_utils._use_triton = lambda device: True  # the compact path of add_fused_lm_head
 
     params = load_params()
     seed = params.shared.seed
@@ -64,6 +74,9 @@ def main() -> None:
     where = {"adapter_dir": str(adapter), "checkpoints_dir": str(work / "checkpoints")}
     if args.steps:
         where["max_steps"] = args.steps
+    if args.compact_lm_head:
+        where["hardware"] = str(hardware_with_compact_head(
+            params.rem.train.hardware, args.compact_lm_head == "on", work))
     p = params.rem.model_copy(update={"train": params.rem.train.model_copy(update=where)})
     inputs = b03.load_inputs(p)
     if not args.adapter:
@@ -77,7 +90,8 @@ def main() -> None:
               f"{losses['loss'].iloc[-1]:.3f}; trainer {train.runtime_s:.0f} s, "
               f"train_rem {wall:.0f} s wall", flush=True)
         if args.steps:
-            how = " (answer positions only)" if args.answer_positions else ""
+            compact = load_hardware(p.train.hardware).rem.compact_lm_head
+            how = " (compact LM head)" if compact else " (LM head on every position)"
             print(f"{b03.__file__}{how}: {train.steps} steps, trainer {train.runtime_s:.1f} s "
                   f"({train.runtime_s / train.steps:.2f} s/step)")
             if not args.out:

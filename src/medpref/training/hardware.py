@@ -48,6 +48,9 @@ class TrainerHardware(StrictModel):
     logging_steps: int = Field(ge=1)
     save_steps: int = Field(ge=1)         # checkpoint every N steps (the resume point)
     save_total_limit: int = Field(ge=1)
+    #: the LM head on the learned (label != -100) positions only, on a CPU too (trl does
+    #: so on CUDA/XPU whatever this says): medpref.training.lm_head
+    compact_lm_head: bool
 
 
 class RemHardware(TrainerHardware):
