@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,12 +147,13 @@ class HFBackend(Backend):
                         on_complete(i, comp)
         return [r for r in results if r is not None]
 
-    def _batch_inputs(self, ids: list[list[int]]):
+    def _batch_inputs(self, ids: list[list[int]], adapter_names: list[str] | None = None):
         """Model inputs of one batch: left-padded prompts, or, when they share at least
         ``shared_prefix_min`` tokens, that beginning run once into a key/value cache
-        (copied per row) and each row's rest left-padded after it. The attention mask
-        then has a gap that position ids skip, so every row sees the same positions as
-        alone. Returns (inputs, past key values or None)."""
+        (copied per row; once per adapter where rows name several) and each row's rest
+        left-padded after it. The attention mask then has a gap that position ids skip,
+        so every row sees the same positions as alone. Returns (inputs, past key values
+        or None)."""
         import torch
 
         tok, model = self._ensure_loaded()
@@ -162,7 +163,7 @@ class HFBackend(Backend):
         if shared < self.shared_prefix_min:
             enc = tok.pad({"input_ids": ids}, return_tensors="pt", padding=True)
             return {k: v.to(dev) for k, v in enc.items()}, None
-        cache = _shared_prefix_cache(model, ids[0][:shared], len(ids))
+        cache = _shared_prefix_cache(model, ids[0][:shared], len(ids), adapter_names)
         rest = [x[shared:] for x in ids]
         width = max(len(r) for r in rest)
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -171,16 +172,21 @@ class HFBackend(Backend):
         return {"input_ids": torch.tensor(inp, device=dev),
                 "attention_mask": torch.tensor(mask, device=dev)}, cache
 
-    def _generate_batch(self, ids: list[list[int]], params) -> list[Completion]:
+    def _generate_batch(self, ids: list[list[int]], params,
+                        adapter_names: list[str] | None = None) -> list[Completion]:
+        """Generate for one batch; ``adapter_names`` (one per row) picks each row's LoRA
+        adapter of a :class:`AdapterSet` (peft's mixed-adapter batch)."""
         import torch
         from transformers import StoppingCriteriaList
 
         tok, model = self._ensure_loaded()
         t0 = time.perf_counter()
-        enc, cache = self._batch_inputs(ids)
+        enc, cache = self._batch_inputs(ids, adapter_names)
         width = enc["input_ids"].shape[1]
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
                                   "pad_token_id": tok.pad_token_id, **params.loop_controls()}
+        if adapter_names is not None:
+            kwargs["adapter_names"] = list(adapter_names)
         if cache is not None:
             kwargs["past_key_values"] = cache
         stopper = None
@@ -310,6 +316,129 @@ class HFBackend(Backend):
         return torch.softmax(logits, dim=-1)
 
 
+# -- several adapters of one base model in one batch ---------------------------------------
+#: peft's name for "no adapter" in a mixed batch (the base model's own rows)
+BASE_ROWS = "__base__"
+_SETS: dict[tuple, tuple[Any, Any, dict[str, str]]] = {}
+
+
+def load_adapter_set(path: str | Path, adapters: Sequence[str | Path | None],
+                     device: str = "auto", dtype: str = "auto"):
+    """One copy of the base model with every LoRA adapter of ``adapters`` loaded under its
+    own name (once per process and content). Returns (tokenizer, model, name of each
+    adapter's content id); ``None`` in ``adapters`` is the base model (:data:`BASE_ROWS`)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, device = Path(path), _resolve_device(device)
+    ids = list(dict.fromkeys(_folder_id(Path(a)) for a in adapters if a is not None))
+    folders = {_folder_id(Path(a)): Path(a) for a in adapters if a is not None}
+    key = (content_id(path), tuple(ids), device, dtype)
+    with _LOAD_LOCK:
+        if key in _SETS:
+            return _SETS[key]
+        torch_dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32,
+                       "float32": torch.float32, "bfloat16": torch.bfloat16,
+                       "float16": torch.float16}[dtype]
+        tok = AutoTokenizer.from_pretrained(path)
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        names = {cid: f"adapter_{k}" for k, cid in enumerate(ids)}
+        if ids:
+            model = PeftModel.from_pretrained(model, str(folders[ids[0]]),
+                                              adapter_name=names[ids[0]])
+            for cid in ids[1:]:
+                model.load_adapter(str(folders[cid]), adapter_name=names[cid])
+            model = model.to(device)
+        model.eval()
+        _SETS[key] = (tok, model, names)
+        return _SETS[key]
+
+
+class AdapterSet(HFBackend):
+    """The rows of several :class:`HFBackend` s that share a base model (one folder, device
+    and dtype), each with its own LoRA adapter or none, generated in shared batches.
+
+    The SP test asks every policy (base + adapter) the same 17 cases each round: asked one
+    policy at a time that is one batch of 17 per policy; here it is batches of
+    ``batch_size`` rows over all of them. A batch runs the base model once and each
+    adapter's LoRA on its own rows (peft's ``adapter_names``); a shared prompt beginning
+    runs once per adapter in the batch (its LoRA changes the keys and values). Prompts are
+    batched as one backend batches them (:func:`batch_chunks`, by adapter and prefix
+    first); every row's answer is the one its own backend gives up to float round-off.
+    """
+
+    def __init__(self, backends: Sequence[HFBackend], batch_size: int | None = None):
+        if not backends:
+            raise ValueError("an AdapterSet needs at least one hf backend")
+        first = backends[0]
+        for b in backends:
+            if not isinstance(b, HFBackend):
+                raise BackendConfigError(f"{b.describe()} is no local hf model: its rows "
+                                         "cannot share a batch with hf adapters")
+            same = (b.identity()["weights"], _resolve_device(b.device), b.dtype) == (
+                first.identity()["weights"], _resolve_device(first.device), first.dtype)
+            if not same:
+                raise BackendConfigError(
+                    f"model '{b.model_name}' ({b.model_path}, {b.device}, {b.dtype}) is not "
+                    f"the base of '{first.model_name}' ({first.model_path}, {first.device}, "
+                    f"{first.dtype}): only adapters of one base model share a batch")
+        super().__init__(str(first.model_path), None, first.device, first.dtype,
+                         batch_size or max(b.batch_size for b in backends), first.model_name)
+        self.backends = list(backends)
+        tok, model, names = load_adapter_set(first.model_path,
+                                             [b.adapter for b in backends], first.device,
+                                             first.dtype)
+        self._tok, self._model = tok, model
+        self.row_names = [names[b.identity()["adapter"]] if b.adapter is not None
+                          else BASE_ROWS for b in backends]
+
+    def identity(self) -> dict[str, Any]:
+        raise TypeError("an AdapterSet answers for its backends: cache each row under "
+                        "its own backend's identity")
+
+    def generate_parts(self, parts: Sequence[Sequence[ChatRequest]],
+                       on_complete: Callable[[int, int, Completion], None] | None = None,
+                       before_call: Callable[[int, int], None] | None = None,
+                       ) -> list[list[Completion]]:
+        """``parts[b]`` are the requests of ``backends[b]``; returns their completions in
+        the same shape, calling ``on_complete(b, i, completion)`` as each is answered and
+        ``before_call(b, i)`` before its batch is sent."""
+        if len(parts) != len(self.backends):
+            raise ValueError(f"{len(parts)} request lists for {len(self.backends)} backends")
+        tok = self._tok
+        rows = [(b, i) for b, reqs in enumerate(parts) for i in range(len(reqs))]
+        out: list[list[Completion | None]] = [[None] * len(reqs) for reqs in parts]
+        groups: dict[Any, list[int]] = {}
+        for r, (b, i) in enumerate(rows):
+            groups.setdefault(parts[b][i].params, []).append(r)
+        for params, members in groups.items():
+            reqs = [parts[b][i] for b, i in (rows[r] for r in members)]
+            ids = [tok(self.render(q.messages, q.prefix), add_special_tokens=False)["input_ids"]
+                   for q in reqs]
+            # a leading marker per adapter: runs of a shared beginning never mix adapters
+            keyed = [[-1 - rows[r][0]] + x for r, x in zip(members, ids)]
+            for part in batch_chunks(keyed, self.batch_size, self.shared_prefix_min + 1):
+                chunk = [rows[members[k]] for k in part]
+                if before_call is not None:
+                    for b, i in chunk:
+                        before_call(b, i)
+                names = [self.row_names[b] for b, _ in chunk]
+                comps = self._generate_batch([ids[k] for k in part], params, names)
+                for (b, i), comp in zip(chunk, comps):
+                    out[b][i] = comp
+                    if on_complete is not None:
+                        on_complete(b, i, comp)
+        return [[c for c in part if c is not None] for part in out]
+
+    def generate(self, requests: Sequence[ChatRequest],
+                 on_complete: OnComplete | None = None) -> list[Completion]:
+        raise TypeError("an AdapterSet generates per backend: use generate_parts")
+
+
 def _common_prefix_len(seqs: list[list[int]]) -> int:
     """Length of the longest beginning that every token sequence shares."""
     first, n = seqs[0], min(len(x) for x in seqs)
@@ -391,13 +520,24 @@ def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def _shared_prefix_cache(model, prefix: list[int], rows: int):
-    """The key/value cache of ``prefix`` (run once), repeated for ``rows`` batch rows."""
+def _shared_prefix_cache(model, prefix: list[int], rows: int,
+                         adapter_names: Sequence[str] | None = None):
+    """The key/value cache of ``prefix`` (run once), repeated for ``rows`` batch rows.
+    With ``adapter_names`` (one per row; an :class:`AdapterSet`'s batch) the prefix is
+    run once per distinct adapter, whose LoRA changes its keys and values, and each row
+    gets its adapter's copy."""
     import torch
 
+    distinct = list(dict.fromkeys(adapter_names)) if adapter_names is not None else [None]
+    kwargs = {} if adapter_names is None else {"adapter_names": distinct}
     with torch.inference_mode():
-        cache = model(input_ids=torch.tensor([prefix], device=model.device),
-                      use_cache=True, logits_to_keep=1).past_key_values
+        cache = model(input_ids=torch.tensor([prefix] * len(distinct), device=model.device),
+                      use_cache=True, logits_to_keep=1, **kwargs).past_key_values
+    if adapter_names is None:
+        for layer in cache.layers:
+            layer.batch_repeat_interleave(rows)
+        return cache
+    pick = torch.tensor([distinct.index(n) for n in adapter_names], device=model.device)
     for layer in cache.layers:
-        layer.batch_repeat_interleave(rows)
+        layer.batch_select_indices(pick)
     return cache
