@@ -79,6 +79,13 @@ class HFBackend(Backend):
     kind = "hf"
     #: a batch whose prompts share at least this many tokens runs them once (option scoring)
     shared_prefix_min = 32
+    #: option scoring: after the shared beginning, rows whose next tokens agree on at least
+    #: this many (one candidate turn asked about every rule) run those once too, and each
+    #: row only its own end (:meth:`_next_token_probs_tree`); 0 turns that level off
+    shared_middle_min = 8
+    #: option scoring with shared middles: a batch holds up to this many times
+    #: ``batch_size`` prompts (a row runs only its short end)
+    tree_batch_factor = 4
     #: end each row inside ``generate`` when its text holds a stop string (the batch ends
     #: when every row has); False generates ``max_new_tokens`` and cuts afterwards (the
     #: same text up to the stop, slower; kept for the equality test and the benchmark)
@@ -254,7 +261,12 @@ class HFBackend(Backend):
         ids = [tok(self.render(p, pre), add_special_tokens=False)["input_ids"]
                for p, pre in zip(prompts, assistant_prefixes)]
         out: list[OptionScores | None] = [None] * len(prompts)
-        for chunk in batch_chunks(ids, self.batch_size, self.shared_prefix_min):
+        if self.shared_middle_min:
+            chunks = batch_chunks(ids, self.batch_size * self.tree_batch_factor,
+                                  self.shared_prefix_min, alone_size=self.batch_size)
+        else:
+            chunks = batch_chunks(ids, self.batch_size, self.shared_prefix_min)
+        for chunk in chunks:
             if before_call is not None:
                 for i in chunk:
                     before_call(i)
@@ -292,11 +304,16 @@ class HFBackend(Backend):
     def _next_token_probs_shared(self, ids: list[list[int]], shared: int):
         """The same distributions, running the first ``shared`` tokens (common to every
         prompt) once: the rest of each prompt is right-padded after the shared cache and
-        read at its own last token."""
+        read at its own last token. Where rows also share a middle (:func:`middle_groups`)
+        that runs once per group (:meth:`_next_token_probs_tree`)."""
         import torch
 
         tok, model = self._ensure_loaded()
         shared = min(shared, min(len(x) for x in ids) - 1)  # every row keeps >= 1 token
+        if self.shared_middle_min:
+            groups = middle_groups([x[shared:] for x in ids], self.shared_middle_min)
+            if len(groups) < len(ids):
+                return self._next_token_probs_tree(ids, shared, groups)
         dev = model.device
         with torch.inference_mode():
             cache = _shared_prefix_cache(model, ids[0][:shared], len(ids))
@@ -308,6 +325,52 @@ class HFBackend(Backend):
                                  for r in rest], device=dev)
             pos = torch.arange(shared, shared + width, device=dev).expand(len(ids), -1)
             last = torch.tensor([len(r) - 1 for r in rest], device=dev)
+            keep = torch.unique(last)
+            logits = model(input_ids=inp, attention_mask=mask, position_ids=pos,
+                           past_key_values=cache, logits_to_keep=keep).logits.float()
+            cols = torch.searchsorted(keep, last)
+            logits = logits[torch.arange(len(ids), device=dev), cols]
+        return torch.softmax(logits, dim=-1)
+
+    def _next_token_probs_tree(self, ids: list[list[int]], shared: int,
+                               groups: list[tuple[list[int], int]]):
+        """Next-token distributions on a prefix tree of three levels: the ``shared``
+        beginning of every prompt once; then each group's common middle once (e.g. one
+        candidate turn that every rule's prompt repeats, the rule coming after it); then
+        each row's own end, read at its last token. Middles and ends are right-padded;
+        the attention mask has zeros at the padding, and position ids continue each row's
+        own sequence, so every row sees the positions and tokens it has alone."""
+        import torch
+
+        tok, model = self._ensure_loaded()
+        dev = model.device
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        rest = [x[shared:] for x in ids]
+        mids = [rest[g[0]][:q] for g, q in groups]
+        wq = max(1, max(len(m) for m in mids))
+        group_of = {i: k for k, (g, _) in enumerate(groups) for i in g}
+        with torch.inference_mode():
+            cache = _shared_prefix_cache(model, ids[0][:shared], len(groups))
+            inp = torch.tensor([m + [pad] * (wq - len(m)) for m in mids], device=dev)
+            mid_mask = [[1] * len(m) + [0] * (wq - len(m)) for m in mids]
+            mask = torch.tensor([[1] * shared + mm for mm in mid_mask], device=dev)
+            pos = torch.arange(shared, shared + wq, device=dev).expand(len(groups), -1)
+            cache = model(input_ids=inp, attention_mask=mask, position_ids=pos,
+                          past_key_values=cache, use_cache=True,
+                          logits_to_keep=1).past_key_values
+            pick = torch.tensor([group_of[i] for i in range(len(ids))], device=dev)
+            for layer in cache.layers:
+                layer.batch_select_indices(pick)
+            ends = [rest[i][groups[group_of[i]][1]:] for i in range(len(ids))]
+            wt = max(len(e) for e in ends)
+            inp = torch.tensor([e + [pad] * (wt - len(e)) for e in ends], device=dev)
+            mask = torch.tensor([[1] * shared + mid_mask[group_of[i]] + [1] * len(e)
+                                 + [0] * (wt - len(e)) for i, e in enumerate(ends)],
+                                device=dev)
+            starts = torch.tensor([shared + groups[group_of[i]][1] for i in range(len(ids))],
+                                  device=dev)
+            pos = starts[:, None] + torch.arange(wt, device=dev)[None, :]
+            last = torch.tensor([len(e) - 1 for e in ends], device=dev)
             keep = torch.unique(last)
             logits = model(input_ids=inp, attention_mask=mask, position_ids=pos,
                            past_key_values=cache, logits_to_keep=keep).logits.float()
@@ -439,6 +502,22 @@ class AdapterSet(HFBackend):
         raise TypeError("an AdapterSet generates per backend: use generate_parts")
 
 
+def middle_groups(rests: list[list[int]], min_shared: int) -> list[tuple[list[int], int]]:
+    """Rows (by index) whose token lists share a beginning of at least ``min_shared``
+    tokens, grouped: each group with the length of its common beginning, which leaves
+    every row of the group at least one token of its own. A row that shares nothing long
+    enough is a group of one (its middle is its whole list but the last token)."""
+    order = sorted(range(len(rests)), key=lambda i: rests[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and _common_prefix_len([rests[groups[-1][0]], rests[i]]) >= min_shared:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return [(g, min(_common_prefix_len([rests[i] for i in g]),
+                    min(len(rests[i]) for i in g) - 1)) for g in groups]
+
+
 def _common_prefix_len(seqs: list[list[int]]) -> int:
     """Length of the longest beginning that every token sequence shares."""
     first, n = seqs[0], min(len(x) for x in seqs)
@@ -463,17 +542,26 @@ def _runs(ids: list[list[int]], shared_min: int) -> list[list[int]]:
     return runs
 
 
-def batch_chunks(ids: list[list[int]], batch_size: int, shared_min: int) -> list[list[int]]:
+def batch_chunks(ids: list[list[int]], batch_size: int, shared_min: int,
+                 alone_size: int | None = None) -> list[list[int]]:
     """Batches of at most ``batch_size`` prompts: runs of prompts that share a long
     beginning (at least ``shared_min`` tokens and half the shorter prompt: a rule and its
     in-context examples, a state asked about every rule) come first, shortest first, each
     cut into batches of its own (a batch never mixes two runs, whose common beginning
-    would be short); the prompts in no run follow, batched by length so they pad little."""
+    would be short); the prompts in no run follow, batched by length so they pad little.
+
+    With ``alone_size`` (option scoring on a prefix tree) a run is cut in token order
+    into batches of ``batch_size``, so the prompts that share a middle stay together, and
+    the prompts in no run go ``alone_size`` a batch."""
     runs = _runs(ids, shared_min)
-    shared = [sorted(run, key=lambda i: len(ids[i])) for run in runs if len(run) > 1]
+    if alone_size is None:
+        shared = [sorted(run, key=lambda i: len(ids[i])) for run in runs if len(run) > 1]
+    else:
+        shared = [run for run in runs if len(run) > 1]     # _runs keeps token order
     alone = sorted((run[0] for run in runs if len(run) == 1), key=lambda i: len(ids[i]))
     chunks = [run[k:k + batch_size] for run in shared for k in range(0, len(run), batch_size)]
-    return chunks + [alone[k:k + batch_size] for k in range(0, len(alone), batch_size)]
+    step = alone_size or batch_size
+    return chunks + [alone[k:k + step] for k in range(0, len(alone), step)]
 
 
 def _tail(prefix: str, n: int = 24) -> str:
