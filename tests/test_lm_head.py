@@ -1,4 +1,4 @@
-"""The hardware's ``compact_lm_head`` (src/medpref/training/lm_head.py): trl's fused LM
+"""The hardware's ``compact_lm_head`` (src/medpref/training/hardware.py): trl's fused LM
 head on the learned positions only, on a CPU too. It must run the head on fewer rows,
 give the plain path's loss and training curve, and leave trl as it was afterwards."""
 
@@ -10,7 +10,7 @@ from conftest import make_tiny_llama
 from medpref import REPO_ROOT
 from medpref.params import load_params
 from medpref.rem.build_rem import rem_sft_config
-from medpref.training import lm_head
+from medpref.training import hardware as lm_head
 from medpref.training.hardware import load_hardware
 from medpref.training.sft import LoraSettings, build_sft_trainer, load_base, with_lora
 

@@ -90,11 +90,11 @@ def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: t
     """``SFTTrainer`` over prompt-completion examples; ``args`` is an ``SFTConfig`` with
     ``completion_only_loss=True`` (the loss on the completion alone). ``compact_lm_head``
     (a hardware section's key): the LM head on the learned positions only, on a CPU too
-    (:mod:`medpref.training.lm_head`)."""
+    (:func:`medpref.training.hardware.compact_lm_head`)."""
     from datasets import Dataset
     from trl import SFTTrainer
 
-    from medpref.training.lm_head import train_with_compact_head
+    from medpref.training.hardware import train_with_compact_head
 
     return train_with_compact_head(SFTTrainer(
         model=model, args=args, train_dataset=Dataset.from_list(data), processing_class=tok,
