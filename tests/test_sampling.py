@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from medpref.contracts import Dialogue, Turn
+from medpref.contracts import Dialogue, Turn, write_jsonl
 from medpref.sampling.build import build_unlabeled
 from medpref.sampling.config import SamplingParams
 from medpref.sampling.trajectory import (
@@ -299,3 +299,59 @@ def test_stage_with_too_few_items_fails_and_writes_nothing(tmp_path, monkeypatch
     with pytest.raises(StageFailed, match=r"stage sampling failed: 0 of 4 items produced"):
         sampling_stage.run(stage)
     assert not (tmp_path / "data").exists() and not (tmp_path / "reports").exists()
+
+
+# -- the written split: stage 01 samples the train part only -----------------------------
+def test_stage_01_sees_the_train_dialogues_only(tmp_path, monkeypatch, scripted_client):
+    """On the embedded corpus every item's history, real candidate and style exemplar come
+    from the split's train part, and no prompt holds a turn of a dev or eval dialogue (so
+    stage 04, which reads only these items, never annotates one either)."""
+    from medpref.contracts import read_jsonl
+    from medpref.data.split import load_split
+    from medpref.params import load_params, repo_path
+    from medpref.sampling import stage as sampling_stage
+    from medpref.sampling.config import RoundsParams
+
+    prompts: list[str] = []
+
+    def responder(req):
+        prompts.append("\n".join(m["content"] for m in req.messages))
+        return "Any red flags? Patient: none\nDoctor: Then we watch and wait."
+
+    split = load_split(repo_path(load_params().shared.split))
+    train = set(split.ids("train"))
+    n_items = len(train) + 5                  # more items than train dialogues: all are cut
+    stage = _stage(tmp_path, monkeypatch, scripted_client, responder, n_items=n_items,
+                   rounds=RoundsParams(enabled=False))
+    out = sampling_stage.run(stage)
+    dialogues = {d.id: d for d in read_jsonl(repo_path(stage.p.dialogues), Dialogue)}
+    assert len(out.items) == n_items and out.n_dialogues == len(train) == out.n_exemplars
+    assert {i.meta["dialogue_id"] for i in out.items} == train
+    assert {i.meta["exemplar_id"] for i in out.items} <= train
+    for item in out.items:
+        turns = dialogues[item.meta["dialogue_id"]].turns
+        assert item.history == turns[:len(item.history)]
+        assert item.candidates[0].response == turns[len(item.history)].text
+    held_out = {t.text for d in dialogues.values() if split.part(d.id) != "train"
+                for t in d.turns if len(t.text) > 40}
+    assert held_out and prompts          # (repeated prompts are answered from the cache)
+    assert not [t for t in held_out if any(t in p for p in prompts)]
+
+
+def test_the_exemplar_pool_keeps_train_and_refuses_unlisted_dialogues(tmp_path):
+    from medpref.data.split import DialogueSplit
+    from medpref.sampling.build import load_exemplar_pool, load_source_dialogues
+
+    corpus, other = tmp_path / "corpus.jsonl", tmp_path / "other.jsonl"
+    write_jsonl(corpus, [_dialogue(i, 3) for i in ("a", "b", "c")])
+    write_jsonl(other, [_dialogue(i, 3) for i in ("a", "c", "x")])
+    split = DialogueSplit({"a": "train", "b": "dev", "c": "eval"})
+    p = SamplingParams(dialogues=str(corpus), exemplar_pool=str(corpus))
+    assert [d.id for d in load_source_dialogues(p, split)] == ["a"]
+    assert [d.id for d in load_exemplar_pool(p, split)] == ["a"]
+    # another pool file: what the split holds out stays out, what it does not list stays in
+    p_other = SamplingParams(dialogues=str(corpus), exemplar_pool=str(other))
+    assert [d.id for d in load_exemplar_pool(p_other, split)] == ["a", "x"]
+    # a corpus dialogue the split does not list is an error, not a silent train dialogue
+    with pytest.raises(KeyError, match="'x' is in no part"):
+        load_source_dialogues(SamplingParams(dialogues=str(other)), split)

@@ -403,21 +403,6 @@ def test_next_turn_question_share_intervals_and_paired_verdicts():
     assert nextturn.paired_table(better, "sft").empty
 
 
-def test_next_turn_dialogues_leave_out_what_stage_01_split():
-    from medpref.params import load_params
-    from medpref.simulation.heldout import sampled_dialogue_ids
-    from medpref.simulation.stage import held_out_dialogues
-
-    params = load_params()
-    p = params.simulation
-    split = sampled_dialogue_ids(params, p.next_turn.dialogues)
-    chosen = held_out_dialogues(p, params)
-    assert split and len(chosen) == p.next_turn.n_dialogues
-    assert not {d.id for d in chosen} & split
-    # without the whole params (no stage 01 to ask) the file's last dialogues, as before
-    assert [d.id for d in held_out_dialogues(p)][-1] == "d-0047" and "d-0047" in split
-
-
 def test_table3_grid_reads_cells_from_policy_names():
     t2 = pd.DataFrame([{"doctor": "base", "ALL Sym.": 1.0, "ALL Test": 2.0, "ALL Dis.": 3.0},
                        {"doctor": "grid_avg_1",
@@ -560,7 +545,8 @@ def test_grader_validation_agreement_table():
                                                     lambda: setup.judge))
     table = validate_grader(items, grader, n_boot=200)
     assert set(table["split"]) == {"dev", "test", "all"}
-    table = table[table["split"] == "all"].set_index("category")
+    assert set(table["batch"]) == {"all", "v1"}          # items without a batch are v1
+    table = table[(table["split"] == "all") & (table["batch"] == "all")].set_index("category")
     assert table.loc["all", "items"] == 5 and table.loc["all", "accuracy"] == pytest.approx(0.8)
     assert table.loc["diseases", "accuracy"] == 1.0
     # gold T F T F T vs predicted T F T F F: p_o = .8, p_e = .6·.4 + .4·.6 = .48

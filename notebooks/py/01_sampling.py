@@ -5,6 +5,8 @@
 # with two candidate doctor replies and their future trajectories, ⟨H, C1, F1, C2, F2⟩.
 #
 # * **C1/F1, sampled** — a real (here: the embedded synthetic) dialogue cut at a random doctor turn;
+#   of the embedded corpus only the `train` part of the written split (`shared.split`): no item,
+#   so no preference pair and no DPO run, holds a turn of a development or evaluation dialogue;
 # * **C2/F2, generated** — the `annotator` role continues the same history in the style of
 #   another dialogue (a one-shot style exemplar, `configs/prompts/trajectory_continuation.yaml`).
 #
@@ -29,7 +31,8 @@ stage.p
 
 # %%
 out = sampling_stage.run(stage)
-print(f"{out.n_dialogues} source dialogues ({stage.p.source}), {out.n_exemplars} style exemplars")
+print(f"{out.n_dialogues} source dialogues ({stage.p.source}; embedded: the split's train part), "
+      f"{out.n_exemplars} style exemplars")
 out.metrics
 
 # %% [markdown]

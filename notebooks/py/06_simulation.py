@@ -44,6 +44,18 @@ print(f"{len(out.consultations)} consultations, {len(out.doctors)} doctors")
 out.doctors
 
 # %% [markdown]
+# ## The SP cases against the written split (issue 31)
+#
+# Before any consultation, each SP case is compared with every dialogue of the split's corpus
+# (`shared.split`): the MiniLM cosine of the case's complaint and diseases against the dialogue's
+# complaint and diagnosis, and the specific words their disease names share. A *flagged* pair
+# (the same disease and presentation) whose dialogue is in `train` stops the stage; *near* pairs
+# are listed for reading (`medpref.simulation.overlap`).
+
+# %%
+out.split_overlap
+
+# %% [markdown]
 # ## Table 2: SP scores per department and ALL (Eq. 6, %)
 
 # %%
@@ -108,12 +120,16 @@ out.table6_ci
 # %% [markdown]
 # ## Next-turn evaluation on held-out dialogues (PLPF Tables 4 and 6, Fig. 4)
 #
-# The dialogues are ones stage 01 never split into preference items. Beside the paper's
-# metrics: the share of predicted turns that ask a question, bootstrap 95 % intervals for
-# GPD and ROUGE-L F1, and every doctor against SFT paired by item (GPD points per item,
-# ROUGE-L F1 and BLEU-4 in points, asks-a-question in %).
+# The dialogues are the written split's eval part, which nothing trained or tuned on. Beside
+# the paper's metrics: the share of predicted turns that ask a question, bootstrap 95 %
+# intervals for GPD and ROUGE-L F1, and every doctor against SFT paired by item (GPD points per
+# item, ROUGE-L F1 and BLEU-4 in points, asks-a-question in %). First the GPD judge's own check:
+# each reference turn against itself and against an unrelated turn; if the judge does not give
+# the unrelated turn a worse GPD (paired interval above 0), GPD is not valid with this judge and
+# no comparison is ranked by it.
 
 # %%
+display(out.gpd_check.table if out.gpd_check else None)
 display(out.next_turn)
 out.next_turn_paired
 
@@ -124,16 +140,30 @@ out.next_turn_paired
 out.grader_validation
 
 # %% [markdown]
-# ## Held-out process compliance (issue 21)
+# ## Held-out process compliance (issues 21, 31)
 #
-# Each policy's next doctor turn on states of dialogues stage 01 never split (no preference
-# pair came from them), scored per rule by stage 03's REM (0-2); the difference to SFT is
-# paired by state, its 95 % interval resamples dialogues, with a sign-flip p-value and the
-# minimum detectable difference (`medpref.simulation.heldout`).
+# Each policy's next doctor turn on states of the split's eval dialogues (before each one's
+# diagnosis), scored per rule by stage 03's REM (0-2); the difference to SFT is paired by state,
+# its 95 % interval resamples dialogues, with a sign-flip p-value and the minimum detectable
+# difference (`medpref.simulation.heldout`). Two controls are scored on the same states:
+# `control_real_turn` (the dialogue's own next turn) and `control_bad_turn` (its diagnosis or
+# plan moved to this early state). Their difference is the REM's range (`rem_range`, beside every
+# row); where it does not exclude 0, the REM does not separate a good turn from a bad one there
+# and no policy is ranked.
 
 # %%
 display(out.heldout.states)
 out.heldout.table
+
+# %% [markdown]
+# ## The share of doctor turns that ask a question (issue 32)
+#
+# On the held-out states above and on the SP openings (each consultation's first doctor turn),
+# from turns already generated: the share with its Wilson interval, and each doctor against
+# base, paired by state (resampling dialogues) or by case (`medpref.simulation.questions`).
+
+# %%
+out.question_share
 
 # %% [markdown]
 # ## Metrics, model use and provenance

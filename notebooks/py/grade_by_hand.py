@@ -11,11 +11,12 @@
 # the verdict at once to `output_path` (contract `SPGradedItem`, tagged `hand:<grader>`,
 # with the "why" text); **Skip** leaves the item for a later session.
 #
-# The rule, as the grader applies it: a *symptom* (history included) passes when the doctor
-# asked about it; a *test* when the doctor recommended it; a *disease* when the doctor named
-# it in a turn naming fewer than four candidate diseases. The patient volunteering it, or
-# the doctor echoing the patient's words, does not count. All logic lives in
-# `medpref.simulation.handgrading`.
+# The rule is the rubric in `docs/sp_grading_rubric.md` (the panel shows it in short): a
+# *symptom* (history included) passes when the doctor asked about it; a *test* when the
+# doctor requested or recommended it; a *disease* when the doctor named it as the patient's
+# diagnosis or as one of fewer than four candidates, not in teaching text, made-up history,
+# a negation or a list. The patient volunteering it, or the doctor echoing the patient's
+# words, does not count. All logic lives in `medpref.simulation.handgrading`.
 
 # %% tags=["parameters"]
 # paths are relative to the repository root

@@ -104,16 +104,23 @@ def to_latex(table: pd.DataFrame, caption: str, digits: int = 1) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_built(built: BuiltTable, out_dir: Path, digits: int = 1) -> list[Path]:
-    """``<id>.csv``, ``<id>.md`` (with the label and the paper's note) and ``<id>.tex``."""
-    stem = out_dir / built.spec.id
+def render_built(built: BuiltTable, digits: int = 1) -> dict[str, str]:
+    """``<id>.csv``, ``<id>.md`` (with the label and the paper's note) and ``<id>.tex``:
+    file name → text."""
+    stem = built.spec.id
     shown = built.table.map(lambda v: _fmt(v, digits) if isinstance(v, float) else v)
     note = built.spec.published.note if built.spec.published else ""
     md = (f"**{built.spec.paper} — {built.spec.label}**\n\n"
           + shown.to_markdown(index=False) + "\n"
           + (f"\nPaper rows: {note}.\n" if note else ""))
-    paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
-    atomic_write_text(paths[0], built.table.to_csv(index=False))
-    atomic_write_text(paths[1], md)
-    atomic_write_text(paths[2], to_latex(built.table, built.spec.label, digits))
+    return {f"{stem}.csv": built.table.to_csv(index=False), f"{stem}.md": md,
+            f"{stem}.tex": to_latex(built.table, built.spec.label, digits)}
+
+
+def write_built(built: BuiltTable, out_dir: Path, digits: int = 1) -> list[Path]:
+    """:func:`render_built`'s files written under ``out_dir``; returns their paths."""
+    paths = []
+    for name, text in render_built(built, digits).items():
+        atomic_write_text(out_dir / name, text)
+        paths.append(out_dir / name)
     return paths

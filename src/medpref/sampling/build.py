@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
 from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl
+from medpref.data.split import DialogueSplit
 from medpref.llm.client import LLMClient
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
@@ -22,17 +24,32 @@ from medpref.sampling.trajectory import (
     sample_splits,
 )
 
-#: The generated continuation starts as the doctor's line (small models need the nudge).
 
-
-def load_source_dialogues(p: SamplingParams) -> list[Dialogue]:
-    """The dialogues to split: the embedded corpus or a real set through its adapter."""
+def load_source_dialogues(p: SamplingParams, split: DialogueSplit) -> list[Dialogue]:
+    """The dialogues to split: the ``train`` part of the embedded corpus (``split``: the
+    written split, ``shared.split``), or a real set's own ``source_split`` through its
+    adapter. A development or evaluation dialogue never becomes a preference item, so no
+    stage 04 pair and no DPO run holds a turn of one."""
     if p.source == "embedded":
-        return read_jsonl(repo_path(p.dialogues), Dialogue)
+        return split.select(read_jsonl(repo_path(p.dialogues), Dialogue), "train")
     from medpref.data import adapters
 
     loader = {"mts_dialog": adapters.mts_dialogues, "aci_bench": adapters.aci_dialogues}[p.source]
     return loader(split=p.source_split, limit=p.source_limit)
+
+
+def load_exemplar_pool(p: SamplingParams, split: DialogueSplit) -> list[Dialogue]:
+    """The style exemplars the continuation prompt shows: the ``train`` part when the
+    pool is the embedded corpus (a dialogue the split does not list is an error there);
+    from another file, every dialogue the split does not place in dev or eval."""
+    pool = read_jsonl(repo_path(p.exemplar_pool), Dialogue)
+    if same_file(p.exemplar_pool, p.dialogues):
+        return split.select(pool, "train")
+    return [d for d in pool if split.parts.get(d.id, "train") == "train"]
+
+
+def same_file(a: str, b: str) -> bool:
+    return Path(repo_path(a)).resolve() == Path(repo_path(b)).resolve()
 
 
 @dataclass

@@ -15,11 +15,13 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl, write_jsonl
+from medpref.contracts import UnlabeledItem, write_jsonl
+from medpref.data.split import load_split
 from medpref.params import repo_path
 from medpref.reports import write_table
 from medpref.sampling.build import (
     build_unlabeled,
+    load_exemplar_pool,
     load_source_dialogues,
     metrics,
     rounds_distribution,
@@ -50,8 +52,9 @@ def run(stage: Stage) -> SamplingOutputs:
     """Build the unlabeled set; fail before writing anything when too little came out."""
     p = stage.p
     with stage.step("load"):
-        dialogues = load_source_dialogues(p)
-        pool = read_jsonl(repo_path(p.exemplar_pool), Dialogue)
+        split = load_split(repo_path(stage.params.shared.split))
+        dialogues = load_source_dialogues(p, split)
+        pool = load_exemplar_pool(p, split)
     annotator = stage.role(p.continuation_call.role)
     speakers = {speaker: stage.role(call.role) for speaker, call in p.rounds.calls.items()}
     with stage.step("generate"):

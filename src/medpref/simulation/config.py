@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
@@ -127,8 +127,8 @@ class NextTurnParams(StrictModel):
     dialogues: str = "data/embedded/dialogues.jsonl"
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
     source_split: str = "test1"
-    dialogue_ids: list[str] | None = None      # None: the last n_dialogues (embedded: unsplit ones)
-    n_dialogues: int = Field(10, ge=1)
+    dialogue_ids: list[str] | None = None   # None: the last n_dialogues (embedded: eval part)
+    n_dialogues: int = Field(18, ge=1)
     cuts_per_dialogue: int = Field(1, ge=1, le=50)  # seeded doctor turns predicted per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)
     max_new_tokens: int = Field(64, ge=4, le=2048)
@@ -138,16 +138,43 @@ class NextTurnParams(StrictModel):
 
 class HeldoutParams(StrictModel):
     """Held-out process compliance (simulation.heldout): each compared policy's next doctor
-    turn on states of dialogues stage 01 never split, scored per rule by stage 03's REM,
+    turn on states of the split's eval dialogues, before their diagnosis, scored per rule
+    by stage 03's REM beside two controls (the real next turn, a premature diagnosis),
     against SFT by state with intervals clustered by dialogue."""
 
     enabled: bool = True              # on by default (issue 21); ~6.5 min uncached on 2 cores
-    dialogues: str = "data/embedded/dialogues.jsonl"  # the pool, less stage 01's splits
-    n_states: int = Field(60, ge=1)
+    dialogues: str = "data/embedded/dialogues.jsonl"  # its eval part (shared.split)
+    n_states: int = Field(68, ge=1)
     states_per_dialogue: int = Field(4, ge=1, le=50)  # seeded cuts per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)   # turns the policy (and the REM) reads
     include_grid: bool = False        # also the PLPF Table 3 grid cells (grid_pattern)
     max_new_tokens: int = Field(64, ge=4, le=2048)
+    # control_bad_turn of a dialogue without meta.diagnosis_turn: this, with {diagnosis}
+    bad_turn_template: str = "This is {diagnosis}; I'll start treatment today."
+
+    @field_validator("bad_turn_template")
+    @classmethod
+    def _names_the_diagnosis(cls, v: str) -> str:
+        if "{diagnosis}" not in v:
+            raise ValueError("simulation.heldout.bad_turn_template must contain {diagnosis}")
+        return v
+
+
+class SplitOverlapParams(StrictModel):
+    """The overlap check of the SP cases against the split's corpus
+    (:mod:`medpref.simulation.overlap`): a flagged dialogue in ``train`` fails the stage."""
+
+    dialogues: str = "data/embedded/dialogues.jsonl"   # the corpus shared.split divides
+    gloss: str | None = "data/embedded/sp_cases_gloss_en.yaml"  # English of non-English cases
+    flag_cosine: float = Field(0.6, ge=-1.0, le=1.0)   # MiniLM cosine: the same case
+    flag_shared_words: int = Field(2, ge=1, le=20)     # or this many specific disease words
+    near_cosine: float = Field(0.5, ge=-1.0, le=1.0)   # listed, allowed anywhere
+
+    @model_validator(mode="after")
+    def _near_below_flag(self) -> SplitOverlapParams:
+        if self.near_cosine > self.flag_cosine:
+            raise ValueError("simulation.split_overlap.near_cosine must not exceed flag_cosine")
+        return self
 
 
 class SimulationParams(StrictModel):
@@ -171,6 +198,7 @@ class SimulationParams(StrictModel):
     grader: GraderParams = Field(default_factory=GraderParams)
     next_turn: NextTurnParams = Field(default_factory=NextTurnParams)
     heldout: HeldoutParams = Field(default_factory=HeldoutParams)
+    split_overlap: SplitOverlapParams = Field(default_factory=SplitOverlapParams)
     rem_radar: bool = True
     rem_adapter: str | None = "data/03_rem/rem_lora"   # finetuned REM; absent → in-context expected
     rem_role: str = "rem"

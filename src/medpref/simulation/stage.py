@@ -13,13 +13,18 @@ policy found under ``simulation.trained_policies``):
    Eq. 6) → Table 2 (per department and ALL), with intervals and paired comparisons;
 3. next-turn prediction on held-out dialogues: BLEU-4, ROUGE-L P/R/F1, length, GPD;
 4. rule compliance of its transcripts with stage 03's REM (the radar of PLPF Fig. 3);
-5. held-out process compliance: its next turn on states of dialogues stage 01 never split,
-   scored per rule by the REM, against SFT by state (:mod:`~medpref.simulation.heldout`);
+5. held-out process compliance: its next turn on states of the written split's eval
+   dialogues, scored per rule by the REM beside two controls (the real next turn, a
+   premature diagnosis), against SFT by state (:mod:`~medpref.simulation.heldout`);
 
 then the PLPF Table 3 grid and follow-up Table 6 from the policies that exist (each with
 a companion of intervals, paired verdicts and minimum detectable differences), the
 grader's agreement with the hand-graded items (accuracy, Cohen's κ with its interval,
-per split), the doctors' behaviour and a transcripts page for clinicians.
+per split), the doctors' behaviour and a transcripts page for clinicians. Before any of
+it, the SP cases are checked against the split (:mod:`~medpref.simulation.overlap`: a
+training dialogue of an SP case's disease and presentation fails the stage); after the
+doctors, the GPD judge is checked (:func:`~medpref.simulation.nextturn.gpd_check`) and
+the share of turns that ask a question is tabled (:mod:`~medpref.simulation.questions`).
 """
 
 from __future__ import annotations
@@ -42,7 +47,16 @@ from medpref.llm.types import CallSpec
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
-from medpref.simulation import behaviour, consult, grading, heldout, nextturn, tables
+from medpref.simulation import (
+    behaviour,
+    consult,
+    grading,
+    heldout,
+    nextturn,
+    overlap,
+    questions,
+    tables,
+)
 from medpref.simulation.config import DoctorConfig, SimulationParams
 from medpref.simulation.doctors import all_doctors, grid_cell, trained_doctors
 from medpref.simulation.echo import doctor_sentences
@@ -75,6 +89,9 @@ class SimulationOutputs:
     radar: Any = None
     consult_rows: list[dict] = field(default_factory=list)   # honesty + behaviour counts
     heldout: Any = None        # heldout.HeldoutResult: held-out process compliance
+    split_overlap: pd.DataFrame = field(default_factory=pd.DataFrame)   # SP cases ~ dialogues
+    gpd_check: Any = None      # nextturn.GpdCheck: is GPD valid with this judge?
+    question_share: pd.DataFrame = field(default_factory=pd.DataFrame)  # asking turns, vs base
     grid_ci: pd.DataFrame = field(default_factory=pd.DataFrame)     # beside table3_grid
     table6_ci: pd.DataFrame = field(default_factory=pd.DataFrame)   # beside table6
 
@@ -119,24 +136,30 @@ def load_cases(p: SimulationParams) -> list[SPCase]:
 
 
 def held_out_dialogues(p: SimulationParams, params=None) -> list[Dialogue]:
-    """The next-turn dialogues: ``dialogue_ids``, else the last ``n_dialogues`` of the
-    source — of the embedded file, only dialogues stage 01 never split into preference
-    items (``params``: the whole params, to know those splits; without a ``sampling``
-    section there is no stage 01 and nothing was split)."""
+    """The next-turn dialogues. Of a real set: its ``source_split``, ``dialogue_ids`` or
+    else the last ``n_dialogues``. Of the embedded file: only the written split's eval
+    part (``params``: the whole params, whose ``shared.split`` names it), ``dialogue_ids``
+    (each must be an eval dialogue) or else the last ``n_dialogues`` of that part."""
     nt = p.next_turn
     if nt.source != "embedded":
         from medpref.data import adapters
 
         load = {"mts_dialog": adapters.mts_dialogues, "aci_bench": adapters.aci_dialogues}
         dialogues = load[nt.source](nt.source_split)
-    else:
-        dialogues = read_jsonl(repo_path(nt.dialogues), Dialogue)
+        if nt.dialogue_ids:
+            return [d for d in dialogues if d.id in set(nt.dialogue_ids)]
+        return dialogues[-nt.n_dialogues:]
+    from medpref.data.split import load_split
+    from medpref.params import SharedParams
+
+    split = load_split(repo_path((params.shared if params is not None else SharedParams()).split))
+    dialogues = heldout.eval_dialogues(repo_path(nt.dialogues), split)
     if nt.dialogue_ids:
-        wanted = set(nt.dialogue_ids)
-        return [d for d in dialogues if d.id in wanted]
-    if nt.source == "embedded" and params is not None and "sampling" in params.raw:
-        split = heldout.sampled_dialogue_ids(params, nt.dialogues)
-        dialogues = [d for d in dialogues if d.id not in split]
+        outside = [i for i in nt.dialogue_ids if split.part(i) != "eval"]
+        if outside:
+            raise ValueError(f"simulation.next_turn.dialogue_ids: {outside} are not in the eval "
+                             f"part of {split.path}")
+        return [d for d in dialogues if d.id in set(nt.dialogue_ids)]
     return dialogues[-nt.n_dialogues:]
 
 
@@ -298,6 +321,8 @@ def run(stage) -> SimulationOutputs:
 
         torch.set_num_threads(p.torch_threads)
     h = build_harness(stage, p)
+    with stage.step("split overlap"):   # fails here when a training dialogue is an SP case's
+        split_overlap = overlap.check_split(stage, p, h.cases, h.encode)
     doctors = doctors_of(stage, p)
     results, model_ids = {}, {}
     for d in doctors:
@@ -313,12 +338,49 @@ def run(stage) -> SimulationOutputs:
     behaviour.check_fidelity([f for r in results.values() for f in r.fidelity],
                              p.patient.max_unsupported_share, p.patient.guard_min_sentences)
     out = assemble(p, results, validation, doctors, model_ids, h)
+    out.split_overlap = split_overlap
+    with stage.step("gpd check"):
+        out.gpd_check = check_gpd(stage, p, h, out)
     write_outputs(stage, out, [row for r in results.values() if r.next_turn
                                for row in r.next_turn.items])
     with stage.step("held-out compliance"):
         out.heldout = heldout.run_heldout(stage, p, h, doctors, lambda d: doctor_client(stage, d))
-    out.metrics.update(heldout.metrics_of(out.heldout))
+    out.question_share = question_share(stage, p, out)
+    out.metrics.update({**heldout.metrics_of(out.heldout), **overlap.metrics_of(split_overlap),
+                        **nextturn.gpd_check_metrics(out.gpd_check),
+                        **questions.metrics_of(out.question_share)})
     return out
+
+
+def check_gpd(stage, p: SimulationParams, h: Harness, out: SimulationOutputs):
+    """Is GPD valid with this judge (:func:`nextturn.gpd_check`)? Writes its table and
+    raw verdicts, and withdraws every GPD verdict of the next-turn and Table 6 companions
+    when it is not; None (an empty table) without next-turn items."""
+    if not h.items:
+        write_table(pd.DataFrame(columns=nextturn.CHECK_COLUMNS),
+                    stage.report("next_turn_gpd_check"))
+        write_jsonl(stage.data("next_turn_gpd_check.jsonl"), [])
+        return None
+    check = nextturn.gpd_check(h.items, h.gpd_judge, h.templates[p.next_turn.gpd_prompt],
+                               p.grader.bootstrap_rounds, stage.seed)
+    out.next_turn, out.next_turn_paired = nextturn.apply_gpd_check(out.next_turn,
+                                                                   out.next_turn_paired, check)
+    if not check.valid and len(out.table6_ci):
+        out.table6_ci.loc[out.table6_ci["metric"] == "Next-turn GPD", "verdict"] = "not valid"
+    write_table(check.table, stage.report("next_turn_gpd_check"), floatfmt=".3f")
+    write_jsonl(stage.data("next_turn_gpd_check.jsonl"), check.rows)
+    return check
+
+
+def question_share(stage, p: SimulationParams, out: SimulationOutputs) -> pd.DataFrame:
+    """The share of doctor turns that ask, on the eval states and the SP openings, each
+    doctor against base (:mod:`~medpref.simulation.questions`); from turns already made."""
+    rows = (questions.state_turns(out.heldout.turns if out.heldout else [])
+            + questions.opening_turns(out.consultations))
+    table = questions.question_share_table(rows, n_boot=p.grader.bootstrap_rounds,
+                                           seed=stage.seed)
+    write_table(table, stage.report("question_share"), floatfmt=".3f")
+    return table
 
 
 def grader_validation(p: SimulationParams, graders: dict, seed: int) -> pd.DataFrame:
@@ -389,7 +451,8 @@ def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
         m[f"next_turn/{row['doctor']}"] = {k: (None if pd.isna(row[k]) else round(float(row[k]), 3))
                                           for k in ("bleu4", "rougeL_f1", "rougeL_r", "gpd")}
     gv = out.grader_validation
-    test = (gv[(gv["category"] == "all") & (gv["split"] == "test")] if not gv.empty else gv)
+    test = (gv[(gv["category"] == "all") & (gv["split"] == "test") & (gv["batch"] == "all")]
+            if not gv.empty else gv)
     for _, row in test.iterrows():
         m[f"grader/{row['grader']}"] = {
             "accuracy": round(float(row["accuracy"]), 3), "items": int(row["items"]),
