@@ -146,7 +146,8 @@ def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> Tr
                                          target_modules=tuple(t.target_modules)))
     ckpt_dir, card = repo_path(t.checkpoints_dir), rem_task_card(p)
     trainer = build_sft_trainer(model, tok, data, rem_sft_config(
-        t, hardware, ckpt_dir, seed, rem_steps(len(data), t, hardware)))
+        t, hardware, ckpt_dir, seed, rem_steps(len(data), t, hardware)),
+        compact_lm_head=hardware.rem.compact_lm_head)
     key = run_key(kind="rem", train=t.model_dump(), hardware=hardware.model_dump(
         exclude={"policy"}), seed=seed, data=data, base=content_id(base_path), card=card)
     result = fit(trainer, ckpt_dir, key)
