@@ -608,7 +608,7 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     patient_turns = [t.text for t in out.consultations[0].turns[2::2]]
     assert patient_turns == ["Yes, up to 38.5 degrees since Monday.",
                              "Chest X-ray: patchy shadow in the right lower lobe."]
-    lines = (tmp_path / "data" / "transcripts.jsonl").read_text().splitlines()
+    lines = (tmp_path / "reports" / "records" / "consultations.jsonl").read_text().splitlines()
     assert len(lines) == 4 and json.loads(lines[0])["rounds"] == 2
     assert (tmp_path / "reports" / "table2.md").exists()
     assert out.metrics["sp/base"]["Sym."] == 100.0

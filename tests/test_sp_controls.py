@@ -333,7 +333,7 @@ def test_the_stage_runs_the_controls_as_labelled_rows_and_writes_range_and_gate(
     assert out.metrics["sp/control_lecture"] == {"Sym.": 0.0, "Test": 0.0, "Dis.": 0.0}
     html = (reports / "transcripts.html").read_text()
     assert 'control_echo <span class="tag tag-control">control</span>' in html
-    lines = [json.loads(x) for x in (tmp_path / "data" / "transcripts.jsonl").read_text()
+    lines = [json.loads(x) for x in (reports / "records" / "consultations.jsonl").read_text()
              .splitlines()]
     assert {r["kind"] for r in lines} == {"model", "control"}
     assert len(lines) == 2 * len(names)

@@ -124,6 +124,9 @@ out.radar
 # %% [markdown]
 # ## PLPF Table 3 / follow-up Fig. 10 and follow-up Table 6 (from the policies that exist)
 #
+# Table 3's `note` says how its cells were SP-tested: by default (`simulation.grid_cases: 0`)
+# they are not, since each cell trains on a dozen or two pairs and the few cases a CPU run
+# affords detect nothing; the table then keeps its cells, empty, with that reason.
 # Beside each table, its intervals (bootstrap 95 % over cases, or items for GPD) and every
 # column paired against the table's reference (the `avg` cell of the same trajectory
 # length; GPT-4 ranking): difference, interval, sign-flip p-value, the minimum detectable
@@ -184,6 +187,17 @@ out.heldout.table
 
 # %%
 out.question_share
+
+# %% [markdown]
+# ## What the run keeps: its records
+#
+# Every answer, grade and score above is a per-item record under
+# `reports/06_simulation/records/` (`medpref.simulation.outputs`), each row with its content
+# key; every table, the radar and `transcripts.html` are built from them alone, so
+# `medpref tables 06_simulation` rebuilds them with no model call. Rows per record file:
+
+# %%
+{name: len(rows) for name, rows in out.records.items()}
 
 # %% [markdown]
 # ## Metrics, model use and provenance

@@ -11,32 +11,41 @@ from collections.abc import Sequence
 from medpref.simulation.config import SimulationParams
 from medpref.simulation.echo import doctor_sentences, speech_act
 from medpref.simulation.knowledge import split_sentences
-from medpref.simulation.patient import patient_fidelity, speaks_as_doctor
+from medpref.simulation.patient import fidelity_of, judge_sentences, speaks_as_doctor
 from medpref.simulation.patients import fallback_sentences, is_dont_know
 from medpref.stagekit import StageFailed
 
 
+def fidelity_judgements(c, kbs, encode, p: SimulationParams) -> list[dict]:
+    """One consultation's patient sentences, each judged against its case
+    (:func:`medpref.simulation.patient.judge_sentences`; MiniLM, so recorded)."""
+    no_fact = fallback_sentences(p.patient)
+    return judge_sentences(c.turns, kbs[c.case_id], encode, p.patient.support_threshold,
+                           p.patient.relevance_threshold, skip=lambda s: s.strip() in no_fact)
+
+
+def consult_row(c, judged: list[dict], p: SimulationParams) -> dict:
+    """One consultation's counts: the patient's honesty (from its sentence judgements)
+    and the doctor's behaviour (pure functions of the transcript)."""
+    fid = fidelity_of(judged, c.turns)
+    patient_turns = [t.text for t in c.turns[1:] if t.role == "patient"]
+    replies = [s for s in c.steps if s.get("speaker") == "patient"]
+    return {"doctor": c.doctor, "kind": c.kind, "case": c.case_id,
+            "department": c.department, "rounds": c.rounds, "ended_by": c.ended_by,
+            "sentences": fid.sentences, "volunteered": fid.volunteered,
+            "unsupported": fid.unsupported, "unsupported_at": fid.unsupported_at,
+            "empty_turns": sum(1 for s in c.steps if s.get("empty")),
+            "role_swaps": sum(speaks_as_doctor(t) for t in patient_turns),
+            "dont_know": sum(is_dont_know(t) for t in patient_turns),
+            "patient_replies": len(replies),
+            "fallbacks": sum(bool(s.get("fallback")) for s in replies),
+            "nothing_asked": sum(s.get("fallback") == "nothing_asked" for s in replies),
+            "examples": fid.examples, **behaviour_row(c, p)}
+
+
 def consult_rows(consults, kbs, encode, p: SimulationParams) -> list[dict]:
     """Per consultation: the patient's honesty and the doctor's behaviour counts."""
-    rows = []
-    no_fact = fallback_sentences(p.patient)
-    for c in consults:
-        fid = patient_fidelity(c.turns, kbs[c.case_id], encode, p.patient.support_threshold,
-                               p.patient.relevance_threshold, skip=lambda s: s.strip() in no_fact)
-        patient_turns = [t.text for t in c.turns[1:] if t.role == "patient"]
-        replies = [s for s in c.steps if s.get("speaker") == "patient"]
-        rows.append({"doctor": c.doctor, "kind": c.kind, "case": c.case_id,
-                     "department": c.department, "rounds": c.rounds, "ended_by": c.ended_by,
-                     "sentences": fid.sentences, "volunteered": fid.volunteered,
-                     "unsupported": fid.unsupported, "unsupported_at": fid.unsupported_at,
-                     "empty_turns": sum(1 for s in c.steps if s.get("empty")),
-                     "role_swaps": sum(speaks_as_doctor(t) for t in patient_turns),
-                     "dont_know": sum(is_dont_know(t) for t in patient_turns),
-                     "patient_replies": len(replies),
-                     "fallbacks": sum(bool(s.get("fallback")) for s in replies),
-                     "nothing_asked": sum(s.get("fallback") == "nothing_asked" for s in replies),
-                     "examples": fid.examples, **behaviour_row(c, p)})
-    return rows
+    return [consult_row(c, fidelity_judgements(c, kbs, encode, p), p) for c in consults]
 
 
 def behaviour_row(c, p: SimulationParams) -> dict:

@@ -211,8 +211,9 @@ class SimulationParams(StrictModel):
     agentclinic_file: Literal["medqa", "medqa_extended", "nejm", "nejm_extended"] = "medqa"
     n_cases: int | None = Field(None, ge=1)           # a subset, one per department first
     case_ids: list[str] | None = None                 # overrides n_cases
-    # Table 3 grid cells: the SP test on this many of the cases (round-robin; None: all)
-    grid_cases: int | None = Field(3, ge=1)
+    # Table 3 grid cells: the SP test on this many of the cases (round-robin; None: all;
+    # 0: the cells are not SP-tested, and table3_grid says why)
+    grid_cases: int | None = Field(0, ge=0)
     rounds: int = Field(5, ge=1, le=50)               # paper: 5
     doctor_prompt: str = "policy_doctor"                # the prompt the policies trained with
     doctor_decoding: DoctorDecoding = Field(default_factory=DoctorDecoding)
