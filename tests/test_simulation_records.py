@@ -119,7 +119,10 @@ def test_every_declared_record_is_written_one_row_per_item_with_its_key(committe
     first = records["consultations"][0]
     steps = first["steps"]
     assert [s["speaker"] for s in steps] == ["doctor", "patient"] * 2
-    assert steps[0]["raw"] == "Do you have a fever?" and "fallback" in steps[1]
+    # the completion is kept where the turn cut it (at its first question), not twice
+    assert first["turns"][1]["text"] == "Do you have a fever?" and "raw" not in steps[0]
+    assert first["turns"][3]["text"] == "Any wheeze?"
+    assert steps[2]["raw"] == "Any wheeze? Please get a chest X-ray." and "fallback" in steps[1]
     assert all(set(a) == {"from", "score"} for s in steps[1::2] for a in s["answered_from"])
     # 4 models predicted 3 items each; the REM judged the spoken transcripts per rule
     assert sizes["next_turn_predictions"] == 4 * 3 and sizes["next_turn_items"] == 3

@@ -393,13 +393,15 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
         comps = next_doctor_turns(states, client, h.templates[p.doctor_prompt],
                                   p.heldout_call(d))
         turns[d.name] = [None if c.error else parse_doctor_answer(c.text) for c in comps]
+        # the raw completion where it differs from the turn (absent: the turn is it)
         records += [{"policy": d.name, "model_id": client.model_id, "dialogue": s.dialogue,
-                     "cut": s.cut, "turn": t, "raw": c.text, "error": c.error}
+                     "cut": s.cut, "turn": t, **({"raw": c.text} if c.text != t else {}),
+                     "error": c.error}
                     for s, t, c in zip(states, turns[d.name], comps)]
     turns[REAL] = [s.real_turn for s in states]
     turns[BAD] = [s.bad_turn for s in states]
     records += [{"policy": name, "model_id": "", "dialogue": s.dialogue, "cut": s.cut,
-                 "turn": t, "raw": t, "error": None, "control_from":
+                 "turn": t, "error": None, "control_from":
                  f"turn {s.cut}" if name == REAL else s.bad_turn_from}
                 for name in CONTROLS for s, t in zip(states, turns[name])]
     scores = score_turns(states, turns, h.scorer, rules)

@@ -65,9 +65,18 @@ def step_record(step: dict[str, Any]) -> dict[str, Any]:
 
 
 def consultation_record(c: Consultation, key: str) -> dict[str, Any]:
-    """One consultation as recorded (``Consultation.record`` with compact steps)."""
+    """One consultation as recorded (``Consultation.record`` with compact steps): a doctor
+    step keeps the model's raw completion only where it differs from the turn it gave
+    (absent: the turn is the completion as written, or a control wrote it)."""
     rec = c.record()
-    return {"key": key, **rec, "steps": [step_record(s) for s in rec["steps"]]}
+    said = iter(t["text"] for t in rec["turns"] if t["role"] == "doctor")
+    steps = []
+    for s in rec["steps"]:
+        s = step_record(s)
+        if s.get("speaker") == "doctor" and s.get("raw") in (None, next(said, None)):
+            s = {k: v for k, v in s.items() if k != "raw"}
+        steps.append(s)
+    return {"key": key, **rec, "steps": steps}
 
 
 #: the fields every grade record has; the others only where they say something (not None,
