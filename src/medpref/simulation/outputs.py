@@ -7,21 +7,22 @@ Every model answer, grade and score the stage's tables read is a record
   ``control_script`` is expected to earn per category (the controls' gate reads it);
 * ``sp_doctors`` — each doctor under test: kind, role, adapter, model id, how many cases it
   met in the SP test (a Table 3 grid cell: ``simulation.grid_cases``);
-* ``consultations`` — each SP consultation (doctor × case): the turns, each doctor turn's
-  raw answer, where each patient reply came from (which fallback, if any), how it ended,
-  the error;
+* ``consultations`` — each SP consultation (doctor × case): the turns, each model doctor
+  turn's raw completion where it differs from the turn, where each patient reply came from
+  (which fallback, if any), how it ended, the error;
 * ``grades`` — every checklist grade (consultation × item): verdict, method, evidence
-  sentence and turn, the echoes and listings refused, abstentions, a judge's raw answers;
+  sentence and turn, the echoes and listings refused, abstentions, a judge's raw answers
+  (a field at its default, None or empty, is left out);
 * ``patient_sentences`` — every patient sentence judged against its case (MiniLM):
   similarity to the best chunk and to the question, verbatim or not, the verdict;
 * ``compliance_judgements`` — stage 03's REM on each transcript, per rule (the radar);
 * ``next_turn_items`` — each held-out next-turn item: its reference turn, and the GPD
   check's verdicts on it (the reference against itself and against an unrelated turn);
-* ``next_turn_predictions`` — each doctor's prediction per item, the raw completion, the GPD judge's
-  parsed and raw verdict (BLEU and ROUGE are recomputed from the texts);
+* ``next_turn_predictions`` — each doctor's prediction per item, the raw completion, the
+  GPD judge's parsed and raw verdict (BLEU and ROUGE are recomputed from the texts);
 * ``heldout_cuts`` and ``heldout_turns`` — the held-out compliance states (each a dialogue
-  cut before a doctor turn), and each
-  policy's (and control's) turn on each with its REM score per rule;
+  cut before a doctor turn), and each policy's (and control's) turn on each with its REM
+  score per rule;
 * ``grader_verdicts`` — each hand-graded item with every grader's verdict on it;
 * ``overlap_pairs`` — the SP cases' overlap check against the split's corpus: each listed
   pair's cosine and shared disease words, each case that could not be checked.
