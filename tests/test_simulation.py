@@ -614,6 +614,10 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     assert out.metrics["sp/base"]["Sym."] == 100.0
     assert (tmp_path / "reports" / "transcripts.html").exists()
     assert {"question_share", "repetition_share"} <= set(out.behaviour.columns)
+    # every table and the page rebuild, byte for byte, from the records just written
+    from medpref.simulation.outputs import OUTPUTS
+
+    assert OUTPUTS.differences(tmp_path / "reports", params, tmp_path / "rebuilt") == []
     # a doctor whose every call fails produces nothing: the guard stops the stage
     failing = ScriptedBackend(lambda r: "")
     failing.generate = lambda reqs, cb=None: [
