@@ -320,7 +320,7 @@ def doctor_says(text):
     return lambda req: text
 
 
-def test_run_writes_the_reports_with_scripted_policies(tmp_path):
+def test_run_makes_the_records_and_tables_with_scripted_policies(tmp_path):
     # 7 eval dialogues whose doctor "complies" until the diagnosis at turn 7 (FakeScorer: 1)
     def doctor(did, k):    # complies in the turns before its diagnosis (turn 7 = round 3)
         return f"{did}: the diagnosis" if k == 3 else f"{did} asks, I comply {k}"
@@ -341,7 +341,11 @@ def test_run_writes_the_reports_with_scripted_policies(tmp_path):
                         templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
     doctors = [DoctorConfig(name=n) for n in clients]
     out = heldout.run_heldout(st, p, h, doctors, lambda d: clients[d.name])
-    table = pd.read_csv(tmp_path / "reports" / "heldout_compliance.csv")
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "data").exists()
+    # the turn records, through JSON as the stage writes them, give the table again
+    turns = json.loads(json.dumps(out.turns))
+    table = heldout.table_of(turns, p.grader.bootstrap_rounds, 7)
+    pd.testing.assert_frame_equal(table, out.table)
     assert list(table.columns) == heldout.COLUMNS
     assert list(dict.fromkeys(table["policy"])) == [   # the grid cell left out
         "sft", "cai_dep", heldout.REAL, heldout.BAD, heldout.RANGE]
@@ -350,30 +354,30 @@ def test_run_writes_the_reports_with_scripted_policies(tmp_path):
     assert row["mean"] == 1.0 and row["delta_vs_sft"] == 1.0 and row["n_states"] == 14
     assert row["verdict"] == "higher" and row["rem_range"] == 1.0
     assert t.loc[(heldout.REAL, "all"), "mean"] == 1.0 and t.loc[(heldout.BAD, "all"), "mean"] == 0
-    states = pd.read_csv(tmp_path / "reports" / "heldout_states.csv")
+    states = heldout.states_of(json.loads(json.dumps(out.state_rows)))
+    pd.testing.assert_frame_equal(states, out.states)
     assert list(states.columns) == heldout.STATE_COLUMNS and len(states) == 14
     assert set(states["part"]) == {"eval"} and set(states["dialogue"]) <= {
         f"d{k}" for k in range(7)}
     assert (states["cut"] < states["diagnosis_turn"]).all()
-    assert (tmp_path / "reports" / "heldout_compliance.md").exists()
-    turns = [json.loads(x) for x in
-             (tmp_path / "data" / "heldout_turns.jsonl").read_text().splitlines()]
     assert len(turns) == 4 * 14 and turns[0]["turn"] == "How long?"    # label cut, raw kept
     assert turns[27]["turn"] == "I comply." and turns[27]["scores"]["A"] == 1.0
+    assert list(turns[0]["scores"]) == [r.id for r in RULES]     # the flowchart's order
     bad = [r for r in turns if r["policy"] == heldout.BAD]
     assert len(bad) == 14 and all(r["turn"] == f"{r['dialogue']}: the diagnosis"
                                   and r["control_from"] == "diagnosis_turn"
                                   and r["scores"]["A"] == 0.0 for r in bad)
     m = heldout.metrics_of(out)
     assert m["heldout/cai_dep"]["delta_vs_sft"] == 1.0 and m["rem_range_separates"] is True
-    # disabled: empty tables with the same columns, so the declared outputs exist
+    # disabled: no records and empty tables with the same columns, so the outputs exist
     off = parse_params({**{k: v for k, v in params.raw.items()},
                         "simulation": {"heldout": {"enabled": False}}})
     st_off = TmpStage(name="06_simulation", params=off)
     empty = heldout.run_heldout(st_off, off.simulation, h, doctors, lambda d: clients[d.name])
     assert empty.table.empty and heldout.metrics_of(empty) == {}
-    assert list(pd.read_csv(tmp_path / "reports" / "heldout_compliance.csv").columns) == \
-        heldout.COLUMNS
+    assert empty.turns == [] and empty.state_rows == []
+    assert list(heldout.table_of([], 100, 0).columns) == heldout.COLUMNS
+    assert list(heldout.states_of([]).columns) == heldout.STATE_COLUMNS
 
 
 def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypatch):
@@ -391,6 +395,9 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
             "cases": str(tmp_path / "cases.jsonl"), "rounds": 1, "trained_policies": False,
             "grader": {"mode": "generate", "graded_items": None},
             "next_turn": {"enabled": False},
+            # no control doctors: this keyword judge credits control_reciter's list of the
+            # checklist, and the controls' gate (test_sp_controls) would stop the run
+            "controls": [],
             "heldout": {"enabled": True, "dialogues": str(dialogues), "n_states": 6,
                         "states_per_dialogue": 2},
             "doctors": [{"name": "sft", "role": "policy"}, {"name": "good", "role": "good"}]}})

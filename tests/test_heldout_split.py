@@ -259,7 +259,8 @@ def test_check_split_fails_the_stage_on_a_flagged_training_dialogue(tmp_path):
 
     table = run("train: [b]\neval: [a]\n")        # "otiti media" shared: flagged, in eval
     assert table.iloc[0][["dialogue", "part", "status"]].tolist() == ["a", "eval", "flagged"]
-    assert (tmp_path / "reports" / "split_overlap.md").exists()
+    assert not (tmp_path / "reports").exists()   # the stage writes the table from its records
+    assert overlap.table_of(overlap.overlap_records(table)).equals(table)
     with pytest.raises(StageFailed, match=r"1 training dialogues .* \(sp-0010 ~ a "
                                           r"\(cosine .*, shared 'media otiti'\)\)"):
         run("train: [a, b]\n")

@@ -203,8 +203,8 @@ def test_round_by_round_reaches_the_requested_rounds(scripted_client):
     assert out.short == []
     assert len(out.round_records) == 4 * 6
     assert len(backend.requests) == 4 + 4 * 6
-    from medpref.sampling.build import rounds_distribution
-    table = rounds_distribution(out, 3).set_index("complete_rounds")
+    from medpref.sampling.tables import candidate_records, future_rounds_table
+    table = future_rounds_table(candidate_records(out.items), 3).set_index("complete_rounds")
     assert table.loc[3, "generated"] == 4 and table.loc[0, "generated (one-shot)"] == 4
     assert table.loc[3, "sampled"] == 4
 
@@ -278,16 +278,79 @@ def test_stage_writes_the_items_and_reports(tmp_path, monkeypatch, scripted_clie
     assert len(out.items) == 4 and out.metrics["items_written"] == 4
     written = (tmp_path / "data" / "unlabeled.jsonl").read_text().splitlines()
     assert len(written) == 4
-    assert (tmp_path / "reports" / "summary.csv").exists()
-    assert (tmp_path / "reports" / "future_rounds.csv").exists()
-    assert (tmp_path / "reports" / "short_futures.jsonl").exists()
+    for name in ("summary.csv", "future_rounds.csv", "short_futures.md",
+                 "records/candidates.jsonl", "records/rejected.jsonl"):
+        assert (tmp_path / "reports" / name).exists(), name
     # the scripted model answers every round prompt with the same lines: echoes, so each
     # generated future stays at its one-shot round, and every item is reported short
     assert out.metrics["items_with_full_futures"] == 0 and len(out.short) == 4
-    assert all(s["source"] == "generated" and "no readable" in s["failure"] for s in out.short)
+    assert (out.short["source"] == "generated").all()
+    assert out.short["failure"].str.contains("no readable").all()
     stage.finish(out.metrics, models=out.models, prompts=out.prompts)
     assert (tmp_path / "reports" / "timings.json").exists()
     assert "wall_s" not in (tmp_path / "reports" / "metrics.json").read_text()
+
+
+GOOD_CONTINUATION = "Any red flags? Patient: none\nDoctor: Then we watch and wait."
+
+
+def test_stage_records_are_keyed_textless_and_rebuild_its_tables(tmp_path, monkeypatch,
+                                                                 scripted_client):
+    """The first continuation is malformed (recorded, retried); every table rebuilds from
+    the records alone, byte for byte; a table edited by hand is caught, and an edited
+    record moves its tables."""
+    import json
+    import re
+
+    import pandas as pd
+
+    from medpref.outputs import read_rows, write_rows
+    from medpref.sampling import stage as sampling_stage
+    from medpref.sampling.outputs import OUTPUTS
+
+    seen = []
+
+    def responder(req):
+        seen.append(req)
+        return "Patient: I feel worse." if len(seen) == 1 else GOOD_CONTINUATION
+
+    stage = _stage(tmp_path, monkeypatch, scripted_client, responder)
+    out = sampling_stage.run(stage)
+    reports = tmp_path / "reports"
+    rows = {r.name: read_rows(r.path(reports)) for r in OUTPUTS.records}
+    assert len(rows["candidates"]) == 2 * 4 and len(rows["rejected"]) == 1
+    rejected = rows["rejected"][0]
+    assert rejected["attempt"] == 0 and rejected["raw"] == "Patient: I feel worse."
+    assert rejected["generator"] == out.items[0].meta["generator"]
+    assert rejected["prompt_sha"] == out.items[0].meta["prompt_sha"]
+    for name, recs in rows.items():
+        keys = [r["key"] for r in recs]
+        assert all(re.fullmatch(r"[0-9a-f]{16}", k) for k in keys), name
+        assert len(set(keys)) == len(keys), f"{name}: two rows share a content key"
+    texts = {t.text for i in out.items for t in i.history}
+    texts |= {c.response for i in out.items for c in i.candidates}
+    written = (reports / "records/candidates.jsonl").read_text()
+    assert not [t for t in texts if json.dumps(t)[1:-1] in written]
+    sampled = [c.response for i in out.items for c in i.candidates if c.source == "sampled"]
+    assert out.summary.set_index("source").loc["sampled", "response_words"] == round(
+        sum(len(r.split()) for r in sampled) / len(sampled), 2)
+
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "s1") == []
+    (reports / "summary.md").write_text("edited by hand\n")
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "s2") == [
+        f"{reports / 'summary.md'}: differs from its rebuild from the records"]
+
+    # one generated future recorded as complete: one short candidate fewer, and the
+    # generated column of future_rounds moves one candidate from 1 to 2 rounds
+    edited = next(r for r in rows["candidates"] if r["source"] == "generated")
+    edited["complete_rounds"] = 2
+    write_rows(reports / "records/candidates.jsonl", rows["candidates"])
+    OUTPUTS.rebuild(reports, stage.params, tmp_path / "s3")
+    assert len(pd.read_csv(tmp_path / "s3/short_futures.csv")) == len(out.short) - 1
+    rounds = pd.read_csv(tmp_path / "s3/future_rounds.csv").set_index("complete_rounds")
+    assert (rounds.loc[1, "generated"], rounds.loc[2, "generated"]) == (
+        out.rounds.set_index("complete_rounds").loc[1, "generated"] - 1,
+        out.rounds.set_index("complete_rounds").loc[2, "generated"] + 1)
 
 
 def test_stage_with_too_few_items_fails_and_writes_nothing(tmp_path, monkeypatch,

@@ -8,12 +8,19 @@
 # * the patient (`simulation.patient.kind`) is by default **extractive**: it answers only
 #   with its case's own text (the scripted answer to the closest scripted question, else a
 #   history sentence, test findings only after a test request, else "I'm not sure about
-#   that."); `llm` is PLPF's retrieval-augmented patient for served models. The run fails
-#   when more than 10 % of the patient's sentences are not in its case;
-# * doctor and patient turns are batched across cases, round by round (lock-step).
+#   that."; a turn that asks nothing gets a neutral sentence, never a request for a
+#   diagnosis); `llm` is PLPF's retrieval-augmented patient for served models. The run
+#   fails when more than 10 % of the patient's sentences are not in its case;
+# * doctor and patient turns are batched across cases, round by round (lock-step);
+# * beside the model doctors, **controls** (`simulation.controls`) run on every case with
+#   no model call: the case's own scripted interview (must score high), a recital of the
+#   whole checklist, a lecture and an echo of the patient (must score low). They are
+#   labelled rows (`kind`: control) of every table, and the run fails when one misses its
+#   gate (`simulation.controls_gate`).
 #
 # Each checklist item is graded (Eq. 6: symptoms incl. history, tests, diseases; a turn
-# naming ≥ 4 candidate diseases fails the disease item) by the grader `simulation.grader.mode`
+# naming ≥ 4 candidate diseases fails the disease item, and a sentence naming ≥ 4
+# candidates earns no item at all) by the grader `simulation.grader.mode`
 # names: by default **echo-aware** — only the doctor's own sentences count (a sentence that
 # repeats the patient's words earns nothing), of the act the category needs (asked,
 # recommended, named), matched to the item. Judge graders abstain on unusable answers.
@@ -70,6 +77,19 @@ out.table2
 display(out.table2_ci)
 out.table2_paired
 
+# %% [markdown]
+# ## The instrument's range and the controls' gate
+#
+# Per category, `control_script` minus `control_lecture` paired by case: the widest
+# difference this test shows on these cases. Beside it, each model comparison's minimum
+# detectable difference: a comparison whose MDE is larger than the range could not see
+# any difference between two doctors that lie between lecture and script. Then each
+# control's verdict (the run would have stopped here, writing nothing, had one failed).
+
+# %%
+display(out.table2_range)
+out.controls_gate
+
 # %%
 out.per_case
 
@@ -104,6 +124,9 @@ out.radar
 # %% [markdown]
 # ## PLPF Table 3 / follow-up Fig. 10 and follow-up Table 6 (from the policies that exist)
 #
+# Table 3's `note` says how its cells were SP-tested: by default (`simulation.grid_cases: 0`)
+# they are not, since each cell trains on a dozen or two pairs and the few cases a CPU run
+# affords detect nothing; the table then keeps its cells, empty, with that reason.
 # Beside each table, its intervals (bootstrap 95 % over cases, or items for GPD) and every
 # column paired against the table's reference (the `avg` cell of the same trajectory
 # length; GPT-4 ranking): difference, interval, sign-flip p-value, the minimum detectable
@@ -164,6 +187,17 @@ out.heldout.table
 
 # %%
 out.question_share
+
+# %% [markdown]
+# ## What the run keeps: its records
+#
+# Every answer, grade and score above is a per-item record under
+# `reports/06_simulation/records/` (`medpref.simulation.outputs`), each row with its content
+# key; every table, the radar and `transcripts.html` are built from them alone, so
+# `medpref tables 06_simulation` rebuilds them with no model call. Rows per record file:
+
+# %%
+{name: len(rows) for name, rows in out.records.items()}
 
 # %% [markdown]
 # ## Metrics, model use and provenance

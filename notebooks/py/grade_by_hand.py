@@ -3,7 +3,8 @@
 #
 # A clinician grades checklist items of stage 06's real transcripts, so the checklist
 # grader's accuracy and Cohen's κ can be re-measured on their own cases. Open this notebook
-# in JupyterLab after `make repro`; it is not run by dvc.
+# in JupyterLab after `make repro` (stage 06's records are committed, so a fresh clone has
+# the last run's); it is not run by dvc.
 #
 # Each item is one case × doctor × checklist item, in a seeded shuffle; items already in
 # `output_path` are skipped, so a session can stop and resume. The machine's verdict is
@@ -20,8 +21,8 @@
 
 # %% tags=["parameters"]
 # paths are relative to the repository root
-transcripts_path = "data/06_simulation/transcripts.jsonl"
-grades_path = "data/06_simulation/grades.jsonl"
+transcripts_path = "reports/06_simulation/records/consultations.jsonl"
+grades_path = "reports/06_simulation/records/grades.jsonl"
 output_path = "data/hand_graded.jsonl"
 grader = ""            # your name or initials: each label is tagged hand:<grader>
 limit = 20             # items in this session (None: all that are left)

@@ -8,6 +8,8 @@ A stage lists its outputs in one :class:`StageOutputs` (its package's ``outputs`
   determined the row: the item, the model, the prompt, the settings);
 * :class:`Table` and :class:`Figure` — built by a pure function of the records and the
   params (no model call, no training), written as CSV + Markdown or PNG;
+* :class:`Page` — a self-contained text page (HTML, say) built the same way, written as
+  the builder returns it and compared byte for byte;
 * :class:`Data` — data products that stay out of git (DVC's cache): adapters, caches;
 * :class:`Assembled` — a folder of files built from *other stages'* written tables and
   figures instead of records of its own (stage 09's paper tables): its builder reads the
@@ -95,6 +97,21 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class Page:
+    """``<name><suffix>``: a self-contained text page (an HTML page for readers, say) that
+    ``build`` returns as a string from the records and the params; written as returned
+    and, like a table, compared byte for byte."""
+
+    name: str
+    build: Builder
+    suffix: str = ".html"
+    doc: str = ""
+
+    def files(self, reports_dir: Path) -> list[Path]:
+        return [reports_dir / f"{self.name}{self.suffix}"]
+
+
+@dataclass(frozen=True)
 class Data:
     """A data product outside git (DVC-cached): ``persist`` keeps it across reruns."""
 
@@ -123,7 +140,7 @@ class Assembled:
         return reports_dir / self.name
 
 
-Output = Records | Table | Figure | Data | Assembled
+Output = Records | Table | Figure | Page | Data | Assembled
 
 
 @dataclass(frozen=True)
@@ -147,8 +164,8 @@ class StageOutputs:
         return [o for o in self.items if isinstance(o, Records)]
 
     @property
-    def built(self) -> list[Table | Figure]:
-        return [o for o in self.items if isinstance(o, Table | Figure)]
+    def built(self) -> list[Table | Figure | Page]:
+        return [o for o in self.items if isinstance(o, Table | Figure | Page)]
 
     @property
     def data(self) -> list[Data]:
@@ -188,8 +205,13 @@ class StageOutputs:
         for o in self.built:
             if isinstance(o, Table):
                 paths += write_table(built[o.name], reports_dir / o.name, o.floatfmt).values()
+            elif isinstance(o, Page):
+                path = o.files(reports_dir)[0]
+                atomic_write_text(path, built[o.name])
+                paths.append(path)
             else:
                 paths.append(save_figure(built[o.name], reports_dir / f"{o.name}.png"))
+                _release(built[o.name])
         return paths
 
     def assemble(self, reports_dir: Path, params: Any) -> dict[str, dict[str, bytes]]:
@@ -241,14 +263,14 @@ class StageOutputs:
                                             self.assemble(reports_dir, params))
 
     def differences(self, reports_dir: Path, params: Any, scratch: Path) -> list[str]:
-        """The tables (CSV and Markdown) whose rebuild from the records differs from the
-        file in ``reports_dir``; figures are rebuilt but not compared byte for byte. An
+        """The tables (CSV and Markdown) and pages whose rebuild from the records differs
+        from the file in ``reports_dir``; figures are rebuilt but not compared byte for byte. An
         assembled folder is compared whole: every file byte for byte, and a committed file
         the rebuild does not make."""
         self.rebuild(reports_dir, params, scratch)
         diffs = []
         for o in self.built:
-            if not isinstance(o, Table):
+            if isinstance(o, Figure):
                 continue
             for committed in o.files(reports_dir):
                 fresh = scratch / committed.name
@@ -293,6 +315,14 @@ def _write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _release(fig) -> None:
+    """Let pyplot forget a written figure (the object still shows in a notebook), so a
+    stage that draws many does not pile them up in pyplot's registry."""
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 def write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:

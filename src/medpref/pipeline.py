@@ -18,9 +18,13 @@ from medpref.imap.outputs import OUTPUTS as IMAPSCORE
 from medpref.medqa.outputs import OUTPUTS as MEDQA
 from medpref.outputs import StageOutputs
 from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
+from medpref.rem.outputs import OUTPUTS as REM
+from medpref.sampling.outputs import OUTPUTS as SAMPLING
+from medpref.simulation.outputs import OUTPUTS as SIMULATION
 
 #: stage name → its declared outputs, in pipeline order
-STAGES: dict[str, StageOutputs] = {o.stage: o for o in (IMAPSCORE, MEDQA, PAPER_TABLES)}
+STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, REM, SIMULATION, IMAPSCORE,
+                                                         MEDQA, PAPER_TABLES)}
 
 
 def stages_with_records(root: Path, names: list[str] | None = None) -> list[StageOutputs]:

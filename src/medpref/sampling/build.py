@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
 from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl
 from medpref.data.split import DialogueSplit
 from medpref.llm.client import LLMClient
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.sampling.config import SamplingParams
-from medpref.sampling.rounds import RoundSettings, Trajectory, complete_rounds, extend_trajectories
+from medpref.sampling.rounds import RoundSettings, Trajectory, extend_trajectories
+from medpref.sampling.tables import candidate_records, short_rows
 from medpref.sampling.trajectory import (
     ContinuationError,
     Split,
@@ -94,8 +93,9 @@ def build_unlabeled(p: SamplingParams, client: LLMClient, seed: int,
             except ContinuationError as exc:
                 rejected.append({"split": i, "dialogue_id": split.dialogue_id,
                                  "turn_index": split.turn_index, "attempt": attempt,
-                                 "exemplar_id": exemplars[i].id, "reason": str(exc),
-                                 "raw": comp.text})
+                                 "exemplar_id": exemplars[i].id,
+                                 "generator": client.model_id, "prompt_sha": template.sha,
+                                 "reason": str(exc), "raw": comp.text})
                 continue
             accepted[i] = (cont, {"exemplar_id": exemplars[i].id, "attempt": attempt,
                                   "generator": client.model_id, "prompt_sha": template.sha,
@@ -145,46 +145,7 @@ def complete_futures(p: SamplingParams, accepted: dict[int, tuple], splits: list
 
 def short_futures(items: list[UnlabeledItem], rounds: int) -> list[dict]:
     """Every candidate with fewer complete future rounds than asked (kept, and reported)."""
-    return [{"item_id": item.id, "source": c.source, "complete_rounds":
-             complete_rounds(c.future), "requested": rounds,
-             "failure": (item.meta or {}).get("round_by_round_failure")
-             if c.source == "generated" else "the real dialogue ends"}
-            for item in items for c in item.candidates if complete_rounds(c.future) < rounds]
-
-
-def rounds_distribution(result: UnlabeledSet, rounds: int) -> pd.DataFrame:
-    """Candidates per number of complete future rounds: sampled, generated after the
-    one-shot continuation, and generated after round-by-round completion."""
-    counts: dict[str, list[int]] = {"sampled": [], "generated (one-shot)": [],
-                                    "generated": []}
-    for item in result.items:
-        for c in item.candidates:
-            counts[c.source].append(complete_rounds(c.future))
-            if c.source == "generated":
-                counts["generated (one-shot)"].append(
-                    (item.meta or {}).get("one_shot_rounds", complete_rounds(c.future)))
-    rows = [{"complete_rounds": r, **{k: v.count(r) for k, v in counts.items()}}
-            for r in range(rounds + 1)]
-    return pd.DataFrame(rows)
-
-
-def summarise(result: UnlabeledSet, n_requested: int) -> pd.DataFrame:
-    """One row per candidate source: counts and mean lengths (words, rounds)."""
-    rows = []
-    for item in result.items:
-        for c in item.candidates:
-            rows.append({"source": c.source, "history_turns": len(item.history),
-                         "response_words": len(c.response.split()),
-                         "future_rounds": len(c.future) / 2})
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return pd.DataFrame(columns=["source", "candidates", "history_turns",
-                                     "response_words", "future_rounds"])
-    table = df.groupby("source").agg(candidates=("source", "size"),
-                                     history_turns=("history_turns", "mean"),
-                                     response_words=("response_words", "mean"),
-                                     future_rounds=("future_rounds", "mean")).round(2)
-    return table.reset_index()
+    return short_rows(candidate_records(items), rounds)
 
 
 def metrics(result: UnlabeledSet, n_requested: int, rounds: int | None = None) -> dict:

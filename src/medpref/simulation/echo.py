@@ -198,6 +198,34 @@ def disease_words(sentence: str) -> int:
     return len(found - _NOT_DISEASES)
 
 
+# where a list breaks: commas, semicolons, slashes, "and", "or" and their Chinese marks
+_LIST_BREAK = re.compile(r",|;|/|\bor\b|\band\b|、|，|；|或者|或")
+
+
+def list_pieces(sentence: str) -> int:
+    """The pieces of the sentence's list that carry clinical content of their own (a
+    lead-in such as "From what you've told me," carries none): "Do you have fever,
+    cough or chest pain?" has 3."""
+    return sum(1 for piece in _LIST_BREAK.split(sentence) if content_units(piece))
+
+
+def listed_candidates(sentence: str, matched_items: int, act: str) -> int:
+    """How many candidates one doctor sentence names at once: the checklist items of the
+    case it names by their words and would earn, in any category (``matched_items``), or
+    its list pieces, whichever is more. A recommendation is counted by its items only: an
+    order for one blood draw is written as a list ("blood tests, a blood count, liver
+    tests and lipase") and names three checklist tests, not four candidates."""
+    pieces = 0 if act == "recommendation" else list_pieces(sentence)
+    return max(matched_items, pieces)
+
+
+def lists_too_many(sentence: str, matched_items: int, act: str, max_candidates: int) -> bool:
+    """PLPF Eq. 6's rule (a turn naming four or more candidate diseases fails) extended
+    to every category: a sentence naming ``max_candidates`` or more candidates is a list,
+    not a question, and earns nothing."""
+    return listed_candidates(sentence, matched_items, act) >= max_candidates
+
+
 def is_chinese(text: str) -> bool:
     return len(_HAN.findall(text)) >= max(1, len(text.strip()) // 4)
 

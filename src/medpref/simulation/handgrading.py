@@ -1,7 +1,8 @@
 """Grading SP checklist items by hand, to re-measure the grader's κ on one's own cases.
 
-Stage 06 writes one transcript per consultation (``data/06_simulation/transcripts.jsonl``)
-and one machine grade per checklist item (``grades.jsonl``). A clinician works through a
+Stage 06 records one transcript per consultation
+(``reports/06_simulation/records/consultations.jsonl``) and one machine grade per checklist
+item (``records/grades.jsonl``), committed with its reports. A clinician works through a
 seeded, shuffled queue of those items (one per case × doctor × item) in JupyterLab
 (``notebooks/grade_by_hand.ipynb``); each verdict is appended at once, as an
 ``SPGradedItem``, to a file that ``simulation.grader.graded_items`` can point at.
@@ -66,7 +67,7 @@ RULES = {
 
 
 class SimTranscript(Record):
-    """One line of ``data/06_simulation/transcripts.jsonl`` (the fields read here)."""
+    """One line of stage 06's ``records/consultations.jsonl`` (the fields read here)."""
 
     case: str
     doctor: str
@@ -76,7 +77,7 @@ class SimTranscript(Record):
 
 
 class SimGrade(Record):
-    """One line of ``data/06_simulation/grades.jsonl``; ``passed`` None: abstained."""
+    """One line of stage 06's ``records/grades.jsonl``; ``passed`` None: abstained."""
 
     case: str
     doctor: str
@@ -174,7 +175,7 @@ class _TranscriptPage(HTMLParser):
 def transcripts_from_html(path: str | os.PathLike) -> list[SimTranscript]:
     """Every consultation of a stage-06 ``transcripts.html`` page as a
     :class:`SimTranscript` (turns only: no grade, evidence or echo mark), so hand-graded
-    excerpts can be cut from a committed run whose ``transcripts.jsonl`` is not at hand."""
+    excerpts can be cut from a page whose run's records are not at hand."""
     page = _TranscriptPage()
     page.feed(Path(path).read_text(encoding="utf-8"))
     page.close()

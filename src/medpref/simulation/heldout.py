@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medpref.contracts import ContractError, Dialogue, Turn, iter_jsonl, write_jsonl
+from medpref.contracts import ContractError, Dialogue, Turn, iter_jsonl
 from medpref.data.split import DialogueSplit, load_split
 from medpref.llm.types import CallSpec
 from medpref.metrics.intervals import paired_difference
@@ -86,6 +86,7 @@ class HeldoutResult:
     table: pd.DataFrame
     turns: list[dict[str, Any]] = field(default_factory=list)   # raw answers and REM scores
     note: str = ""
+    state_rows: list[dict[str, Any]] = field(default_factory=list)   # the states' records
 
 
 # -- which states --------------------------------------------------------------------------
@@ -153,10 +154,19 @@ def states_table(states: Sequence[HeldoutState], split: DialogueSplit | None) ->
     """One row per state: its dialogue, the dialogue's part of the split (``eval``
     throughout; a test asserts it), the cut, the diagnosis turn it comes before and
     where its bad-turn control came from."""
-    return pd.DataFrame([{"dialogue": s.dialogue, "part": split.part(s.dialogue) if split else "",
-                          "cut": s.cut, "diagnosis_turn": s.diagnosis_turn,
-                          "history_turns": len(s.history), "bad_turn_from": s.bad_turn_from}
-                         for s in states], columns=STATE_COLUMNS)
+    return states_of(state_records(states, split))
+
+
+def state_records(states: Sequence[HeldoutState], split: DialogueSplit | None) -> list[dict]:
+    """The rows of :func:`states_table`, one record per state."""
+    return [{"dialogue": s.dialogue, "part": split.part(s.dialogue) if split else "",
+             "cut": s.cut, "diagnosis_turn": s.diagnosis_turn, "history_turns": len(s.history),
+             "bad_turn_from": s.bad_turn_from} for s in states]
+
+
+def states_of(rows: Sequence[dict]) -> pd.DataFrame:
+    """``heldout_states`` from its records."""
+    return pd.DataFrame(list(rows), columns=STATE_COLUMNS)
 
 
 def heldout_doctors(doctors: Sequence, grid_pattern: str, include_grid: bool) -> list:
@@ -332,19 +342,38 @@ def _num(v) -> float | None:
     return None if pd.isna(v) else round(float(v), 3)
 
 
+# -- records → the tables -----------------------------------------------------------------
+
+def scores_of(turns: Sequence[dict]) -> pd.DataFrame:
+    """The long table (policy, dialogue, cut, rule, score) of :func:`score_turns` from the
+    turn records (each with its REM score per rule, in the flowchart's order; None: NaN)."""
+    rows = [{"policy": r["policy"], "dialogue": r["dialogue"], "cut": r["cut"], "rule": rule,
+             "score": np.nan if score is None else float(score)}
+            for r in turns for rule, score in r["scores"].items()]
+    return pd.DataFrame(rows, columns=["policy", "dialogue", "cut", "rule", "score"])
+
+
+def table_of(turns: Sequence[dict], n_boot: int, seed: int) -> pd.DataFrame:
+    """``heldout_compliance`` from the turn records: every policy and control in record
+    order (:func:`compliance_table`); no records, an empty table with its columns."""
+    if not turns:
+        return pd.DataFrame(columns=COLUMNS)
+    policies = list(dict.fromkeys(r["policy"] for r in turns))
+    return compliance_table(scores_of(turns), policies, n_boot, seed)
+
+
 # -- the stage's call ----------------------------------------------------------------------
 
 def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutResult:
     """Stage 06's held-out compliance: the eval part's states, every compared policy's
-    turns and the two controls' turns, the REM's scores and the table; writes
-    ``heldout_compliance``, ``heldout_states`` (reports) and ``heldout_turns.jsonl``
-    (data). Disabled, or no REM (``simulation.rem_radar`` false): empty tables, so the
-    declared outputs exist."""
+    turns and the two controls' turns with the REM's scores, as records (``states``: one
+    row per state, ``turns``: one per policy or control × state) and the table built from
+    them. Disabled, or no REM (``simulation.rem_radar`` false): no records, empty tables."""
     hp = p.heldout
     if not hp.enabled or h.scorer is None:
         reason = "simulation.heldout.enabled is false" if not hp.enabled else "no REM scorer"
-        return write_reports(stage, HeldoutResult(states_table([], None),
-                                                  pd.DataFrame(columns=COLUMNS), note=reason))
+        return HeldoutResult(states_table([], None), pd.DataFrame(columns=COLUMNS),
+                             note=reason)
     split = load_split(repo_path(stage.params.shared.split))
     dialogues = eval_dialogues(repo_path(hp.dialogues), split)
     states = select_states(dialogues, hp.n_states, hp.states_per_dialogue, stage.seed,
@@ -364,29 +393,23 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
         comps = next_doctor_turns(states, client, h.templates[p.doctor_prompt],
                                   p.heldout_call(d))
         turns[d.name] = [None if c.error else parse_doctor_answer(c.text) for c in comps]
+        # the raw completion where it differs from the turn (absent: the turn is it)
         records += [{"policy": d.name, "model_id": client.model_id, "dialogue": s.dialogue,
-                     "cut": s.cut, "turn": t, "raw": c.text, "error": c.error}
+                     "cut": s.cut, "turn": t, **({"raw": c.text} if c.text != t else {}),
+                     "error": c.error}
                     for s, t, c in zip(states, turns[d.name], comps)]
     turns[REAL] = [s.real_turn for s in states]
     turns[BAD] = [s.bad_turn for s in states]
     records += [{"policy": name, "model_id": "", "dialogue": s.dialogue, "cut": s.cut,
-                 "turn": t, "raw": t, "error": None, "control_from":
+                 "turn": t, "error": None, "control_from":
                  f"turn {s.cut}" if name == REAL else s.bad_turn_from}
                 for name in CONTROLS for s, t in zip(states, turns[name])]
     scores = score_turns(states, turns, h.scorer, rules)
     per_turn = scores.set_index(["policy", "dialogue", "cut", "rule"])["score"].unstack("rule")
-    for r in records:
+    for r in records:       # the scores in the flowchart's order (the table's row order)
         row = per_turn.loc[(r["policy"], r["dialogue"], r["cut"])]
-        r["scores"] = {k: None if pd.isna(v) else float(v) for k, v in row.items()}
-    table = compliance_table(scores, [*(d.name for d in policies), *CONTROLS],
-                             p.grader.bootstrap_rounds, stage.seed)
-    return write_reports(stage, HeldoutResult(states_table(states, split), table, records))
-
-
-def write_reports(stage, result: HeldoutResult) -> HeldoutResult:
-    from medpref.reports import write_table
-
-    write_table(result.table, stage.report("heldout_compliance"), floatfmt=".3f")
-    write_table(result.states, stage.report("heldout_states"), floatfmt=".0f")
-    write_jsonl(stage.data("heldout_turns.jsonl"), result.turns)
-    return result
+        r["scores"] = {rule.id: None if pd.isna(row[rule.id]) else float(row[rule.id])
+                       for rule in rules}
+    return HeldoutResult(states_table(states, split),
+                         table_of(records, p.grader.bootstrap_rounds, stage.seed), records,
+                         state_rows=state_records(states, split))

@@ -316,3 +316,64 @@ def gpd_check_metrics(check: GpdCheck | None) -> dict[str, Any]:
         "unrelated_gpd": num(t.loc["reference vs unrelated", "gpd"]),
         "diff": num(diff["gpd"]), "ci_lo": num(diff["ci_lo"]), "ci_hi": num(diff["ci_hi"]),
         "p_value": num(diff["p_value"]), "valid": bool(check.valid)}}
+
+
+# -- records: the items with the GPD check's verdicts, and each doctor's predictions -------
+
+CHECK_FIELDS = ("unrelated", "self", "self_raw", "vs_unrelated", "unrelated_raw")
+
+
+def item_records(items: Sequence[NextTurnItem], check: GpdCheck | None, judge_model: str
+                 ) -> list[dict[str, Any]]:
+    """One record per next-turn item: its dialogue, language, reference turn and history
+    length, and the GPD check's verdicts on it (the unrelated turn, the judge's raw and
+    parsed verdicts; None where the check asked nothing)."""
+    by_item = {r["item"]: r for r in check.rows} if check is not None else {}
+    return [{"item": it.id, "dialogue": it.dialogue, "lang": it.lang,
+             "history_turns": len(it.history), "reference": it.reference,
+             "judge_model": judge_model,
+             **{k: by_item.get(it.id, {}).get(k) for k in CHECK_FIELDS}} for it in items]
+
+
+def check_of(items: Sequence[dict[str, Any]], n_boot: int, seed: int) -> GpdCheck | None:
+    """The GPD check from the item records (:func:`item_records`), as :func:`gpd_check`
+    made it: None without items; not valid, with no verdicts, for items of fewer than two
+    dialogues."""
+    if not items:
+        return None
+    if len({r["dialogue"] for r in items}) < 2:
+        return GpdCheck([], gpd_check_table([], n_boot, seed)[0], valid=False)
+    rows = [{"item": r["item"], "dialogue": r["dialogue"], "reference": r["reference"],
+             **{k: r[k] for k in CHECK_FIELDS}} for r in items]
+    table, valid = gpd_check_table(rows, n_boot, seed)
+    return GpdCheck(rows, table, valid)
+
+
+#: what a prediction record keeps of an item row (the text scores are recomputed)
+PREDICTION_FIELDS = ("item", "doctor", "model_id", "lang", "prediction", "raw", "error",
+                     "implication", "judge_raw")
+
+
+def prediction_records(rows: Sequence[dict[str, Any]], model_id: str) -> list[dict[str, Any]]:
+    """A doctor's item rows (:func:`evaluate_next_turn`) as records: the prediction, the
+    raw completion or the error, and the judge's parsed and raw verdict; the reference
+    lives in the item record and BLEU/ROUGE are recomputed from the texts."""
+    return [{k: ({**r, "model_id": model_id}).get(k) for k in PREDICTION_FIELDS} for r in rows]
+
+
+def item_rows(predictions: Sequence[dict[str, Any]], items: Sequence[dict[str, Any]]
+              ) -> list[dict[str, Any]]:
+    """The item rows :func:`evaluate_next_turn` made, from the records: each prediction
+    with its reference and, where it has a prediction, its text scores and verdict."""
+    refs = {r["item"]: r["reference"] for r in items}
+    out = []
+    for r in predictions:
+        row = {"item": r["item"], "doctor": r["doctor"], "lang": r["lang"],
+               "reference": refs[r["item"]], "prediction": r["prediction"], "raw": r["raw"],
+               "error": r["error"]}
+        if r["prediction"] is not None:
+            row.update(text_scores(r["prediction"], row["reference"], r["lang"]))
+            row["implication"] = r["implication"]
+            row["judge_raw"] = r["judge_raw"]
+        out.append(row)
+    return out

@@ -149,19 +149,40 @@ def overlap_pairs(cases: Sequence[CaseText], dialogues: Sequence[DialogueText],
             rows.append({"case": c.case, "dialogue": d.dialogue, "part": split.part(d.dialogue),
                          "status": status, "cosine": cos, "shared_words": " ".join(shared),
                          "case_text": c.text, "dialogue_text": d.text})
-    df = pd.DataFrame(rows, columns=COLUMNS)
+    return sorted_pairs(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def sorted_pairs(df: pd.DataFrame) -> pd.DataFrame:
+    """Flagged pairs before near ones, highest cosine first within each (stable)."""
     rank = df["status"].map({"flagged": 0, "near": 1})
     return df.assign(_rank=rank, _neg=-df["cosine"]).sort_values(
         ["_rank", "_neg"], kind="stable").drop(columns=["_rank", "_neg"]).reset_index(drop=True)
 
 
+UNCHECKED = "not checked: no English gloss"
+
+
 def with_unchecked(pairs: pd.DataFrame, unchecked: Sequence[str]) -> pd.DataFrame:
     """The report: the pairs, then a line per case that could not be checked."""
-    rows = [{"case": c, "dialogue": "", "part": "", "status": "not checked: no English gloss",
+    rows = [{"case": c, "dialogue": "", "part": "", "status": UNCHECKED,
              "cosine": np.nan, "shared_words": "", "case_text": "", "dialogue_text": ""}
             for c in unchecked]
     return pd.concat([pairs, pd.DataFrame(rows, columns=COLUMNS)], ignore_index=True) \
         if rows else pairs
+
+
+def overlap_records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The check's rows as records: every listed pair (its cosine, the disease words it
+    shares, both texts, the dialogue's part and the status), then each unchecked case."""
+    return [{k: None if isinstance(v, float) and np.isnan(v) else v for k, v in row.items()}
+            for row in table.to_dict("records")]
+
+
+def table_of(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """``split_overlap`` from its records (:func:`overlap_records`), as the check made it."""
+    pairs = [r for r in rows if r["status"] != UNCHECKED]
+    unchecked = [r["case"] for r in rows if r["status"] == UNCHECKED]
+    return with_unchecked(sorted_pairs(pd.DataFrame(pairs, columns=COLUMNS)), unchecked)
 
 
 def flagged_in_train(table: pd.DataFrame) -> pd.DataFrame:
@@ -178,11 +199,10 @@ def metrics_of(table: pd.DataFrame) -> dict[str, Any]:
 
 def check_split(stage, p, cases: Sequence[SPCase], encode: Callable) -> pd.DataFrame:
     """Stage 06's overlap check of ``cases`` against the split's corpus
-    (``simulation.split_overlap``): writes ``split_overlap`` (reports) and fails the
-    stage, naming the pairs, when a flagged dialogue is in ``train``."""
+    (``simulation.split_overlap``): the ``split_overlap`` table; the stage fails, naming
+    the pairs and writing nothing, when a flagged dialogue is in ``train``."""
     from medpref.data.split import load_split
     from medpref.params import repo_path
-    from medpref.reports import write_table
     from medpref.stagekit import StageFailed
 
     o = p.split_overlap
@@ -191,7 +211,6 @@ def check_split(stage, p, cases: Sequence[SPCase], encode: Callable) -> pd.DataF
     settings = OverlapSettings(o.flag_cosine, o.flag_shared_words, o.near_cosine)
     pairs = overlap_pairs(texts, dialogue_texts(repo_path(o.dialogues)), split, encode, settings)
     table = with_unchecked(pairs, unchecked)
-    write_table(table, stage.report("split_overlap"), floatfmt=".3f")
     if unchecked:
         print(f"split overlap: {len(unchecked)} SP cases not checked (not English, no gloss in "
               f"{o.gloss}): {', '.join(unchecked)}")

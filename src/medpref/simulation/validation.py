@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -177,3 +178,61 @@ def disagreements(items: Sequence[SPGradedItem], grades: Sequence[ItemGrade],
             and bool(by_id[g.id].passed) != g.passed]
     return pd.DataFrame(rows, columns=["id", "case", "batch", "category", "item", "tag",
                                        "hand", "grader", "evidence"])
+
+
+# -- the grader's verdicts as records, and the table from them ----------------------------
+
+@dataclass(frozen=True)
+class GradedRef:
+    """What agreement needs of a hand-graded item, as its verdict record names it: the
+    split and batch resolved (:func:`split_of`, :func:`batch_of`)."""
+
+    id: str
+    case: str
+    category: str
+    item: str
+    passed: bool
+    tag: str
+    split: str
+    batch: str
+
+
+def verdict_records(items: Sequence[SPGradedItem], grades: Mapping[str, Sequence[ItemGrade]],
+                    configured: str) -> list[dict]:
+    """One record per hand-graded item: the item (id, case, category, tag, its split and
+    batch resolved), the hand verdict (``gold``) and each grader's (``graders``, by name:
+    ``passed``, None when it abstained, the method, and the sentence it credited), and
+    which grader is the configured one."""
+    split = split_of(items)
+    by_grader = {name: {g.case: g for g in gs} for name, gs in grades.items()}
+    rows = []
+    for g in items:
+        verdicts = {}
+        for name, by_id in by_grader.items():
+            v = by_id[g.id]
+            verdicts[name] = {"passed": v.passed, "method": v.method,
+                              **({"evidence": v.evidence} if v.evidence is not None else {})}
+        rows.append({"id": g.id, "case": g.case, "category": g.category, "item": g.item,
+                     "tag": g.tag, "split": split[g.id], "batch": batch_of(g), "gold": g.passed,
+                     "configured": configured, "graders": verdicts})
+    return rows
+
+
+def validation_table(rows: Sequence[dict], n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """The grader validation table from the verdict records: agreement per split, batch
+    and category (:func:`agreement_rows`) of each grader, in record order, with its name
+    and whether it is the configured one first; no records, an empty table."""
+    graders = list(dict.fromkeys(name for r in rows for name in r["graders"]))
+    if not graders:
+        return pd.DataFrame()
+    items = [GradedRef(r["id"], r["case"], r["category"], r["item"], r["gold"], r["tag"],
+                       r["split"], r["batch"]) for r in rows]
+    parts = []
+    for name in graders:
+        grades = [ItemGrade(r["id"], "hand-graded", r["category"], r["item"],
+                            r["graders"][name]["passed"], r["graders"][name]["method"],
+                            evidence=r["graders"][name].get("evidence")) for r in rows]
+        parts.append(pd.DataFrame(agreement_rows(items, grades, n_boot, seed)).assign(
+            grader=name, default=name == rows[0]["configured"]))
+    out = pd.concat(parts, ignore_index=True)
+    return out[["grader", "default", *[c for c in out.columns if c not in ("grader", "default")]]]

@@ -86,16 +86,22 @@ def drop_too_long(tokenizer, examples: list[dict[str, Any]], max_length: int,
 
 
 def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: tuple = (),
-                      eval_data: list[dict[str, Any]] | None = None):
+                      eval_data: list[dict[str, Any]] | None = None,
+                      compact_lm_head: bool = False):
     """``SFTTrainer`` over prompt-completion examples; ``args`` is an ``SFTConfig`` with
     ``completion_only_loss=True`` (the loss on the completion alone). ``eval_data``, when
-    given, is what ``evaluate`` scores, with the same loss."""
+    given, is what ``evaluate`` scores, with the same loss. ``compact_lm_head`` (a hardware
+    section's key): the LM head on the learned positions only, on a CPU too
+    (:func:`medpref.training.hardware.compact_lm_head`)."""
     from datasets import Dataset
     from trl import SFTTrainer
 
-    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
-                      eval_dataset=Dataset.from_list(eval_data) if eval_data else None,
-                      processing_class=tok, callbacks=list(callbacks))
+    from medpref.training.hardware import train_with_compact_head
+
+    return train_with_compact_head(SFTTrainer(
+        model=model, args=args, train_dataset=Dataset.from_list(data),
+        eval_dataset=Dataset.from_list(eval_data) if eval_data else None,
+        processing_class=tok, callbacks=list(callbacks)), compact_lm_head)
 
 
 def portable_path(path: str | Path) -> str:
