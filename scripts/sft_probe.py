@@ -16,7 +16,7 @@ the SP test's own code (``simulation.consult.doctor_messages`` with the policies
 A turn asks when one of its sentences is a question (``simulation.nextturn.asks_question``,
 the SP test's speech-act check). Printed per doctor, set and budget: the question share
 with its Wilson 95 % interval, the median words of a turn; and each doctor against
-``--vs`` (default base) on the same items: the pairs where only one asks, the difference
+each ``--vs`` doctor (default base) on the same items: the pairs where only one asks, the difference
 of shares with a bootstrap interval clustered by dialogue (the states of one dialogue
 share it) and the sign-flip p on dialogue totals. Generations go to ``--out`` (JSONL) to
 be read. Generation stops at the first question mark (what the SP test keeps of a turn is
@@ -83,14 +83,16 @@ def generate(backend: HFBackend, template, items: list[Item], decoding, tokens: 
     return [c.text for c in backend.generate(requests)]
 
 
-def summary_rows(rows: list[dict], doctors: list[str], vs: str, seed: int) -> list[dict]:
+def summary_rows(rows: list[dict], doctors: list[str], refs: list[str], seed: int
+                 ) -> list[dict]:
+    """Per set and budget: each doctor's share, then its comparison with each of ``refs``
+    (one row per reference; a doctor is not compared with itself)."""
     out = []
     keys = sorted({(r["set"], r["tokens"]) for r in rows})
     for set_, tokens in keys:
         part = [r for r in rows if r["set"] == set_ and r["tokens"] == tokens]
         by = {d: sorted((r for r in part if r["doctor"] == d), key=lambda r: r["item"])
               for d in doctors}
-        ref = by[vs]
         for d in doctors:
             got = by[d]
             asks = [int(r["asks"]) for r in got]
@@ -98,16 +100,23 @@ def summary_rows(rows: list[dict], doctors: list[str], vs: str, seed: int) -> li
             row = {"set": set_, "tokens": tokens, "doctor": d, "n": len(asks),
                    "asks": sum(asks), "share": ci.estimate, "lo": ci.lo, "hi": ci.hi,
                    "words": statistics.median(len(r["turn"].split()) for r in got)}
-            if d != vs:
-                base = [int(r["asks"]) for r in ref]
-                cmp = paired_difference(asks, base, seed=seed,
-                                        clusters=[r["cluster"] for r in got])
-                row.update({"vs": vs, "only_this": sum(a > b for a, b in zip(asks, base)),
-                            "only_vs": sum(b > a for a, b in zip(asks, base)),
-                            "diff": cmp.diff, "diff_lo": cmp.lo, "diff_hi": cmp.hi,
-                            "p": cmp.p_value})
-            out.append(row)
+            compared = [ref for ref in refs if ref != d and ref in by]
+            for ref in compared or [None]:
+                out.append(row if ref is None else {**row, **compare(asks, by[ref], got,
+                                                                       ref, seed)})
     return out
+
+
+def compare(asks: list[int], ref_rows: list[dict], rows: list[dict], ref: str,
+            seed: int) -> dict:
+    """A doctor's asking turns against a reference doctor's on the same items."""
+    if [r["item"] for r in ref_rows] != [r["item"] for r in rows]:
+        raise ValueError(f"{ref}: not the same items")
+    base = [int(r["asks"]) for r in ref_rows]
+    cmp = paired_difference(asks, base, seed=seed, clusters=[r["cluster"] for r in rows])
+    return {"vs": ref, "only_this": sum(a > b for a, b in zip(asks, base)),
+            "only_vs": sum(b > a for a, b in zip(asks, base)),
+            "diff": cmp.diff, "diff_lo": cmp.lo, "diff_hi": cmp.hi, "p": cmp.p_value}
 
 
 def reference_rows(items: list[Item]) -> list[dict]:
@@ -121,12 +130,12 @@ def reference_rows(items: list[Item]) -> list[dict]:
 
 def print_table(rows: list[dict]) -> None:
     print(f"{'set':<9}{'tok':>4} {'doctor':<22}{'n':>4}{'asks':>5} {'share [95% CI]':<20}"
-          f"{'words':>6}  {'vs':<6}{'+/-':>7}  {'diff [95% CI]':<22}{'p':>7}")
+          f"{'words':>6}  {'vs':<8}{'+/-':>7}  {'diff [95% CI]':<22}{'p':>7}")
     for r in rows:
         line = (f"{r['set']:<9}{r['tokens']!s:>4} {r['doctor']:<22}{r['n']:>4}{r['asks']:>5} "
                 f"{r['share']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]    {r['words']:>6.0f}")
         if "vs" in r:
-            line += (f"  {r['vs']:<6}{r['only_this']:>3}/{r['only_vs']:<3}  "
+            line += (f"  {r['vs']:<8}{r['only_this']:>3}/{r['only_vs']:<3}  "
                      f"{r['diff']:+.2f} [{r['diff_lo']:+.2f}, {r['diff_hi']:+.2f}]    "
                      f"{r['p']:.3f}")
         print(line)
@@ -140,7 +149,10 @@ def main() -> None:
                     help="token budgets (default: simulation.doctor_decoding.max_new_tokens)")
     ap.add_argument("--part", default="eval", choices=["train", "dev", "eval"])
     ap.add_argument("--sets", nargs="+", default=["states", "openings"])
-    ap.add_argument("--vs", default="base")
+    ap.add_argument("--vs", nargs="+", default=["base"],
+                    help="the doctors each one is paired against (default: base)")
+    ap.add_argument("--from-jsonl", type=Path, default=None,
+                    help="summarise the turns of an earlier --out instead of generating")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=24)
     ap.add_argument("--out", type=Path, default=None, help="JSONL of every generated turn")
@@ -164,7 +176,10 @@ def main() -> None:
     model = repo_path(params.shared.llm.roles[params.training.base_role].model)
     doctors = {"base": None} | dict(a.split("=", 1) for a in args.adapter)
     rows = []
-    for name, adapter in doctors.items():
+    if args.from_jsonl:
+        rows = [json.loads(line) for line in args.from_jsonl.read_text().splitlines() if line]
+        doctors = dict.fromkeys(dict.fromkeys(r["doctor"] for r in rows))
+    for name, adapter in doctors.items() if not args.from_jsonl else []:
         backend = HFBackend(str(model), str(repo_path(adapter)) if adapter else None,
                             batch_size=args.batch_size)
         for tokens in args.tokens or [decoding.max_new_tokens]:
@@ -185,7 +200,7 @@ def main() -> None:
           f"{sum(it.set == 'states' for it in items)} states, "
           f"{sum(it.set == 'openings' for it in items)} SP openings")
     print_table(table)
-    if args.out:
+    if args.out and not args.from_jsonl:
         args.out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     if args.csv:
         import pandas as pd
