@@ -372,7 +372,7 @@ def test_the_default_reaches_trl_and_peft_with_the_committed_values(tmp_path):
     assert (params.recipe, params.hardware) == ("tiny", "cpu")
     common = {"learning_rate": 5e-4, "warmup_steps": 0.0, "lr_scheduler_type": "linear",
               "per_device_train_batch_size": 1, "per_device_eval_batch_size": 1,
-              "gradient_accumulation_steps": 1, "num_train_epochs": 1, "max_steps": -1,
+              "gradient_accumulation_steps": 1, "max_steps": -1,
               "max_length": 256, "bf16": False, "fp16": False, "gradient_checkpointing": False,
               "use_cpu": True, "seed": 13, "data_seed": 13, "logging_steps": 1,
               "save_steps": 10, "save_total_limit": 1}
@@ -381,6 +381,8 @@ def test_the_default_reaches_trl_and_peft_with_the_committed_values(tmp_path):
                           params.dpo.loss_type).to_dict()
     for args in (sft_args, dpo_args):
         assert {k: args[k] for k in common} == common
+    # SFT: at most 2 epochs, the development loss picks one; DPO: one epoch over the pairs
+    assert (sft_args["num_train_epochs"], dpo_args["num_train_epochs"]) == (2, 1)
     assert (dpo_args["beta"], dpo_args["loss_type"], dpo_args["precompute_ref_log_probs"]) == (
         0.1, ["sigmoid"], False)
     assert lora_settings(recipe, "llama") == lora_settings(recipe, "other")
@@ -406,7 +408,7 @@ def test_any_recipe_runs_on_any_hardware(tmp_path):
     assert paper_cpu.use_cpu and not paper_cpu.bf16 and not paper_cpu.gradient_checkpointing
     tiny_gpu = sft_config(recipes["tiny"], gpu, tmp_path, 0)
     assert (tiny_gpu.learning_rate, tiny_gpu.num_train_epochs, tiny_gpu.max_length) == (
-        5e-4, 1, 256)
+        5e-4, 2, 256)
     assert (tiny_gpu.per_device_train_batch_size, tiny_gpu.gradient_accumulation_steps,
             tiny_gpu.save_steps) == (2, 16, 50)
     assert tiny_gpu.gradient_checkpointing is True and tiny_gpu.bf16 is bf16_supported()
