@@ -4,8 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup env models kernel repro test test-fast bench clean-outputs lint notebooks-sync \
-        notebooks-check plots
+.PHONY: setup env models kernel repro tables test test-fast bench clean-outputs lint \
+        notebooks-sync notebooks-check plots
 
 # Without this machine's wheelhouse, take the CPU build of torch from PyTorch's index:
 #   make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -32,6 +32,9 @@ kernel: env  ## the Jupyter kernel the notebooks (and papermill) use
 
 repro:  ## the whole pipeline on the embedded default, offline
 	$(BIN)/dvc repro
+
+tables:  ## every table and figure rebuilt from the committed per-item records (no model call)
+	$(BIN)/medpref tables
 
 test:  ## the test suite (CPU, offline; ../shared/data tests skip when it is absent)
 	$(BIN)/python -m pytest -q

@@ -247,7 +247,8 @@ def test_run_with_an_overlay_calls_dvc_exp_run_and_the_old_flag_names_the_new(mo
     assert cli.main(["run", "--overlay", "paper", "tables"]) == 0
     cmd = seen["cmd"]
     assert cmd[cmd.index("exp"):cmd.index("exp") + 2] == ["exp", "run"] and cmd[-1] == "tables"
-    assert {"training.recipe=paper", "training.hardware=gpu", "rem.train.hardware=gpu"} <= set(cmd)
+    assert {"++training.recipe=paper", "++training.hardware=gpu",
+            "++rem.train.hardware=gpu"} <= set(cmd)
     assert "with overlay 'paper'" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         cli.main(["run", "--profile", "paper", "tables"])

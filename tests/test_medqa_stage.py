@@ -12,8 +12,10 @@ from medpref.llm.client import LLMClient
 from medpref.llm.scripted import ScriptedBackend
 from medpref.llm.types import GenerationParams
 from medpref.medqa import stage as s06
+from medpref.medqa import tables as t08
 from medpref.medqa.config import MedQAParams
 from medpref.medqa.judging import order_agreement
+from medpref.medqa.ratings import ratings_for, stored_judgements
 from medpref.params import ParamsError, parse_params
 
 
@@ -82,13 +84,14 @@ def test_stage_end_to_end_with_scripted_models(params):
                for r, it in zip(rows, items) if not r.well_formed)
     summary = s06.distill_summary(distilled)
     assert summary.loc[0, "ins_follow_rate"] == 0.5 and summary.loc[0, "fallbacks"] == 4
-    assert s06.malformed_reasons(distilled)["count"].sum() == 4
+    assert t08.malformed_reasons(distilled)["count"].sum() == 4
 
     sources = s06.query_sources(p, items, distilled)
     assert set(sources) == {"history", "last_question", "distilled:policy"}
     results = s06.retrieve_all(sources, items, toy_encode, item_vecs, tree, keep=10)
-    table3 = s06.retrieval_table(results, items, tree, p.hr_ks, {"policy": "scripted"},
-                                 distilled)
+    table3 = t08.retrieval_table(results, {it.id: len(it.gold_attributes) for it in items},
+                                 (len(tree.medicines), len(tree.items)), p.hr_ks,
+                                 {"policy": "scripted"}, distilled)
     assert list(table3["query"]) == ["random ranking (chance)", "History", "Last question",
                                      "Distilled (policy)",
                                      "Distilled (policy), well-formed calls",
@@ -110,12 +113,12 @@ def test_stage_end_to_end_with_scripted_models(params):
     battles = s06.run_battles(p, clients["judge"], subset, answers)
     assert len(battles.judged.raw) == 4 * 3 * 2 and not battles.judged.unparsable
     assert order_agreement(battles.judged.judgements) == 1.0   # this judge is fair
-    ratings = s06.ratings_for(battles.judged.judgements, p, 13, "stage")
+    ratings = ratings_for(battles.judged.judgements, p, 13, "stage")
     assert ratings.iloc[-1]["model"] == "closed_book"
     top = ratings.set_index("model")
     assert top.loc["distilled", "bt"] == pytest.approx(top.loc["last_question", "bt"])
 
-    table2 = s06.models_table(p, distilled, results, ratings, {"policy": "scripted"})
+    table2 = t08.models_table(p, distilled, results, ratings, {"policy": "scripted"})
     assert list(table2["model"]) == ["distilled", "last_question", "closed_book"]
     assert table2.loc[0, "ins_follow_rate"] == 0.5
     assert np.isnan(table2.loc[2, "doc_HR@1"]) and table2.loc[2, "elo_rank"] == 3
@@ -136,7 +139,7 @@ def test_position_biased_judge_rates_everyone_equal(params):
     assert order_agreement(battles.judged.judgements) == 0.0
     # merged battles: each split reads as a tie, exactly
     battle = p.model_copy(update={"elo_game": "battle"})
-    ratings = s06.ratings_for(battles.judged.judgements, battle, 1, "stage")
+    ratings = ratings_for(battles.judged.judgements, battle, 1, "stage")
     assert ratings["elo"].tolist() == [1000.0] * 3 and ratings["ties"].tolist() == [6] * 3
     assert ratings["elo_rank"].tolist() == [1, 1, 1]          # equal ratings share a rank
     assert (ratings["elo_low"] == ratings["elo_high"]).all()
@@ -154,7 +157,7 @@ def test_unparsable_verdicts_are_recorded_not_rated(params):
     battles = s06.run_battles(p, clients["judge"], subset, s06.run_read(p, clients, tree,
                                                                         subset, results))
     assert not battles.judged.judgements and len(battles.judged.unparsable) == 12
-    assert s06.ratings_for([], p, 1, "stage").empty
+    assert ratings_for([], p, 1, "stage").empty
 
 
 def test_params_are_strict():
@@ -175,10 +178,10 @@ def test_stored_verdicts_are_read_with_their_contract(tmp_path, params):
     bad.write_text('{"id": "b1", "item": "m1", "model_a": "x", "model_b": "y", "winner": "x"}\n')
     p = params.model_copy(update={"stored_verdicts": str(bad)})
     with pytest.raises(Exception, match=r"v.jsonl:1: field 'winner'"):
-        s06.stored_judgements(p)
+        stored_judgements(p)
     bad.write_text('{"id": "b1", "item": "m1", "model_a": "x", "model_b": "y", '
                    '"winner": "model_a", "judge": "human"}\n')
-    table = s06.ratings_for(s06.stored_judgements(p), p, 1, "stored")
+    table = ratings_for(stored_judgements(p), p, 1, "stored")
     assert table.loc[0, "model"] == "x" and table.loc[0, "verdicts"] == "stored"
 
 
@@ -213,8 +216,17 @@ def test_run_writes_the_stage_outputs_with_scripted_models(tmp_path, monkeypatch
     out = s06.run(stage)
     assert out.metrics["ins_follow_rate"] == {"policy": 0.5}
     assert "wall_s" not in out.metrics and out.metrics["elo_games"] == 4 * 3 * 2
-    assert (tmp_path / "reports/08_medqa/table3_retrieval.md").exists()
-    assert (tmp_path / "data/08_medqa/verdicts.jsonl").exists()
+    reports = tmp_path / "reports/08_medqa"
+    assert (reports / "table3_retrieval.md").exists()
+    verdicts = (reports / "records/verdicts.jsonl").read_text().splitlines()
+    assert len(verdicts) == 4 * 3 * 2 and all('"key": "' in v for v in verdicts)
+    # every table rebuilds from the records alone, byte for byte
+    from medpref.medqa.outputs import OUTPUTS
+
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "rebuilt") == []
+    (reports / "ratings.csv").write_text("edited by hand\n")
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "rebuilt2") == [
+        f"{reports / 'ratings.csv'}: differs from its rebuild from the records"]
     stage.finish(out.metrics, models=out.models, prompts=out.prompts)
     assert (tmp_path / "reports/08_medqa/timings.json").exists()
 

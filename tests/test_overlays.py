@@ -32,6 +32,7 @@ def test_set_args_are_hydra_overrides_dvc_accepts():
 
     args = set_args("paper")
     assert args[::2] == ["-S"] * (len(args) // 2)
+    assert all(a.startswith("++") for a in args[1::2])   # add-or-override: any valid key
     parsed = OverridesParser.create().parse_overrides(args[1::2])
     values = {o.key_or_group: o.value() for o in parsed}
     assert values["simulation.rounds"] == 5 and values["simulation.n_cases"] is None

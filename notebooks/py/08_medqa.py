@@ -41,7 +41,7 @@ print(f"{len(out.tree.medicines)} medicines → {len(out.tree.items)} attribute 
 out.distill_summary
 
 # %% [markdown]
-# Why calls were malformed (the raw answers are in `reports/08_medqa/malformed_calls.jsonl`):
+# Why calls were malformed (every raw answer is in `reports/08_medqa/records/distilled.jsonl`):
 
 # %%
 out.malformed_reasons

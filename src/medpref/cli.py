@@ -2,6 +2,7 @@
 
     medpref run 03_rem                 # = dvc repro rem (upstream stages only if changed)
     medpref run --overlay paper tables # = dvc exp run -S ... (configs/overlays/paper.yaml)
+    medpref tables [--check] [STAGE]   # every table and figure, rebuilt from the committed records
     medpref cache export [PATH]        # every stage's LLM cache as one .tar.gz + manifest
     medpref cache import PATH          # restore them: dvc repro then replays every call
     medpref cache rekey [--model DIR]  # carry a cache keyed by model names to content ids
@@ -63,6 +64,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"medpref run: dvc repro {target} {' '.join(args.dvc_args)}".rstrip() +
           "  (upstream stages rerun only when their inputs changed)", flush=True)
     return subprocess.call(cmd, cwd=args.root)
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    import time
+
+    from medpref.params import load_params
+    from medpref.pipeline import rebuild_tables, stages_with_records
+
+    t0 = time.perf_counter()
+    found = stages_with_records(args.root, args.stage)
+    if not found:
+        print("medpref tables: no stage has its records under reports/ (run the pipeline "
+              "first)", file=sys.stderr)
+        return 1
+    lines = rebuild_tables(args.root, load_params(args.root / "params.yaml"), args.stage,
+                           check=args.check)
+    names = ", ".join(o.stage for o in found)
+    if args.check:
+        for line in lines:
+            print(line)
+        print(f"medpref tables --check: {len(lines)} difference(s) in {names} "
+              f"({time.perf_counter() - t0:.1f} s)")
+        return 1 if lines else 0
+    print(f"medpref tables: {len(lines)} file(s) rebuilt from the records of {names} "
+          f"({time.perf_counter() - t0:.1f} s)")
+    return 0
 
 
 def cmd_cache_export(args: argparse.Namespace) -> int:
@@ -128,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("dvc_args", nargs=argparse.REMAINDER,
                      help="passed to dvc repro (e.g. --force, --single-item)")
     run.set_defaults(func=cmd_run)
+
+    tables = sub.add_parser("tables", help="rebuild every table and figure from the "
+                            "committed per-item records (no model call, no training)")
+    tables.add_argument("stage", nargs="*", help="only these stages (e.g. 08_medqa)")
+    tables.add_argument("--check", action="store_true",
+                        help="compare with the committed tables instead of writing; exit 1 "
+                        "on any difference")
+    tables.set_defaults(func=cmd_tables)
 
     cache = sub.add_parser("cache", help="export or import the LLM caches as one archive")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True)

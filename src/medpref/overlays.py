@@ -66,10 +66,15 @@ def validate(name: str, root: Path = REPO_ROOT) -> Params:
 
 
 def set_args(name: str, root: Path = REPO_ROOT) -> list[str]:
-    """``-S key=value`` arguments for ``dvc exp run`` (values as compact JSON/YAML flow)."""
+    """``-S ++key=value`` arguments for ``dvc exp run`` (values as compact JSON/YAML flow).
+
+    ``++`` (Hydra's add-or-override) lets an overlay set a key ``params.yaml`` leaves at
+    its default (a new server entry, a server's ``continue_prefix``), which plain
+    ``key=value`` would have dvc refuse; every key was validated against the params
+    models first, so nothing unknown gets in."""
     validate(name, root)
     args = []
     for dotted, value in flatten(load_overlay(name, root)).items():
         text = value if isinstance(value, str) else json.dumps(value)
-        args += ["-S", f"{dotted}={text}"]
+        args += ["-S", f"++{dotted}={text}"]
     return args

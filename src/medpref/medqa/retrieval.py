@@ -150,11 +150,3 @@ def retrieve_all(sources: Mapping[str, Sequence[str]], items: Sequence[MedicineQ
         out[source] = [evaluate_ranking(it, source, q, order, keys, keep, docs)
                        for it, q, order, docs in zip(items, queries, orders, doc_orders)]
     return out
-
-
-def retrieval_records(results: Mapping[str, Sequence[RetrievalResult]], tree: MedicineTree
-                      ) -> list[dict]:
-    """One row per (source, question): the query, gold ranks and the top item keys."""
-    return [{"item": r.item_id, "source": r.source, "query": r.query, "doc_rank": r.doc_rank,
-             "attr_rank": r.attr_rank, "top_items": [list(tree.items[i].key) for i in r.top_items]}
-            for res in results.values() for r in res]

@@ -6,10 +6,11 @@
 2. :func:`embed_database` — item vectors (cached on disk) and the query encoder;
 3. :func:`run_distill` — every distilling role writes a ``search_engine`` call per question;
 4. :func:`retrieve_all` — rankings for each query source (History, Last question and each
-   role's distilled queries) → :func:`retrieval_table` (Table 3 layout);
+   role's distilled queries) → Table 3 (:func:`medpref.medqa.tables.retrieval_table`);
 5. :func:`run_read` — each model configuration answers the read subset;
-6. :func:`run_battles` — pairwise verdicts by the judge → :func:`ratings_for` (Elo, BT);
-7. :func:`models_table` (Table 2 layout), figures, metrics.
+6. :func:`run_battles` — pairwise verdicts by the judge;
+7. the records of every call, and from them alone the tables and figures
+   (:mod:`medpref.medqa.outputs`: Elo and Bradley–Terry, Table 2 layout), then metrics.
 
 The steps' code lives in the domain modules (``distill``, ``sources``, ``retrieval``,
 ``read``, ``judging``, ``ratings``, ``tables``); this module opens the inputs, runs the
@@ -36,23 +37,16 @@ from medpref.medqa.database import (
 )
 from medpref.medqa.distill import DistilledQuery, run_distill
 from medpref.medqa.judging import BattleRun, run_battles
-from medpref.medqa.ratings import ratings_for, stored_judgements
+from medpref.medqa.outputs import OUTPUTS, retrieval_rows
 from medpref.medqa.read import Answer, read_subset, run_read
 from medpref.medqa.retrieval import (
     RetrievalResult,
     check_gold,
     name_vectors,
-    retrieval_records,
     retrieve_all,
 )
-from medpref.medqa.sources import HISTORY, LAST_QUESTION, distilled_source, query_sources
-from medpref.medqa.tables import (
-    distill_summary,
-    malformed_reasons,
-    models_table,
-    retrieval_table,
-    stage_metrics,
-)
+from medpref.medqa.sources import query_sources
+from medpref.medqa.tables import distill_summary, stage_metrics
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 
@@ -111,9 +105,7 @@ class MedQAOutputs:
         return "\n".join(lines)
 
 
-def _retrieve(stage, p: MedQAParams, tree, items, distilled, clients):
-    from medpref.medqa import plots
-
+def _retrieve(stage, p: MedQAParams, tree, items, distilled):
     with stage.step("embed_database"):
         encode, item_vecs, cached = embed_database(p, tree)
     with stage.step("retrieve"):
@@ -121,28 +113,12 @@ def _retrieve(stage, p: MedQAParams, tree, items, distilled, clients):
         results = retrieve_all(sources, items, encode, item_vecs, tree,
                                keep=max(p.read_top_k, 10),
                                name_vecs=name_vectors(p, tree, encode))
-    model_ids = {r: c.model_id for r, c in clients.items()}
-    table3 = retrieval_table(results, items, tree, p.hr_ks, model_ids, distilled)
-    labels = {HISTORY: "History", LAST_QUESTION: "Last question",
-              **{distilled_source(r): f"Distilled ({r})" for r in distilled}}
-    fig = plots.hr_curves(results, labels, len(tree.medicines), len(tree.items), p.hr_ks)
-    return cached, results, table3, fig
-
-
-def _rate(stage, p: MedQAParams, battles: BattleRun) -> pd.DataFrame:
-    with stage.step("ratings"):
-        ratings = ratings_for(battles.judged.judgements, p, stage.seed, "stage")
-        stored = stored_judgements(p)
-        if stored:
-            ratings = pd.concat([ratings, ratings_for(stored, p, stage.seed, "stored")],
-                                ignore_index=True)
-    return ratings
+    return cached, results
 
 
 def run(stage) -> MedQAOutputs:
-    """Stage 08 end to end; writes the records, tables and figures (not the metrics)."""
-    from medpref.medqa import plots
-
+    """Stage 08 end to end: the model calls, then its records and the tables and figures
+    built from them (:data:`medpref.medqa.outputs.OUTPUTS`); not the metrics."""
     p: MedQAParams = stage.p
     with stage.step("load"):
         tree, items = load_inputs(p)
@@ -150,46 +126,29 @@ def run(stage) -> MedQAOutputs:
     clients = {r: stage.role(r) for r in roles}
     with stage.step("distill"):
         distilled = run_distill(p, clients, items)
-    cached, results, table3, hr_fig = _retrieve(stage, p, tree, items, distilled, clients)
+    cached, results = _retrieve(stage, p, tree, items, distilled)
     subset = read_subset(items, p.n_read_items, stage.seed)
     with stage.step("read"):
         answers = run_read(p, clients, tree, subset, results)
     with stage.step("judge"):
         battles = run_battles(p, clients[p.judge_call.role], subset, answers)
     stage.check_yield(sum(a.error is None for a in answers), len(answers), what="answers")
-    ratings = _rate(stage, p, battles)
+    with stage.step("tables"):
+        built = OUTPUTS.write(stage.reports_dir, {
+            "distilled": [q.to_record() for qs in distilled.values() for q in qs],
+            "retrievals": retrieval_rows(results, tree, items),
+            "answers": [a.to_record() for a in answers],
+            "verdicts": [j.model_dump(mode="json", exclude_none=True)
+                         for j in battles.judged.judgements],
+            "unparsable_verdicts": battles.judged.unparsable + battles.skipped,
+        }, stage.params)
     model_ids = {r: c.model_id for r, c in clients.items()}
-    table2 = models_table(p, distilled, results, ratings[ratings["verdicts"] == "stage"],
-                          model_ids)
     prompt_names = [p.distill_prompt, p.distill_tools_prompt, p.read_prompt,
                     p.closed_book_prompt, p.judge_prompt]
-    out = MedQAOutputs(
-        tree, items, cached, distilled, distill_summary(distilled), malformed_reasons(distilled),
-        results, table3, hr_fig, subset, answers, battles, ratings,
-        plots.rating_intervals(ratings), table2,
+    return MedQAOutputs(
+        tree, items, cached, distilled, distill_summary(distilled), built["malformed_reasons"],
+        results, built["table3_retrieval"], built["hr_at_k"], subset, answers, battles,
+        built["ratings"], built["elo"], built["table2_models"],
         stage_metrics(tree, items, subset, distilled, battles, p.elo_game),
         {**model_ids, "embeddings": p.embedding_model},
         {n: load_prompt(n).sha for n in prompt_names})
-    write_outputs(stage, out)
-    return out
-
-
-def write_outputs(stage, out: MedQAOutputs) -> None:
-    from medpref.contracts import write_jsonl
-    from medpref.reports import save_figure, write_table
-
-    calls = [q for qs in out.distilled.values() for q in qs]
-    write_jsonl(stage.data("distilled.jsonl"), [q.to_record() for q in calls])
-    write_jsonl(stage.report("malformed_calls.jsonl"),
-                [q.to_record() for q in calls if not q.well_formed])
-    write_table(out.malformed_reasons, stage.report("malformed_reasons"))
-    write_jsonl(stage.data("retrievals.jsonl"), retrieval_records(out.results, out.tree))
-    write_table(out.table3, stage.report("table3_retrieval"))
-    save_figure(out.hr_figure, stage.report("hr_at_k.png"))
-    write_jsonl(stage.data("answers.jsonl"), [a.to_record() for a in out.answers])
-    write_jsonl(stage.data("verdicts.jsonl"), out.battles.judged.judgements)
-    write_jsonl(stage.report("unparsable_verdicts.jsonl"),
-                out.battles.judged.unparsable + out.battles.skipped)
-    write_table(out.ratings, stage.report("ratings"), floatfmt=".1f")
-    save_figure(out.elo_figure, stage.report("elo.png"))
-    write_table(out.table2, stage.report("table2_models"))

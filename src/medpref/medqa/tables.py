@@ -45,18 +45,19 @@ def hr_columns(results: Sequence[RetrievalResult], ks: Sequence[int]) -> dict[st
             **{f"attr_HR@{k}": v for k, v in attr.items()}}
 
 
-def chance_row(items: Sequence[MedicineQAItem], tree: MedicineTree, ks: Sequence[int]) -> dict:
-    """HR@k of a uniformly random ranking, averaged over the questions."""
-    n_docs, n_items = len(tree.medicines), len(tree.items)
+def chance_row(n_gold: Mapping[str, int], sizes: tuple[int, int], ks: Sequence[int]) -> dict:
+    """HR@k of a uniformly random ranking, averaged over the questions (``n_gold``: each
+    question's number of gold attribute items; ``sizes``: medicines, attribute items)."""
+    n_docs, n_items = sizes
     row = {f"doc_HR@{k}": chance_hit_rate(n_docs, 1, k) for k in ks}
     for k in ks:
-        row[f"attr_HR@{k}"] = float(np.mean([chance_hit_rate(n_items, len(it.gold_attributes), k)
-                                             for it in items]))
+        row[f"attr_HR@{k}"] = float(np.mean([chance_hit_rate(n_items, g, k)
+                                             for g in n_gold.values()]))
     return row
 
 
-def retrieval_table(results: Mapping[str, Sequence[RetrievalResult]], items, tree,
-                    ks: Sequence[int], model_ids: Mapping[str, str],
+def retrieval_table(results: Mapping[str, Sequence[RetrievalResult]], n_gold: Mapping[str, int],
+                    sizes: tuple[int, int], ks: Sequence[int], model_ids: Mapping[str, str],
                     distilled: Mapping[str, Sequence[DistilledQuery]] | None = None
                     ) -> pd.DataFrame:
     """Table 3 layout: HR@k at document and attribute level for each query source.
@@ -65,8 +66,8 @@ def retrieval_table(results: Mapping[str, Sequence[RetrievalResult]], items, tre
     model's queries with the baseline's; each distilled row is followed by the same
     source over its well-formed calls only, beside the Last-question row over the same
     questions (what distillation adds where the model did call the tool)."""
-    rows = [{"query": "random ranking (chance)", "model_id": "", "questions": len(items),
-             **chance_row(items, tree, ks)}]
+    rows = [{"query": "random ranking (chance)", "model_id": "", "questions": len(n_gold),
+             **chance_row(n_gold, sizes, ks)}]
     for source, res in results.items():
         role = source.split(":", 1)[1] if source.startswith("distilled:") else ""
         label = {HISTORY: "History", LAST_QUESTION: "Last question"}.get(

@@ -1,0 +1,232 @@
+"""What a stage writes, declared once: records, the tables and figures built from them.
+
+A stage lists its outputs in one :class:`StageOutputs` (its package's ``outputs`` module):
+
+* :class:`Records` — per-item JSON Lines under ``reports/<stage>/records/<name>.jsonl``,
+  committed with the reports: every model answer, grade, score or training result a
+  table is computed from, each row carrying its content ``key`` (a hash of what
+  determined the row: the item, the model, the prompt, the settings);
+* :class:`Table` and :class:`Figure` — built by a pure function of the records and the
+  params (no model call, no training), written as CSV + Markdown or PNG;
+* :class:`Data` — data products that stay out of git (DVC's cache): adapters, caches.
+
+Writing iterates over the list (:meth:`StageOutputs.write`), ``medpref tables`` rebuilds
+every table and figure from the committed records alone (:meth:`StageOutputs.rebuild`),
+and dvc.yaml's outputs are read from the same list, so no path is typed twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medpref.contracts import ContractError, atomic_write_text, text_lines
+
+RECORDS_DIR = "records"
+
+
+def content_key(*parts: Any) -> str:
+    """A short, stable hash of JSON-able parts (dict keys sorted): a row's content key."""
+    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Records:
+    """One per-item record file; ``key`` names the fields that determine a row (hashed
+    into its ``key`` by :meth:`keyed` when the row does not carry one already)."""
+
+    name: str
+    doc: str = ""
+    key: tuple[str, ...] = ()
+
+    def path(self, reports_dir: Path) -> Path:
+        return reports_dir / RECORDS_DIR / f"{self.name}.jsonl"
+
+    def keyed(self, rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The rows with their content key first (``key``: a hash of the declared fields,
+        or of the whole row when none are declared)."""
+        out = []
+        for row in rows:
+            row = dict(row)
+            if "key" not in row:
+                basis = [row.get(f) for f in self.key] if self.key else row
+                row = {"key": content_key(self.name, basis), **row}
+            out.append(row)
+        return out
+
+
+#: a table or figure builder: (records by name, the validated params) → what is written
+Builder = Callable[[Mapping[str, list[dict[str, Any]]], Any], Any]
+
+
+@dataclass(frozen=True)
+class Table:
+    """``<name>.csv`` + ``<name>.md`` built from records by ``build``."""
+
+    name: str
+    build: Builder
+    floatfmt: str = ".3f"
+    doc: str = ""
+
+    def files(self, reports_dir: Path) -> list[Path]:
+        return [reports_dir / f"{self.name}.csv", reports_dir / f"{self.name}.md"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """``<name>.png`` drawn from records by ``build``."""
+
+    name: str
+    build: Builder
+    doc: str = ""
+
+    def files(self, reports_dir: Path) -> list[Path]:
+        return [reports_dir / f"{self.name}.png"]
+
+
+@dataclass(frozen=True)
+class Data:
+    """A data product outside git (DVC-cached): ``persist`` keeps it across reruns."""
+
+    path: str
+    persist: bool = False
+    doc: str = ""
+
+
+Output = Records | Table | Figure | Data
+
+
+@dataclass(frozen=True)
+class StageOutputs:
+    """Everything one stage writes. ``stage`` is its notebook name (``08_medqa``)."""
+
+    stage: str
+    items: Sequence[Output] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        names = [o.name for o in self.items if not isinstance(o, Data)]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{self.stage}: outputs declared twice: {twice}")
+
+    def reports_dir(self, root: Path) -> Path:
+        return root / "reports" / self.stage
+
+    @property
+    def records(self) -> list[Records]:
+        return [o for o in self.items if isinstance(o, Records)]
+
+    @property
+    def built(self) -> list[Table | Figure]:
+        return [o for o in self.items if isinstance(o, Table | Figure)]
+
+    @property
+    def data(self) -> list[Data]:
+        return [o for o in self.items if isinstance(o, Data)]
+
+    # -- writing ----------------------------------------------------------------------
+    def write_records(self, reports_dir: Path, records: Mapping[str, Iterable[Mapping]]
+                      ) -> dict[str, list[dict[str, Any]]]:
+        """Write every declared record file (each must be given; an undeclared name is
+        an error) and return the rows as written, keys included."""
+        declared = {r.name: r for r in self.records}
+        unknown = sorted(set(records) - set(declared))
+        missing = sorted(set(declared) - set(records))
+        if unknown or missing:
+            raise ValueError(f"{self.stage}: records not declared {unknown}, "
+                             f"declared but not given {missing}")
+        written = {}
+        for name, spec in declared.items():
+            rows = spec.keyed(records[name])
+            write_rows(spec.path(reports_dir), rows)
+            written[name] = rows
+        return written
+
+    def build(self, records: Mapping[str, list[dict[str, Any]]], params: Any
+              ) -> dict[str, Any]:
+        """Every table and figure, from the records and the params alone."""
+        return {o.name: o.build(records, params) for o in self.built}
+
+    def write_built(self, reports_dir: Path, built: Mapping[str, Any]) -> list[Path]:
+        from medpref.reports import save_figure, write_table
+
+        paths: list[Path] = []
+        for o in self.built:
+            if isinstance(o, Table):
+                paths += write_table(built[o.name], reports_dir / o.name, o.floatfmt).values()
+            else:
+                paths.append(save_figure(built[o.name], reports_dir / f"{o.name}.png"))
+        return paths
+
+    def write(self, reports_dir: Path, records: Mapping[str, Iterable[Mapping]], params: Any
+              ) -> dict[str, Any]:
+        """Records first, then the tables and figures built from them as written (the
+        same path ``medpref tables`` takes); returns the built objects by name."""
+        written = self.write_records(reports_dir, records)
+        built = self.build(written, params)
+        self.write_built(reports_dir, built)
+        return built
+
+    # -- reading back -----------------------------------------------------------------
+    def load_records(self, reports_dir: Path) -> dict[str, list[dict[str, Any]]]:
+        return {r.name: read_rows(r.path(reports_dir)) for r in self.records}
+
+    def rebuild(self, reports_dir: Path, params: Any, out_dir: Path | None = None
+                ) -> list[Path]:
+        """Rebuild every table and figure from the committed records into ``out_dir``
+        (default: in place); returns the files written."""
+        built = self.build(self.load_records(reports_dir), params)
+        return self.write_built(out_dir or reports_dir, built)
+
+    def differences(self, reports_dir: Path, params: Any, scratch: Path) -> list[str]:
+        """The tables (CSV and Markdown) whose rebuild from the records differs from the
+        file in ``reports_dir``; figures are rebuilt but not compared byte for byte."""
+        self.rebuild(reports_dir, params, scratch)
+        diffs = []
+        for o in self.built:
+            if not isinstance(o, Table):
+                continue
+            for committed in o.files(reports_dir):
+                fresh = scratch / committed.name
+                if not committed.exists():
+                    diffs.append(f"{committed}: missing (the rebuild writes it)")
+                elif committed.read_bytes() != fresh.read_bytes():
+                    diffs.append(f"{committed}: differs from its rebuild from the records")
+        return diffs
+
+
+def write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """JSON Lines with keys in the order given, atomically (one row a line, UTF-8)."""
+    text = "".join(json.dumps(r, ensure_ascii=False, default=_plain) + "\n" for r in rows)
+    atomic_write_text(path, text)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a record file; a line that is not a JSON object is a ContractError
+    naming the file and the line."""
+    rows = []
+    for lineno, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ContractError(path, lineno, "(line)", f"not JSON: {exc.msg}") from None
+        if not isinstance(row, dict):
+            raise ContractError(path, lineno, "(line)", "a record is a JSON object")
+        rows.append(row)
+    return rows
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and other simple objects as JSON values."""
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    raise TypeError(f"not JSON-able in a record: {type(value).__name__}")

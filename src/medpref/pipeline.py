@@ -1,0 +1,44 @@
+"""The pipeline's stages and what each writes, in one list (the stages' ``outputs``
+modules, imported by name here and nowhere else).
+
+``medpref tables`` rebuilds every table and figure of the listed stages from their
+committed records (:meth:`medpref.outputs.StageOutputs.rebuild`), with no model call and
+no training; ``--check`` compares instead of writing.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from medpref.medqa.outputs import OUTPUTS as MEDQA
+from medpref.outputs import StageOutputs
+
+#: stage name → its declared outputs, in pipeline order
+STAGES: dict[str, StageOutputs] = {o.stage: o for o in (MEDQA,)}
+
+
+def stages_with_records(root: Path, names: list[str] | None = None) -> list[StageOutputs]:
+    """The named stages (default: all) whose record files are all present under
+    ``root/reports``; an unknown name is an error."""
+    unknown = sorted(set(names or []) - set(STAGES))
+    if unknown:
+        raise SystemExit(f"medpref tables: unknown stage(s) {unknown}; known: {sorted(STAGES)}")
+    chosen = [STAGES[n] for n in names] if names else list(STAGES.values())
+    return [o for o in chosen
+            if all(r.path(o.reports_dir(root)).exists() for r in o.records)]
+
+
+def rebuild_tables(root: Path, params, names: list[str] | None = None, check: bool = False
+                   ) -> list[str]:
+    """Rebuild (or, with ``check``, compare) every table of the stages that have records;
+    returns the differences found (check) or the files written."""
+    lines: list[str] = []
+    for outputs in stages_with_records(root, names):
+        reports = outputs.reports_dir(root)
+        if check:
+            with tempfile.TemporaryDirectory() as scratch:
+                lines += outputs.differences(reports, params, Path(scratch))
+        else:
+            lines += [str(p) for p in outputs.rebuild(reports, params)]
+    return lines
