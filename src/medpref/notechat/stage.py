@@ -209,6 +209,13 @@ class NoteChatOutputs:
         return pd.read_csv(self.paths["turn_quality_per_dialogue"].with_suffix(".csv"))
 
     @property
+    def turn_quality_validation_markdown(self) -> str:
+        """The checks' recall and precision on the hand-labelled turns, as written."""
+        if not self.p.turn_quality_labels:
+            return "No `notechat.turn_quality_labels`: the checks were not measured."
+        return self.paths["turn_quality_validation"].with_suffix(".md").read_text()
+
+    @property
     def table2_markdown(self) -> str:
         return self.paths["table2"].with_suffix(".md").read_text()
 
