@@ -12,10 +12,20 @@ there under ``nice``, each stage's start time read from dvc's "Running stage" li
 and the CPU time of all its processes from ``getrusage``. Then the table is read from
 the scratch copy, with the measured per-stage wall times beside the reports' own.
 
+A cold run writes what it measured to ``benchmarks/repro_timings.json`` and
+``benchmarks/repro_timings.md`` (``--timings-dir`` elsewhere): per dvc stage the wall
+seconds and the reports' model calls, the total wall and CPU seconds, and the commit,
+date, cores and load average around the run (a busy machine's run says so). The
+Markdown table is what docs include as the cold run's generated table. They sit beside
+this script, committed, because they measure ``dvc repro`` rather than being one of its
+outputs: ``reports/`` holds only what a stage declares (tests/test_dvc_contract.py), and
+``benchmarks/results/`` is ignored by git. A run of one ``--stage`` writes them too,
+with ``complete: false``.
+
 Usage:
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py [--root .]
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --run [--scratch /tmp/repro]
-      [--stage notechat]
+      [--stage notechat] [--timings-dir benchmarks]
 """
 
 from __future__ import annotations
@@ -137,6 +147,69 @@ def run_repro(root: Path, stage: str | None) -> tuple[dict[str, float], float, f
     return per_stage, total, ru.ru_utime + ru.ru_stime
 
 
+def _stage_folder(dvc_stage: str, rows: list[dict]) -> dict | None:
+    """The reports row of a dvc stage (``rem`` → ``03_rem``; a matrix cell
+    ``annotation_grid@avg-1`` has none of its own)."""
+    for r in rows:
+        if r["stage"].split("_", 1)[1] == dvc_stage:
+            return r
+    return None
+
+
+def timings_record(measured: dict[str, float], total: float, cpu: float, rows: list[dict],
+                   meta: dict) -> dict:
+    """The machine-readable record of one cold run: per dvc stage its measured wall
+    seconds (start to the next stage's start) with the model calls and the stage's own
+    step times from its reports, the total, and where and when it ran."""
+    stages = []
+    for name, wall in measured.items():
+        r = _stage_folder(name, rows) or {}
+        stages.append({"stage": name, "wall_s": wall, "report": r.get("stage"),
+                       "calls": r.get("calls"), "tokens_in": r.get("tokens_in"),
+                       "tokens_out": r.get("tokens_out"), "steps_s": r.get("steps", {})})
+    return {**meta, "stages": stages, "total_wall_s": round(total, 1),
+            "total_wall_min": round(total / 60, 1), "cpu_s": round(cpu, 1)}
+
+
+def timings_markdown(record: dict) -> str:
+    """The record as the Markdown table docs include (every number from the record)."""
+    lines = [f"Cold `dvc repro --force` of commit `{record['commit']}` on {record['date']}: "
+             f"{record['cores']} cores, load average {record['load_before']:.2f} before and "
+             f"{record['load_after']:.2f} after; "
+             + ("every stage." if record["complete"] else f"stage `{record['target']}` "
+                                                          "and its upstream only."),
+             "", "| dvc stage | wall s | min | model calls | tokens in / out |",
+             "|---|---:|---:|---:|---|"]
+    for st in record["stages"]:
+        tokens = (f"{st['tokens_in']:,} / {st['tokens_out']:,}" if st["tokens_in"] is not None
+                  else "")
+        calls = f"{st['calls']:,}" if st["calls"] is not None else ""
+        lines.append(f"| {st['stage']} | {st['wall_s']:,.1f} | {st['wall_s'] / 60:.1f} | "
+                     f"{calls} | {tokens} |")
+    lines.append(f"| **total** | **{record['total_wall_s']:,.1f}** | "
+                 f"**{record['total_wall_min']:.1f}** | | |")
+    lines.append("")
+    lines.append(f"CPU time of all processes: {record['cpu_s']:,.1f} s.")
+    return "\n".join(lines) + "\n"
+
+
+def write_timings(out_dir: Path, record: dict) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    js, md = out_dir / "repro_timings.json", out_dir / "repro_timings.md"
+    js.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    md.write_text(timings_markdown(record), encoding="utf-8")
+    return js, md
+
+
+def run_meta(root: Path, stage: str | None, load_before: float) -> dict:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                            capture_output=True, check=True).stdout.strip()
+    return {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "cores": os.cpu_count(), "load_before": round(load_before, 2),
+            "load_after": round(os.getloadavg()[0], 2), "complete": stage is None,
+            "target": stage}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=REPO, help="checkout whose reports to read")
@@ -144,6 +217,8 @@ def main() -> None:
     ap.add_argument("--scratch", type=Path, help="folder for the clone (default: a temp dir)")
     ap.add_argument("--stage", help="with --run: this dvc stage and its upstream only")
     ap.add_argument("--json", type=Path, help="also write the numbers to this JSON file")
+    ap.add_argument("--timings-dir", type=Path, default=REPO / "benchmarks",
+                    help="with --run: where repro_timings.json/.md go (default: benchmarks/)")
     args = ap.parse_args()
 
     measured, total, cpu = None, None, None
@@ -151,12 +226,17 @@ def main() -> None:
     if args.run:
         root = scratch_clone(args.scratch or Path(tempfile.mkdtemp(prefix="medpref-repro-")))
         print(f"cold run in {root}", flush=True)
+        load_before = os.getloadavg()[0]
         measured, total, cpu = run_repro(root, args.stage)
     rows = stage_rows(root)
     print_table(rows, measured)
     if total is not None:
         print(f"\ncold dvc repro: wall {total:.1f} s ({total / 60:.1f} min), "
               f"CPU {cpu:.1f} s, cores {os.cpu_count()}")
+        record = timings_record(measured, total, cpu, rows,
+                                run_meta(root, args.stage, load_before))
+        for path in write_timings(args.timings_dir, record):
+            print(f"wrote {path}")
     if args.json:
         args.json.write_text(json.dumps({"root": str(root), "stages": rows,
                                          "measured_s": measured, "total_wall_s": total,

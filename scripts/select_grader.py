@@ -7,10 +7,21 @@ the best dev κ (ties: the higher accuracy, then the first in grid order) is the
 once on the test half, with its bootstrap 95 % interval. No model calls beyond MiniLM.
 
     python scripts/select_grader.py            # prints both tables; ~1 min on 2 cores
+    python scripts/select_grader.py --dev-only # the grid on dev only (before a change)
+
+``--report`` grades every hand-graded item with the grader as params set it (no grid)
+and prints, per split, batch and category: items, cases, κ, recall and precision of
+"pass", each with its case-clustered bootstrap interval (what a rule change is reported
+with). ``--out FILE.csv`` also writes the table. ``--dev-errors`` lists the dev items
+on which grader and hand grade differ: the only errors a rule change may be built from.
+
+    python scripts/select_grader.py --report --out /tmp/gv.csv
+    python scripts/select_grader.py --dev-errors
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 
 import pandas as pd
@@ -21,7 +32,13 @@ from medpref.params import load_params, repo_path
 from medpref.prompts import load_prompt
 from medpref.simulation.graders import GraderContext, build_grader
 from medpref.simulation.grading import GradingSetup
-from medpref.simulation.validation import split_of, validate_grader
+from medpref.simulation.validation import (
+    agreement_rows,
+    disagreements,
+    grade_hand_items,
+    split_of,
+    validate_grader,
+)
 
 GRID = {
     "echo_aware": {"echo_overlap": [0.5, 0.6, 0.75], "echo_min_new": [1, 2],
@@ -55,8 +72,39 @@ def grader_for(mode: str, setting: dict, base, encode):
     return build_grader(mode, GraderContext(g, setup))
 
 
+REPORT_COLUMNS = ["split", "batch", "category", "items", "cases", "kappa", "kappa_lo",
+                  "kappa_hi", "recall", "recall_lo", "recall_hi", "precision",
+                  "precision_lo", "precision_hi", "gold_pass", "predicted_pass"]
+
+
+def report(p, encode, out: str | None, dev_errors: bool) -> None:
+    """The configured grader on every hand-graded item (no grid)."""
+    items = read_jsonl(repo_path(p.grader.graded_items), SPGradedItem)
+    grades = grade_hand_items(items, grader_for(p.grader.mode, {}, p, encode))
+    if dev_errors:
+        table = disagreements(items, grades)
+        with pd.option_context("display.max_colwidth", 120, "display.width", 250):
+            print(table.to_string(index=False))
+        return
+    table = pd.DataFrame(agreement_rows(items, grades, p.grader.bootstrap_rounds, seed=0))
+    with pd.option_context("display.width", 250):
+        print(table[REPORT_COLUMNS].round(3).to_string(index=False))
+    if out:
+        table.to_csv(out, index=False)
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--report", action="store_true", help="the configured grader, no grid")
+    ap.add_argument("--dev-errors", action="store_true", help="dev items graded wrong")
+    ap.add_argument("--out", help="CSV for --report")
+    ap.add_argument("--dev-only", action="store_true",
+                    help="the grid on dev only; the test half is not graded")
+    args = ap.parse_args()
     p = load_params().simulation
+    if args.report or args.dev_errors:
+        report(p, cached(load_encoder(repo_path(p.embedding_model))), args.out, args.dev_errors)
+        return
     items = read_jsonl(repo_path(p.grader.graded_items), SPGradedItem)
     split = split_of(items)
     dev = [g for g in items if split[g.id] == "dev"]
@@ -69,7 +117,8 @@ def main() -> None:
         for values in itertools.product(*grid.values()):
             setting = dict(zip(grid, values))
             t = validate_grader(dev, grader_for(mode, setting, p, encode), n_boot=100)
-            row = t[(t["split"] == "all") & (t["category"] == "all")].iloc[0]
+            row = t[(t["split"] == "all") & (t["category"] == "all")
+                    & (t["batch"] == "all")].iloc[0]
             rows.append({**setting, "kappa": row["kappa"], "accuracy": row["accuracy"]})
         grid_df = pd.DataFrame(rows)
         best = grid_df.sort_values(["kappa", "accuracy"], ascending=False, kind="stable").iloc[0]
@@ -78,10 +127,14 @@ def main() -> None:
                                   kind="stable").head(5).to_string(index=False))
         setting = {k: best[k] for k in grid}
         setting = {k: (int(v) if k == "echo_min_new" else float(v)) for k, v in setting.items()}
+        if args.dev_only:
+            continue
         t = validate_grader(test, grader_for(mode, setting, p, encode), n_boot=2000)
         t.insert(0, "setting", str(setting))
         t.insert(0, "grader", mode)
-        chosen.append(t[t["split"] == "all"])
+        chosen.append(t[(t["split"] == "all") & (t["batch"] == "all")])
+    if args.dev_only:
+        return
     print("\nchosen on dev, graded on test:")
     cols = ["grader", "setting", "category", "items", "accuracy", "kappa", "kappa_lo",
             "kappa_hi", "echo_negatives", "echo_negatives_passed"]

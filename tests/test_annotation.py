@@ -384,6 +384,27 @@ def test_load_items_names_bad_candidates_and_subsamples(tmp_path):
     assert len(load_items(annotation_params(input=str(path)))) == 5  # default: every item
 
 
+def test_an_item_of_a_held_out_dialogue_is_refused(tmp_path):
+    """Stage 01 samples train only; should an item of a dev or eval dialogue reach stage 04
+    anyway, it is refused with the file, the line and the field."""
+    from medpref.data.split import load_split
+    from medpref.params import load_params, repo_path
+
+    split = load_split(repo_path(load_params().shared.split))
+    rows = [dict(make_item(f"u-{i}", "a b", "c d").model_dump(mode="json"),
+                 meta={"dialogue_id": did})
+            for i, did in enumerate([split.ids("train")[0], "mts-17", split.ids("eval")[0]])]
+    path = tmp_path / "unlabeled.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    p = annotation_params(input=str(path))
+    with pytest.raises(ContractError, match=rf"unlabeled.jsonl:3: field 'meta.dialogue_id': "
+                                            rf"dialogue '{split.ids('eval')[0]}' is in the "
+                                            r"'eval' part"):
+        load_items(p, split)
+    path.write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n")  # train + unlisted
+    assert [i.id for i in load_items(p, split)] == ["u-0", "u-1"]
+
+
 def _raw_with(dotted: str, value) -> dict:
     """The repository's params.yaml with one key set (or added)."""
     import copy

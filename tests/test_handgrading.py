@@ -192,3 +192,51 @@ def test_widget_builds_and_a_pass_click_appends_a_line(tmp_path):
     assert len(_lines(out)) == 1
     with pytest.raises(ValueError, match="grader"):
         hg.appender(out, "")
+
+
+# -- reading a committed transcripts.html -------------------------------------------------
+
+PAGE_RECORDS = REPO_ROOT / "tests" / "fixtures" / "sp_transcripts" / "records.jsonl"
+
+
+def test_transcripts_from_html_reads_every_turn_and_no_grade(tmp_path):
+    """The page of stage 06 read back: case, doctor, language, department and the text of
+    every turn, without the verdicts, evidence marks or "echo (not credited)" labels."""
+    from medpref.simulation.transcripts_html import write_transcripts_html
+
+    records = [json.loads(x) for x in PAGE_RECORDS.read_text(encoding="utf-8").splitlines()]
+    page = tmp_path / "transcripts.html"
+    write_transcripts_html(records, page)
+    back = hg.transcripts_from_html(page)
+    assert [(t.case, t.doctor, t.lang, t.department) for t in back] == \
+        [(r["case"], r["doctor"], r.get("lang", "en"), r["department"]) for r in records]
+    def shown(turn):       # the page shows a turn's sentences when the record has them
+        words = " ".join(s["text"] for s in turn["sentences"]) if turn.get("sentences") \
+            else turn["text"]
+        return " ".join(words.split())
+
+    for t, r in zip(back, records):
+        assert [(x.role, x.text) for x in t.turns] == [(x["role"], shown(x)) for x in r["turns"]]
+    text = " ".join(x.text for t in back for x in t.turns)
+    assert "echo (not credited)" not in text and "not in the case" not in text
+    assert "doesn’t know" not in text and "✓" not in text and "earned" not in text
+    assert "You have been losing weight." in text       # an echo keeps its words
+
+
+def test_transcripts_from_html_refuses_a_page_without_consultations(tmp_path):
+    page = tmp_path / "other.html"
+    page.write_text("<html><body><p>nothing here</p></body></html>", encoding="utf-8")
+    with pytest.raises(ValueError, match="other.html: no consultation"):
+        hg.transcripts_from_html(page)
+
+
+def test_excerpt_keeps_the_complaint_and_the_patient_turn_before_each_doctor_turn():
+    turns = [hg.Turn(role=r, text=f"{r} {i}") for i, r in
+             enumerate(["patient", "doctor", "patient", "doctor", "patient", "doctor"])]
+    assert [t.text for t in hg.excerpt(turns, [5])] == ["patient 0", "patient 4", "doctor 5"]
+    assert [t.text for t in hg.excerpt(turns, [3, 1])] == \
+        ["patient 0", "doctor 1", "patient 2", "doctor 3"]
+    with pytest.raises(ValueError, match="turn 2 is not a doctor turn"):
+        hg.excerpt(turns, [2])
+    with pytest.raises(ValueError, match="turn 9 is not a doctor turn"):
+        hg.excerpt(turns, [9])

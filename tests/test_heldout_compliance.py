@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from medpref.contracts import Dialogue, Turn, read_jsonl, write_jsonl
+from medpref.data.split import load_split
 from medpref.params import load_params, parse_params
 from medpref.prompts import load_prompt
 from medpref.rem.base import RuleJudgement
@@ -40,69 +41,117 @@ class FakeScorer:
         return out
 
 
-def dialogue(did: str, rounds: int) -> Dialogue:
+def plain_doctor(did: str, k: int) -> str:
+    return f"{did} doctor {k}"
+
+
+def dialogue(did: str, rounds: int, diagnosis_turn: int | None = None,
+             doctor=plain_doctor) -> Dialogue:
     turns = []
     for k in range(rounds):
         turns += [Turn(role="patient", text=f"{did} patient {k}"),
-                  Turn(role="doctor", text=f"{did} doctor {k}")]
-    return Dialogue(id=did, turns=turns)
+                  Turn(role="doctor", text=doctor(did, k))]
+    meta = {"chief_complaint": f"{did} complaint", "diagnosis": f"{did}itis"}
+    if diagnosis_turn is not None:
+        meta["diagnosis_turn"] = diagnosis_turn
+    return Dialogue(id=did, turns=turns, meta=meta)
 
 
-def toy_params(tmp_path, n_dialogues=8, n_items=3, **heldout_kw):
-    """The committed params with a toy dialogue file read by stage 01, SFT and this."""
+def toy_params(tmp_path, n_dialogues=8, n_eval=5, doctor=plain_doctor, **heldout_kw):
+    """The committed params with a toy dialogue file and a toy split of it: d0..d<n_eval-1>
+    in eval (their diagnosis at turn 7, after the doctor turns 1, 3 and 5), one in dev, the
+    rest in train."""
     path = tmp_path / "dialogues.jsonl"
-    write_jsonl(path, [dialogue(f"d{k}", 5) for k in range(n_dialogues)])
+    write_jsonl(path, [dialogue(f"d{k}", 5, 7, doctor) for k in range(n_dialogues)])
+    ids = [f"d{k}" for k in range(n_dialogues)]
+    (tmp_path / "split.yaml").write_text(
+        f"eval: [{', '.join(ids[:n_eval])}]\ndev: [{ids[n_eval]}]\n"
+        f"train: [{', '.join(ids[n_eval + 1:])}]\n")
     raw = copy.deepcopy(load_params().raw)
     raw["shared"]["seed"] = 7
-    raw["sampling"].update(dialogues=str(path), n_items=n_items, future_rounds=1,
-                           min_future_rounds=1)
-    raw["training"]["sft"]["dialogues"] = [str(path)]
+    raw["shared"]["split"] = str(tmp_path / "split.yaml")
     raw["simulation"]["heldout"].update(enabled=True, dialogues=str(path), **heldout_kw)
     return parse_params(raw), path
 
 
+def eval_states(params, path, n_states=100, per=3, seed=7):
+    split = load_split(params.shared.split)
+    dialogues = heldout.eval_dialogues(path, split)
+    return split, dialogues, heldout.select_states(
+        dialogues, n_states, per, seed, 4, params.simulation.heldout.bad_turn_template)
+
+
 # -- which states --------------------------------------------------------------------------
 
-def test_states_leave_out_the_sampled_dialogues_and_are_deterministic(tmp_path):
+def test_states_come_from_eval_dialogues_before_their_diagnosis_and_are_seeded(tmp_path):
     params, path = toy_params(tmp_path)
-    sampled = heldout.sampled_dialogue_ids(params, str(path))
-    assert len(sampled) == 3                        # n_items 3 over 8 dialogues: 3 distinct
-    dialogues = read_jsonl(path, Dialogue)
-    states = heldout.select_states(dialogues, sampled, 12, 3, 7, 4)
-    again = heldout.select_states(dialogues, sampled, 12, 3, 7, 4)
+    split, dialogues, states = eval_states(params, path, n_states=12)
+    assert [d.id for d in dialogues] == split.ids("eval") == ["d0", "d1", "d2", "d3", "d4"]
+    again = eval_states(params, path, n_states=12)[2]
     assert [(s.dialogue, s.cut) for s in states] == [(s.dialogue, s.cut) for s in again]
-    assert len(states) == 12 and not {s.dialogue for s in states} & sampled
+    assert len(states) == 12 and {s.dialogue for s in states} <= set(split.ids("eval"))
     per = pd.Series([s.dialogue for s in states]).value_counts()
-    assert per.max() == 3 and len(per) == 4         # 3 cuts each from 4 of the 5 left
+    assert per.max() == 3 and len(per) == 4         # 3 cuts (1, 3, 5) each from 4 of the 5
     by_id = {d.id: d for d in dialogues}
     for s in states:
         turns = by_id[s.dialogue].turns
+        assert s.cut in (1, 3, 5) and s.cut < s.diagnosis_turn == 7
         assert turns[s.cut].role == "doctor" and s.history[-1] == turns[s.cut - 1]
         assert len(s.history) <= 4 and s.history[-1].role == "patient"
-    # another seed, another choice; fewer states than asked when dialogues run out
-    other = heldout.select_states(dialogues, sampled, 12, 3, 8, 4)
+        assert s.real_turn == turns[s.cut].text                 # the real next turn
+        assert s.bad_turn == turns[7].text == f"{s.dialogue} doctor 3"   # its diagnosis, early
+        assert s.bad_turn_from == "diagnosis_turn"
+    # another seed, another choice; fewer states than asked when the eval part runs out
+    other = eval_states(params, path, n_states=12, seed=8)[2]
     assert [(s.dialogue, s.cut) for s in other] != [(s.dialogue, s.cut) for s in states]
-    assert len(heldout.select_states(dialogues, sampled, 100, 2, 7, 4)) == 10
+    assert len(eval_states(params, path, n_states=100, per=2)[2]) == 10
+    table = heldout.states_table(states, split)
+    assert list(table.columns) == heldout.STATE_COLUMNS and set(table["part"]) == {"eval"}
 
 
-def test_a_sampler_reading_another_file_excludes_nothing_and_no_section_is_an_error(tmp_path):
-    params, path = toy_params(tmp_path)
-    assert heldout.sampled_dialogue_ids(params, str(tmp_path / "other.jsonl")) == set()
-    assert heldout.sft_corpus_has(params, str(path)) is True
-    with pytest.raises(ValueError, match="sampling"):
-        heldout.sampled_dialogue_ids(parse_params({"simulation": {}}), str(path))
+def test_without_a_diagnosis_turn_the_bad_turn_is_templated_and_every_cut_is_open():
+    d = dialogue("d9", 5)
+    bad, source = heldout.bad_turn(d, "This is {diagnosis}; I'll start treatment today.")
+    assert (bad, source) == ("This is d9itis; I'll start treatment today.", "template")
+    states = heldout.select_states([d], 10, 10, 0, 8, "It is {diagnosis}.")
+    assert [s.cut for s in states] == [1, 3, 5, 7, 9] and states[0].bad_turn == "It is d9itis."
+    with pytest.raises(ValueError, match="d9: the bad-turn control needs"):
+        heldout.bad_turn(Dialogue(id="d9", turns=d.turns), "{diagnosis}")
 
 
-def test_committed_params_hold_out_60_states_of_the_15_unsplit_embedded_dialogues():
+def test_eval_dialogues_refuse_unlisted_dialogues_and_bad_diagnosis_turns(tmp_path):
+    from medpref.contracts import ContractError
+    from medpref.data.split import DialogueSplit
+
+    path = tmp_path / "d.jsonl"
+    write_jsonl(path, [dialogue("a", 3, 3), dialogue("b", 3, 2)])
+    with pytest.raises(ContractError, match=r"d.jsonl:2: field 'id': .*'b' is in no part"):
+        heldout.eval_dialogues(path, DialogueSplit({"a": "eval"}))
+    with pytest.raises(ContractError, match=r"d.jsonl:2: field 'meta.diagnosis_turn': 2 is not "
+                                            r"the index of a doctor turn"):
+        heldout.eval_dialogues(path, DialogueSplit({"a": "eval", "b": "eval"}))
+    assert [d.id for d in heldout.eval_dialogues(path, DialogueSplit({"a": "eval", "b": "dev"}))
+            ] == ["a"]
+
+
+def test_committed_params_hold_out_68_states_of_the_18_eval_dialogues_before_diagnosis():
     params = load_params()
     hp = params.simulation.heldout
-    sampled = heldout.sampled_dialogue_ids(params, hp.dialogues)
-    dialogues = read_jsonl(hp.dialogues, Dialogue)
-    states = heldout.select_states(dialogues, sampled, hp.n_states, hp.states_per_dialogue,
-                                   params.shared.seed, hp.history_max_turns)
-    assert len(sampled) == params.sampling.n_items == 32
-    assert len(states) == 60 and len({s.dialogue for s in states}) == 15
-    assert not {s.dialogue for s in states} & sampled
+    split = load_split(params.shared.split)
+    dialogues = heldout.eval_dialogues(hp.dialogues, split)
+    states = heldout.select_states(dialogues, hp.n_states, hp.states_per_dialogue,
+                                   params.shared.seed, hp.history_max_turns,
+                                   hp.bad_turn_template)
+    assert len(dialogues) == len(split.ids("eval")) == 18
+    assert len(states) == hp.n_states == 68 and len({s.dialogue for s in states}) == 18
+    assert {split.part(s.dialogue) for s in states} == {"eval"}
+    assert all(s.diagnosis_turn is not None and s.cut < s.diagnosis_turn for s in states)
+    assert {s.bad_turn_from for s in states} == {"diagnosis_turn"}
+    # nothing the policies trained on: no state's history is a train or dev dialogue's
+    # (turns of a sentence or more: a short question may be said in any dialogue)
+    trained = {t.text for d in read_jsonl(hp.dialogues, Dialogue)
+               if split.part(d.id) != "eval" for t in d.turns if len(t.text) > 40}
+    assert not any(t.text in trained for s in states for t in s.history)
 
 
 def test_grid_cells_are_left_out_unless_asked():
@@ -115,9 +164,11 @@ def test_grid_cells_are_left_out_unless_asked():
 
 def test_the_cost_estimate_is_states_times_policies_at_the_measured_rates():
     gen, rem = heldout.estimated_seconds(60, 6, 6)
-    assert gen == pytest.approx(360 * 2.9) and rem == pytest.approx(360 * 6 * 0.46)
-    # the committed run took 1,872 s for this work (reports/06_simulation/timings.json)
-    assert 1500 < gen + rem < 2500
+    assert gen == pytest.approx(360 * 2.9)
+    assert rem == pytest.approx((360 + 2 * 60) * 6 * 0.46)   # the two controls: REM only
+    # the committed run took 1,872 s for 6 policies on 60 states, no controls
+    # (reports/06_simulation/timings.json)
+    assert 1500 < gen + 360 * 6 * 0.46 < 2500
 
 
 # -- scores and the paired table -----------------------------------------------------------
@@ -193,14 +244,89 @@ def test_all_averages_only_states_every_rule_scored():
     assert set(no_ref["verdict"]) == {"no sft policy"}
 
 
+# -- the REM's range: the real next turn against a premature diagnosis ---------------------
+
+def with_controls(turns: dict, real: list[str], bad: list[str]) -> dict:
+    return {**turns, heldout.REAL: real, heldout.BAD: bad}
+
+
+def test_the_rem_range_is_the_paired_real_minus_bad_difference_clustered_by_dialogue():
+    from medpref.metrics.intervals import paired_difference
+
+    states = states_of(6, 2)                         # 6 dialogues x 2 states
+    real = ["comply", "comply", "no", "comply", "comply", "comply",
+            "comply", "no", "comply", "comply", "comply", "comply"]
+    turns = with_controls({"sft": ["no"] * 12, "good": ["comply"] * 12}, real, ["no"] * 12)
+    scores = heldout.score_turns(states, turns, FakeScorer(), RULES)
+    table = heldout.compliance_table(scores, ["sft", "good", *heldout.CONTROLS], n_boot=500,
+                                     seed=1)
+    assert list(table.columns) == heldout.COLUMNS
+    line = table[(table["policy"] == heldout.RANGE) & (table["rule"] == "B")].iloc[0]
+    a = np.array([t == "comply" for t in real], dtype=float)
+    ref = paired_difference(a, np.zeros(12), n_boot=500, seed=1,
+                            clusters=[s.dialogue for s in states])
+    assert line["rem_range"] == pytest.approx(10 / 12) and line["n_states"] == 12
+    assert (line["rem_range_lo"], line["rem_range_hi"], line["p_value"]) == pytest.approx(
+        (ref.lo, ref.hi, ref.p_value))
+    assert line["verdict"].startswith("separates")
+    t = table.set_index(["policy", "rule"])
+    good = t.loc[("good", "B")]                      # ranked, with the range beside it
+    assert good["verdict"] == "higher" and good["rem_range"] == pytest.approx(10 / 12)
+    assert t.loc[(heldout.REAL, "B"), "mean"] == pytest.approx(10 / 12)
+    assert t.loc[(heldout.BAD, "B"), "mean"] == 0.0
+    m = heldout.metrics_of(heldout.HeldoutResult(pd.DataFrame(), table))
+    assert m["rem_range_separates"] is True
+    assert m["heldout/rem_range"]["rem_range"] == pytest.approx(10 / 12, abs=1e-3)
+    assert m["heldout/control_bad_turn"]["mean"] == 0.0
+
+
+def test_a_rem_that_does_not_separate_real_from_bad_ranks_nothing():
+    states = states_of(6, 2)
+    # the REM scores the real and the bad turn alike: its range is 0 on every rule
+    turns = with_controls({"sft": ["no"] * 12, "good": ["comply"] * 12}, ["no"] * 12,
+                          ["no"] * 12)
+    scores = heldout.score_turns(states, turns, FakeScorer(), RULES)
+    table = heldout.compliance_table(scores, ["sft", "good", *heldout.CONTROLS], n_boot=500,
+                                     seed=1)
+    t = table.set_index(["policy", "rule"])
+    assert t.loc[("good", "all"), "delta_vs_sft"] == 1.0     # measured, but not ranked:
+    assert t.loc[("good", "all"), "verdict"] == heldout.NOT_RANKED
+    assert t.loc[("sft", "all"), "verdict"] == "reference"
+    assert t.loc[(heldout.RANGE, "all"), "verdict"].startswith("does not separate")
+    assert t.loc[(heldout.RANGE, "all"), "rem_range"] == 0.0
+    assert heldout.metrics_of(heldout.HeldoutResult(pd.DataFrame(), table))[
+        "rem_range_separates"] is False
+    # a bad turn the REM likes better than the real one does not separate either
+    turns = with_controls({"sft": ["no"] * 12}, ["no"] * 12, ["comply"] * 12)
+    table = heldout.compliance_table(heldout.score_turns(states, turns, FakeScorer(), RULES),
+                                     ["sft", *heldout.CONTROLS], n_boot=500, seed=1)
+    line = table[(table["policy"] == heldout.RANGE) & (table["rule"] == "all")].iloc[0]
+    assert line["rem_range"] == -1.0 and line["verdict"].startswith("does not separate")
+
+
+def test_without_the_controls_there_is_no_range_and_the_verdicts_stand():
+    states = states_of(4, 2)
+    scores = heldout.score_turns(states, {"sft": ["no"] * 8, "good": ["comply"] * 8},
+                                 FakeScorer(), RULES)
+    table = heldout.compliance_table(scores, ["sft", "good"], n_boot=200, seed=0)
+    assert heldout.RANGE not in set(table["policy"]) and table["rem_range"].isna().all()
+    assert "rem_range_separates" not in heldout.metrics_of(
+        heldout.HeldoutResult(pd.DataFrame(), table))
+
+
 # -- the stage's call and its reports ------------------------------------------------------
 
 def doctor_says(text):
     return lambda req: text
 
 
-def test_run_writes_the_reports_with_scripted_policies(tmp_path):
-    params, path = toy_params(tmp_path, n_states=8, states_per_dialogue=2)
+def test_run_makes_the_records_and_tables_with_scripted_policies(tmp_path):
+    # 7 eval dialogues whose doctor "complies" until the diagnosis at turn 7 (FakeScorer: 1)
+    def doctor(did, k):    # complies in the turns before its diagnosis (turn 7 = round 3)
+        return f"{did}: the diagnosis" if k == 3 else f"{did} asks, I comply {k}"
+
+    params, path = toy_params(tmp_path, n_dialogues=10, n_eval=7, n_states=14,
+                              states_per_dialogue=2, doctor=doctor)
     clients = {"sft": client(doctor_says("Doctor: How long?"), "sft"),
                "cai_dep": client(doctor_says("I comply. Patient: ok"), "cai_dep"),
                "grid_dep_1": client(doctor_says("I comply."), "grid")}
@@ -215,29 +341,43 @@ def test_run_writes_the_reports_with_scripted_policies(tmp_path):
                         templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
     doctors = [DoctorConfig(name=n) for n in clients]
     out = heldout.run_heldout(st, p, h, doctors, lambda d: clients[d.name])
-    table = pd.read_csv(tmp_path / "reports" / "heldout_compliance.csv")
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "data").exists()
+    # the turn records, through JSON as the stage writes them, give the table again
+    turns = json.loads(json.dumps(out.turns))
+    table = heldout.table_of(turns, p.grader.bootstrap_rounds, 7)
+    pd.testing.assert_frame_equal(table, out.table)
     assert list(table.columns) == heldout.COLUMNS
-    assert set(table["policy"]) == {"sft", "cai_dep"}      # the grid cell left out
-    row = table.set_index(["policy", "rule"]).loc[("cai_dep", "all")]
-    assert row["mean"] == 1.0 and row["delta_vs_sft"] == 1.0 and row["n_states"] == 8
-    states = pd.read_csv(tmp_path / "reports" / "heldout_states.csv")
-    assert list(states.columns) == heldout.STATE_COLUMNS and len(states) == 8
-    assert states["in_sft_corpus"].all()
-    assert not set(states["dialogue"]) & heldout.sampled_dialogue_ids(params, str(path))
-    assert (tmp_path / "reports" / "heldout_compliance.md").exists()
-    turns = [json.loads(x) for x in
-             (tmp_path / "data" / "heldout_turns.jsonl").read_text().splitlines()]
-    assert len(turns) == 16 and turns[0]["turn"] == "How long?"    # label cut, raw kept
-    assert turns[-1]["turn"] == "I comply." and turns[-1]["scores"]["A"] == 1.0
-    assert heldout.metrics_of(out)["heldout/cai_dep"]["delta_vs_sft"] == 1.0
-    # disabled: empty tables with the same columns, so the declared outputs exist
+    assert list(dict.fromkeys(table["policy"])) == [   # the grid cell left out
+        "sft", "cai_dep", heldout.REAL, heldout.BAD, heldout.RANGE]
+    t = table.set_index(["policy", "rule"])
+    row = t.loc[("cai_dep", "all")]
+    assert row["mean"] == 1.0 and row["delta_vs_sft"] == 1.0 and row["n_states"] == 14
+    assert row["verdict"] == "higher" and row["rem_range"] == 1.0
+    assert t.loc[(heldout.REAL, "all"), "mean"] == 1.0 and t.loc[(heldout.BAD, "all"), "mean"] == 0
+    states = heldout.states_of(json.loads(json.dumps(out.state_rows)))
+    pd.testing.assert_frame_equal(states, out.states)
+    assert list(states.columns) == heldout.STATE_COLUMNS and len(states) == 14
+    assert set(states["part"]) == {"eval"} and set(states["dialogue"]) <= {
+        f"d{k}" for k in range(7)}
+    assert (states["cut"] < states["diagnosis_turn"]).all()
+    assert len(turns) == 4 * 14 and turns[0]["turn"] == "How long?"    # label cut, raw kept
+    assert turns[27]["turn"] == "I comply." and turns[27]["scores"]["A"] == 1.0
+    assert list(turns[0]["scores"]) == [r.id for r in RULES]     # the flowchart's order
+    bad = [r for r in turns if r["policy"] == heldout.BAD]
+    assert len(bad) == 14 and all(r["turn"] == f"{r['dialogue']}: the diagnosis"
+                                  and r["control_from"] == "diagnosis_turn"
+                                  and r["scores"]["A"] == 0.0 for r in bad)
+    m = heldout.metrics_of(out)
+    assert m["heldout/cai_dep"]["delta_vs_sft"] == 1.0 and m["rem_range_separates"] is True
+    # disabled: no records and empty tables with the same columns, so the outputs exist
     off = parse_params({**{k: v for k, v in params.raw.items()},
                         "simulation": {"heldout": {"enabled": False}}})
     st_off = TmpStage(name="06_simulation", params=off)
     empty = heldout.run_heldout(st_off, off.simulation, h, doctors, lambda d: clients[d.name])
     assert empty.table.empty and heldout.metrics_of(empty) == {}
-    assert list(pd.read_csv(tmp_path / "reports" / "heldout_compliance.csv").columns) == \
-        heldout.COLUMNS
+    assert empty.turns == [] and empty.state_rows == []
+    assert list(heldout.table_of([], 100, 0).columns) == heldout.COLUMNS
+    assert list(heldout.states_of([]).columns) == heldout.STATE_COLUMNS
 
 
 def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypatch):
@@ -247,13 +387,17 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
     write_jsonl(tmp_path / "cases.jsonl", cases)
     dialogues = tmp_path / "dialogues.jsonl"
     write_jsonl(dialogues, [dialogue(f"d{k}", 4) for k in range(5)])
+    (tmp_path / "split.yaml").write_text("eval: [d0, d1, d2, d3, d4]\n")
     params = parse_params({
-        "sampling": {"dialogues": str(dialogues), "n_items": 2, "future_rounds": 1,
-                     "min_future_rounds": 1},
+        "shared": {"split": str(tmp_path / "split.yaml")},
         "simulation": {
+            "split_overlap": {"dialogues": str(dialogues)},
             "cases": str(tmp_path / "cases.jsonl"), "rounds": 1, "trained_policies": False,
             "grader": {"mode": "generate", "graded_items": None},
             "next_turn": {"enabled": False},
+            # no control doctors: this keyword judge credits control_reciter's list of the
+            # checklist, and the controls' gate (test_sp_controls) would stop the run
+            "controls": [],
             "heldout": {"enabled": True, "dialogues": str(dialogues), "n_states": 6,
                         "states_per_dialogue": 2},
             "doctors": [{"name": "sft", "role": "policy"}, {"name": "good", "role": "good"}]}})
@@ -270,3 +414,11 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
     assert row["delta_vs_sft"] == 1.0 and row["n_states"] == 6
     assert out.metrics["heldout/good"]["mean"] == 1.0
     assert (tmp_path / "reports" / "heldout_states.md").exists()
+    # the new tables exist beside it: the overlap check, the (empty) GPD check, questions
+    for name in ("split_overlap", "next_turn_gpd_check", "question_share"):
+        assert (tmp_path / "reports" / f"{name}.md").exists()
+    share = out.question_share.set_index(["setting", "doctor"])
+    assert share.loc[("eval states", "good"), "share"] == 1.0     # "... do you have a fever?"
+    assert share.loc[("SP openings", "sft"), "turns"] == 2
+    assert set(share["verdict"]) == {"no base"}
+    assert out.metrics["split_overlap"]["flagged_in_train"] == 0

@@ -4,6 +4,7 @@ and the whole pipeline with a scripted judge."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -16,7 +17,7 @@ from medpref.contracts import ContractError
 from medpref.imap import extraction as ex
 from medpref.imap import stage as ev
 from medpref.imap.config import ImapParams
-from medpref.imap.correlation import correlations, table2
+from medpref.imap.correlation import correlations, metric_order, table2
 from medpref.imap.ontology import ConceptLinker, Lexicon, OntologyMatcher
 from medpref.imap.relations import (
     RELATION_OPTIONS,
@@ -25,6 +26,7 @@ from medpref.imap.relations import (
     relation_from_options,
 )
 from medpref.imap.score import Relation, best_relation, imap_score, score_term
+from medpref.imap.scoring import score_items
 from medpref.imap.structure import (
     ANSWER_COMPONENTS,
     QUESTION_COMPONENTS,
@@ -236,7 +238,7 @@ def test_parse_tolerates_colon_repeats_and_drops_a_cut_last_pair():
 
 
 def test_parse_keeps_complete_pairs_when_the_cut_is_not_inside_one():
-    # the judge's real tails (data/07_imapscore): a repeated pair, then a bare marker,
+    # the judge's real tails (stage 07's recorded extractions): a repeated pair, then a bare marker,
     # then the token limit. The cut item is malformed or a repeat; no kept pair is cut.
     repeat = parse_imap("Inform-diagnosis-flu\nInform-treatment-rest\nInform-treatment-rest",
                         ANSWER_COMPONENTS, truncated=True)
@@ -429,7 +431,7 @@ def _run_pipeline(items, p, client, encode):
     imaps = ev.assemble_imaps(p, items, questions, answers)
     matcher = ev.build_matcher(p, encode)
     judged = ev.relate_by_judge(p, client, imaps)
-    return questions, answers, imaps, judged, ev.score_items(imaps, matcher, judged, encode)
+    return questions, answers, imaps, judged, score_items(imaps, matcher, judged, encode)
 
 
 def _fake_encode(texts):
@@ -449,7 +451,7 @@ def test_pipeline_with_a_scripted_judge(scripted_client):
     first = imaps[0]
     assert [q.term for q in first.question if q.component == "Query"] == ["treatment"]
     assert first.label == {"treatment": ["amlodipine", "ACE inhibitor"]}
-    assert set(scores.columns) >= set(ev.metric_order(bertscore=False))
+    assert set(scores.columns) >= set(metric_order(bertscore=False))
     # q-0001: label = response = [amlodipine, ACE inhibitor]; same texts are exact without
     # a call; the judge calls (amlodipine, ACE inhibitor) containment, the reverse unmatched
     #   judge: matrix [[E, C], [U, E]] -> 2/2 + 2/2 - λ (1 of 3 related) = 5/3
@@ -463,7 +465,7 @@ def test_pipeline_with_a_scripted_judge(scripted_client):
     # raw completions are kept with their parse
     rec = answers["res:q-0001"].to_record()
     assert rec["raw"] and rec["prefix"] == "Inform-treatment-" and rec["pairs"]
-    long = correlations(scores, ev.metric_order(bertscore=False))
+    long = correlations(scores, metric_order(bertscore=False))
     assert set(long["system"]) == {"model-a", "model-b", "model-c"}
     # a second run answers from the cache: no new requests
     before = len(client.backend.requests)
@@ -600,8 +602,8 @@ def test_pipeline_on_a_few_mts_correlation_study_records(scripted_client):
     client = scripted_client(scripted_judge)
     *_, scores = _run_pipeline(items, p, client, _fake_encode)
     assert len(scores) == 8 and scores["human_acc"].between(0, 1).all()
-    long = correlations(scores, ev.metric_order(bertscore=False))
-    assert len(long) == 4 * len(ev.metric_order(bertscore=False)) * 3
+    long = correlations(scores, metric_order(bertscore=False))
+    assert len(long) == 4 * len(metric_order(bertscore=False)) * 3
 
 
 @pytest.mark.slow
@@ -623,21 +625,91 @@ def test_embedded_judge_extracts_and_the_parse_never_raises(embedded_llm_path, c
         assert all(pair.component in ("Query", "Constraint", "Inform") for pair in e.parsed.pairs)
 
 
-def test_run_in_the_stage_shape_with_a_scripted_judge(tmp_path, monkeypatch):
+def _scripted_run(tmp_path, monkeypatch, **params):
     from scripted_stage import scripted_stage
 
     monkeypatch.setattr(ev, "load_encoder", lambda path: _fake_encode)
-    monkeypatch.setattr(ev, "load_bertscore",
-                        lambda path, layer: lambda refs, hyps: [0.5] * len(refs))
-    p = ImapParams(link_min_similarity=None, relation_mode="generate", lambda_reading="count")
+    monkeypatch.setattr(ev, "load_bertscore", lambda path, layer: lambda refs, hyps: [
+        round(0.3 + 0.01 * (len(r) % 7) + 0.02 * (len(h) % 5), 4) for r, h in zip(refs, hyps)])
+    p = ImapParams(link_min_similarity=None, relation_mode="generate", **params)
     stage = scripted_stage("07_imapscore", tmp_path, monkeypatch, scripted_judge, section=p)
-    out = ev.run(stage)
+    return stage, ev.run(stage)
+
+
+def test_run_in_the_stage_shape_with_a_scripted_judge(tmp_path, monkeypatch):
+    stage, out = _scripted_run(tmp_path, monkeypatch, lambda_reading="count")
     assert out.extraction_mode == "greedy"            # an hf (here scripted) judge
     assert "BERTScore-F1 (MiniLM)" in out.table2["Metric"].tolist()
     assert "λ read as a count" in out.caption
     assert "wall_seconds" not in out.metrics and out.metrics["items"] == len(out.items)
-    assert (tmp_path / "data/07_imapscore/extractions.jsonl").exists()
     assert (tmp_path / "reports/07_imapscore/correlations.md").exists()
+    assert not (tmp_path / "data/07_imapscore").exists()     # the records are the data
+
+
+def test_run_writes_records_the_tables_rebuild_from(tmp_path, monkeypatch):
+    """Every model computation is a keyed record; every table rebuilds from the records
+    alone, byte for byte, and a table edited by hand is caught."""
+    from medpref.imap.outputs import OUTPUTS
+    from medpref.outputs import read_rows
+
+    stage, out = _scripted_run(tmp_path, monkeypatch)
+    reports = tmp_path / "reports/07_imapscore"
+    rows = {r.name: read_rows(r.path(reports)) for r in OUTPUTS.records}
+    n = len(out.items)
+    assert len(rows["items"]) == n and len(rows["extractions"]) == len(out.extractions)
+    assert len(rows["relations"]) == out.metrics["value_pairs"]
+    assert sum(r["asked"] for r in rows["relations"]) == out.metrics["relation_calls"]
+    assert len(rows["value_links"]) == sum(out.metrics["value_links"].values())
+    for name, recs in rows.items():
+        keys = [r["key"] for r in recs]
+        assert all(re.fullmatch(r"[0-9a-f]{16}", k) for k in keys), name
+        assert len(set(keys)) == len(keys), f"{name}: two rows share a content key"
+    # the raw completion is kept next to its parse; no item text is copied into a record
+    res = next(r for r in rows["extractions"] if r["id"] == "res:q-0001")
+    assert res["raw"] and res["model_id"] == out.models["judge"] and res["pairs"]
+    texts = {t for it in out.items for t in (it.question, it.reference, it.response)}
+    written = "".join(r.path(reports).read_text() for r in OUTPUTS.records)
+    assert texts and not any(json.dumps(t, ensure_ascii=False)[1:-1] in written
+                             for t in texts)
+    # BERTScore and the cosine come from the recorded scores, not a model
+    assert out.scores["BERTScore-F1 (MiniLM)"].tolist() == [
+        r["metrics"]["BERTScore-F1 (MiniLM)"] for r in rows["items"]]
+    # q-0001 by hand (test_pipeline_with_a_scripted_judge): judge 5/3, ontology 2, +KG 5/3
+    first = out.scores.iloc[0]
+    assert (first["imapScore (judge)"], first["imapScore (ontology)"],
+            first["imapScore +KG"]) == pytest.approx((5 / 3, 2.0, 5 / 3))
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "rebuilt") == []
+    (reports / "scores.csv").write_text((reports / "scores.csv").read_text()
+                                        .replace("model-a", "model-z", 1))
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "rebuilt2") == [
+        f"{reports / 'scores.csv'}: differs from its rebuild from the records"]
+
+
+def test_scores_follow_the_recorded_relations_not_a_model(tmp_path, monkeypatch):
+    """Edit one recorded judge relation: the rebuilt imapScore of its item moves by the
+    hand-computed amount, every other item's score stays; a record naming an extraction
+    that is not recorded is an error naming both files."""
+    from medpref.imap.outputs import OUTPUTS, scores_table
+    from medpref.outputs import read_rows, write_rows
+
+    stage, out = _scripted_run(tmp_path, monkeypatch)
+    reports = tmp_path / "reports/07_imapscore"
+    records = OUTPUTS.load_records(reports)
+    pair = next(r for r in records["relations"] if r["item_id"] == "q-0001"
+                and (r["label_value"], r["response_value"]) == ("amlodipine", "ACE inhibitor"))
+    assert pair["judge"] == "containment" and pair["asked"]
+    pair["judge"] = "exact"    # judge matrix [[E, E], [U, E]]: 2/2 + 2/2 - 0/3 = 2
+    rebuilt = scores_table(records, stage.params)
+    assert rebuilt.loc[0, "imapScore (judge)"] == pytest.approx(2.0)
+    assert rebuilt.loc[0, "imapScore (ontology)"] == pytest.approx(2.0)
+    others = rebuilt["id"] != "q-0001"
+    pd.testing.assert_frame_equal(rebuilt[others], out.scores[others])
+    items = read_rows(reports / "records/items.jsonl")
+    items[1]["response"] = "res:gone"
+    write_rows(reports / "records/items.jsonl", items)
+    with pytest.raises(ValueError, match=r"records/items.jsonl: item 'q-0002' field "
+                                         r"'response' names extraction 'res:gone'"):
+        OUTPUTS.rebuild(reports, stage.params, tmp_path / "r3")
 
 
 def test_run_fails_before_writing_when_the_judge_extracts_nothing(tmp_path, monkeypatch):
@@ -650,7 +722,7 @@ def test_run_fails_before_writing_when_the_judge_extracts_nothing(tmp_path, monk
                            section=p)
     with pytest.raises(StageFailed, match="stage imapscore failed: 0 of"):
         ev.run(stage)
-    assert not (tmp_path / "data/07_imapscore/extractions.jsonl").exists()
+    assert not (tmp_path / "reports/07_imapscore/records").exists()
 
 
 @pytest.mark.slow

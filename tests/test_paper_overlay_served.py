@@ -89,6 +89,9 @@ SIZE_AND_HARDWARE: dict[str, object] = {
     "simulation.next_turn.max_new_tokens": 12, "simulation.heldout.n_states": 2,
     "simulation.heldout.states_per_dialogue": 2, "simulation.heldout.max_new_tokens": 12,
     "simulation.torch_threads": 2,
+    # no control doctors: on the tiny model's gibberish the judge's verdicts on them are
+    # noise and their gate would stop the chain (the controls: test_sp_controls.py)
+    "simulation.controls": [],
     # 07: short imaps (the item subset: `data`, written by the test)
     "imapscore.max_new_tokens_question": 16, "imapscore.max_new_tokens_answer": 16,
     "imapscore.max_new_tokens_relation": 4,

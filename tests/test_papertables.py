@@ -107,18 +107,16 @@ def _committed_specs():
 
 
 @pytest.mark.parametrize("spec", _committed_specs(), ids=lambda s: s.id)
-def test_every_made_artefact_exists_with_the_papers_headers_and_traces_to_its_source(spec):
-    """What the stages wrote is in reports/09_tables/paper, and equals a rebuild from the
-    stage files: no number in a paper table was typed by hand or went stale."""
+def test_every_made_artefact_exists_with_the_papers_headers(spec):
+    """What the stages wrote is in reports/09_tables/paper under the paper's headers. That
+    every file there equals its rebuild from the stage files, byte for byte (no number
+    typed by hand or gone stale), is test_tables_from_records' check of stage 09."""
     out = REPO_ROOT / "reports" / "09_tables" / "paper"
     if spec.kind == "figure":
         assert (out / "figures" / f"{spec.id}.png").exists()
         return
     written = pd.read_csv(out / f"{spec.id}.csv")
     assert list(written.columns) == ["source", "row", *spec.columns]
-    rebuilt = build_table(spec, REPO_ROOT).table
-    pd.testing.assert_frame_equal(written.reset_index(drop=True), rebuilt.reset_index(drop=True),
-                                  check_dtype=False)
 
 
 def test_a_row_label_from_two_columns_and_an_empty_stage_table(tmp_path):
@@ -225,8 +223,27 @@ def test_stage_09_reads_the_stage_files_beside_its_own_reports_folder(tmp_path, 
     out = s09.run(Stage(name="09_tables", params=params))
     assert dict(zip(out.status["artefact"], out.status["status"])) == {
         "Table 5": "made", "Gone": "not made"}
-    assert (tmp_path / "reports" / "09_tables" / "paper" / "t5.csv").exists()
+    paper = tmp_path / "reports" / "09_tables" / "paper"
+    assert sorted(p.name for p in paper.iterdir()) == ["t5.csv", "t5.md", "t5.tex"]
     assert "09_tables/paper/t5.csv" in out.status.iloc[0]["files"]
+    # `medpref tables` rebuilds the folder from the stage files the same way, and names
+    # what changed when a stage's table moved after stage 09 ran
+    from medpref.papertables.outputs import OUTPUTS
+
+    reports = tmp_path / "reports" / "09_tables"
+    assert OUTPUTS.differences(reports, params, tmp_path / "s1") == []
+    pd.DataFrame([{"scorer": "finetuned", "exact": 50.0, "fuzzy": 84.6}]).to_csv(
+        tmp_path / "reports" / "r" / "table5.csv", index=False)
+    assert OUTPUTS.differences(reports, params, tmp_path / "s2") == [
+        f"{paper / n}: differs from its rebuild from the stages' reports"
+        for n in ("t5.csv", "t5.md", "t5.tex")]
+    # a stage that no longer makes its source: its artefact's files go on the next run
+    (tmp_path / "reports" / "r" / "table5.csv").unlink()
+    (paper / "t5.md").write_text("edited by hand")
+    out = s09.run(Stage(name="09_tables", params=params))
+    assert out.status["status"].tolist() == ["not made", "not made"]
+    assert list(paper.iterdir()) == []
+    assert OUTPUTS.differences(reports, params, tmp_path / "s3") == []
 
 
 def test_stage_06s_table2_companions_with_one_case_keep_their_header(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from medpref.contracts import Dialogue, Turn
+from medpref.contracts import Dialogue, Turn, write_jsonl
 from medpref.sampling.build import build_unlabeled
 from medpref.sampling.config import SamplingParams
 from medpref.sampling.trajectory import (
@@ -203,8 +203,8 @@ def test_round_by_round_reaches_the_requested_rounds(scripted_client):
     assert out.short == []
     assert len(out.round_records) == 4 * 6
     assert len(backend.requests) == 4 + 4 * 6
-    from medpref.sampling.build import rounds_distribution
-    table = rounds_distribution(out, 3).set_index("complete_rounds")
+    from medpref.sampling.tables import candidate_records, future_rounds_table
+    table = future_rounds_table(candidate_records(out.items), 3).set_index("complete_rounds")
     assert table.loc[3, "generated"] == 4 and table.loc[0, "generated (one-shot)"] == 4
     assert table.loc[3, "sampled"] == 4
 
@@ -278,16 +278,79 @@ def test_stage_writes_the_items_and_reports(tmp_path, monkeypatch, scripted_clie
     assert len(out.items) == 4 and out.metrics["items_written"] == 4
     written = (tmp_path / "data" / "unlabeled.jsonl").read_text().splitlines()
     assert len(written) == 4
-    assert (tmp_path / "reports" / "summary.csv").exists()
-    assert (tmp_path / "reports" / "future_rounds.csv").exists()
-    assert (tmp_path / "reports" / "short_futures.jsonl").exists()
+    for name in ("summary.csv", "future_rounds.csv", "short_futures.md",
+                 "records/candidates.jsonl", "records/rejected.jsonl"):
+        assert (tmp_path / "reports" / name).exists(), name
     # the scripted model answers every round prompt with the same lines: echoes, so each
     # generated future stays at its one-shot round, and every item is reported short
     assert out.metrics["items_with_full_futures"] == 0 and len(out.short) == 4
-    assert all(s["source"] == "generated" and "no readable" in s["failure"] for s in out.short)
+    assert (out.short["source"] == "generated").all()
+    assert out.short["failure"].str.contains("no readable").all()
     stage.finish(out.metrics, models=out.models, prompts=out.prompts)
     assert (tmp_path / "reports" / "timings.json").exists()
     assert "wall_s" not in (tmp_path / "reports" / "metrics.json").read_text()
+
+
+GOOD_CONTINUATION = "Any red flags? Patient: none\nDoctor: Then we watch and wait."
+
+
+def test_stage_records_are_keyed_textless_and_rebuild_its_tables(tmp_path, monkeypatch,
+                                                                 scripted_client):
+    """The first continuation is malformed (recorded, retried); every table rebuilds from
+    the records alone, byte for byte; a table edited by hand is caught, and an edited
+    record moves its tables."""
+    import json
+    import re
+
+    import pandas as pd
+
+    from medpref.outputs import read_rows, write_rows
+    from medpref.sampling import stage as sampling_stage
+    from medpref.sampling.outputs import OUTPUTS
+
+    seen = []
+
+    def responder(req):
+        seen.append(req)
+        return "Patient: I feel worse." if len(seen) == 1 else GOOD_CONTINUATION
+
+    stage = _stage(tmp_path, monkeypatch, scripted_client, responder)
+    out = sampling_stage.run(stage)
+    reports = tmp_path / "reports"
+    rows = {r.name: read_rows(r.path(reports)) for r in OUTPUTS.records}
+    assert len(rows["candidates"]) == 2 * 4 and len(rows["rejected"]) == 1
+    rejected = rows["rejected"][0]
+    assert rejected["attempt"] == 0 and rejected["raw"] == "Patient: I feel worse."
+    assert rejected["generator"] == out.items[0].meta["generator"]
+    assert rejected["prompt_sha"] == out.items[0].meta["prompt_sha"]
+    for name, recs in rows.items():
+        keys = [r["key"] for r in recs]
+        assert all(re.fullmatch(r"[0-9a-f]{16}", k) for k in keys), name
+        assert len(set(keys)) == len(keys), f"{name}: two rows share a content key"
+    texts = {t.text for i in out.items for t in i.history}
+    texts |= {c.response for i in out.items for c in i.candidates}
+    written = (reports / "records/candidates.jsonl").read_text()
+    assert not [t for t in texts if json.dumps(t)[1:-1] in written]
+    sampled = [c.response for i in out.items for c in i.candidates if c.source == "sampled"]
+    assert out.summary.set_index("source").loc["sampled", "response_words"] == round(
+        sum(len(r.split()) for r in sampled) / len(sampled), 2)
+
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "s1") == []
+    (reports / "summary.md").write_text("edited by hand\n")
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "s2") == [
+        f"{reports / 'summary.md'}: differs from its rebuild from the records"]
+
+    # one generated future recorded as complete: one short candidate fewer, and the
+    # generated column of future_rounds moves one candidate from 1 to 2 rounds
+    edited = next(r for r in rows["candidates"] if r["source"] == "generated")
+    edited["complete_rounds"] = 2
+    write_rows(reports / "records/candidates.jsonl", rows["candidates"])
+    OUTPUTS.rebuild(reports, stage.params, tmp_path / "s3")
+    assert len(pd.read_csv(tmp_path / "s3/short_futures.csv")) == len(out.short) - 1
+    rounds = pd.read_csv(tmp_path / "s3/future_rounds.csv").set_index("complete_rounds")
+    assert (rounds.loc[1, "generated"], rounds.loc[2, "generated"]) == (
+        out.rounds.set_index("complete_rounds").loc[1, "generated"] - 1,
+        out.rounds.set_index("complete_rounds").loc[2, "generated"] + 1)
 
 
 def test_stage_with_too_few_items_fails_and_writes_nothing(tmp_path, monkeypatch,
@@ -299,3 +362,59 @@ def test_stage_with_too_few_items_fails_and_writes_nothing(tmp_path, monkeypatch
     with pytest.raises(StageFailed, match=r"stage sampling failed: 0 of 4 items produced"):
         sampling_stage.run(stage)
     assert not (tmp_path / "data").exists() and not (tmp_path / "reports").exists()
+
+
+# -- the written split: stage 01 samples the train part only -----------------------------
+def test_stage_01_sees_the_train_dialogues_only(tmp_path, monkeypatch, scripted_client):
+    """On the embedded corpus every item's history, real candidate and style exemplar come
+    from the split's train part, and no prompt holds a turn of a dev or eval dialogue (so
+    stage 04, which reads only these items, never annotates one either)."""
+    from medpref.contracts import read_jsonl
+    from medpref.data.split import load_split
+    from medpref.params import load_params, repo_path
+    from medpref.sampling import stage as sampling_stage
+    from medpref.sampling.config import RoundsParams
+
+    prompts: list[str] = []
+
+    def responder(req):
+        prompts.append("\n".join(m["content"] for m in req.messages))
+        return "Any red flags? Patient: none\nDoctor: Then we watch and wait."
+
+    split = load_split(repo_path(load_params().shared.split))
+    train = set(split.ids("train"))
+    n_items = len(train) + 5                  # more items than train dialogues: all are cut
+    stage = _stage(tmp_path, monkeypatch, scripted_client, responder, n_items=n_items,
+                   rounds=RoundsParams(enabled=False))
+    out = sampling_stage.run(stage)
+    dialogues = {d.id: d for d in read_jsonl(repo_path(stage.p.dialogues), Dialogue)}
+    assert len(out.items) == n_items and out.n_dialogues == len(train) == out.n_exemplars
+    assert {i.meta["dialogue_id"] for i in out.items} == train
+    assert {i.meta["exemplar_id"] for i in out.items} <= train
+    for item in out.items:
+        turns = dialogues[item.meta["dialogue_id"]].turns
+        assert item.history == turns[:len(item.history)]
+        assert item.candidates[0].response == turns[len(item.history)].text
+    held_out = {t.text for d in dialogues.values() if split.part(d.id) != "train"
+                for t in d.turns if len(t.text) > 40}
+    assert held_out and prompts          # (repeated prompts are answered from the cache)
+    assert not [t for t in held_out if any(t in p for p in prompts)]
+
+
+def test_the_exemplar_pool_keeps_train_and_refuses_unlisted_dialogues(tmp_path):
+    from medpref.data.split import DialogueSplit
+    from medpref.sampling.build import load_exemplar_pool, load_source_dialogues
+
+    corpus, other = tmp_path / "corpus.jsonl", tmp_path / "other.jsonl"
+    write_jsonl(corpus, [_dialogue(i, 3) for i in ("a", "b", "c")])
+    write_jsonl(other, [_dialogue(i, 3) for i in ("a", "c", "x")])
+    split = DialogueSplit({"a": "train", "b": "dev", "c": "eval"})
+    p = SamplingParams(dialogues=str(corpus), exemplar_pool=str(corpus))
+    assert [d.id for d in load_source_dialogues(p, split)] == ["a"]
+    assert [d.id for d in load_exemplar_pool(p, split)] == ["a"]
+    # another pool file: what the split holds out stays out, what it does not list stays in
+    p_other = SamplingParams(dialogues=str(corpus), exemplar_pool=str(other))
+    assert [d.id for d in load_exemplar_pool(p_other, split)] == ["a", "x"]
+    # a corpus dialogue the split does not list is an error, not a silent train dialogue
+    with pytest.raises(KeyError, match="'x' is in no part"):
+        load_source_dialogues(SamplingParams(dialogues=str(other)), split)

@@ -95,7 +95,8 @@ def test_retrieval_returns_the_chunk_that_answers_a_scripted_question():
              Turn(role="doctor", text="Do you have pets at home, a cat or a dog?")]
     top = kb.top(toy_encode([retrieval_query(turns)])[0], 4)
     assert "old cat" in kb.chunks[top[0]]
-    assert len(build_chunks(case(), 128)) == 6     # three info sections, three Q-A pairs
+    # the chief complaint (the patient's opening words), three info sections, three Q-A pairs
+    assert len(build_chunks(case(), 128)) == 7
 
 
 def test_query_uses_the_last_two_rounds_only():
@@ -200,7 +201,8 @@ def test_lockstep_simulation_respects_the_round_cap_and_the_end_marker():
     sizes = []
     orig = doctor_backend.generate
     doctor_backend.generate = lambda reqs, cb=None: (sizes.append(len(reqs)), orig(reqs, cb))[1]
-    out = consult.simulate(cases, doctor, "doc", setup, CallSpec("doctor", "policy_doctor", 32))
+    out = consult.simulate(cases, consult.ModelDoctor(
+        "doc", doctor, CallSpec("doctor", "policy_doctor", 32), setup), setup)
     by_id = {c.case_id: c for c in out}
     assert by_id["sp-a"].rounds == 5 and by_id["sp-a"].ended_by == "rounds"
     assert by_id["sp-b"].rounds == 2 and by_id["sp-b"].ended_by == "end_marker"
@@ -267,8 +269,12 @@ def test_the_fidelity_guard_pools_small_doctors_and_checks_large_ones():
     check_fidelity([row("big", 40, 2), row("tiny", 1, 1)], 0.1, min_sentences=10)
     with pytest.raises(StageFailed, match="big: 6 of 40"):
         check_fidelity([row("big", 40, 6), row("tiny", 1, 0)], 0.1, min_sentences=10)
-    with pytest.raises(StageFailed, match="all doctors: 3 of 9"):
-        check_fidelity([row("a", 5, 2), row("b", 4, 1)], 0.1, min_sentences=10)
+    with pytest.raises(StageFailed, match="all doctors: 3 of 12"):
+        check_fidelity([row("a", 6, 2), row("b", 6, 1)], 0.1, min_sentences=10)
+    # the pooled check has the same minimum: 17 NEJM cases whose only patient sentence
+    # over 85 turns was 1 unsupported one no longer stop the run on 1 of 1 (issue 31)
+    check_fidelity([row("base", 1, 1)], 0.1, min_sentences=10)
+    check_fidelity([row("a", 5, 2), row("b", 4, 1)], 0.1, min_sentences=10)
 
 
 # -- Eq. 6 -----------------------------------------------------------------------------------
@@ -401,21 +407,6 @@ def test_next_turn_question_share_intervals_and_paired_verdicts():
     assert set(paired["items"]) == {12}
     # without the reference doctor there is nothing to pair
     assert nextturn.paired_table(better, "sft").empty
-
-
-def test_next_turn_dialogues_leave_out_what_stage_01_split():
-    from medpref.params import load_params
-    from medpref.simulation.heldout import sampled_dialogue_ids
-    from medpref.simulation.stage import held_out_dialogues
-
-    params = load_params()
-    p = params.simulation
-    split = sampled_dialogue_ids(params, p.next_turn.dialogues)
-    chosen = held_out_dialogues(p, params)
-    assert split and len(chosen) == p.next_turn.n_dialogues
-    assert not {d.id for d in chosen} & split
-    # without the whole params (no stage 01 to ask) the file's last dialogues, as before
-    assert [d.id for d in held_out_dialogues(p)][-1] == "d-0047" and "d-0047" in split
 
 
 def test_table3_grid_reads_cells_from_policy_names():
@@ -560,7 +551,8 @@ def test_grader_validation_agreement_table():
                                                     lambda: setup.judge))
     table = validate_grader(items, grader, n_boot=200)
     assert set(table["split"]) == {"dev", "test", "all"}
-    table = table[table["split"] == "all"].set_index("category")
+    assert set(table["batch"]) == {"all", "v1"}          # items without a batch are v1
+    table = table[(table["split"] == "all") & (table["batch"] == "all")].set_index("category")
     assert table.loc["all", "items"] == 5 and table.loc["all", "accuracy"] == pytest.approx(0.8)
     assert table.loc["diseases", "accuracy"] == 1.0
     # gold T F T F T vs predicted T F T F F: p_o = .8, p_e = .6·.4 + .4·.6 = .48
@@ -581,7 +573,7 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
         "cases": str(tmp_path / "cases.jsonl"), "n_cases": None, "rounds": 2,
         "trained_policies": False, "rem_radar": False, "grader": {"mode": "generate",
                                                                  "graded_items": None},
-        "next_turn": {"n_dialogues": 2},
+        "next_turn": {"n_dialogues": 2}, "controls": [],
         "doctors": [{"name": "base", "role": "policy"}, {"name": "silent", "role": "mute"}]}})
 
     def doctor(req):
@@ -593,6 +585,13 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
                "judge": client(keyword_judge, "judge")}
 
     new_stage = scripted_sim_stage(tmp_path, monkeypatch, clients)
+    # with the controls on, this keyword judge credits the reciter's list of the whole
+    # checklist: the gate says the instrument cannot tell listing from asking
+    params.simulation.controls = ["control_reciter", "control_lecture"]
+    with pytest.raises(StageFailed, match=r"control_reciter Sym\. 100\.0 \(must be ≤ 10\.0"):
+        sim_stage.run(new_stage(params))
+    assert not (tmp_path / "reports" / "table2.md").exists()
+    params.simulation.controls = []
     out = sim_stage.run(new_stage(params))
     t2 = out.table2.set_index("doctor")
     # each case: fever asked; phlegm's judge answer is unparsable, so it abstains
@@ -609,12 +608,16 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     patient_turns = [t.text for t in out.consultations[0].turns[2::2]]
     assert patient_turns == ["Yes, up to 38.5 degrees since Monday.",
                              "Chest X-ray: patchy shadow in the right lower lobe."]
-    lines = (tmp_path / "data" / "transcripts.jsonl").read_text().splitlines()
+    lines = (tmp_path / "reports" / "records" / "consultations.jsonl").read_text().splitlines()
     assert len(lines) == 4 and json.loads(lines[0])["rounds"] == 2
     assert (tmp_path / "reports" / "table2.md").exists()
     assert out.metrics["sp/base"]["Sym."] == 100.0
     assert (tmp_path / "reports" / "transcripts.html").exists()
     assert {"question_share", "repetition_share"} <= set(out.behaviour.columns)
+    # every table and the page rebuild, byte for byte, from the records just written
+    from medpref.simulation.outputs import OUTPUTS
+
+    assert OUTPUTS.differences(tmp_path / "reports", params, tmp_path / "rebuilt") == []
     # a doctor whose every call fails produces nothing: the guard stops the stage
     failing = ScriptedBackend(lambda r: "")
     failing.generate = lambda reqs, cb=None: [

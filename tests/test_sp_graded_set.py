@@ -1,9 +1,12 @@
 """The hand-graded SP checklist items (``data/embedded/sp_graded.jsonl``) as a data set.
 
 ``test_sp_cases.py`` checks that each item points at a real checklist item; this file
-checks the set itself: its size and balance, its languages, the shape of the
-transcripts, and that every hard case looks like its tag, above all the echoes (a doctor
-turn that repeats the patient's words), so that a mislabelled item fails here.
+checks the set itself. The first batch (``v1``, 229 short items): its size and balance,
+its languages, the shape of the transcripts, and that every hard case looks like its tag,
+above all the echoes (a doctor turn that repeats the patient's words), so that a
+mislabelled item fails here. Later batches (built from the committed run's transcripts
+and the cases' own scripts, graded by ``docs/sp_grading_rubric.md``): each is split by
+case, its excerpts are the run's and the scripts' words, and its tags are the rubric's.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from collections import Counter
 
 import pytest
 
+from medpref import REPO_ROOT
 from medpref.contracts import SP_CATEGORIES, SPGradedItem
 from medpref.data.sp_cases import EMBEDDED_SP_GRADED, embedded_sp_cases, embedded_sp_graded
+from medpref.simulation.validation import batch_of, case_split, split_of
 
 LEGACY = 49  # g-0001 .. g-0049 predate the patient-first form and the new tags
 PASS_TAGS = {"asked", "recommended", "named", "synonym", "echo_then_asks", "three_diseases"}
@@ -68,8 +73,14 @@ def most_candidates(text: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def graded() -> list[SPGradedItem]:
+def every_item() -> list[SPGradedItem]:
     return embedded_sp_graded()
+
+
+@pytest.fixture(scope="module")
+def graded(every_item) -> list[SPGradedItem]:
+    """The first batch, whose tags name the verdict and whose shapes are checked below."""
+    return [g for g in every_item if batch_of(g) == "v1"]
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +97,12 @@ def test_every_line_states_its_language():
     assert set(langs) == {"en", "zh"}, langs
 
 
-def test_ids_are_unique_and_sequential(graded):
-    assert [g.id for g in graded] == [f"g-{i:04d}" for i in range(1, len(graded) + 1)]
+def test_ids_are_unique_and_sequential(every_item):
+    assert [g.id for g in every_item] == [f"g-{i:04d}" for i in range(1, len(every_item) + 1)]
 
 
 def test_size_languages_and_coverage(graded):
-    assert len(graded) >= 200
+    assert len(graded) == 229
     langs = Counter(g.lang for g in graded)
     assert langs["zh"] >= 40 and langs["en"] >= 150, langs
     pairs = {(g.lang, g.category) for g in graded}
@@ -214,3 +225,164 @@ def test_volunteered_items_are_not_echoes(graded):
     for g in graded:
         if g.tag == "patient_volunteered" and g.transcript[0].role == "patient":
             assert echo_overlap(g) < 2, g.id
+
+
+# ------------------------------------------------------------------ batches and splits
+
+BATCH = "2026-11-27"
+CASE_SPLIT_SEED = 31          # the seed the 2026-11-27 batch was split with (issue 31)
+RUBRIC = REPO_ROOT / "docs" / "sp_grading_rubric.md"
+PAGE = REPO_ROOT / "reports" / "06_simulation" / "transcripts.html"
+# sentence kinds whose verdict the rubric fixes; the others (a lecture, a run-on list, a
+# real question, a first-turn guess ...) are graded either way
+ALWAYS_FAIL = {"advice_not_question", "broken_off", "gibberish", "made_up_history",
+               "negation", "open_question", "organ_not_test", "other_test", "result_made_up",
+               "shares_word", "symptom_stated", "symptom_word", "teaching_complication",
+               "test_described", "vague_test", "wrong_diagnosis"}
+ALWAYS_PASS = {"test_requested", "names_diagnosis", "lists_items_question"}
+
+
+@pytest.fixture(scope="module")
+def batch(every_item) -> list[SPGradedItem]:
+    return [g for g in every_item if g.batch == BATCH]
+
+
+def test_every_item_records_its_batch_and_split(every_item):
+    assert all(g.batch and g.split in ("dev", "test") for g in every_item)
+    assert Counter(g.batch for g in every_item) == {"v1": 229, BATCH: len(every_item) - 229}
+
+
+def test_the_first_batch_keeps_the_split_it_always_had(graded):
+    """v1's split is written as the tag-alternating rule gave it, so nothing it reported
+    moves: dropping the field and recomputing gives the same halves."""
+    unsplit = [g.model_copy(update={"split": None}) for g in graded]
+    assert split_of(unsplit) == {g.id: g.split for g in graded}
+    assert Counter(g.split for g in graded) == {"dev": 119, "test": 110}
+
+
+def test_the_new_batch_is_split_by_case_before_grading(batch):
+    """All items of a case are in one half, the half the seeded case split gives, and each
+    half holds every category and both languages."""
+    halves = case_split(embedded_sp_cases(), seed=CASE_SPLIT_SEED)
+    assert all(g.split == halves[g.case] for g in batch)
+    for part in ("dev", "test"):
+        mine = [g for g in batch if g.split == part]
+        assert {g.category for g in mine} == set(SP_CATEGORIES), part
+        assert {g.lang for g in mine} == {"en", "zh"}, part
+        assert len({g.case for g in mine}) >= 8, part
+
+
+def test_case_split_is_seeded_and_spreads_departments():
+    cases = embedded_sp_cases()
+    a, b = case_split(cases, seed=CASE_SPLIT_SEED), case_split(cases, seed=CASE_SPLIT_SEED)
+    assert a == b and set(a) == {c.id for c in cases}
+    assert case_split(cases, seed=CASE_SPLIT_SEED + 1) != a
+    for dept in {c.department for c in cases}:
+        ids = [c.id for c in cases if c.department == dept and c.lang == "en"]
+        assert {a[i] for i in ids} == {"dev", "test"}, dept
+    assert {a[c.id] for c in cases if c.lang == "zh"} == {"dev", "test"}
+
+
+def test_the_new_batch_is_large_and_mostly_the_runs_sentences(batch):
+    source = Counter(g.source for g in batch)
+    assert source["run"] >= 150 and source["script"] >= 50
+    assert {g.case for g in batch} == {c.id for c in embedded_sp_cases()}
+    for cat in SP_CATEGORIES:
+        verdicts = Counter(g.passed for g in batch if g.category == cat)
+        assert verdicts[True] >= 10 and verdicts[False] >= 10, cat
+    run = [g for g in batch if g.source == "run"]
+    words = [len(t.text.split()) for g in run for t in g.transcript
+             if t.role == "doctor" and g.lang == "en"]
+    assert sum(words) / len(words) >= 30      # run-on turns, not short templates
+
+
+def test_run_excerpts_are_the_committed_transcripts_word_for_word(batch):
+    """Each run item holds the complaint, then each graded doctor turn with the patient
+    turn before it, as the committed transcripts page has them (blind: turns only)."""
+    if not PAGE.exists():
+        pytest.skip("no committed transcripts page")
+    from medpref.simulation.handgrading import excerpt, transcripts_from_html
+
+    page = {(t.case, t.doctor): t for t in transcripts_from_html(PAGE)}
+    checked = 0
+    for g in batch:
+        if g.source != "run" or (g.case, g.doctor) not in page:
+            continue
+        want = excerpt(page[(g.case, g.doctor)].turns, g.turns)
+        assert [(t.role, t.text) for t in g.transcript] == [(t.role, t.text) for t in want], g.id
+        checked += 1
+    assert checked >= 150
+
+
+def test_script_excerpts_are_the_cases_own_lines(batch):
+    cases = {c.id: c for c in embedded_sp_cases()}
+    for g in batch:
+        if g.source != "script":
+            continue
+        case = cases[g.case]
+        want = [("patient", case.chief_complaint)]
+        for i in g.turns:
+            want += [("doctor", case.script[i]["doctor"]), ("patient", case.script[i]["patient"])]
+        assert [(t.role, t.text) for t in g.transcript] == want, g.id
+
+
+def test_tags_are_the_rubrics_and_fixed_kinds_agree_with_their_verdict(batch):
+    rubric = RUBRIC.read_text(encoding="utf-8")
+    for g in batch:
+        assert f"`{g.tag}`" in rubric, (g.id, g.tag)
+        assert g.why.strip(), g.id
+        if g.tag in ALWAYS_FAIL:
+            assert not g.passed, g.id
+        if g.tag in ALWAYS_PASS:
+            assert g.passed, g.id
+        if g.tag == "guessed_first":
+            assert g.turns == [1] and g.category == "diseases", g.id
+    kinds = Counter(g.tag for g in batch)
+    for tag in ("lecture_names_in_passing", "run_on_list", "made_up_history", "negation",
+                "teaching_complication", "real_question", "organ_not_test",
+                "names_diagnosis", "guessed_first"):
+        assert kinds[tag] >= 1, tag
+    both = {t for t in kinds if {g.passed for g in batch if g.tag == t} == {True, False}}
+    assert {"lecture_names_in_passing", "run_on_list", "real_question"} <= both
+
+
+def test_the_issues_sentences_are_graded(batch):
+    """The sentences issue 31 quotes are items, with the verdict the rubric gives."""
+    def verdict(words, category):
+        found = [g.passed for g in batch if g.category == category and any(
+            words in t.text for t in g.transcript if t.role == "doctor")]
+        assert found, words
+        return set(found)
+
+    assert verdict("he had asthma attacks while sleeping", "diseases") == {False}
+    assert verdict("your anxiety level hasn't decreased", "diseases") == {False}
+    assert verdict("due to endometriosis or other conditions such as fibroids",
+                   "diseases") == {True}
+    assert verdict("we need an ultrasound done by specialist", "tests") == {True}
+    assert verdict("Have your kidneys been working badly lately?", "tests") == {False}
+    assert verdict("Have I had any colds recently?", "symptoms") == {False}
+
+
+# ------------------------------------------------------------------ the change record
+
+CHANGES = REPO_ROOT / "data" / "embedded" / "sp_grader_changes.yaml"
+
+
+def test_the_change_record_names_the_items_each_change_saw(every_item):
+    """One entry per rule change, the baseline first; each names its commit, what changed,
+    why, the dev items that motivated it, and how many items of each batch and split
+    existed then (never more than exist now)."""
+    import yaml
+
+    entries = yaml.safe_load(CHANGES.read_text(encoding="utf-8"))["changes"]
+    assert entries[0]["id"] == "baseline" and entries[0]["motivated_by"] == []
+    now = Counter((batch_of(g), g.split) for g in every_item)
+    split = {g.id: g.split for g in every_item}
+    for e in entries:
+        assert {"id", "date", "commit", "change", "batches", "motivated_by", "why"} <= set(e)
+        assert re.fullmatch(r"[0-9a-f]{7,40}", str(e["commit"])), e["id"]
+        for b, parts in e["batches"].items():
+            for part, n in parts.items():
+                assert 0 < n <= now[(b, part)], (e["id"], b, part)
+        assert all(split[i] == "dev" for i in e["motivated_by"]), e["id"]
+    assert len({e["id"] for e in entries}) == len(entries)

@@ -14,9 +14,11 @@ from medpref.llm.types import CallSpec, Completion, GenerationParams
 from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams
+from medpref.simulation.echo import list_pieces, listed_candidates, lists_too_many, speech_act
 from medpref.simulation.graders import GRADERS, GraderContext, build_grader, without_echoes
+from medpref.simulation.knowledge import build_knowledge_bases, split_sentences
+from medpref.simulation.patient import patient_fidelity
 from medpref.simulation.patients import (
-    ASK_DIAGNOSIS,
     DONT_KNOW,
     ExtractivePatient,
     PatientContext,
@@ -160,10 +162,28 @@ def test_the_extractive_patient_answers_a_scripted_question_with_its_scripted_an
     assert text == c.chief_complaint and trace[0]["from"] == "complaint"
 
 
-def test_a_turn_that_asks_nothing_gets_the_patients_question_not_a_fact():
+def test_a_turn_that_asks_nothing_gets_a_neutral_fallback_not_a_request_for_a_diagnosis():
+    """The patient does not steer: "What do you think I have?" would invite any doctor
+    that asked nothing to name a diagnosis (issue 31). The fallback is counted."""
     c = case("sp-x")
-    text, trace = extractive(c).answer("sp-x", "en", "The result of the flu is a fever. Fever.")
-    assert text == ASK_DIAGNOSIS["en"] and trace[0]["from"] == "asks_diagnosis"
+    patient = extractive(c)
+    text, trace = patient.answer("sp-x", "en", "The result of the flu is a fever. Fever.")
+    assert text == "I'm not sure what else to tell you." and trace[0]["from"] == "nothing_asked"
+    assert "?" not in text and "diagnos" not in text and "have" not in text
+    zh, _ = patient.answer("sp-x", "zh", "发烧是流感的结果。")
+    assert zh == PatientParams().nothing_asked["zh"] and "？" not in zh
+    own = extractive(c, nothing_asked={"en": "Hmm."})
+    assert own.answer("sp-x", "en", "Fever.")[0] == "Hmm."
+    assert own.answer("sp-x", "zh", "发烧。")[0] == "Hmm."      # no zh sentence: the English one
+    with pytest.raises(ValueError, match="nothing_asked"):
+        PatientParams(nothing_asked={"zh": "嗯。"})
+    # what each reply was, for the per-doctor fallback share
+    consults = [consult.Consultation("sp-x", "im", "en", "d", "m", [
+        Turn(role="patient", text="cough"), Turn(role="doctor", text=t)])
+        for t in ("I see.", "What is your favourite film?", "Do you have a fever?",
+                  "Do you have a fever? What is your favourite film?")]
+    steps = [r.step["fallback"] for r in patient.reply(consults)]
+    assert steps == ["nothing_asked", "dont_know", None, None]
 
 
 def test_the_chinese_patient_answers_a_reworded_question_and_declines_an_unrelated_one():
@@ -234,7 +254,8 @@ def test_the_fidelity_guard_fails_a_run_whose_patient_invents_facts(tmp_path, mo
     params = parse_params({"simulation": {
         "cases": str(tmp_path / "cases.jsonl"), "rounds": 2, "trained_policies": False,
         "rem_radar": False, "next_turn": {"enabled": False},
-        "grader": {"graded_items": None}, "patient": {"kind": "llm"}}})
+        "grader": {"graded_items": None}, "controls": [],
+        "patient": {"kind": "llm", "guard_min_sentences": 2}}})
     clients = {"policy": client(lambda r: "Do you have a fever?", "policy"),
                "patient": client(lambda r: "My brother plays football in Madrid.", "patient"),
                "judge": client(keyword_judge, "judge")}
@@ -367,3 +388,139 @@ def test_disease_words_count_the_shapes_of_diseases_not_diagnosis():
     assert disease_words("The diagnosis and prognosis are good; the mechanism is clear.") == 0
     assert disease_words("iron deficiency, a syndrome, a tumour and lymphomas") == 4
     assert names_disease("有没有发热？", "发热")   # Chinese: the shared unit suffices
+
+
+def four_symptom_case() -> SPCase:
+    """Four single-word symptoms, a test and a disease: a recital lists more than three."""
+    c = case("sp-l")
+    return c.model_copy(update={"checklist": c.checklist.model_copy(update={
+        "symptoms": ["fever", "phlegm", "wheeze", "rash"], "tests": ["chest X-ray"],
+        "diseases": ["pneumonia"]})})
+
+
+def ask(grader, c, *doctor_turns):
+    """Grades when the doctor says ``doctor_turns`` in order (the patient: "Yes.")."""
+    turns = [Turn(role="patient", text=c.chief_complaint)]
+    for t in doctor_turns:
+        turns += [Turn(role="doctor", text=t), Turn(role="patient", text="Yes.")]
+    consult_ = consult.Consultation(c.id, c.department, c.lang, "doc", "m", turns)
+    return {g.item: g for g in grader.grade([consult_], {c.id: c})}
+
+
+# -- the listing rule (Eq. 6 extended), on hand-made sentences --------------------------------
+
+def test_a_four_item_list_fails_and_a_three_item_question_passes():
+    four = "Do you have fever, cough, chest pain or headache?"
+    three = "Do you have fever, cough or chest pain?"
+    assert list_pieces(four) == 4 and list_pieces(three) == 3
+    assert lists_too_many(four, 0, "question", 4)
+    assert not lists_too_many(three, 0, "question", 4)
+    assert not lists_too_many(three, 3, "question", 4)       # three checklist items matched
+    assert lists_too_many(three, 4, "question", 4)           # ... four: a list of the checklist
+    assert not lists_too_many(four, 0, "question", 5)        # the cap is a param
+
+
+def test_a_run_on_list_without_commas_is_caught_by_its_matched_items():
+    run_on = "Any fever phlegm wheeze rash?"
+    assert list_pieces(run_on) == 1
+    assert not lists_too_many(run_on, 3, "question", 4)
+    assert lists_too_many(run_on, 4, "question", 4)
+
+
+def test_a_lead_in_without_content_is_no_piece_and_an_order_counts_its_items_only():
+    diagnosis = "From what you've told me, the most likely diagnosis is acute appendicitis."
+    assert list_pieces(diagnosis) == 1
+    order = "I'd like blood tests, a blood count, liver tests and lipase."
+    assert list_pieces(order) == 4
+    assert listed_candidates(order, 3, "recommendation") == 3      # three checklist tests
+    assert not lists_too_many(order, 3, "recommendation", 4)
+    assert lists_too_many(order, 4, "recommendation", 4)           # four items: still a list
+    assert lists_too_many(order, 0, "question", 4)                 # asked as a list: pieces
+
+
+def test_every_single_topic_question_of_the_embedded_scripts_passes_the_listing_rule():
+    """Counting pieces alone: no scripted question of the 17 cases lists four things."""
+    from medpref.contracts import read_jsonl
+    from medpref.params import REPO_ROOT
+
+    cases = read_jsonl(REPO_ROOT / "data" / "embedded" / "sp_cases.jsonl", SPCase)
+    questions = [s for c in cases for pair in c.script
+                 for s in split_sentences(pair["doctor"]) if speech_act(s) == "question"]
+    assert len(questions) > 300
+    listing = [q for q in questions if lists_too_many(q, 0, "question", 4)]
+    assert listing == []
+
+
+def test_the_grader_credits_nothing_of_a_recital_and_each_item_asked_on_its_own():
+    c, grader = four_symptom_case(), echo_aware()
+    recital = ask(grader, c, "Do you have fever, phlegm, wheeze, rash or chest X-ray?")
+    assert not any(g.passed for g in recital.values())
+    assert recital["fever"].listing_excluded == [
+        "Do you have fever, phlegm, wheeze, rash or chest X-ray?"]
+    run_on = ask(grader, c, "Any fever phlegm wheeze rash?")
+    assert not any(g.passed for g in run_on.values())
+    three = ask(grader, c, "Any fever, phlegm or wheeze?")
+    assert [i for i, g in three.items() if g.passed] == ["fever", "phlegm", "wheeze"]
+    apart = ask(grader, c, "Any fever? Any phlegm? Any wheeze? Any rash?")
+    assert all(apart[i].passed for i in ["fever", "phlegm", "wheeze", "rash"])
+    # a single-topic question that MiniLM puts near many items is no list: only items
+    # named by their words count (every sentence "matches" every item by cosine here)
+    loose = build_grader("echo_aware", GraderContext(GraderParams(match_threshold=-1.0),
+                                                     grading_setup()))
+    one = ask(loose, c, "Has he ever had wheezing treated before?")
+    assert one["wheeze"].passed and one["wheeze"].listing_excluded == []
+    # the per-turn disease rule still holds beside it
+    named = ask(grader, c, "This is pneumonia.")
+    assert named["pneumonia"].passed and named["pneumonia"].candidates == [1]
+
+
+
+
+def test_the_patient_knows_its_opening_words_from_any_source():
+    """AgentClinic NEJM: the adapter derives "Gross hematuria" from the question; it is in
+    no section, yet the patient says it when asked what brings it in (issue 31: the run
+    failed at its fidelity guard on that one sentence)."""
+    c = SPCase(id="nejm-1", department="general", chief_complaint="Gross hematuria",
+               patient_info={"History": "A 67-year-old man has had blood in his urine for "
+                                        "three days."},
+               checklist={"symptoms": ["blood in urine"], "tests": [], "diseases": ["x"]})
+    kb = build_knowledge_bases([c], toy_encode, 128)[c.id]
+    assert "gross hematuria" in kb.verbatim
+    assert any(ch.startswith("Chief complaint: Gross hematuria") for ch in kb.chunks)
+    patient = ExtractivePatient(PatientContext(PatientParams(), {c.id: c}, {}, toy_encode))
+    said, _ = patient.answer(c.id, "en", "What brings you in today?")
+    assert said == "Gross hematuria"
+    turns = [Turn(role="patient", text=c.chief_complaint),
+             Turn(role="doctor", text="What brings you in today?"), Turn(role="patient", text=said)]
+    blind = patient_fidelity(turns, kb, lambda t: toy_encode(t) * 0.0, support=0.45,
+                             relevance=0.25)              # an encoder that matches nothing
+    assert blind.sentences == 1 and blind.unsupported == 0
+
+
+def test_the_patient_answers_one_line_of_a_section_that_lists_a_finding_a_line():
+    """AgentClinic's sections have no full stops, one finding a line: the patient gives the
+    line that answers, not the whole section (which volunteered every other finding)."""
+    from medpref.simulation.knowledge import case_sentences, section_sentences
+
+    results = ("Blood Tests: Acetylcholine Receptor Antibodies: Present (elevated)\n"
+               "Electromyography: Findings: Decreased muscle response\n"
+               "Imaging: Chest CT: Normal, no thymoma")
+    assert section_sentences(results) == results.splitlines()
+    assert section_sentences("One. Two") == ["One.", "Two"]
+    c = SPCase(id="ac-1", department="general", chief_complaint="Double vision",
+               patient_info={"History": "Double vision for a month.", "Test Results": results},
+               checklist={"symptoms": ["Double vision"], "tests": ["Electromyography"],
+                          "diseases": ["Myasthenia gravis"]})
+    patient = ExtractivePatient(PatientContext(PatientParams(), {c.id: c}, {}, toy_encode))
+    said, trace = patient.answer(c.id, "en", "Can we check the electromyography findings?")
+    assert said == "Electromyography: Findings: Decreased muscle response"
+    assert trace[0]["from"] == "findings"
+    assert "electromyography: findings: decreased muscle response" in case_sentences(c)
+    # two lines in one answer stay two sentences, each the case's own
+    from medpref.simulation.knowledge import normalise_sentence, split_sentences
+
+    both, _ = patient.answer(c.id, "en", "Can we check the electromyography findings? "
+                                         "Can we check the chest CT imaging?")
+    assert split_sentences(both) == ["Electromyography: Findings: Decreased muscle response.",
+                                     "Imaging: Chest CT: Normal, no thymoma."]
+    assert all(normalise_sentence(s) in case_sentences(c) for s in split_sentences(both))

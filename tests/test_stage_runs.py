@@ -111,7 +111,6 @@ def test_stage_03_runs_every_scorer_and_writes_table5(raw_params, tmp_path, monk
 
     raw_params["rem"]["eval_per_rule"] = 3
     _fake_training(monkeypatch, tmp_path)
-    raw_params["rem"]["reports"] = str(tmp_path / "reports" / "03_rem")
     stage = _stage("03_rem", raw_params, tmp_path, monkeypatch)
     out = rem_stage.run(stage)
     assert list(out.table5["scorer"]) == ["sampled", "expected", "finetuned"]
@@ -125,6 +124,62 @@ def test_stage_03_runs_every_scorer_and_writes_table5(raw_params, tmp_path, monk
     assert "wall_s" not in json.dumps(metrics) and "runtime_s" not in json.dumps(metrics)
     assert (tmp_path / "reports/03_rem/timings.json").exists()
     assert pd.read_csv(tmp_path / "reports/03_rem/table5.csv").shape[0] == 3
+
+
+def test_stage_03_writes_records_its_tables_rebuild_from(raw_params, tmp_path, monkeypatch,
+                                                         scripted_models):
+    """Every judgement and the loss log are keyed records; every table rebuilds from them
+    alone, byte for byte; a table edited by hand is caught, and an edited record moves
+    its table by the hand-computed amount."""
+    from medpref.outputs import read_rows, write_rows
+    from medpref.rem import stage as rem_stage
+    from medpref.rem.outputs import OUTPUTS
+
+    raw_params["rem"]["eval_per_rule"] = 3
+    _fake_training(monkeypatch, tmp_path)
+    stage = _stage("03_rem", raw_params, tmp_path, monkeypatch)
+    out = rem_stage.run(stage)
+    reports = tmp_path / "reports/03_rem"
+    rows = {r.name: read_rows(r.path(reports)) for r in OUTPUTS.records}
+    assert len(rows["predictions"]) == 3 * 18 and len(rows["scorer_runs"]) == 3
+    assert len(rows["compliance_judgements"]) == 2 * 3 * 6    # scorers × dialogues × rules
+    assert [(r["step"], r["loss"]) for r in rows["training_loss"]] == [(1, 1.5), (2, 1.1)]
+    for name, recs in rows.items():
+        keys = [r["key"] for r in recs]
+        assert all(re.fullmatch(r"[0-9a-f]{16}", k) for k in keys), name
+        assert len(set(keys)) == len(keys), f"{name}: two rows share a content key"
+    finetuned = [r for r in rows["predictions"] if r["scorer"] == "finetuned"]
+    assert all(r["probs"] and r["model_id"].endswith("+lora") for r in finetuned)
+    # the raw answers are kept; the annotations' dialogue text is not copied in
+    histories = {t.text for a in b03_eval_set(stage) for t in a.history if len(t.text) > 30}
+    written = (reports / "records/predictions.jsonl").read_text()
+    assert histories and not any(json.dumps(t)[1:-1] in written for t in histories)
+    assert (reports / "training.csv").read_text() == "step,loss\n1,1.5\n2,1.1\n"
+    assert not (reports / "predictions.jsonl").exists()
+
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "rebuilt") == []
+    (reports / "table5.md").write_text((reports / "table5.md").read_text()
+                                       .replace("finetuned", "fine-tuned", 1))
+    assert OUTPUTS.differences(reports, stage.params, tmp_path / "rebuilt2") == [
+        f"{reports / 'table5.md'}: differs from its rebuild from the records"]
+
+    # one finetuned label that was right made wrong: its exact match drops by 100/18
+    right = next(r for r in finetuned if r["label"] == r["gold"])
+    right["label"] = (right["gold"] + 1) % 3
+    write_rows(reports / "records/predictions.jsonl", [
+        right if r["key"] == right["key"] else r for r in rows["predictions"]])
+    OUTPUTS.rebuild(reports, stage.params, tmp_path / "r3")
+    before = out.table5.set_index("scorer")["exact_%"]
+    after = pd.read_csv(tmp_path / "r3/table5.csv").set_index("scorer")["exact_%"]
+    assert after["finetuned"] == pytest.approx(before["finetuned"] - 100 / 18)
+    assert after.drop("finetuned").tolist() == pytest.approx(
+        before.drop("finetuned").tolist())
+
+
+def b03_eval_set(stage):
+    from medpref.rem.build_rem import load_inputs
+
+    return load_inputs(stage.p).split(stage.p.eval_split, stage.p.eval_per_rule)
 
 
 def _items(n: int) -> list[UnlabeledItem]:
@@ -236,7 +291,6 @@ def test_notebooks_03_04_and_the_grid_run_in_order(raw_params, tmp_path, monkeyp
     raw = raw_params
     raw["rem"]["eval_per_rule"] = 1
     raw["rem"]["compliance_n"] = 1
-    raw["rem"]["reports"] = str(tmp_path / "reports" / "03_rem")
     unlabeled = tmp_path / "unlabeled.jsonl"
     write_jsonl(unlabeled, _items(4))
     raw["annotation"].update(input=str(unlabeled), reports=str(tmp_path / "reports" /

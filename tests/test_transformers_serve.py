@@ -81,7 +81,10 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
         # the judge grades the transcript; its 229-item validation is a long run of its own
         "grader": p.grader.model_copy(update={"mode": "generate", "compare": [],
                                               "graded_items": None}),
-        "next_turn": p.next_turn.model_copy(update={"n_dialogues": 1, "max_new_tokens": 24})})
+        "next_turn": p.next_turn.model_copy(update={"n_dialogues": 1, "max_new_tokens": 24}),
+        # no control doctors: they would cost served patient and judge calls, and a 135M
+        # judge's verdicts on them would trip their gate (test_sp_controls.py)
+        "controls": []})
     stage = served_stage("06_simulation", tmp_path, monkeypatch, served_model,
                          ["served_doctor", "patient", "judge"], section=section)
     out = sim_stage.run(stage)

@@ -5,13 +5,18 @@
 # with two candidate doctor replies and their future trajectories, ⟨H, C1, F1, C2, F2⟩.
 #
 # * **C1/F1, sampled** — a real (here: the embedded synthetic) dialogue cut at a random doctor turn;
+#   of the embedded corpus only the `train` part of the written split (`shared.split`): no item,
+#   so no preference pair and no DPO run, holds a turn of a development or evaluation dialogue;
 # * **C2/F2, generated** — the `annotator` role continues the same history in the style of
 #   another dialogue (a one-shot style exemplar, `configs/prompts/trajectory_continuation.yaml`).
 #
-# Malformed continuations are recorded in `reports/01_sampling/rejected.jsonl`, retried
+# Malformed continuations are recorded in `reports/01_sampling/records/rejected.jsonl`, retried
 # with another exemplar, then dropped. When too few items come out, or too many model calls
 # fail (`sampling.guard`), the stage stops with one line and writes nothing. All logic lives
-# in `medpref.sampling`; this notebook only calls it and shows the results.
+# in `medpref.sampling`; this notebook only calls it and shows the results. The items go to
+# `data/01_sampling/unlabeled.jsonl` (stage 04 reads them); each candidate's lengths and future
+# rounds are records under `reports/01_sampling/records/`, and the tables below are built from
+# them alone (`medpref tables 01_sampling` rebuilds them).
 
 # %% tags=["parameters"]
 # papermill parameters (dvc.yaml passes none: everything comes from params.yaml)
@@ -29,7 +34,8 @@ stage.p
 
 # %%
 out = sampling_stage.run(stage)
-print(f"{out.n_dialogues} source dialogues ({stage.p.source}), {out.n_exemplars} style exemplars")
+print(f"{out.n_dialogues} source dialogues ({stage.p.source}; embedded: the split's train part), "
+      f"{out.n_exemplars} style exemplars")
 out.metrics
 
 # %% [markdown]
@@ -51,9 +57,7 @@ out.summary
 out.rounds
 
 # %%
-import pandas as pd
-
-pd.DataFrame(out.short, columns=["item_id", "source", "complete_rounds", "requested", "failure"])
+out.short
 
 # %% [markdown]
 # ## One item, as the annotation stage will see it

@@ -15,6 +15,8 @@
 # * **Rule compliance** (Fig. 3) of the embedded dialogues, as a radar chart.
 #
 # All logic lives in `medpref.rem` (`medpref.rem.stage.run`); this notebook shows what it returns.
+# Every judgement and the adapter's loss log are records under `reports/03_rem/records/`; every
+# table and figure here is built from them alone (`medpref tables 03_rem` rebuilds them).
 
 # %% tags=["parameters"]
 params_path = "params.yaml"
@@ -81,7 +83,7 @@ out.per_rule.pivot(index="rule", columns="scorer", values="exact_%")
 display(Image(filename=str(out.figures["confusion"])))
 
 # %% [markdown]
-# ## A few raw answers (all kept in `predictions.jsonl`; parsing can be redone for free)
+# ## A few raw answers (all kept in `records/predictions.jsonl`; parsing can be redone for free)
 
 # %%
 out.examples
@@ -93,7 +95,7 @@ out.examples
 # `rem.compliance_scorers`.
 
 # %%
-display(Image(filename=str(out.figures["radar"])))
+display(Image(filename=str(out.figures["compliance_radar"])))
 out.compliance
 
 # %% [markdown]

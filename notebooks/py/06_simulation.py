@@ -8,12 +8,19 @@
 # * the patient (`simulation.patient.kind`) is by default **extractive**: it answers only
 #   with its case's own text (the scripted answer to the closest scripted question, else a
 #   history sentence, test findings only after a test request, else "I'm not sure about
-#   that."); `llm` is PLPF's retrieval-augmented patient for served models. The run fails
-#   when more than 10 % of the patient's sentences are not in its case;
-# * doctor and patient turns are batched across cases, round by round (lock-step).
+#   that."; a turn that asks nothing gets a neutral sentence, never a request for a
+#   diagnosis); `llm` is PLPF's retrieval-augmented patient for served models. The run
+#   fails when more than 10 % of the patient's sentences are not in its case;
+# * doctor and patient turns are batched across cases, round by round (lock-step);
+# * beside the model doctors, **controls** (`simulation.controls`) run on every case with
+#   no model call: the case's own scripted interview (must score high), a recital of the
+#   whole checklist, a lecture and an echo of the patient (must score low). They are
+#   labelled rows (`kind`: control) of every table, and the run fails when one misses its
+#   gate (`simulation.controls_gate`).
 #
 # Each checklist item is graded (Eq. 6: symptoms incl. history, tests, diseases; a turn
-# naming ≥ 4 candidate diseases fails the disease item) by the grader `simulation.grader.mode`
+# naming ≥ 4 candidate diseases fails the disease item, and a sentence naming ≥ 4
+# candidates earns no item at all) by the grader `simulation.grader.mode`
 # names: by default **echo-aware** — only the doctor's own sentences count (a sentence that
 # repeats the patient's words earns nothing), of the act the category needs (asked,
 # recommended, named), matched to the item. Judge graders abstain on unusable answers.
@@ -44,6 +51,18 @@ print(f"{len(out.consultations)} consultations, {len(out.doctors)} doctors")
 out.doctors
 
 # %% [markdown]
+# ## The SP cases against the written split (issue 31)
+#
+# Before any consultation, each SP case is compared with every dialogue of the split's corpus
+# (`shared.split`): the MiniLM cosine of the case's complaint and diseases against the dialogue's
+# complaint and diagnosis, and the specific words their disease names share. A *flagged* pair
+# (the same disease and presentation) whose dialogue is in `train` stops the stage; *near* pairs
+# are listed for reading (`medpref.simulation.overlap`).
+
+# %%
+out.split_overlap
+
+# %% [markdown]
 # ## Table 2: SP scores per department and ALL (Eq. 6, %)
 
 # %%
@@ -57,6 +76,19 @@ out.table2
 # %%
 display(out.table2_ci)
 out.table2_paired
+
+# %% [markdown]
+# ## The instrument's range and the controls' gate
+#
+# Per category, `control_script` minus `control_lecture` paired by case: the widest
+# difference this test shows on these cases. Beside it, each model comparison's minimum
+# detectable difference: a comparison whose MDE is larger than the range could not see
+# any difference between two doctors that lie between lecture and script. Then each
+# control's verdict (the run would have stopped here, writing nothing, had one failed).
+
+# %%
+display(out.table2_range)
+out.controls_gate
 
 # %%
 out.per_case
@@ -92,6 +124,9 @@ out.radar
 # %% [markdown]
 # ## PLPF Table 3 / follow-up Fig. 10 and follow-up Table 6 (from the policies that exist)
 #
+# Table 3's `note` says how its cells were SP-tested: by default (`simulation.grid_cases: 0`)
+# they are not, since each cell trains on a dozen or two pairs and the few cases a CPU run
+# affords detect nothing; the table then keeps its cells, empty, with that reason.
 # Beside each table, its intervals (bootstrap 95 % over cases, or items for GPD) and every
 # column paired against the table's reference (the `avg` cell of the same trajectory
 # length; GPT-4 ranking): difference, interval, sign-flip p-value, the minimum detectable
@@ -108,12 +143,16 @@ out.table6_ci
 # %% [markdown]
 # ## Next-turn evaluation on held-out dialogues (PLPF Tables 4 and 6, Fig. 4)
 #
-# The dialogues are ones stage 01 never split into preference items. Beside the paper's
-# metrics: the share of predicted turns that ask a question, bootstrap 95 % intervals for
-# GPD and ROUGE-L F1, and every doctor against SFT paired by item (GPD points per item,
-# ROUGE-L F1 and BLEU-4 in points, asks-a-question in %).
+# The dialogues are the written split's eval part, which nothing trained or tuned on. Beside
+# the paper's metrics: the share of predicted turns that ask a question, bootstrap 95 %
+# intervals for GPD and ROUGE-L F1, and every doctor against SFT paired by item (GPD points per
+# item, ROUGE-L F1 and BLEU-4 in points, asks-a-question in %). First the GPD judge's own check:
+# each reference turn against itself and against an unrelated turn; if the judge does not give
+# the unrelated turn a worse GPD (paired interval above 0), GPD is not valid with this judge and
+# no comparison is ranked by it.
 
 # %%
+display(out.gpd_check.table if out.gpd_check else None)
 display(out.next_turn)
 out.next_turn_paired
 
@@ -124,16 +163,41 @@ out.next_turn_paired
 out.grader_validation
 
 # %% [markdown]
-# ## Held-out process compliance (issue 21)
+# ## Held-out process compliance (issues 21, 31)
 #
-# Each policy's next doctor turn on states of dialogues stage 01 never split (no preference
-# pair came from them), scored per rule by stage 03's REM (0-2); the difference to SFT is
-# paired by state, its 95 % interval resamples dialogues, with a sign-flip p-value and the
-# minimum detectable difference (`medpref.simulation.heldout`).
+# Each policy's next doctor turn on states of the split's eval dialogues (before each one's
+# diagnosis), scored per rule by stage 03's REM (0-2); the difference to SFT is paired by state,
+# its 95 % interval resamples dialogues, with a sign-flip p-value and the minimum detectable
+# difference (`medpref.simulation.heldout`). Two controls are scored on the same states:
+# `control_real_turn` (the dialogue's own next turn) and `control_bad_turn` (its diagnosis or
+# plan moved to this early state). Their difference is the REM's range (`rem_range`, beside every
+# row); where it does not exclude 0, the REM does not separate a good turn from a bad one there
+# and no policy is ranked.
 
 # %%
 display(out.heldout.states)
 out.heldout.table
+
+# %% [markdown]
+# ## The share of doctor turns that ask a question (issue 32)
+#
+# On the held-out states above and on the SP openings (each consultation's first doctor turn),
+# from turns already generated: the share with its Wilson interval, and each doctor against
+# base, paired by state (resampling dialogues) or by case (`medpref.simulation.questions`).
+
+# %%
+out.question_share
+
+# %% [markdown]
+# ## What the run keeps: its records
+#
+# Every answer, grade and score above is a per-item record under
+# `reports/06_simulation/records/` (`medpref.simulation.outputs`), each row with its content
+# key; every table, the radar and `transcripts.html` are built from them alone, so
+# `medpref tables 06_simulation` rebuilds them with no model call. Rows per record file:
+
+# %%
+{name: len(rows) for name, rows in out.records.items()}
 
 # %% [markdown]
 # ## Metrics, model use and provenance

@@ -13,7 +13,10 @@
 # judge, from the ontology and from both (+KG), and every metric — ROUGE-1/2/L, BLEU-4,
 # BERTScore on MiniLM and the MiniLM cosine on raw texts and on imaps (+imap), and the
 # imapScores — is correlated with the human scores in the layout of the paper's Table 2.
-# All logic lives in `medpref.imap.stage`.
+# All logic lives in `medpref.imap.stage`. Every model computation is a per-item record under
+# `reports/07_imapscore/records/` (the judge's raw completions next to their parse, the value
+# relations, the ontology links, the text metrics), and every table and the figure below are
+# built from those records alone: `medpref tables 07_imapscore` rebuilds them with no model.
 
 # %% tags=["parameters"]
 # papermill parameters (dvc.yaml passes none: everything comes from params.yaml)

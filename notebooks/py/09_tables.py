@@ -6,7 +6,9 @@
 # headers. Which stage file feeds which artefact, and the published numbers, are data:
 # `configs/paper_tables.yaml`. Tables are written as CSV, Markdown and a LaTeX fragment under
 # `reports/09_tables/paper/`, figures as PNG (and PDF where the stage wrote one), and
-# `reports/index.md` lists every stage's artefacts with their provenance.
+# `reports/index.md` lists every stage's artefacts with their provenance. The `paper/` folder
+# is rebuilt from the stages' files alone: `medpref tables` rebuilds it after the stages it
+# reads (and `--check` compares it, file by file, with what is committed).
 #
 # Our rows come from whatever backend each stage's roles used — the embedded SmolLM2-135M
 # by default (see each stage's `provenance.json`, listed in the index): on the embedded

@@ -3,7 +3,8 @@
 #
 # A clinician grades checklist items of stage 06's real transcripts, so the checklist
 # grader's accuracy and Cohen's κ can be re-measured on their own cases. Open this notebook
-# in JupyterLab after `make repro`; it is not run by dvc.
+# in JupyterLab after `make repro` (stage 06's records are committed, so a fresh clone has
+# the last run's); it is not run by dvc.
 #
 # Each item is one case × doctor × checklist item, in a seeded shuffle; items already in
 # `output_path` are skipped, so a session can stop and resume. The machine's verdict is
@@ -11,16 +12,17 @@
 # the verdict at once to `output_path` (contract `SPGradedItem`, tagged `hand:<grader>`,
 # with the "why" text); **Skip** leaves the item for a later session.
 #
-# The rule, as the grader applies it: a *symptom* (history included) passes when the doctor
-# asked about it; a *test* when the doctor recommended it; a *disease* when the doctor named
-# it in a turn naming fewer than four candidate diseases. The patient volunteering it, or
-# the doctor echoing the patient's words, does not count. All logic lives in
-# `medpref.simulation.handgrading`.
+# The rule is the rubric in `docs/sp_grading_rubric.md` (the panel shows it in short): a
+# *symptom* (history included) passes when the doctor asked about it; a *test* when the
+# doctor requested or recommended it; a *disease* when the doctor named it as the patient's
+# diagnosis or as one of fewer than four candidates, not in teaching text, made-up history,
+# a negation or a list. The patient volunteering it, or the doctor echoing the patient's
+# words, does not count. All logic lives in `medpref.simulation.handgrading`.
 
 # %% tags=["parameters"]
 # paths are relative to the repository root
-transcripts_path = "data/06_simulation/transcripts.jsonl"
-grades_path = "data/06_simulation/grades.jsonl"
+transcripts_path = "reports/06_simulation/records/consultations.jsonl"
+grades_path = "reports/06_simulation/records/grades.jsonl"
 output_path = "data/hand_graded.jsonl"
 grader = ""            # your name or initials: each label is tagged hand:<grader>
 limit = 20             # items in this session (None: all that are left)

@@ -130,10 +130,14 @@ class SPGradedItem(Record):
     """A hand-graded checklist item, for validating the SP checklist grader.
 
     ``transcript`` is the consultation (or the part of it that matters) the grader sees;
-    ``passed`` is the gold label: the doctor actively asked about / recommended / named
-    ``item`` (a patient volunteering it does not count; naming four or more candidate
-    diseases in one turn fails a disease item). ``tag`` says what the item exercises;
-    ``lang`` is the language of the transcript (``en``, ``zh``).
+    ``passed`` is the gold label under the rubric (``docs/sp_grading_rubric.md``): the
+    doctor actively asked about / requested / named ``item`` (a patient volunteering it does
+    not count; naming four or more candidate diseases together fails a disease item).
+    ``tag`` says what the item exercises (the sentence kind); ``lang`` is the language of
+    the case. ``batch`` says when the item was graded and ``split`` which half it belongs to
+    (``dev``: grader rules may be changed by looking at it; ``test``: reported only), both
+    fixed when the item is added; an item without ``split`` is assigned one by
+    :func:`medpref.simulation.validation.split_of`.
     """
 
     id: str = Field(min_length=1)
@@ -145,6 +149,8 @@ class SPGradedItem(Record):
     tag: str = ""
     why: str = ""
     lang: str = "en"
+    batch: str | None = None
+    split: Literal["dev", "test"] | None = None
 
     @field_validator("transcript")
     @classmethod

@@ -8,7 +8,12 @@ A stage lists its outputs in one :class:`StageOutputs` (its package's ``outputs`
   determined the row: the item, the model, the prompt, the settings);
 * :class:`Table` and :class:`Figure` — built by a pure function of the records and the
   params (no model call, no training), written as CSV + Markdown or PNG;
-* :class:`Data` — data products that stay out of git (DVC's cache): adapters, caches.
+* :class:`Page` — a self-contained text page (HTML, say) built the same way, written as
+  the builder returns it and compared byte for byte;
+* :class:`Data` — data products that stay out of git (DVC's cache): adapters, caches;
+* :class:`Assembled` — a folder of files built from *other stages'* written tables and
+  figures instead of records of its own (stage 09's paper tables): its builder reads the
+  reports that the stages before it wrote, so ``medpref tables`` rebuilds it after them.
 
 Writing iterates over the list (:meth:`StageOutputs.write`), ``medpref tables`` rebuilds
 every table and figure from the committed records alone (:meth:`StageOutputs.rebuild`),
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +97,21 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class Page:
+    """``<name><suffix>``: a self-contained text page (an HTML page for readers, say) that
+    ``build`` returns as a string from the records and the params; written as returned
+    and, like a table, compared byte for byte."""
+
+    name: str
+    build: Builder
+    suffix: str = ".html"
+    doc: str = ""
+
+    def files(self, reports_dir: Path) -> list[Path]:
+        return [reports_dir / f"{self.name}{self.suffix}"]
+
+
+@dataclass(frozen=True)
 class Data:
     """A data product outside git (DVC-cached): ``persist`` keeps it across reruns."""
 
@@ -98,7 +120,27 @@ class Data:
     doc: str = ""
 
 
-Output = Records | Table | Figure | Data
+#: an assembler: (the root holding ``reports/``, the validated params) → {path inside the
+#: folder: the file's bytes}
+Assembler = Callable[[Path, Any], Mapping[str, bytes]]
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """``<name>/`` under the stage's reports folder, every file in it made by ``build``
+    from the reports the stages before it wrote (their CSVs and figures), not from
+    records. It is rebuilt whole: a file the build no longer makes is removed (in place)
+    or reported (``differences``), and every file is compared byte for byte."""
+
+    name: str
+    build: Assembler
+    doc: str = ""
+
+    def folder(self, reports_dir: Path) -> Path:
+        return reports_dir / self.name
+
+
+Output = Records | Table | Figure | Page | Data | Assembled
 
 
 @dataclass(frozen=True)
@@ -122,12 +164,16 @@ class StageOutputs:
         return [o for o in self.items if isinstance(o, Records)]
 
     @property
-    def built(self) -> list[Table | Figure]:
-        return [o for o in self.items if isinstance(o, Table | Figure)]
+    def built(self) -> list[Table | Figure | Page]:
+        return [o for o in self.items if isinstance(o, Table | Figure | Page)]
 
     @property
     def data(self) -> list[Data]:
         return [o for o in self.items if isinstance(o, Data)]
+
+    @property
+    def assembled(self) -> list[Assembled]:
+        return [o for o in self.items if isinstance(o, Assembled)]
 
     # -- writing ----------------------------------------------------------------------
     def write_records(self, reports_dir: Path, records: Mapping[str, Iterable[Mapping]]
@@ -159,18 +205,49 @@ class StageOutputs:
         for o in self.built:
             if isinstance(o, Table):
                 paths += write_table(built[o.name], reports_dir / o.name, o.floatfmt).values()
+            elif isinstance(o, Page):
+                path = o.files(reports_dir)[0]
+                atomic_write_text(path, built[o.name])
+                paths.append(path)
             else:
                 paths.append(save_figure(built[o.name], reports_dir / f"{o.name}.png"))
+                _release(built[o.name])
+        return paths
+
+    def assemble(self, reports_dir: Path, params: Any) -> dict[str, dict[str, bytes]]:
+        """Every :class:`Assembled` folder's files, from the reports beside ``reports_dir``
+        (the root is the folder that holds ``reports/``)."""
+        root = reports_dir.parent.parent
+        return {o.name: dict(o.build(root, params)) for o in self.assembled}
+
+    def write_assembled(self, reports_dir: Path, files: Mapping[str, Mapping[str, bytes]]
+                        ) -> list[Path]:
+        """Write each assembled folder's files; a file left in the folder by an earlier
+        build that this one does not make is removed (the folder is wholly generated)."""
+        paths: list[Path] = []
+        for o in self.assembled:
+            folder = o.folder(reports_dir)
+            fresh = [folder / rel for rel in files[o.name]]
+            if folder.is_dir():
+                for old in sorted(p for p in folder.rglob("*") if p.is_file()):
+                    if old not in fresh:
+                        old.unlink()
+            for path, data in zip(fresh, files[o.name].values()):
+                _write_bytes(path, data)
+            paths += fresh
         return paths
 
     def write(self, reports_dir: Path, records: Mapping[str, Iterable[Mapping]], params: Any
               ) -> dict[str, Any]:
         """Records first, then the tables and figures built from them as written (the
-        same path ``medpref tables`` takes); returns the built objects by name."""
+        same path ``medpref tables`` takes), then any assembled folder; returns the built
+        objects by name (an assembled folder's: its files)."""
         written = self.write_records(reports_dir, records)
         built = self.build(written, params)
         self.write_built(reports_dir, built)
-        return built
+        assembled = self.assemble(reports_dir, params)
+        self.write_assembled(reports_dir, assembled)
+        return {**built, **assembled}
 
     # -- reading back -----------------------------------------------------------------
     def load_records(self, reports_dir: Path) -> dict[str, list[dict[str, Any]]]:
@@ -181,15 +258,19 @@ class StageOutputs:
         """Rebuild every table and figure from the committed records into ``out_dir``
         (default: in place); returns the files written."""
         built = self.build(self.load_records(reports_dir), params)
-        return self.write_built(out_dir or reports_dir, built)
+        paths = self.write_built(out_dir or reports_dir, built)
+        return paths + self.write_assembled(out_dir or reports_dir,
+                                            self.assemble(reports_dir, params))
 
     def differences(self, reports_dir: Path, params: Any, scratch: Path) -> list[str]:
-        """The tables (CSV and Markdown) whose rebuild from the records differs from the
-        file in ``reports_dir``; figures are rebuilt but not compared byte for byte."""
+        """The tables (CSV and Markdown) and pages whose rebuild from the records differs
+        from the file in ``reports_dir``; figures are rebuilt but not compared byte for byte. An
+        assembled folder is compared whole: every file byte for byte, and a committed file
+        the rebuild does not make."""
         self.rebuild(reports_dir, params, scratch)
         diffs = []
         for o in self.built:
-            if not isinstance(o, Table):
+            if isinstance(o, Figure):
                 continue
             for committed in o.files(reports_dir):
                 fresh = scratch / committed.name
@@ -197,7 +278,51 @@ class StageOutputs:
                     diffs.append(f"{committed}: missing (the rebuild writes it)")
                 elif committed.read_bytes() != fresh.read_bytes():
                     diffs.append(f"{committed}: differs from its rebuild from the records")
+        for a in self.assembled:
+            diffs += _folder_differences(a.folder(reports_dir), a.folder(scratch))
         return diffs
+
+
+def _files_under(folder: Path) -> set[Path]:
+    if not folder.is_dir():
+        return set()
+    return {p.relative_to(folder) for p in folder.rglob("*") if p.is_file()}
+
+
+def _folder_differences(committed: Path, fresh: Path) -> list[str]:
+    """An assembled folder against its rebuild: missing, differing and stale files."""
+    ours, theirs = _files_under(committed), _files_under(fresh)
+    diffs = []
+    for rel in sorted(ours | theirs):
+        if rel not in ours:
+            diffs.append(f"{committed / rel}: missing (the rebuild writes it)")
+        elif rel not in theirs:
+            diffs.append(f"{committed / rel}: the rebuild does not make it (stale)")
+        elif (committed / rel).read_bytes() != (fresh / rel).read_bytes():
+            diffs.append(f"{committed / rel}: differs from its rebuild from the stages' "
+                         "reports")
+    return diffs
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """A file written atomically (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _release(fig) -> None:
+    """Let pyplot forget a written figure (the object still shows in a notebook), so a
+    stage that draws many does not pile them up in pyplot's registry."""
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 def write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:

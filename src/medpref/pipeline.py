@@ -3,7 +3,10 @@ modules, imported by name here and nowhere else).
 
 ``medpref tables`` rebuilds every table and figure of the listed stages from their
 committed records (:meth:`medpref.outputs.StageOutputs.rebuild`), with no model call and
-no training; ``--check`` compares instead of writing.
+no training; ``--check`` compares instead of writing. The list is in pipeline order: a
+stage whose outputs are assembled from other stages' tables (stage 09's paper tables, an
+:class:`~medpref.outputs.Assembled` folder with no records) comes after the stages it
+reads, so a rebuild in place reads their rebuilt tables.
 """
 
 from __future__ import annotations
@@ -11,11 +14,17 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from medpref.imap.outputs import OUTPUTS as IMAPSCORE
 from medpref.medqa.outputs import OUTPUTS as MEDQA
 from medpref.outputs import StageOutputs
+from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
+from medpref.rem.outputs import OUTPUTS as REM
+from medpref.sampling.outputs import OUTPUTS as SAMPLING
+from medpref.simulation.outputs import OUTPUTS as SIMULATION
 
 #: stage name → its declared outputs, in pipeline order
-STAGES: dict[str, StageOutputs] = {o.stage: o for o in (MEDQA,)}
+STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, REM, SIMULATION, IMAPSCORE,
+                                                         MEDQA, PAPER_TABLES)}
 
 
 def stages_with_records(root: Path, names: list[str] | None = None) -> list[StageOutputs]:

@@ -107,7 +107,7 @@ def run_cell(stage: GridStage, weighting: str, trajectory: int) -> CellOutputs:
     from medpref.annotation import stage as s04
 
     p: AnnotationParams = stage.p
-    items = s04.load_items(p)
+    items = s04.load_stage_items(stage)
     flowchart = load_rules(repo_path(p.rules))
     with stage.step("cai_states"):
         scorer = s04.rem_scorer(stage, flowchart)

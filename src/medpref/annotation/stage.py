@@ -22,6 +22,7 @@ from medpref.annotation.config import AnnotationParams
 from medpref.annotation.judging import READINGS, gpt4_rank_pairs, judge_items
 from medpref.annotation.strategies import StrategyResult, register_strategy, strategy_plan
 from medpref.contracts import ContractError, UnlabeledItem, read_jsonl, write_jsonl
+from medpref.data.split import DialogueSplit, load_split
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
@@ -38,9 +39,11 @@ GUARDED = "cai_dep"
 
 
 # -- inputs ---------------------------------------------------------------------------------
-def load_items(p: AnnotationParams) -> list[UnlabeledItem]:
+def load_items(p: AnnotationParams, split: DialogueSplit | None = None) -> list[UnlabeledItem]:
     """The unlabeled items (stage 01), each with exactly two candidates; the first
-    ``max_items`` when set (a prefix, so a larger N keeps the same first items)."""
+    ``max_items`` when set (a prefix, so a larger N keeps the same first items). An item
+    cut from a dialogue that ``split`` (the written split, ``shared.split``) holds out in
+    dev or eval is refused: annotation never sees those dialogues."""
     path = repo_path(p.input)
     items = read_jsonl(path, UnlabeledItem)
     for line, item in enumerate(items, start=1):
@@ -48,7 +51,18 @@ def load_items(p: AnnotationParams) -> list[UnlabeledItem]:
             raise ContractError(path, line, "candidates",
                                 f"pairwise annotation needs 2 candidates, got "
                                 f"{len(item.candidates)}")
+        dialogue = (getattr(item, "meta", None) or {}).get("dialogue_id")
+        part = split.parts.get(dialogue, "train") if split is not None else "train"
+        if part != "train":
+            raise ContractError(path, line, "meta.dialogue_id",
+                                f"dialogue {dialogue!r} is in the '{part}' part of "
+                                f"{split.path}: no preference item may come from it")
     return items[:p.max_items] if p.max_items else items
+
+
+def load_stage_items(stage: Stage) -> list[UnlabeledItem]:
+    """:func:`load_items` with the stage's written split."""
+    return load_items(stage.p, load_split(repo_path(stage.params.shared.split)))
 
 
 def rem_table5_row(p: AnnotationParams) -> dict[str, Any]:
@@ -244,7 +258,7 @@ def run(stage: Stage) -> AnnotationOutputs:
     too often (``annotation.guard``)."""
     p: AnnotationParams = stage.p
     strategy_plan(p.strategies)  # an unknown name fails here, before any work
-    inputs = AnnotationInputs(stage, load_items(p), load_rules(repo_path(p.rules)))
+    inputs = AnnotationInputs(stage, load_stage_items(stage), load_rules(repo_path(p.rules)))
     items, flowchart = inputs.items, inputs.flowchart
     rem_row = rem_table5_row(p)
     produced = run_strategies(inputs, p.strategies)

@@ -61,12 +61,27 @@ def clip_words(text: str, max_words: int) -> str:
     return tm.clip_words(text, max_words)
 
 
+def question_id(item: ScoredQA) -> str:
+    """The request id of an item's question imap (one per distinct question)."""
+    return text_key(item.question)
+
+
+def reference_id(item: ScoredQA) -> str:
+    """The request id of an item's reference imap (one per distinct question + reference)."""
+    return "ref:" + text_key(item.question, item.reference)
+
+
+def response_id(item: ScoredQA) -> str:
+    """The request id of an item's response imap (one per item)."""
+    return "res:" + item.id
+
+
 @dataclass
 class Extraction:
     """One imap request: the raw completion(s) and the (consensus) parse."""
 
     kind: str                 # question | reference | response
-    key: str
+    id: str                   # question_id / reference_id / response_id
     item_ids: list[str]
     prefix: str
     raw: str
@@ -77,10 +92,18 @@ class Extraction:
     samples: list[str] = field(default_factory=list)   # sampled mode: every raw sample
 
     def to_record(self) -> dict:
-        return {"kind": self.kind, "key": self.key, "item_ids": self.item_ids,
+        return {"kind": self.kind, "id": self.id, "item_ids": self.item_ids,
                 "prompt_sha": self.prompt_sha, "prefix": self.prefix, "raw": self.raw,
                 "samples": self.samples, "finish_reason": self.finish_reason,
                 "error": self.error, **self.parsed.to_record()}
+
+    @classmethod
+    def from_record(cls, row: dict) -> Extraction:
+        """The extraction a record holds (:meth:`to_record`'s inverse; extra fields, such
+        as a record's content key and model id, are ignored)."""
+        return cls(row["kind"], row["id"], list(row["item_ids"]), row["prefix"], row["raw"],
+                   row["finish_reason"], row["error"], ParsedImap.from_record(row),
+                   row["prompt_sha"], list(row["samples"]))
 
 
 Job = tuple[str, list, CallSpec, list[str]]  # (kind, messages, call, item ids)
@@ -148,7 +171,7 @@ def extract_question_imaps(p: ImapParams, client: LLMClient, items: Sequence[Sco
     template = load_prompt(call.prompt)
     jobs: dict[str, Job] = {}
     for item in items:
-        key = text_key(item.question)
+        key = question_id(item)
         if key not in jobs:
             msgs = template.render(question=clip_words(item.question, p.question_max_words))
             jobs[key] = ("question", msgs, call, [])
@@ -167,18 +190,18 @@ def question_imap(extraction: Extraction | None, fallback_term: str) -> list[Ima
 def extract_answer_imaps(p: ImapParams, client: LLMClient, items: Sequence[ScoredQA],
                          questions: dict[str, Extraction], seed: int = 0
                          ) -> dict[str, Extraction]:
-    """Inform pairs of every distinct reference (``ref:<key>``) and response (``res:<id>``)."""
+    """Inform pairs of every distinct reference (:func:`reference_id`) and response
+    (:func:`response_id`)."""
     call = p.answer_call
     template = load_prompt(call.prompt)
     jobs: dict[str, Job] = {}
     for item in items:
-        q_pairs = question_imap(questions.get(text_key(item.question)), p.fallback_query_term)
+        q_pairs = question_imap(questions.get(question_id(item)), p.fallback_query_term)
         item_call = (call.but(answer_prefix=f"{call.answer_prefix}{query_terms(q_pairs)[0]}-")
                      if p.extraction.force_query_term else call)
         question = clip_words(item.question, p.question_max_words)
-        for kind, key, answer in (("reference", "ref:" + text_key(item.question, item.reference),
-                                   item.reference),
-                                  ("response", "res:" + item.id, item.response)):
+        for kind, key, answer in (("reference", reference_id(item), item.reference),
+                                  ("response", response_id(item), item.response)):
             if key not in jobs:
                 msgs = template.render(question=question, question_imap=format_imap(q_pairs),
                                        answer=clip_words(answer, p.answer_max_words))

@@ -9,7 +9,13 @@ import pandas as pd
 
 from medpref.contracts import ScoredQA, read_jsonl
 from medpref.imap.config import ImapParams
-from medpref.imap.extraction import Extraction, question_imap, text_key
+from medpref.imap.extraction import (
+    Extraction,
+    question_id,
+    question_imap,
+    reference_id,
+    response_id,
+)
 from medpref.imap.structure import ImapPair, values_by_term
 from medpref.params import repo_path
 
@@ -56,9 +62,9 @@ def assemble_imaps(p: ImapParams, items: Sequence[ScoredQA], questions: dict[str
     """Each item's question imap and its label/response Inform values by term."""
     out = []
     for item in items:
-        label = answers["ref:" + text_key(item.question, item.reference)].parsed.pairs
-        response = answers["res:" + item.id].parsed.pairs
-        out.append(ItemImaps(item, question_imap(questions.get(text_key(item.question)),
+        label = answers[reference_id(item)].parsed.pairs
+        response = answers[response_id(item)].parsed.pairs
+        out.append(ItemImaps(item, question_imap(questions.get(question_id(item)),
                                                  p.fallback_query_term),
                              label, response,
                              values_by_term(label, max_values=p.max_values_per_term),

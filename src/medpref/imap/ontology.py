@@ -230,12 +230,18 @@ class OntologyMatcher:
         return self.relate_links(self.linker.link(label_value), self.linker.link(response_value))
 
 
-def link_table(links: dict[str, Link], lexicon: Lexicon) -> list[dict]:
-    """Rows for a report: value, how it linked, the concepts' names and semantic types."""
+#: the columns of the report's links table (a projection of :func:`link_records`)
+LINK_COLUMNS = ("value", "how", "concepts", "semantic_types")
+
+
+def link_records(links: dict[str, Link], lexicon: Lexicon) -> list[dict]:
+    """One record per linked value: how it linked, its concepts (ids and names), the
+    lexicon strings matched and the concepts' semantic types."""
     rows = []
     for value, link in links.items():
         cuis = sorted(link.cuis)
-        rows.append({"value": value, "how": link.how or "unlinked",
+        rows.append({"value": value, "how": link.how or "unlinked", "cuis": cuis,
+                     "matched": list(link.matched),
                      "concepts": "; ".join(lexicon.names.get(c, c) for c in cuis),
                      "semantic_types": "; ".join(sorted({lexicon.semantic_types.get(c, "?")
                                                          for c in cuis}))})

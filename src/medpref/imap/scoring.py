@@ -4,18 +4,18 @@ path (judge, ontology, +KG), the text baselines raw and on imaps, and the run's 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
 from medpref.contracts import ScoredQA
 from medpref.imap.config import ImapParams
-from medpref.imap.extraction import Extraction
+from medpref.imap.extraction import Extraction, question_id, reference_id, response_id
 from medpref.imap.items import ItemImaps
 from medpref.imap.ontology import ConceptLinker, Lexicon, OntologyMatcher, count_links
 from medpref.imap.relations import PairKey, RelationJudgement, combine, relation_pairs, same_text
 from medpref.imap.score import Relation, imap_score
-from medpref.imap.structure import imap_text
+from medpref.imap.structure import ImapPair, imap_text
 from medpref.imap.textmetrics import BertScorer, text_metrics
 from medpref.params import repo_path
 
@@ -36,32 +36,74 @@ def link_values(matcher: OntologyMatcher, imaps: Sequence[ItemImaps]) -> dict:
     return matcher.linker.link_many(values)
 
 
-def _relate_fn(path: str, matcher: OntologyMatcher, item_id: str,
-               judged: dict[PairKey, RelationJudgement] | None):
-    """(term, label value, response value) → relation, for one item and one path."""
-    def relate(term: str, lv: str, rv: str) -> Relation:
-        if same_text(lv, rv):
-            return Relation.EXACT       # the same text needs nobody's judgement
-        verdict = (judged or {}).get((item_id, term, lv, rv))
-        judge = verdict.relation if verdict else None
-        if path == "judge":
-            return judge or Relation.UNMATCHED
-        kg = matcher.relate(term, lv, rv)
-        return (kg or Relation.UNMATCHED) if path == "ontology" else combine(kg, judge)
-    return relate
+#: one item's value pairs: (term, label value, response value) → (the judge's relation,
+#: the ontology's relation), either None where it gave none
+PairRelations = Mapping[tuple[str, str, str], tuple[Relation | None, Relation | None]]
+
+#: imapScore rows of Table 2 and the relation path each reads
+IMAP_PATHS = {"imapScore (judge)": "judge", "imapScore (ontology)": "ontology",
+              "imapScore +KG": "kg"}
 
 
-def imap_scores(im: ItemImaps, matcher: OntologyMatcher,
-                judged: dict[PairKey, RelationJudgement] | None,
+def path_relation(path: str, judge: Relation | None, kg: Relation | None) -> Relation:
+    """A value pair's relation on one path: the judge's, the ontology's, or both (+KG)."""
+    if path == "judge":
+        return judge or Relation.UNMATCHED
+    if path == "ontology":
+        return kg or Relation.UNMATCHED
+    return combine(kg, judge)
+
+
+def imap_scores(label: Mapping[str, Sequence[str]], response: Mapping[str, Sequence[str]],
+                relations: PairRelations, judge_relations: bool = True,
                 lambda_reading: str = "share") -> dict[str, float]:
-    """The item's imapScore for each relation path (judge, ontology, +KG)."""
-    paths = {"imapScore (ontology)": "ontology"}
-    if judged is not None:
-        paths = {"imapScore (judge)": "judge", **paths, "imapScore +KG": "kg"}
-    return {name: imap_score(im.label, im.response,
-                             _relate_fn(path, matcher, im.item.id, judged),
-                             lambda_reading).value
+    """One item's imapScore for each relation path (judge, ontology, +KG; the ontology's
+    only without judge relations). The same text is exact without anybody's judgement."""
+    paths = {n: p for n, p in IMAP_PATHS.items() if judge_relations or p == "ontology"}
+
+    def relate_on(path: str):
+        def relate(term: str, lv: str, rv: str) -> Relation:
+            if same_text(lv, rv):
+                return Relation.EXACT
+            return path_relation(path, *relations.get((term, lv, rv), (None, None)))
+        return relate
+
+    return {name: imap_score(label, response, relate_on(path), lambda_reading).value
             for name, path in paths.items()}
+
+
+def relation_records(imaps: Sequence[ItemImaps], matcher: OntologyMatcher,
+                     judged: dict[PairKey, RelationJudgement] | None,
+                     model_id: str | None = None) -> list[dict]:
+    """One record per value pair of a shared term (:func:`relation_pairs`): the judge's
+    answer where it was asked (raw text or option probabilities, parsed relation) and the
+    ontology's relation (its value links may come from the embedding fallback)."""
+    rows = []
+    for item_id, term, lv, rv in relation_pairs(imaps):
+        verdict = (judged or {}).get((item_id, term, lv, rv))
+        kg = matcher.relate(term, lv, rv)
+        rows.append({
+            "item_id": item_id, "term": term, "label_value": lv, "response_value": rv,
+            "asked": verdict is not None, "model_id": model_id if verdict else None,
+            "raw": verdict.raw if verdict else None, "probs": verdict.probs if verdict else None,
+            "error": verdict.error if verdict else None,
+            "judge": verdict.relation.value if verdict and verdict.relation else None,
+            "reason": verdict.reason if verdict else None,
+            "ontology": kg.value if kg else None})
+    return rows
+
+
+def pair_relations(rows: Sequence[Mapping]) -> dict[str, dict[tuple[str, str, str],
+                                                              tuple[Relation | None,
+                                                                    Relation | None]]]:
+    """Relation records by item: item id → :data:`PairRelations`."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        judge = Relation(r["judge"]) if r["judge"] else None
+        kg = Relation(r["ontology"]) if r["ontology"] else None
+        out.setdefault(r["item_id"], {})[(r["term"], r["label_value"],
+                                          r["response_value"])] = (judge, kg)
+    return out
 
 
 def item_langs(items: Sequence[ScoredQA], lang: str) -> list[str]:
@@ -72,27 +114,52 @@ def item_langs(items: Sequence[ScoredQA], lang: str) -> list[str]:
     return [lang] * len(items)
 
 
-def score_items(imaps: Sequence[ItemImaps], matcher: OntologyMatcher,
-                judged: dict[PairKey, RelationJudgement] | None, encode, *,
-                lang: str = "auto", lambda_reading: str = "share",
-                bertscore: BertScorer | None = None) -> pd.DataFrame:
-    """One row per item: human scores, baselines raw and +imap, imapScore variants."""
+def item_records(imaps: Sequence[ItemImaps], encode, *, lang: str = "auto",
+                 bertscore: BertScorer | None = None, encoder: str | None = None
+                 ) -> list[dict]:
+    """One record per item: its human scores, the ids of its three imap extractions, and
+    the text metrics on the raw texts and on the imaps (+imap), BERTScore and the MiniLM
+    cosine included (model computations: recorded, so no table needs the encoder)."""
     items = [im.item for im in imaps]
-    base = pd.DataFrame({
-        "id": [i.id for i in items], "system": [i.system for i in items],
-        "human_acc": [i.human.acc for i in items], "human_cmp": [i.human.cmp for i in items],
-        "human_spc": [i.human.spc for i in items],
-        "shared_terms": [len(im.shared_terms) for im in imaps],
-        "label_pairs": [len(im.label_pairs) for im in imaps],
-        "response_pairs": [len(im.response_pairs) for im in imaps]})
     langs = item_langs(items, lang)
     raw = text_metrics([i.reference for i in items], [i.response for i in items], encode,
                        langs=langs, bertscore=bertscore)
     on_imap = text_metrics([imap_text(im.label_pairs) for im in imaps],
                            [imap_text(im.response_pairs) for im in imaps], encode, " +imap",
                            langs=langs, bertscore=bertscore)
-    ours = pd.DataFrame([imap_scores(im, matcher, judged, lambda_reading) for im in imaps])
-    return pd.concat([base, raw, on_imap, ours], axis=1)
+    metrics = pd.concat([raw, on_imap], axis=1).to_dict("records")
+    return [{"id": i.id, "system": i.system,
+             "human": {"acc": i.human.acc, "cmp": i.human.cmp, "spc": i.human.spc},
+             "question": question_id(i), "reference": reference_id(i),
+             "response": response_id(i), "encoder": encoder, "metrics": m}
+            for i, m in zip(items, metrics)]
+
+
+def score_row(item: Mapping, label_pairs: Sequence[ImapPair], response_pairs: Sequence[ImapPair],
+              label: Mapping[str, Sequence[str]], response: Mapping[str, Sequence[str]],
+              relations: PairRelations, judge_relations: bool = True,
+              lambda_reading: str = "share") -> dict:
+    """One row of the scores table from an item record, its imaps and its value pairs'
+    relations: human scores, imap sizes, text metrics, imapScore variants."""
+    return {"id": item["id"], "system": item["system"],
+            **{f"human_{d}": item["human"][d] for d in ("acc", "cmp", "spc")},
+            "shared_terms": sum(t in response for t in label),
+            "label_pairs": len(label_pairs), "response_pairs": len(response_pairs),
+            **item["metrics"],
+            **imap_scores(label, response, relations, judge_relations, lambda_reading)}
+
+
+def score_items(imaps: Sequence[ItemImaps], matcher: OntologyMatcher,
+                judged: dict[PairKey, RelationJudgement] | None, encode, *,
+                lang: str = "auto", lambda_reading: str = "share",
+                bertscore: BertScorer | None = None) -> pd.DataFrame:
+    """One row per item (the scores table), through the records the stage writes."""
+    rows = item_records(imaps, encode, lang=lang, bertscore=bertscore)
+    relations = pair_relations(relation_records(imaps, matcher, judged))
+    return pd.DataFrame([score_row(r, im.label_pairs, im.response_pairs, im.label, im.response,
+                                   relations.get(im.item.id, {}), judged is not None,
+                                   lambda_reading)
+                         for r, im in zip(rows, imaps)])
 
 
 def run_metrics(items: Sequence[ItemImaps], extractions: Sequence[Extraction],

@@ -6,11 +6,14 @@
    samples at T = 0.9 keeping the pairs that repeat).
 3. **Relations** — per value pair of a shared term: by the judge (one one-word call per
    pair), by the ontology, and both combined (+KG).
-4. **Scores** — imapScore (Eq. 1) per relation path, and the baselines on raw texts and
-   on imaps (+imap); Spearman/Kendall with the human scores in Table 2's layout.
+4. **Scores** — the baselines on raw texts and on imaps (+imap), imapScore (Eq. 1) per
+   relation path; Spearman/Kendall with the human scores in Table 2's layout.
 
-:func:`run` does it all for a notebook; every completion is kept raw next to its parse
-(``extractions.jsonl``, ``relations.jsonl``), so parsing can be redone without the model.
+:func:`run` does it all for a notebook. Every model computation is a per-item record under
+``reports/07_imapscore/records/`` (raw completions next to their parse, value relations
+and links, the text metrics), and the tables and the figure are built from those records
+alone (:mod:`medpref.imap.outputs`), so parsing, scoring and correlating can be redone
+without the model (``medpref tables 07_imapscore``).
 """
 
 from __future__ import annotations
@@ -21,12 +24,11 @@ import pandas as pd
 
 from medpref.contracts import ScoredQA
 from medpref.imap.config import ImapParams
-from medpref.imap.correlation import metric_order, table_caption
+from medpref.imap.correlation import table_caption
 from medpref.imap.extraction import (
     Extraction,
     extract_answer_imaps,
     extract_question_imaps,
-    parse_summary,
     resolve_mode,
 )
 from medpref.imap.items import (
@@ -36,14 +38,17 @@ from medpref.imap.items import (
     imap_example,
     load_scored_qa,
 )
-from medpref.imap.relations import (
-    relate_by_judge,
+from medpref.imap.ontology import link_records
+from medpref.imap.outputs import OUTPUTS, extraction_records
+from medpref.imap.relations import relate_by_judge
+from medpref.imap.scoring import (
+    build_matcher,
+    item_records,
+    link_values,
+    relation_records,
+    run_metrics,
 )
-from medpref.imap.scoring import build_matcher, link_values, run_metrics, score_items
-from medpref.imap.textmetrics import (
-    load_bertscore,
-    load_encoder,
-)
+from medpref.imap.textmetrics import load_bertscore, load_encoder
 from medpref.llm.client import LLMClient
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
@@ -84,67 +89,51 @@ def _extract_all(stage, p: ImapParams, judge: LLMClient, items: list[ScoredQA]):
     return questions, answers
 
 
-def _relate_and_score(stage, p: ImapParams, judge: LLMClient, imaps: list[ItemImaps]):
-    from medpref.imap.ontology import link_table
-
+def _relate(stage, p: ImapParams, judge: LLMClient, imaps: list[ItemImaps]):
     with stage.step("ontology_links"):
         encode = load_encoder(repo_path(p.embedding_model))
         matcher = build_matcher(p, encode)
         links = link_values(matcher, imaps)
     with stage.step("judge_relations"):
         judged = relate_by_judge(p, judge, imaps, stage.seed)
-    with stage.step("scores"):
-        bert = (load_bertscore(repo_path(p.embedding_model), p.bertscore_layer)
-                if p.bertscore_layer is not None else None)
-        scores = score_items(imaps, matcher, judged, encode, lang=p.metrics_lang,
-                             lambda_reading=p.lambda_reading, bertscore=bert)
-    link_rows = pd.DataFrame(link_table(links, matcher.linker.lexicon))
-    return links, link_rows, judged, scores
+    return encode, matcher, links, judged
 
 
 def run(stage) -> ImapOutputs:
-    """Stage 07 end to end: imaps, relations, scores, correlations; writes the outputs."""
-    from medpref.imap.correlation import correlations, plot_heatmap, table2
-
+    """Stage 07 end to end: the model calls and computations (imaps, relations, value
+    links, text metrics), then its records and the tables and figure built from them
+    (:data:`medpref.imap.outputs.OUTPUTS`); not the metrics."""
     p: ImapParams = stage.p
     items = load_scored_qa(p)
     judge = stage.role(p.role)
     questions, answers = _extract_all(stage, p, judge, items)
     imaps = assemble_imaps(p, items, questions, answers)
     extractions = [*questions.values(), *answers.values()]
-    links, link_rows, judged, scores = _relate_and_score(stage, p, judge, imaps)
+    encode, matcher, links, judged = _relate(stage, p, judge, imaps)
     # an explicit "Inform-None" is an answer too; an unreadable completion is not
     stage.check_yield(sum(bool(e.parsed.pairs) or e.parsed.none for e in extractions),
                       len(extractions), what="readable imaps")
-    order = metric_order(p.judge_relations, p.bertscore_layer is not None)
-    long = correlations(scores, order)
-    wide = table2(long, order)
+    with stage.step("text_metrics"):
+        bert = (load_bertscore(repo_path(p.embedding_model), p.bertscore_layer)
+                if p.bertscore_layer is not None else None)
+        item_rows = item_records(imaps, encode, lang=p.metrics_lang, bertscore=bert,
+                                 encoder=p.embedding_model)
+    with stage.step("tables"):
+        built = OUTPUTS.write(stage.reports_dir, {
+            "extractions": extraction_records(extractions, judge.model_id),
+            "relations": relation_records(imaps, matcher, judged, judge.model_id),
+            "value_links": link_records(links, matcher.linker.lexicon),
+            "items": item_rows,
+        }, stage.params)
     mode = resolve_mode(p.extraction.mode, judge)
-    caption = table_caption(p, len(items), mode)
-    metrics = run_metrics(imaps, extractions, judged, links, scores)
+    wide = built["correlations"]
+    metrics = run_metrics(imaps, extractions, judged, links, built["scores"])
     metrics["table2_ave_rho"] = {r["Metric"]: (None if pd.isna(r["AVE ρ"]) else r["AVE ρ"])
                                  for r in wide.to_dict("records")}
-    out = ImapOutputs(
-        items, human_summary(items), mode, imaps,
-        extractions, parse_summary(extractions), link_rows, judged, scores, long, wide,
-        caption, plot_heatmap(long, order, f"Spearman ρ with human scores ({p.source})"),
-        metrics, {p.role: judge.model_id, "embedding": p.embedding_model},
+    return ImapOutputs(
+        items, human_summary(items), mode, imaps, extractions, built["parse_summary"],
+        built["links"], judged, built["scores"], built["correlations_long"], wide,
+        table_caption(p, len(items), mode), built["correlation_heatmap"], metrics,
+        {p.role: judge.model_id, "embedding": p.embedding_model},
         {n: load_prompt(n).sha for n in (p.question_prompt, p.answer_prompt,
                                          p.relation_prompt)})
-    write_outputs(stage, out)
-    return out
-
-
-def write_outputs(stage, out: ImapOutputs) -> None:
-    from medpref.contracts import write_jsonl
-    from medpref.reports import save_figure, write_table
-
-    write_jsonl(stage.data("extractions.jsonl"), [e.to_record() for e in out.extractions])
-    write_jsonl(stage.data("relations.jsonl"),
-                [j.to_record() for j in (out.judged or {}).values()])
-    write_table(out.parse, stage.report("parse_summary"))
-    write_table(out.links, stage.report("links"))
-    write_table(out.scores, stage.report("scores"))
-    write_table(out.correlations_long, stage.report("correlations_long"))
-    write_table(out.table2, stage.report("correlations"), floatfmt=".0f")
-    save_figure(out.heatmap, stage.report("correlation_heatmap.png"))

@@ -64,6 +64,12 @@ class ParsedImap:
         return {"pairs": [[p.component, p.term, p.value] for p in self.pairs],
                 "malformed": self.malformed, "none": self.none, "notes": self.notes}
 
+    @classmethod
+    def from_record(cls, row: dict) -> ParsedImap:
+        """:meth:`to_record`'s inverse."""
+        return cls([ImapPair(*pair) for pair in row["pairs"]],
+                   [dict(m) for m in row["malformed"]], bool(row["none"]), list(row["notes"]))
+
 
 def normalise_term(term: str) -> str:
     """Terms are compared case- and punctuation-insensitively ("Side effects." = "side effects")."""

@@ -1,6 +1,6 @@
 """Language-model layer: one interface, several backends, a cache and a ledger."""
 
-from medpref.llm.client import LLMClient
+from medpref.llm.client import LLMClient, complete_across
 from medpref.llm.errors import BackendConfigError, BudgetExceededError, CacheMissError
 from medpref.llm.session import LLMSession, register_backend
 from medpref.llm.types import (
@@ -14,4 +14,4 @@ from medpref.llm.types import (
 
 __all__ = ["BackendConfigError", "BudgetExceededError", "CacheMissError", "CallSpec",
            "ChatRequest", "Completion", "GenerationParams", "LLMClient", "LLMSession",
-           "Message", "OptionScores", "register_backend"]
+           "Message", "OptionScores", "complete_across", "register_backend"]

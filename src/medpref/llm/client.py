@@ -12,6 +12,7 @@ stops the run at once with the role and server named.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections import defaultdict
@@ -118,27 +119,24 @@ class LLMClient:
 
     def complete(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         """Answer prepared requests (they may differ in settings, e.g. seeds)."""
+        batch = self._chat_batch(requests)
+        if batch.missing:
+            with self._sending(*batch.sending()) as (gate, done):
+                answers = self.backend.generate_gated(batch.todo(), done, gate)
+            batch.fill(answers)
+        return self._finish_chat(batch)
+
+    def _chat_batch(self, requests: Sequence[ChatRequest]) -> _ChatBatch:
+        """Requests looked up in the cache: the hits in place, the misses to send."""
         requests = self._without_loop_controls(requests)
         records = [self._chat_request_record(r) for r in requests]
         results, missing, keys = self._lookup(records, lambda hit: _completion_from_record(
             hit, cached=True))
-        if missing:
-            todo = [requests[i] for i in missing]
-            estimates = [self.price.cost(estimate_tokens(r.messages), r.params.max_new_tokens)
-                         for r in todo]
+        return _ChatBatch(self, requests, records, results, missing, keys)
 
-            def store(j: int, comp: Completion) -> None:
-                if comp.ok and self.cache is not None:
-                    self.cache.put(keys[missing[j]], "chat", records[missing[j]],
-                                   comp.to_record())
-
-            answers = self._send("chat", len(requests), missing, estimates, store,
-                                 lambda gate, done: self.backend.generate_gated(todo, done, gate),
-                                 lambda c: c)
-            for j, comp in enumerate(answers):
-                results[missing[j]] = comp
-        out = _fill_duplicates(results)
-        self._warn_identical_samples(requests, out)
+    def _finish_chat(self, batch: _ChatBatch) -> list[Completion]:
+        out = _fill_duplicates(batch.results)
+        self._warn_identical_samples(batch.requests, out)
         return out
 
     def _lookup(self, records: list[dict], from_hit: Callable[[dict], Any]):
@@ -163,6 +161,16 @@ class LLMClient:
     def _send(self, kind: str, total: int, missing: list[int], estimates: list[float],
               store: Callable[[int, Any], None], run: Callable, as_completion: Callable):
         """Send the misses: gate, ledger, cache write and progress for each call."""
+        with self._sending(kind, total, missing, estimates, store, as_completion) as (gate,
+                                                                                     done):
+            return run(gate, done)
+
+    @contextlib.contextmanager
+    def _sending(self, kind: str, total: int, missing: list[int], estimates: list[float],
+                 store: Callable[[int, Any], None], as_completion: Callable):
+        """The (gate, done) pair a backend run calls for the misses (gate before call
+        ``j``, done with its answer), with the progress bar open and every held budget
+        reservation released on the way out."""
         held: dict[int, float] = {}
 
         def gate(j: int) -> None:
@@ -178,7 +186,7 @@ class LLMClient:
                 bar.update(comp.ok, comp.tokens_out)
 
             try:
-                return run(gate, done)
+                yield gate, done
             except AuthenticationError as exc:
                 raise AuthenticationError(f"role '{self.role}': {exc}") from None
             finally:
@@ -233,6 +241,83 @@ class LLMClient:
             for j, scores in enumerate(scored):
                 results[missing[j]] = scores
         return _fill_duplicates(results)
+
+
+@dataclasses.dataclass
+class _ChatBatch:
+    """One client's chat requests between the cache lookup and the answers: what
+    :meth:`LLMClient.complete` and :func:`complete_across` send and store."""
+
+    client: LLMClient
+    requests: list[ChatRequest]
+    records: list[dict[str, Any]]
+    results: list[Any]
+    missing: list[int]
+    keys: list[str]
+
+    def todo(self) -> list[ChatRequest]:
+        return [self.requests[i] for i in self.missing]
+
+    def store(self, j: int, comp: Completion) -> None:
+        cache = self.client.cache
+        if comp.ok and cache is not None:
+            i = self.missing[j]
+            cache.put(self.keys[i], "chat", self.records[i], comp.to_record())
+
+    def sending(self) -> tuple:
+        """The arguments of :meth:`LLMClient._sending` for these misses."""
+        price = self.client.price
+        estimates = [price.cost(estimate_tokens(r.messages), r.params.max_new_tokens)
+                     for r in self.todo()]
+        return ("chat", len(self.requests), self.missing, estimates, self.store, lambda c: c)
+
+    def fill(self, answers: Sequence[Completion]) -> None:
+        for j, comp in enumerate(answers):
+            self.results[self.missing[j]] = comp
+
+
+def complete_across(jobs: Sequence[tuple[LLMClient, Sequence[ChatRequest]]]
+                    ) -> list[list[Completion]]:
+    """Answer several clients' requests, the local models' misses in shared batches.
+
+    ``jobs`` is a list of (client, requests), e.g. every policy's doctor turn of one SP
+    round (each policy a client of the ``policy`` role with its adapter). Each client
+    looks its requests up in the cache and records, stores and tallies its own calls as
+    :meth:`LLMClient.complete` does (its cache key names its own adapter); when every
+    client runs on a local ``hf`` model of one base (one folder, device and dtype), the
+    misses of all of them are generated together (:class:`medpref.llm.hf.AdapterSet`:
+    batches of the role's ``batch_size`` rows, each row through its own LoRA adapter).
+    Otherwise each client answers its own, one after the other. Returns each job's
+    completions in order."""
+    batches = [client._chat_batch(requests) for client, requests in jobs]
+    sending = [b for b in batches if b.missing]
+    if len(sending) > 1 and _one_hf_base([b.client.backend for b in sending]):
+        from medpref.llm.hf import AdapterSet
+
+        backend = AdapterSet([b.client.backend for b in sending])
+        with contextlib.ExitStack() as stack:
+            hooks = [stack.enter_context(b.client._sending(*b.sending())) for b in sending]
+            answers = backend.generate_parts(
+                [b.todo() for b in sending],
+                on_complete=lambda k, j, comp: hooks[k][1](j, comp),
+                before_call=lambda k, j: hooks[k][0](j))
+        for b, part in zip(sending, answers):
+            b.fill(part)
+    else:
+        for b in sending:
+            with b.client._sending(*b.sending()) as (gate, done):
+                b.fill(b.client.backend.generate_gated(b.todo(), done, gate))
+    return [b.client._finish_chat(b) for b in batches]
+
+
+def _one_hf_base(backends: Sequence[Backend]) -> bool:
+    """Every backend a local hf model of the same weights, device and dtype."""
+    from medpref.llm.hf import HFBackend, _resolve_device
+
+    if not all(isinstance(b, HFBackend) for b in backends):
+        return False
+    return len({(b.identity()["weights"], _resolve_device(b.device), b.dtype)
+                for b in backends}) == 1
 
 
 def _fill_duplicates(results: list[Any]) -> list[Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,13 @@ class HFBackend(Backend):
     kind = "hf"
     #: a batch whose prompts share at least this many tokens runs them once (option scoring)
     shared_prefix_min = 32
+    #: option scoring: after the shared beginning, rows whose next tokens agree on at least
+    #: this many (one candidate turn asked about every rule) run those once too, and each
+    #: row only its own end (:meth:`_next_token_probs_tree`); 0 turns that level off
+    shared_middle_min = 8
+    #: option scoring with shared middles: a batch holds up to this many times
+    #: ``batch_size`` prompts (a row runs only its short end)
+    tree_batch_factor = 4
     #: end each row inside ``generate`` when its text holds a stop string (the batch ends
     #: when every row has); False generates ``max_new_tokens`` and cuts afterwards (the
     #: same text up to the stop, slower; kept for the equality test and the benchmark)
@@ -147,12 +154,13 @@ class HFBackend(Backend):
                         on_complete(i, comp)
         return [r for r in results if r is not None]
 
-    def _batch_inputs(self, ids: list[list[int]]):
+    def _batch_inputs(self, ids: list[list[int]], adapter_names: list[str] | None = None):
         """Model inputs of one batch: left-padded prompts, or, when they share at least
         ``shared_prefix_min`` tokens, that beginning run once into a key/value cache
-        (copied per row) and each row's rest left-padded after it. The attention mask
-        then has a gap that position ids skip, so every row sees the same positions as
-        alone. Returns (inputs, past key values or None)."""
+        (copied per row; once per adapter where rows name several) and each row's rest
+        left-padded after it. The attention mask then has a gap that position ids skip,
+        so every row sees the same positions as alone. Returns (inputs, past key values
+        or None)."""
         import torch
 
         tok, model = self._ensure_loaded()
@@ -162,7 +170,7 @@ class HFBackend(Backend):
         if shared < self.shared_prefix_min:
             enc = tok.pad({"input_ids": ids}, return_tensors="pt", padding=True)
             return {k: v.to(dev) for k, v in enc.items()}, None
-        cache = _shared_prefix_cache(model, ids[0][:shared], len(ids))
+        cache = _shared_prefix_cache(model, ids[0][:shared], len(ids), adapter_names)
         rest = [x[shared:] for x in ids]
         width = max(len(r) for r in rest)
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -171,16 +179,21 @@ class HFBackend(Backend):
         return {"input_ids": torch.tensor(inp, device=dev),
                 "attention_mask": torch.tensor(mask, device=dev)}, cache
 
-    def _generate_batch(self, ids: list[list[int]], params) -> list[Completion]:
+    def _generate_batch(self, ids: list[list[int]], params,
+                        adapter_names: list[str] | None = None) -> list[Completion]:
+        """Generate for one batch; ``adapter_names`` (one per row) picks each row's LoRA
+        adapter of a :class:`AdapterSet` (peft's mixed-adapter batch)."""
         import torch
         from transformers import StoppingCriteriaList
 
         tok, model = self._ensure_loaded()
         t0 = time.perf_counter()
-        enc, cache = self._batch_inputs(ids)
+        enc, cache = self._batch_inputs(ids, adapter_names)
         width = enc["input_ids"].shape[1]
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
                                   "pad_token_id": tok.pad_token_id, **params.loop_controls()}
+        if adapter_names is not None:
+            kwargs["adapter_names"] = list(adapter_names)
         if cache is not None:
             kwargs["past_key_values"] = cache
         stopper = None
@@ -248,7 +261,12 @@ class HFBackend(Backend):
         ids = [tok(self.render(p, pre), add_special_tokens=False)["input_ids"]
                for p, pre in zip(prompts, assistant_prefixes)]
         out: list[OptionScores | None] = [None] * len(prompts)
-        for chunk in batch_chunks(ids, self.batch_size, self.shared_prefix_min):
+        if self.shared_middle_min:
+            chunks = batch_chunks(ids, self.batch_size * self.tree_batch_factor,
+                                  self.shared_prefix_min, alone_size=self.batch_size)
+        else:
+            chunks = batch_chunks(ids, self.batch_size, self.shared_prefix_min)
+        for chunk in chunks:
             if before_call is not None:
                 for i in chunk:
                     before_call(i)
@@ -286,11 +304,16 @@ class HFBackend(Backend):
     def _next_token_probs_shared(self, ids: list[list[int]], shared: int):
         """The same distributions, running the first ``shared`` tokens (common to every
         prompt) once: the rest of each prompt is right-padded after the shared cache and
-        read at its own last token."""
+        read at its own last token. Where rows also share a middle (:func:`middle_groups`)
+        that runs once per group (:meth:`_next_token_probs_tree`)."""
         import torch
 
         tok, model = self._ensure_loaded()
         shared = min(shared, min(len(x) for x in ids) - 1)  # every row keeps >= 1 token
+        if self.shared_middle_min:
+            groups = middle_groups([x[shared:] for x in ids], self.shared_middle_min)
+            if len(groups) < len(ids):
+                return self._next_token_probs_tree(ids, shared, groups)
         dev = model.device
         with torch.inference_mode():
             cache = _shared_prefix_cache(model, ids[0][:shared], len(ids))
@@ -308,6 +331,191 @@ class HFBackend(Backend):
             cols = torch.searchsorted(keep, last)
             logits = logits[torch.arange(len(ids), device=dev), cols]
         return torch.softmax(logits, dim=-1)
+
+    def _next_token_probs_tree(self, ids: list[list[int]], shared: int,
+                               groups: list[tuple[list[int], int]]):
+        """Next-token distributions on a prefix tree of three levels: the ``shared``
+        beginning of every prompt once; then each group's common middle once (e.g. one
+        candidate turn that every rule's prompt repeats, the rule coming after it); then
+        each row's own end, read at its last token. Middles and ends are right-padded;
+        the attention mask has zeros at the padding, and position ids continue each row's
+        own sequence, so every row sees the positions and tokens it has alone."""
+        import torch
+
+        tok, model = self._ensure_loaded()
+        dev = model.device
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        rest = [x[shared:] for x in ids]
+        mids = [rest[g[0]][:q] for g, q in groups]
+        wq = max(1, max(len(m) for m in mids))
+        group_of = {i: k for k, (g, _) in enumerate(groups) for i in g}
+        with torch.inference_mode():
+            cache = _shared_prefix_cache(model, ids[0][:shared], len(groups))
+            inp = torch.tensor([m + [pad] * (wq - len(m)) for m in mids], device=dev)
+            mid_mask = [[1] * len(m) + [0] * (wq - len(m)) for m in mids]
+            mask = torch.tensor([[1] * shared + mm for mm in mid_mask], device=dev)
+            pos = torch.arange(shared, shared + wq, device=dev).expand(len(groups), -1)
+            cache = model(input_ids=inp, attention_mask=mask, position_ids=pos,
+                          past_key_values=cache, use_cache=True,
+                          logits_to_keep=1).past_key_values
+            pick = torch.tensor([group_of[i] for i in range(len(ids))], device=dev)
+            for layer in cache.layers:
+                layer.batch_select_indices(pick)
+            ends = [rest[i][groups[group_of[i]][1]:] for i in range(len(ids))]
+            wt = max(len(e) for e in ends)
+            inp = torch.tensor([e + [pad] * (wt - len(e)) for e in ends], device=dev)
+            mask = torch.tensor([[1] * shared + mid_mask[group_of[i]] + [1] * len(e)
+                                 + [0] * (wt - len(e)) for i, e in enumerate(ends)],
+                                device=dev)
+            starts = torch.tensor([shared + groups[group_of[i]][1] for i in range(len(ids))],
+                                  device=dev)
+            pos = starts[:, None] + torch.arange(wt, device=dev)[None, :]
+            last = torch.tensor([len(e) - 1 for e in ends], device=dev)
+            keep = torch.unique(last)
+            logits = model(input_ids=inp, attention_mask=mask, position_ids=pos,
+                           past_key_values=cache, logits_to_keep=keep).logits.float()
+            cols = torch.searchsorted(keep, last)
+            logits = logits[torch.arange(len(ids), device=dev), cols]
+        return torch.softmax(logits, dim=-1)
+
+
+# -- several adapters of one base model in one batch ---------------------------------------
+#: peft's name for "no adapter" in a mixed batch (the base model's own rows)
+BASE_ROWS = "__base__"
+_SETS: dict[tuple, tuple[Any, Any, dict[str, str]]] = {}
+
+
+def load_adapter_set(path: str | Path, adapters: Sequence[str | Path | None],
+                     device: str = "auto", dtype: str = "auto"):
+    """One copy of the base model with every LoRA adapter of ``adapters`` loaded under its
+    own name (once per process and content). Returns (tokenizer, model, name of each
+    adapter's content id); ``None`` in ``adapters`` is the base model (:data:`BASE_ROWS`)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, device = Path(path), _resolve_device(device)
+    ids = list(dict.fromkeys(_folder_id(Path(a)) for a in adapters if a is not None))
+    folders = {_folder_id(Path(a)): Path(a) for a in adapters if a is not None}
+    key = (content_id(path), tuple(ids), device, dtype)
+    with _LOAD_LOCK:
+        if key in _SETS:
+            return _SETS[key]
+        torch_dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32,
+                       "float32": torch.float32, "bfloat16": torch.bfloat16,
+                       "float16": torch.float16}[dtype]
+        tok = AutoTokenizer.from_pretrained(path)
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        names = {cid: f"adapter_{k}" for k, cid in enumerate(ids)}
+        if ids:
+            model = PeftModel.from_pretrained(model, str(folders[ids[0]]),
+                                              adapter_name=names[ids[0]])
+            for cid in ids[1:]:
+                model.load_adapter(str(folders[cid]), adapter_name=names[cid])
+            model = model.to(device)
+        model.eval()
+        _SETS[key] = (tok, model, names)
+        return _SETS[key]
+
+
+class AdapterSet(HFBackend):
+    """The rows of several :class:`HFBackend` s that share a base model (one folder, device
+    and dtype), each with its own LoRA adapter or none, generated in shared batches.
+
+    The SP test asks every policy (base + adapter) the same 17 cases each round: asked one
+    policy at a time that is one batch of 17 per policy; here it is batches of
+    ``batch_size`` rows over all of them. A batch runs the base model once and each
+    adapter's LoRA on its own rows (peft's ``adapter_names``); a shared prompt beginning
+    runs once per adapter in the batch (its LoRA changes the keys and values). Prompts are
+    batched as one backend batches them (:func:`batch_chunks`, by adapter and prefix
+    first); every row's answer is the one its own backend gives up to float round-off.
+    """
+
+    def __init__(self, backends: Sequence[HFBackend], batch_size: int | None = None):
+        if not backends:
+            raise ValueError("an AdapterSet needs at least one hf backend")
+        first = backends[0]
+        for b in backends:
+            if not isinstance(b, HFBackend):
+                raise BackendConfigError(f"{b.describe()} is no local hf model: its rows "
+                                         "cannot share a batch with hf adapters")
+            same = (b.identity()["weights"], _resolve_device(b.device), b.dtype) == (
+                first.identity()["weights"], _resolve_device(first.device), first.dtype)
+            if not same:
+                raise BackendConfigError(
+                    f"model '{b.model_name}' ({b.model_path}, {b.device}, {b.dtype}) is not "
+                    f"the base of '{first.model_name}' ({first.model_path}, {first.device}, "
+                    f"{first.dtype}): only adapters of one base model share a batch")
+        super().__init__(str(first.model_path), None, first.device, first.dtype,
+                         batch_size or max(b.batch_size for b in backends), first.model_name)
+        self.backends = list(backends)
+        tok, model, names = load_adapter_set(first.model_path,
+                                             [b.adapter for b in backends], first.device,
+                                             first.dtype)
+        self._tok, self._model = tok, model
+        self.row_names = [names[b.identity()["adapter"]] if b.adapter is not None
+                          else BASE_ROWS for b in backends]
+
+    def identity(self) -> dict[str, Any]:
+        raise TypeError("an AdapterSet answers for its backends: cache each row under "
+                        "its own backend's identity")
+
+    def generate_parts(self, parts: Sequence[Sequence[ChatRequest]],
+                       on_complete: Callable[[int, int, Completion], None] | None = None,
+                       before_call: Callable[[int, int], None] | None = None,
+                       ) -> list[list[Completion]]:
+        """``parts[b]`` are the requests of ``backends[b]``; returns their completions in
+        the same shape, calling ``on_complete(b, i, completion)`` as each is answered and
+        ``before_call(b, i)`` before its batch is sent."""
+        if len(parts) != len(self.backends):
+            raise ValueError(f"{len(parts)} request lists for {len(self.backends)} backends")
+        tok = self._tok
+        rows = [(b, i) for b, reqs in enumerate(parts) for i in range(len(reqs))]
+        out: list[list[Completion | None]] = [[None] * len(reqs) for reqs in parts]
+        groups: dict[Any, list[int]] = {}
+        for r, (b, i) in enumerate(rows):
+            groups.setdefault(parts[b][i].params, []).append(r)
+        for params, members in groups.items():
+            reqs = [parts[b][i] for b, i in (rows[r] for r in members)]
+            ids = [tok(self.render(q.messages, q.prefix), add_special_tokens=False)["input_ids"]
+                   for q in reqs]
+            # a leading marker per adapter: runs of a shared beginning never mix adapters
+            keyed = [[-1 - rows[r][0]] + x for r, x in zip(members, ids)]
+            for part in batch_chunks(keyed, self.batch_size, self.shared_prefix_min + 1):
+                chunk = [rows[members[k]] for k in part]
+                if before_call is not None:
+                    for b, i in chunk:
+                        before_call(b, i)
+                names = [self.row_names[b] for b, _ in chunk]
+                comps = self._generate_batch([ids[k] for k in part], params, names)
+                for (b, i), comp in zip(chunk, comps):
+                    out[b][i] = comp
+                    if on_complete is not None:
+                        on_complete(b, i, comp)
+        return [[c for c in part if c is not None] for part in out]
+
+    def generate(self, requests: Sequence[ChatRequest],
+                 on_complete: OnComplete | None = None) -> list[Completion]:
+        raise TypeError("an AdapterSet generates per backend: use generate_parts")
+
+
+def middle_groups(rests: list[list[int]], min_shared: int) -> list[tuple[list[int], int]]:
+    """Rows (by index) whose token lists share a beginning of at least ``min_shared``
+    tokens, grouped: each group with the length of its common beginning, which leaves
+    every row of the group at least one token of its own. A row that shares nothing long
+    enough is a group of one (its middle is its whole list but the last token)."""
+    order = sorted(range(len(rests)), key=lambda i: rests[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and _common_prefix_len([rests[groups[-1][0]], rests[i]]) >= min_shared:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return [(g, min(_common_prefix_len([rests[i] for i in g]),
+                    min(len(rests[i]) for i in g) - 1)) for g in groups]
 
 
 def _common_prefix_len(seqs: list[list[int]]) -> int:
@@ -334,17 +542,26 @@ def _runs(ids: list[list[int]], shared_min: int) -> list[list[int]]:
     return runs
 
 
-def batch_chunks(ids: list[list[int]], batch_size: int, shared_min: int) -> list[list[int]]:
+def batch_chunks(ids: list[list[int]], batch_size: int, shared_min: int,
+                 alone_size: int | None = None) -> list[list[int]]:
     """Batches of at most ``batch_size`` prompts: runs of prompts that share a long
     beginning (at least ``shared_min`` tokens and half the shorter prompt: a rule and its
     in-context examples, a state asked about every rule) come first, shortest first, each
     cut into batches of its own (a batch never mixes two runs, whose common beginning
-    would be short); the prompts in no run follow, batched by length so they pad little."""
+    would be short); the prompts in no run follow, batched by length so they pad little.
+
+    With ``alone_size`` (option scoring on a prefix tree) a run is cut in token order
+    into batches of ``batch_size``, so the prompts that share a middle stay together, and
+    the prompts in no run go ``alone_size`` a batch."""
     runs = _runs(ids, shared_min)
-    shared = [sorted(run, key=lambda i: len(ids[i])) for run in runs if len(run) > 1]
+    if alone_size is None:
+        shared = [sorted(run, key=lambda i: len(ids[i])) for run in runs if len(run) > 1]
+    else:
+        shared = [run for run in runs if len(run) > 1]     # _runs keeps token order
     alone = sorted((run[0] for run in runs if len(run) == 1), key=lambda i: len(ids[i]))
     chunks = [run[k:k + batch_size] for run in shared for k in range(0, len(run), batch_size)]
-    return chunks + [alone[k:k + batch_size] for k in range(0, len(alone), batch_size)]
+    step = alone_size or batch_size
+    return chunks + [alone[k:k + step] for k in range(0, len(alone), step)]
 
 
 def _tail(prefix: str, n: int = 24) -> str:
@@ -391,13 +608,24 @@ def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def _shared_prefix_cache(model, prefix: list[int], rows: int):
-    """The key/value cache of ``prefix`` (run once), repeated for ``rows`` batch rows."""
+def _shared_prefix_cache(model, prefix: list[int], rows: int,
+                         adapter_names: Sequence[str] | None = None):
+    """The key/value cache of ``prefix`` (run once), repeated for ``rows`` batch rows.
+    With ``adapter_names`` (one per row; an :class:`AdapterSet`'s batch) the prefix is
+    run once per distinct adapter, whose LoRA changes its keys and values, and each row
+    gets its adapter's copy."""
     import torch
 
+    distinct = list(dict.fromkeys(adapter_names)) if adapter_names is not None else [None]
+    kwargs = {} if adapter_names is None else {"adapter_names": distinct}
     with torch.inference_mode():
-        cache = model(input_ids=torch.tensor([prefix], device=model.device),
-                      use_cache=True, logits_to_keep=1).past_key_values
+        cache = model(input_ids=torch.tensor([prefix] * len(distinct), device=model.device),
+                      use_cache=True, logits_to_keep=1, **kwargs).past_key_values
+    if adapter_names is None:
+        for layer in cache.layers:
+            layer.batch_repeat_interleave(rows)
+        return cache
+    pick = torch.tensor([distinct.index(n) for n in adapter_names], device=model.device)
     for layer in cache.layers:
-        layer.batch_repeat_interleave(rows)
+        layer.batch_select_indices(pick)
     return cache

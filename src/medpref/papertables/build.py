@@ -33,6 +33,12 @@ class BuiltTable:
     spec: ArtefactSpec
     table: pd.DataFrame
     trace: list[Cell] = field(default_factory=list)
+    note: str = ""      # what the source's own ``note`` column says of our rows
+
+
+#: A stage table's column that explains its rows (how they were made, or why they are
+#: empty): shown under the paper table as "Our rows: ...", never as a number.
+NOTE_COLUMN = "note"
 
 
 class MissingSource(FileNotFoundError):
@@ -75,12 +81,24 @@ def _published_rows(spec: ArtefactSpec) -> list[dict]:
             for label, values in spec.published.rows.items()]
 
 
+def _our_note(spec: ArtefactSpec, root: Path) -> str:
+    """The distinct texts of the source's ``note`` column over the rows the artefact
+    reads (after its filter), joined; empty when it has none."""
+    df = pd.read_csv(root / spec.source, keep_default_na=False, dtype=str)
+    if NOTE_COLUMN not in df.columns:
+        return ""
+    for col, want in spec.filter.items():
+        df = df[df[col] == want]
+    return "; ".join(n for n in dict.fromkeys(df[NOTE_COLUMN]) if n.strip())
+
+
 def build_table(spec: ArtefactSpec, root: Path) -> BuiltTable:
-    """Our rows first, then the paper's, under the paper's headers."""
+    """Our rows first, then the paper's, under the paper's headers; what the source's
+    ``note`` column says of our rows beside them."""
     ours, trace = _our_rows(spec, root)
     table = pd.DataFrame(ours + _published_rows(spec),
                          columns=["source", "row", *spec.columns])
-    return BuiltTable(spec, table, trace)
+    return BuiltTable(spec, table, trace, _our_note(spec, root))
 
 
 def _fmt(value: object, digits: int) -> str:
@@ -104,16 +122,24 @@ def to_latex(table: pd.DataFrame, caption: str, digits: int = 1) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_built(built: BuiltTable, out_dir: Path, digits: int = 1) -> list[Path]:
-    """``<id>.csv``, ``<id>.md`` (with the label and the paper's note) and ``<id>.tex``."""
-    stem = out_dir / built.spec.id
+def render_built(built: BuiltTable, digits: int = 1) -> dict[str, str]:
+    """``<id>.csv``, ``<id>.md`` (with the label, what the stage notes of our rows and the
+    paper's note) and ``<id>.tex``: file name → text."""
+    stem = built.spec.id
     shown = built.table.map(lambda v: _fmt(v, digits) if isinstance(v, float) else v)
     note = built.spec.published.note if built.spec.published else ""
     md = (f"**{built.spec.paper} — {built.spec.label}**\n\n"
           + shown.to_markdown(index=False) + "\n"
+          + (f"\nOur rows: {built.note}.\n" if built.note else "")
           + (f"\nPaper rows: {note}.\n" if note else ""))
-    paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
-    atomic_write_text(paths[0], built.table.to_csv(index=False))
-    atomic_write_text(paths[1], md)
-    atomic_write_text(paths[2], to_latex(built.table, built.spec.label, digits))
+    return {f"{stem}.csv": built.table.to_csv(index=False), f"{stem}.md": md,
+            f"{stem}.tex": to_latex(built.table, built.spec.label, digits)}
+
+
+def write_built(built: BuiltTable, out_dir: Path, digits: int = 1) -> list[Path]:
+    """:func:`render_built`'s files written under ``out_dir``; returns their paths."""
+    paths = []
+    for name, text in render_built(built, digits).items():
+        atomic_write_text(out_dir / name, text)
+        paths.append(out_dir / name)
     return paths

@@ -18,6 +18,7 @@ import pandas as pd
 from medpref.contracts import Dialogue, RemAnnotation, read_jsonl
 from medpref.identity import content_id
 from medpref.llm import LLMSession
+from medpref.outputs import content_key
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.rem.base import RuleJudgement
@@ -73,16 +74,6 @@ def load_inputs(p: RemParams) -> RemInputs:
             if a.rule not in flowchart.by_id:
                 raise ValueError(f"{source}: record '{a.id}': unknown rule '{a.rule}'")
     return RemInputs(flowchart, anns, icl)
-
-
-def output_paths(p: RemParams) -> dict[str, Path]:
-    root = repo_path(p.reports)
-    names = {"flowchart": "flowchart.png", "table5": "table5", "per_rule": "per_rule",
-             "confusion": "confusion.png", "predictions": "predictions.jsonl",
-             "training": "training", "compliance": "compliance", "radar": "compliance_radar.png",
-             "metrics": "metrics.json", "ledger": "ledger.json", "timings": "timings.json",
-             "provenance": "provenance.json"}
-    return {k: root / v for k, v in names.items()} | {"adapter": repo_path(p.train.adapter_dir)}
 
 
 def split_counts(inputs: RemInputs) -> pd.DataFrame:
@@ -155,7 +146,8 @@ def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> Tr
                                          target_modules=tuple(t.target_modules)))
     ckpt_dir, card = repo_path(t.checkpoints_dir), rem_task_card(p)
     trainer = build_sft_trainer(model, tok, data, rem_sft_config(
-        t, hardware, ckpt_dir, seed, rem_steps(len(data), t, hardware)))
+        t, hardware, ckpt_dir, seed, rem_steps(len(data), t, hardware)),
+        compact_lm_head=hardware.rem.compact_lm_head)
     key = run_key(kind="rem", train=t.model_dump(), hardware=hardware.model_dump(
         exclude={"policy"}), seed=seed, data=data, base=content_id(base_path), card=card)
     result = fit(trainer, ckpt_dir, key)
@@ -178,10 +170,29 @@ def rem_task_card(p: RemParams) -> dict[str, Any]:
             "rule_detail": p.train.rule_detail, "answer_order": p.train.answer_order}
 
 
+def loss_rows(result: TrainResult) -> list[dict[str, Any]]:
+    """The training loss by optimizer step as logged (answer tokens only); a run that
+    logged none gives one row at its last step with no loss."""
+    return [{"step": int(r["step"]), "loss": r["loss"]}
+            for r in result.losses or [{"step": result.steps, "loss": None}]]
+
+
+def training_records(result: TrainResult) -> list[dict[str, Any]]:
+    """:func:`loss_rows`, each naming the adapter it trained (its content id)."""
+    adapter = content_id(result.adapter_dir)
+    return [{"adapter": adapter, **row} for row in loss_rows(result)]
+
+
+def loss_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Training loss by optimizer step (the ``training`` table), from loss rows."""
+    table = pd.DataFrame([{"step": r["step"], "loss": r["loss"]} for r in rows],
+                         columns=["step", "loss"])
+    return table.astype({"step": int, "loss": float})
+
+
 def training_table(result: TrainResult) -> pd.DataFrame:
     """Training loss by optimizer step (answer tokens only)."""
-    table = pd.DataFrame(result.losses or [{"step": result.steps, "loss": float("nan")}])
-    return table.astype({"step": int})
+    return loss_table(loss_rows(result))
 
 
 # -- scoring and evaluation ---------------------------------------------------------------
@@ -205,18 +216,36 @@ def score_annotations(scorer, annotations: Sequence[RemAnnotation],
     return [j for j in out if j is not None]
 
 
+def judgement_fields(j: RuleJudgement) -> dict[str, Any]:
+    """A judgement as record fields: the label, the score (None: unusable), the samples,
+    how many answers were unusable, the raw answers and, for the probability scorers, the
+    score-token probabilities and the mass they had before renormalising."""
+    row = {"label": j.label, "score": _number(j.score),
+           "samples": [_number(x) for x in j.samples], "unparsable": j.unparsable,
+           "raw": list(j.comments)}
+    if hasattr(j, "probs"):
+        row.update(probs={k: float(v) for k, v in j.probs.items()}, mass=_number(j.mass))
+    return row
+
+
+def _number(x) -> float | None:
+    return None if x is None else float(x)
+
+
+def judgement_key(settings, scorer: PromptedScorer, state, rule, row: dict[str, Any]) -> str:
+    """A judgement's content key: the scorer's settings, the model, the exact messages it
+    was asked with (prompt, rule text, examples, state) and the row itself."""
+    return content_key(settings.model_dump(mode="json"), scorer.client.model_id,
+                       scorer.messages_for(state, rule), row)
+
+
 def prediction_records(mode: str, annotations: Sequence[RemAnnotation],
-                       judgements: Sequence[RuleJudgement]) -> list[dict[str, Any]]:
-    """One row per (scorer, example): gold, score, samples and the raw answers."""
-    rows = []
-    for a, j in zip(annotations, judgements):
-        row = {"scorer": mode, "id": a.id, "rule": a.rule, "gold": a.score, "label": j.label,
-               "score": j.score, "samples": j.samples, "unparsable": j.unparsable,
-               "raw": j.comments}
-        if hasattr(j, "probs"):
-            row.update(probs=j.probs, mass=j.mass)
-        rows.append(row)
-    return rows
+                       judgements: Sequence[RuleJudgement],
+                       model_id: str = "") -> list[dict[str, Any]]:
+    """One row per (scorer, example): gold, label, score, samples and the raw answers."""
+    return [{"scorer": mode, "model_id": model_id, "id": a.id, "rule": a.rule,
+             "gold": a.score, **judgement_fields(j)}
+            for a, j in zip(annotations, judgements)]
 
 
 @dataclass
@@ -225,59 +254,95 @@ class ScorerRun:
     records: list[dict[str, Any]]
     wall_s: float
     usage: dict[str, int] = field(default_factory=dict)
+    model_id: str = ""
+
+
+#: the ledger counts a scorer run records (its model use)
+USAGE = ("calls", "cache_hits", "failures", "tokens_in", "tokens_out")
 
 
 def _usage(llm: LLMSession) -> dict[str, int]:
     total = llm.ledger.totals()["total"]
-    return {k: total[k] for k in ("calls", "cache_hits", "failures", "tokens_in", "tokens_out")}
+    return {k: total[k] for k in USAGE}
 
 
 def run_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
                eval_set: Sequence[RemAnnotation], seed: int) -> ScorerRun:
-    """Score the evaluation set with one scorer, timing it and counting its model calls."""
+    """Score the evaluation set with one scorer, timing it and counting its model calls;
+    each record carries its content key (:func:`judgement_key`)."""
     scorer = make_scorer(mode, llm, p, inputs, seed)
     before = _usage(llm)
     t0 = time.perf_counter()
     judged = score_annotations(scorer, eval_set, inputs.flowchart)
     wall = time.perf_counter() - t0
     after = _usage(llm)
-    return ScorerRun(mode, prediction_records(mode, eval_set, judged), wall,
-                     {k: after[k] - before[k] for k in after})
+    model_id = scorer.client.model_id
+    rows = prediction_records(mode, eval_set, judged, model_id)
+    keyed = [{"key": judgement_key(p.scorers[mode], scorer, a.history,
+                                   inputs.flowchart[a.rule], row), **row}
+             for a, row in zip(eval_set, rows)]
+    return ScorerRun(mode, keyed, wall, {k: after[k] - before[k] for k in after}, model_id)
 
 
-def table5(runs: Sequence[ScorerRun], p: RemParams) -> pd.DataFrame:
+def scorer_run_records(runs: Sequence[ScorerRun], p: RemParams) -> list[dict[str, Any]]:
+    """One row per scorer run: Table 5's ``method`` line (a fine-tuned scorer's as its
+    adapter's task card says it was trained), how many items, wall time and model use."""
+    from medpref.training.sft import read_task_card
+
+    card = read_task_card(repo_path(p.train.adapter_dir))
+    return [{"scorer": run.mode, "method": describe_settings(p.scorers[run.mode], card),
+             "model_id": run.model_id, "n": len(run.records), "wall_s": run.wall_s,
+             **{k: run.usage.get(k, 0) for k in USAGE}} for run in runs]
+
+
+def by_scorer(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Records grouped by their ``scorer``, in first-seen order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row["scorer"], []).append(row)
+    return out
+
+
+def table5_from_records(scorer_runs: Sequence[dict[str, Any]],
+                        predictions: Sequence[dict[str, Any]],
+                        near_constant_share: float) -> pd.DataFrame:
     """Exact/fuzzy match of the labels per scorer on the evaluation split (PLPF Table 5).
 
     ``fuzzy02_%`` is the fuzzy match over the items whose gold is 0 or 2 (a gold 1 always
     counts as fuzzy-correct); ``top_label_share`` and ``near_constant`` flag a scorer
     that gives one label to more than ``rem.near_constant_share`` of the items, whose
     fuzzy match is high whatever it tells apart. ``mae``: mean absolute error of the
-    continuous scores."""
-    from medpref.training.sft import read_task_card
-
-    card = read_task_card(repo_path(p.train.adapter_dir))
+    continuous scores. One row per scorer run, in run order."""
+    preds = by_scorer(predictions)
     rows = []
-    for run in runs:
-        golds, preds, labels = _columns(run)
-        m = match_metrics(golds, preds, labels)
-        spread = label_spread(labels, p.near_constant_share)
-        rows.append({"scorer": run.mode, "method": describe_settings(p.scorers[run.mode], card),
+    for run in scorer_runs:
+        golds, scores, labels = _columns(preds.get(run["scorer"], []))
+        m = match_metrics(golds, scores, labels)
+        spread = label_spread(labels, near_constant_share)
+        rows.append({"scorer": run["scorer"], "method": run["method"],
                      "n": m["n"], "exact_%": 100 * m["exact"], "fuzzy_%": 100 * m["fuzzy"],
                      "fuzzy02_%": 100 * m["fuzzy02"], "n02": m["n02"],
                      "top_label": spread["top_label"],
                      "top_label_share": spread["top_label_share"],
                      "near_constant": spread["near_constant"],
                      "coverage_%": 100 * m["coverage"], "mae": m["mae"],
-                     "wall_s": run.wall_s, "model_calls": run.usage.get("calls", 0),
-                     "cache_hits": run.usage.get("cache_hits", 0)})
+                     "wall_s": run["wall_s"], "model_calls": run["calls"],
+                     "cache_hits": run["cache_hits"]})
     return pd.DataFrame(rows)
 
 
-def per_rule_table(runs: Sequence[ScorerRun]) -> pd.DataFrame:
+def table5(runs: Sequence[ScorerRun], p: RemParams) -> pd.DataFrame:
+    """:func:`table5_from_records` of scorer runs in memory."""
+    return table5_from_records(scorer_run_records(runs, p),
+                               [r for run in runs for r in run.records], p.near_constant_share)
+
+
+def per_rule_table(predictions: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Table 5's match per scorer and rule."""
     frames = []
-    for run in runs:
-        t = per_rule_metrics([r["rule"] for r in run.records], *_columns(run))
-        frames.append(t.assign(scorer=run.mode))
+    for mode, rows in by_scorer(predictions).items():
+        t = per_rule_metrics([r["rule"] for r in rows], *_columns(rows))
+        frames.append(t.assign(scorer=mode))
     out = pd.concat(frames, ignore_index=True)
     out[["exact", "fuzzy", "fuzzy02", "coverage"]] *= 100
     return out.rename(columns={"exact": "exact_%", "fuzzy": "fuzzy_%", "fuzzy02": "fuzzy02_%",
@@ -285,14 +350,14 @@ def per_rule_table(runs: Sequence[ScorerRun]) -> pd.DataFrame:
         ["scorer", "rule", "n", "exact_%", "fuzzy_%", "fuzzy02_%", "coverage_%", "mae"]]
 
 
-def confusion_tables(runs: Sequence[ScorerRun]) -> dict[str, pd.DataFrame]:
-    return {run.mode: confusion(*_columns(run)) for run in runs}
+def confusion_tables(predictions: Sequence[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    return {mode: confusion(*_columns(rows)) for mode, rows in by_scorer(predictions).items()}
 
 
-def _columns(run: ScorerRun) -> tuple[list[int], list[float | None], list[int | None]]:
-    """Gold scores, predicted scores and predicted labels of a run's records."""
-    return ([r["gold"] for r in run.records], [r["score"] for r in run.records],
-            [r["label"] for r in run.records])
+def _columns(rows: Sequence[dict[str, Any]]
+             ) -> tuple[list[int], list[float | None], list[int | None]]:
+    """Gold scores, predicted scores and predicted labels of prediction records."""
+    return ([r["gold"] for r in rows], [r["score"] for r in rows], [r["label"] for r in rows])
 
 
 def baseline_majority(eval_set: Sequence[RemAnnotation],
@@ -313,22 +378,48 @@ def compliance_dialogues(p: RemParams) -> list[Dialogue]:
     return read_jsonl(repo_path(p.compliance_dialogues), Dialogue)[:p.compliance_n]
 
 
-def compliance_tables(names: Sequence[str], llm: LLMSession, p: RemParams, inputs: RemInputs,
-                      states, seed: int) -> dict[str, pd.DataFrame]:
-    """Per-rule compliance of the states under each listed scorer (radar input)."""
-    from medpref.rem.compliance import rule_compliance
+def compliance_records(names: Sequence[str], llm: LLMSession, p: RemParams,
+                       inputs: RemInputs, dialogues: Sequence[Dialogue],
+                       seed: int) -> list[dict[str, Any]]:
+    """Every compliance judgement (radar input): per listed scorer × dialogue (cut at its
+    final doctor turn) × rule, the rule's name and kind and the judgement's fields, each
+    row with its content key (:func:`judgement_key`)."""
+    from medpref.rem.compliance import dialogue_states
 
-    return {name: rule_compliance(states, make_scorer(name, llm, p, inputs, seed),
-                                  inputs.flowchart.rules) for name in names}
+    states, rules = dialogue_states(dialogues), inputs.flowchart.rules
+    rows = []
+    for name in names:
+        scorer = make_scorer(name, llm, p, inputs, seed)
+        judged = scorer.score_states(states, rules)
+        for d, state, by_rule in zip(dialogues, states, judged):
+            for rule in rules:
+                row = {"scorer": name, "model_id": scorer.client.model_id, "dialogue": d.id,
+                       "state_turns": len(state), "rule": rule.id, "name": rule.name,
+                       "kind": rule.kind, **judgement_fields(by_rule[rule.id])}
+                rows.append({"key": judgement_key(p.scorers[name], scorer, state, rule, row),
+                             **row})
+    return rows
 
 
-def stage_metrics(runs: Sequence[ScorerRun], p: RemParams, train: TrainResult | None,
+def compliance_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Per scorer and rule, the mean score over the states and how many were unusable
+    (:func:`medpref.rem.compliance.compliance_summary`), scorers in first-seen order."""
+    from medpref.rem.compliance import compliance_summary
+
+    frames = []
+    for name, judged in by_scorer(rows).items():
+        rules = list(dict.fromkeys((r["rule"], r["name"], r["kind"]) for r in judged))
+        scores = {rule: [r["score"] for r in judged if r["rule"] == rule] for rule, _, _ in rules}
+        frames.append(compliance_summary(rules, scores).assign(scorer=name))
+    return pd.concat(frames, ignore_index=True)
+
+
+def stage_metrics(table5: pd.DataFrame, eval_n: int, train: TrainResult | None,
                   majority: dict[str, float]) -> dict[str, Any]:
     """The stage's DVC metrics (scores only): Table 5 per scorer, the baseline, and the
     training loss. Wall times and model use go to timings.json and ledger.json."""
-    out: dict[str, Any] = {"eval_n": len(runs[0].records) if runs else 0,
-                           "majority_baseline": majority}
-    for row in table5(runs, p).to_dict("records"):
+    out: dict[str, Any] = {"eval_n": eval_n, "majority_baseline": majority}
+    for row in table5.to_dict("records"):
         out[row["scorer"]] = {k: row[k] for k in ("exact_%", "fuzzy_%", "fuzzy02_%",
                                                   "coverage_%", "mae", "top_label_share",
                                                   "near_constant")}

@@ -43,13 +43,20 @@ def rule_compliance(states: Sequence[Sequence[Turn]], scorer: RuleScorer,
     Columns: rule, name, kind, mean (over usable scores; NaN if none), n, unusable.
     """
     judged = scorer.score_states(states, rules)
+    return compliance_summary([(r.id, r.name, r.kind) for r in rules],
+                              {r.id: [j[r.id].score for j in judged] for r in rules})
+
+
+def compliance_summary(rules: Sequence[tuple[str, str, str]],
+                       scores: Mapping[str, Sequence[float | None]]) -> pd.DataFrame:
+    """The compliance table of ``rules`` ((id, name, kind), in row order) from each rule's
+    scores over the states (``None``: unusable), in state order."""
     rows = []
-    for rule in rules:
-        scores = [j[rule.id].score for j in judged]
-        usable = [s for s in scores if s is not None]
-        rows.append({"rule": rule.id, "name": rule.name, "kind": rule.kind,
+    for rule_id, name, kind in rules:
+        usable = [s for s in scores[rule_id] if s is not None]
+        rows.append({"rule": rule_id, "name": name, "kind": kind,
                      "mean": float(np.mean(usable)) if usable else float("nan"),
-                     "n": len(usable), "unusable": len(scores) - len(usable)})
+                     "n": len(usable), "unusable": len(scores[rule_id]) - len(usable)})
     return pd.DataFrame(rows)
 
 

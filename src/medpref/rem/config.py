@@ -88,7 +88,6 @@ class RemParams(StrictModel):
     compliance_dialogues: str = "data/embedded/dialogues.jsonl"
     compliance_n: int = Field(3, ge=1, le=10_000)  # dialogues, each cut at its last doctor turn
     compliance_scorers: list[str]                  # names in `scorers`
-    reports: str = "reports/03_rem"
     guard: GuardParams = Field(default_factory=GuardParams)
 
     def scorer_call(self, settings: RemScorerSettings) -> CallSpec:

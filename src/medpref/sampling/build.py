@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import pandas as pd
+from pathlib import Path
 
 from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl
+from medpref.data.split import DialogueSplit
 from medpref.llm.client import LLMClient
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.sampling.config import SamplingParams
-from medpref.sampling.rounds import RoundSettings, Trajectory, complete_rounds, extend_trajectories
+from medpref.sampling.rounds import RoundSettings, Trajectory, extend_trajectories
+from medpref.sampling.tables import candidate_records, short_rows
 from medpref.sampling.trajectory import (
     ContinuationError,
     Split,
@@ -22,17 +23,32 @@ from medpref.sampling.trajectory import (
     sample_splits,
 )
 
-#: The generated continuation starts as the doctor's line (small models need the nudge).
 
-
-def load_source_dialogues(p: SamplingParams) -> list[Dialogue]:
-    """The dialogues to split: the embedded corpus or a real set through its adapter."""
+def load_source_dialogues(p: SamplingParams, split: DialogueSplit) -> list[Dialogue]:
+    """The dialogues to split: the ``train`` part of the embedded corpus (``split``: the
+    written split, ``shared.split``), or a real set's own ``source_split`` through its
+    adapter. A development or evaluation dialogue never becomes a preference item, so no
+    stage 04 pair and no DPO run holds a turn of one."""
     if p.source == "embedded":
-        return read_jsonl(repo_path(p.dialogues), Dialogue)
+        return split.select(read_jsonl(repo_path(p.dialogues), Dialogue), "train")
     from medpref.data import adapters
 
     loader = {"mts_dialog": adapters.mts_dialogues, "aci_bench": adapters.aci_dialogues}[p.source]
     return loader(split=p.source_split, limit=p.source_limit)
+
+
+def load_exemplar_pool(p: SamplingParams, split: DialogueSplit) -> list[Dialogue]:
+    """The style exemplars the continuation prompt shows: the ``train`` part when the
+    pool is the embedded corpus (a dialogue the split does not list is an error there);
+    from another file, every dialogue the split does not place in dev or eval."""
+    pool = read_jsonl(repo_path(p.exemplar_pool), Dialogue)
+    if same_file(p.exemplar_pool, p.dialogues):
+        return split.select(pool, "train")
+    return [d for d in pool if split.parts.get(d.id, "train") == "train"]
+
+
+def same_file(a: str, b: str) -> bool:
+    return Path(repo_path(a)).resolve() == Path(repo_path(b)).resolve()
 
 
 @dataclass
@@ -77,8 +93,9 @@ def build_unlabeled(p: SamplingParams, client: LLMClient, seed: int,
             except ContinuationError as exc:
                 rejected.append({"split": i, "dialogue_id": split.dialogue_id,
                                  "turn_index": split.turn_index, "attempt": attempt,
-                                 "exemplar_id": exemplars[i].id, "reason": str(exc),
-                                 "raw": comp.text})
+                                 "exemplar_id": exemplars[i].id,
+                                 "generator": client.model_id, "prompt_sha": template.sha,
+                                 "reason": str(exc), "raw": comp.text})
                 continue
             accepted[i] = (cont, {"exemplar_id": exemplars[i].id, "attempt": attempt,
                                   "generator": client.model_id, "prompt_sha": template.sha,
@@ -128,46 +145,7 @@ def complete_futures(p: SamplingParams, accepted: dict[int, tuple], splits: list
 
 def short_futures(items: list[UnlabeledItem], rounds: int) -> list[dict]:
     """Every candidate with fewer complete future rounds than asked (kept, and reported)."""
-    return [{"item_id": item.id, "source": c.source, "complete_rounds":
-             complete_rounds(c.future), "requested": rounds,
-             "failure": (item.meta or {}).get("round_by_round_failure")
-             if c.source == "generated" else "the real dialogue ends"}
-            for item in items for c in item.candidates if complete_rounds(c.future) < rounds]
-
-
-def rounds_distribution(result: UnlabeledSet, rounds: int) -> pd.DataFrame:
-    """Candidates per number of complete future rounds: sampled, generated after the
-    one-shot continuation, and generated after round-by-round completion."""
-    counts: dict[str, list[int]] = {"sampled": [], "generated (one-shot)": [],
-                                    "generated": []}
-    for item in result.items:
-        for c in item.candidates:
-            counts[c.source].append(complete_rounds(c.future))
-            if c.source == "generated":
-                counts["generated (one-shot)"].append(
-                    (item.meta or {}).get("one_shot_rounds", complete_rounds(c.future)))
-    rows = [{"complete_rounds": r, **{k: v.count(r) for k, v in counts.items()}}
-            for r in range(rounds + 1)]
-    return pd.DataFrame(rows)
-
-
-def summarise(result: UnlabeledSet, n_requested: int) -> pd.DataFrame:
-    """One row per candidate source: counts and mean lengths (words, rounds)."""
-    rows = []
-    for item in result.items:
-        for c in item.candidates:
-            rows.append({"source": c.source, "history_turns": len(item.history),
-                         "response_words": len(c.response.split()),
-                         "future_rounds": len(c.future) / 2})
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return pd.DataFrame(columns=["source", "candidates", "history_turns",
-                                     "response_words", "future_rounds"])
-    table = df.groupby("source").agg(candidates=("source", "size"),
-                                     history_turns=("history_turns", "mean"),
-                                     response_words=("response_words", "mean"),
-                                     future_rounds=("future_rounds", "mean")).round(2)
-    return table.reset_index()
+    return short_rows(candidate_records(items), rounds)
 
 
 def metrics(result: UnlabeledSet, n_requested: int, rounds: int | None = None) -> dict:

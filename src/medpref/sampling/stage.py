@@ -15,16 +15,17 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.contracts import Dialogue, UnlabeledItem, read_jsonl, write_jsonl
+from medpref.contracts import UnlabeledItem, write_jsonl
+from medpref.data.split import load_split
 from medpref.params import repo_path
-from medpref.reports import write_table
 from medpref.sampling.build import (
     build_unlabeled,
+    load_exemplar_pool,
     load_source_dialogues,
     metrics,
-    rounds_distribution,
-    summarise,
 )
+from medpref.sampling.outputs import OUTPUTS
+from medpref.sampling.tables import candidate_records
 from medpref.stagekit import Stage
 
 ITEMS = "unlabeled.jsonl"
@@ -39,7 +40,7 @@ class SamplingOutputs:
     summary: pd.DataFrame
     metrics: dict[str, Any]
     rounds: pd.DataFrame = field(default_factory=pd.DataFrame)
-    short: list[dict] = field(default_factory=list)
+    short: pd.DataFrame = field(default_factory=pd.DataFrame)
     models: dict[str, str] = field(default_factory=dict)
     prompts: dict[str, str] = field(default_factory=dict)
     n_dialogues: int = 0
@@ -47,11 +48,14 @@ class SamplingOutputs:
 
 
 def run(stage: Stage) -> SamplingOutputs:
-    """Build the unlabeled set; fail before writing anything when too little came out."""
+    """Build the unlabeled set; fail before writing anything when too little came out.
+    The items go to ``data/01_sampling``; the per-candidate records, the rejections and
+    the tables built from them (:data:`medpref.sampling.outputs.OUTPUTS`) to the reports."""
     p = stage.p
     with stage.step("load"):
-        dialogues = load_source_dialogues(p)
-        pool = read_jsonl(repo_path(p.exemplar_pool), Dialogue)
+        split = load_split(repo_path(stage.params.shared.split))
+        dialogues = load_source_dialogues(p, split)
+        pool = load_exemplar_pool(p, split)
     annotator = stage.role(p.continuation_call.role)
     speakers = {speaker: stage.role(call.role) for speaker, call in p.rounds.calls.items()}
     with stage.step("generate"):
@@ -60,13 +64,11 @@ def run(stage: Stage) -> SamplingOutputs:
     with stage.step("write"):
         write_jsonl(stage.data(ITEMS), result.items)
         write_jsonl(stage.data("round_answers.jsonl"), result.round_records)
-        write_jsonl(stage.report("rejected.jsonl"), result.rejected)
-        write_jsonl(stage.report("short_futures.jsonl"), result.short)
-        summary = summarise(result, p.n_items)
-        write_table(summary, stage.report("summary"))
-        rounds = rounds_distribution(result, p.future_rounds)
-        write_table(rounds, stage.report("future_rounds"))
-    return SamplingOutputs(result.items, result.rejected, summary,
-                           metrics(result, p.n_items, p.future_rounds), rounds, result.short,
+        built = OUTPUTS.write(stage.reports_dir, {
+            "candidates": candidate_records(result.items), "rejected": result.rejected,
+        }, stage.params)
+    return SamplingOutputs(result.items, result.rejected, built["summary"],
+                           metrics(result, p.n_items, p.future_rounds),
+                           built["future_rounds"], built["short_futures"],
                            prompts=result.prompt_shas,
                            n_dialogues=len(dialogues), n_exemplars=len(pool))

@@ -1,7 +1,8 @@
 """What one SP consultation shows about its doctor and its patient, as counts per
 consultation: the patient's honesty against its case (sentences the case does not support,
-role swaps, "I don't know"), the doctor's behaviour (questions, self-repetition, echoes of
-the patient), and the check that stops a run whose patient invents too much."""
+role swaps, "I don't know", fallbacks: turns the case answered nothing of), the doctor's
+behaviour (questions, self-repetition, echoes of the patient), and the check that stops a
+run whose patient invents too much."""
 
 from __future__ import annotations
 
@@ -10,27 +11,41 @@ from collections.abc import Sequence
 from medpref.simulation.config import SimulationParams
 from medpref.simulation.echo import doctor_sentences, speech_act
 from medpref.simulation.knowledge import split_sentences
-from medpref.simulation.patient import patient_fidelity, speaks_as_doctor
-from medpref.simulation.patients import is_dont_know
+from medpref.simulation.patient import fidelity_of, judge_sentences, speaks_as_doctor
+from medpref.simulation.patients import fallback_sentences, is_dont_know
 from medpref.stagekit import StageFailed
+
+
+def fidelity_judgements(c, kbs, encode, p: SimulationParams) -> list[dict]:
+    """One consultation's patient sentences, each judged against its case
+    (:func:`medpref.simulation.patient.judge_sentences`; MiniLM, so recorded)."""
+    no_fact = fallback_sentences(p.patient)
+    return judge_sentences(c.turns, kbs[c.case_id], encode, p.patient.support_threshold,
+                           p.patient.relevance_threshold, skip=lambda s: s.strip() in no_fact)
+
+
+def consult_row(c, judged: list[dict], p: SimulationParams) -> dict:
+    """One consultation's counts: the patient's honesty (from its sentence judgements)
+    and the doctor's behaviour (pure functions of the transcript)."""
+    fid = fidelity_of(judged, c.turns)
+    patient_turns = [t.text for t in c.turns[1:] if t.role == "patient"]
+    replies = [s for s in c.steps if s.get("speaker") == "patient"]
+    return {"doctor": c.doctor, "kind": c.kind, "case": c.case_id,
+            "department": c.department, "rounds": c.rounds, "ended_by": c.ended_by,
+            "sentences": fid.sentences, "volunteered": fid.volunteered,
+            "unsupported": fid.unsupported, "unsupported_at": fid.unsupported_at,
+            "empty_turns": sum(1 for s in c.steps if s.get("empty")),
+            "role_swaps": sum(speaks_as_doctor(t) for t in patient_turns),
+            "dont_know": sum(is_dont_know(t) for t in patient_turns),
+            "patient_replies": len(replies),
+            "fallbacks": sum(bool(s.get("fallback")) for s in replies),
+            "nothing_asked": sum(s.get("fallback") == "nothing_asked" for s in replies),
+            "examples": fid.examples, **behaviour_row(c, p)}
 
 
 def consult_rows(consults, kbs, encode, p: SimulationParams) -> list[dict]:
     """Per consultation: the patient's honesty and the doctor's behaviour counts."""
-    rows = []
-    for c in consults:
-        fid = patient_fidelity(c.turns, kbs[c.case_id], encode, p.patient.support_threshold,
-                               p.patient.relevance_threshold, skip=is_dont_know)
-        patient_turns = [t.text for t in c.turns[1:] if t.role == "patient"]
-        rows.append({"doctor": c.doctor, "case": c.case_id, "department": c.department,
-                     "rounds": c.rounds, "ended_by": c.ended_by,
-                     "sentences": fid.sentences, "volunteered": fid.volunteered,
-                     "unsupported": fid.unsupported, "unsupported_at": fid.unsupported_at,
-                     "empty_turns": sum(1 for s in c.steps if s.get("empty")),
-                     "role_swaps": sum(speaks_as_doctor(t) for t in patient_turns),
-                     "dont_know": sum(is_dont_know(t) for t in patient_turns),
-                     "examples": fid.examples, **behaviour_row(c, p)})
-    return rows
+    return [consult_row(c, fidelity_judgements(c, kbs, encode, p), p) for c in consults]
 
 
 def behaviour_row(c, p: SimulationParams) -> dict:
@@ -57,15 +72,16 @@ def repetition_share(text: str, n: int = 3) -> float:
 
 def check_fidelity(rows: Sequence[dict], limit: float, min_sentences: int = 1) -> None:
     """Fail the run when the patient states too much that is not in its case: the
-    unsupported share of patient sentences must stay within ``limit`` over all doctors,
-    and for each doctor with at least ``min_sentences`` of them."""
+    unsupported share of patient sentences must stay within ``limit`` over all doctors
+    and for each doctor, wherever there are at least ``min_sentences`` of them (1 of 1
+    is no share to stop a run on, pooled or not)."""
     bad = []
-    groups = {"all doctors": rows}
-    for doctor in dict.fromkeys(r["doctor"] for r in rows):
-        mine = [r for r in rows if r["doctor"] == doctor]
-        if sum(r["sentences"] for r in mine) >= min_sentences:
-            groups[doctor] = mine
+    groups = {"all doctors": list(rows)}
+    groups.update({d: [r for r in rows if r["doctor"] == d]
+                   for d in dict.fromkeys(r["doctor"] for r in rows)})
     for name, mine in groups.items():
+        if sum(r["sentences"] for r in mine) < min_sentences:
+            continue        # pooled or per doctor: too few sentences to be a share
         sentences = sum(r["sentences"] for r in mine)
         unsupported = sum(r["unsupported"] for r in mine)
         if sentences and unsupported / sentences > limit:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
@@ -14,11 +14,14 @@ from medpref.stagekit import GuardParams
 
 
 class DoctorConfig(StrictModel):
-    """One doctor under test: a role (any backend), optionally with a LoRA adapter."""
+    """One doctor under test: a model (a role, any backend, optionally with a LoRA
+    adapter), or a control (``simulation.controls``: turns written from the case, no
+    model call; it has no role)."""
 
     name: str
     role: str = "policy"
     adapter: str | None = None        # base + adapter (a trained policy)
+    kind: Literal["model", "control"] = "model"
 
 
 class PatientParams(StrictModel):
@@ -42,6 +45,10 @@ class PatientParams(StrictModel):
     # sentence of three cases is no share to stop a run on)
     max_unsupported_share: float = Field(0.10, ge=0.0, le=1.0)
     guard_min_sentences: int = Field(10, ge=1)
+    # extractive: the answer to a doctor turn that asks nothing, per language (a neutral
+    # sentence: a patient that asks "what do I have?" steers the doctor to a diagnosis)
+    nothing_asked: dict[str, str] = Field(default_factory=lambda: {
+        "en": "I'm not sure what else to tell you.", "zh": "我一时想不起还有别的要说的。"})
     role: str = "patient"
     prompt: str = "sp_patient"
     chunk_tokens: int = Field(128, ge=8, le=4096)     # a chunk's size cap (Han chars count 1 each)
@@ -59,6 +66,13 @@ class PatientParams(StrictModel):
     def call(self) -> CallSpec:
         """The llm patient's reply."""
         return CallSpec(self.role, self.prompt, self.max_new_tokens)
+
+    @model_validator(mode="after")
+    def _nothing_asked_in_english(self) -> PatientParams:
+        if not self.nothing_asked.get("en", "").strip():
+            raise ValueError("simulation.patient.nothing_asked: needs a non-empty 'en' "
+                             "sentence (the one used for a language it does not list)")
+        return self
 
     @model_validator(mode="after")
     def _known_kind(self) -> PatientParams:
@@ -110,6 +124,17 @@ class GraderParams(StrictModel):
         return self
 
 
+class ControlsGateParams(StrictModel):
+    """The controls' gate: the run fails, writing nothing, when a negative control passes
+    any category above ``max_negative_pass`` (Eq. 6 share over its cases) or
+    ``control_script`` stays under ``script_fraction`` of the coverage a clinician's
+    reading gives its script (``script_coverage``, hand-judged per case and category)."""
+
+    max_negative_pass: float = Field(0.10, ge=0.0, le=1.0)
+    script_coverage: str | None = "data/embedded/sp_script_coverage.jsonl"
+    script_fraction: float = Field(0.8, ge=0.0, le=1.0)
+
+
 class DoctorDecoding(StrictModel):
     """How the doctors under test decode in the SP test (per call, so it lives here)."""
 
@@ -127,8 +152,8 @@ class NextTurnParams(StrictModel):
     dialogues: str = "data/embedded/dialogues.jsonl"
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
     source_split: str = "test1"
-    dialogue_ids: list[str] | None = None      # None: the last n_dialogues (embedded: unsplit ones)
-    n_dialogues: int = Field(10, ge=1)
+    dialogue_ids: list[str] | None = None   # None: the last n_dialogues (embedded: eval part)
+    n_dialogues: int = Field(18, ge=1)
     cuts_per_dialogue: int = Field(1, ge=1, le=50)  # seeded doctor turns predicted per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)
     max_new_tokens: int = Field(64, ge=4, le=2048)
@@ -138,16 +163,43 @@ class NextTurnParams(StrictModel):
 
 class HeldoutParams(StrictModel):
     """Held-out process compliance (simulation.heldout): each compared policy's next doctor
-    turn on states of dialogues stage 01 never split, scored per rule by stage 03's REM,
+    turn on states of the split's eval dialogues, before their diagnosis, scored per rule
+    by stage 03's REM beside two controls (the real next turn, a premature diagnosis),
     against SFT by state with intervals clustered by dialogue."""
 
     enabled: bool = True              # on by default (issue 21); ~6.5 min uncached on 2 cores
-    dialogues: str = "data/embedded/dialogues.jsonl"  # the pool, less stage 01's splits
-    n_states: int = Field(60, ge=1)
+    dialogues: str = "data/embedded/dialogues.jsonl"  # its eval part (shared.split)
+    n_states: int = Field(68, ge=1)
     states_per_dialogue: int = Field(4, ge=1, le=50)  # seeded cuts per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)   # turns the policy (and the REM) reads
     include_grid: bool = False        # also the PLPF Table 3 grid cells (grid_pattern)
     max_new_tokens: int = Field(64, ge=4, le=2048)
+    # control_bad_turn of a dialogue without meta.diagnosis_turn: this, with {diagnosis}
+    bad_turn_template: str = "This is {diagnosis}; I'll start treatment today."
+
+    @field_validator("bad_turn_template")
+    @classmethod
+    def _names_the_diagnosis(cls, v: str) -> str:
+        if "{diagnosis}" not in v:
+            raise ValueError("simulation.heldout.bad_turn_template must contain {diagnosis}")
+        return v
+
+
+class SplitOverlapParams(StrictModel):
+    """The overlap check of the SP cases against the split's corpus
+    (:mod:`medpref.simulation.overlap`): a flagged dialogue in ``train`` fails the stage."""
+
+    dialogues: str = "data/embedded/dialogues.jsonl"   # the corpus shared.split divides
+    gloss: str | None = "data/embedded/sp_cases_gloss_en.yaml"  # English of non-English cases
+    flag_cosine: float = Field(0.6, ge=-1.0, le=1.0)   # MiniLM cosine: the same case
+    flag_shared_words: int = Field(2, ge=1, le=20)     # or this many specific disease words
+    near_cosine: float = Field(0.5, ge=-1.0, le=1.0)   # listed, allowed anywhere
+
+    @model_validator(mode="after")
+    def _near_below_flag(self) -> SplitOverlapParams:
+        if self.near_cosine > self.flag_cosine:
+            raise ValueError("simulation.split_overlap.near_cosine must not exceed flag_cosine")
+        return self
 
 
 class SimulationParams(StrictModel):
@@ -159,18 +211,25 @@ class SimulationParams(StrictModel):
     agentclinic_file: Literal["medqa", "medqa_extended", "nejm", "nejm_extended"] = "medqa"
     n_cases: int | None = Field(None, ge=1)           # a subset, one per department first
     case_ids: list[str] | None = None                 # overrides n_cases
-    # Table 3 grid cells: the SP test on this many of the cases (round-robin; None: all)
-    grid_cases: int | None = Field(3, ge=1)
+    # Table 3 grid cells: the SP test on this many of the cases (round-robin; None: all;
+    # 0: the cells are not SP-tested, and table3_grid says why)
+    grid_cases: int | None = Field(0, ge=0)
     rounds: int = Field(5, ge=1, le=50)               # paper: 5
     doctor_prompt: str = "policy_doctor"                # the prompt the policies trained with
     doctor_decoding: DoctorDecoding = Field(default_factory=DoctorDecoding)
     doctors: list[DoctorConfig] = Field(default_factory=lambda: [DoctorConfig(name="base")])
+    # control doctors (simulation.controls.CONTROLS) run on every case beside the models,
+    # with no model call
+    controls: list[str] = Field(default_factory=lambda: [
+        "control_script", "control_reciter", "control_lecture", "control_echo"])
+    controls_gate: ControlsGateParams = Field(default_factory=ControlsGateParams)
     trained_policies: bool = True      # add stage 05's trained policies (SFT, each DPO run)
     embedding_model: str = "models/all-minilm-l6-v2"
     patient: PatientParams = Field(default_factory=PatientParams)
     grader: GraderParams = Field(default_factory=GraderParams)
     next_turn: NextTurnParams = Field(default_factory=NextTurnParams)
     heldout: HeldoutParams = Field(default_factory=HeldoutParams)
+    split_overlap: SplitOverlapParams = Field(default_factory=SplitOverlapParams)
     rem_radar: bool = True
     rem_adapter: str | None = "data/03_rem/rem_lora"   # finetuned REM; absent → in-context expected
     rem_role: str = "rem"
@@ -219,4 +278,22 @@ class SimulationParams(StrictModel):
         names = [d.name for d in self.doctors]
         if len(set(names)) != len(names):
             raise ValueError(f"simulation.doctors: names must be distinct, got {names}")
+        if any(d.kind == "control" for d in self.doctors):
+            raise ValueError("simulation.doctors: lists model doctors; name a control in "
+                             "simulation.controls")
+        return self
+
+    @model_validator(mode="after")
+    def _known_controls(self) -> SimulationParams:
+        from medpref.simulation.controls import CONTROLS
+
+        unknown = [c for c in self.controls if c not in CONTROLS]
+        if unknown:
+            raise ValueError(f"simulation.controls: no control doctor {unknown} (known: "
+                             f"{sorted(CONTROLS)})")
+        if len(set(self.controls)) != len(self.controls):
+            raise ValueError(f"simulation.controls: names must be distinct, got {self.controls}")
+        clash = sorted(set(self.controls) & {d.name for d in self.doctors})
+        if clash:
+            raise ValueError(f"simulation.controls: {clash} also named in simulation.doctors")
         return self

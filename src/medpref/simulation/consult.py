@@ -1,11 +1,16 @@
 """The SP test's consultations: doctor and simulated patient, in lock-step across cases.
 
-Each round, every still-open case gets one doctor turn (one ``chat_many`` batch for all
-cases) and then one patient turn (one batch, from the configured patient of
+Each round, every still-open case gets one doctor turn (one batch for all cases) and then
+one patient turn (one batch, from the configured patient of
 :mod:`medpref.simulation.patients`). A consultation ends when the patient writes the end
 marker, when the round cap is reached, or when a call fails (recorded, never silently
-dropped). The doctor's decoding controls (repetition penalty, no-repeat n-gram size) go
-to its backend; ``stop_after_question`` keeps a turn up to its first question.
+dropped).
+
+A doctor is anything with ``name``, ``kind``, ``model_id`` and ``turns(open, round)``:
+a :class:`ModelDoctor` (a role, optionally with a LoRA adapter: one ``chat_many`` batch
+per round, its decoding controls sent to its backend, ``stop_after_question`` keeping a
+turn up to its first question), or a control of :mod:`medpref.simulation.controls` that
+writes its turns from the case and the transcript with no model call.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from medpref.contracts import SPCase, Turn
 from medpref.llm import CallSpec, LLMClient
@@ -70,6 +75,7 @@ class Consultation:
     steps: list[dict[str, Any]] = field(default_factory=list)   # raw answers, retrieved chunks
     ended_by: str = "rounds"       # end_marker | rounds | doctor_failed | patient_failed
     error: str | None = None
+    kind: str = "model"            # the doctor's kind: model | control
 
     @property
     def doctor_turns(self) -> list[str]:
@@ -81,7 +87,7 @@ class Consultation:
 
     def record(self) -> dict[str, Any]:
         return {"case": self.case_id, "department": self.department, "lang": self.lang,
-                "doctor": self.doctor, "doctor_model": self.doctor_model,
+                "doctor": self.doctor, "kind": self.kind, "doctor_model": self.doctor_model,
                 "rounds": self.rounds, "ended_by": self.ended_by, "error": self.error,
                 "turns": [{"role": t.role, "text": t.text} for t in self.turns],
                 "steps": self.steps}
@@ -102,21 +108,58 @@ class SimulationSetup:
     stop_after_question: bool = False
 
 
-def _doctor_round(open_: list[Consultation], doctor: LLMClient, call: CallSpec,
-                  setup: SimulationSetup, round_no: int) -> None:
-    convs = [doctor_messages(setup.doctor_template, c.turns) for c in open_]
-    overrides: dict[str, Any] = {"temperature": setup.doctor_temperature,
-                                 "repetition_penalty": setup.repetition_penalty,
-                                 "no_repeat_ngram_size": setup.no_repeat_ngram_size}
-    if setup.doctor_temperature > 0:
-        overrides["seed"] = setup.seed + round_no
-    for c, comp in zip(open_, doctor.chat_many(convs, call, **overrides)):
-        if comp.error:
-            c.ended_by, c.error = "doctor_failed", comp.error
+@dataclass
+class DoctorTurn:
+    """One doctor turn: its text, the raw completion behind it (a model), or the error."""
+
+    text: str
+    raw: str | None = None
+    error: str | None = None
+
+
+class Doctor(Protocol):
+    name: str
+    kind: str           # model | control
+    model_id: str
+
+    def turns(self, open_: Sequence[Consultation], round_no: int) -> list[DoctorTurn]:
+        ...
+
+
+@dataclass
+class ModelDoctor:
+    """A doctor under test that is a model: one ``chat_many`` batch per round."""
+
+    name: str
+    client: LLMClient
+    call: CallSpec
+    setup: SimulationSetup
+    kind: str = "model"
+
+    @property
+    def model_id(self) -> str:
+        return self.client.model_id
+
+    def turns(self, open_: Sequence[Consultation], round_no: int) -> list[DoctorTurn]:
+        setup = self.setup
+        convs = [doctor_messages(setup.doctor_template, c.turns) for c in open_]
+        overrides: dict[str, Any] = {"temperature": setup.doctor_temperature,
+                                     "repetition_penalty": setup.repetition_penalty,
+                                     "no_repeat_ngram_size": setup.no_repeat_ngram_size}
+        if setup.doctor_temperature > 0:
+            overrides["seed"] = setup.seed + round_no
+        return [DoctorTurn("", comp.text, comp.error) if comp.error else
+                DoctorTurn(parse_doctor_answer(comp.text, setup.stop_after_question), comp.text)
+                for comp in self.client.chat_many(convs, self.call, **overrides)]
+
+
+def _doctor_round(open_: list[Consultation], doctor: Doctor, round_no: int) -> None:
+    for c, turn in zip(open_, doctor.turns(open_, round_no)):
+        if turn.error:
+            c.ended_by, c.error = "doctor_failed", turn.error
             continue
-        c.turns.append(Turn(role="doctor",
-                            text=parse_doctor_answer(comp.text, setup.stop_after_question)))
-        c.steps.append({"round": round_no, "speaker": "doctor", "raw": comp.text})
+        c.turns.append(Turn(role="doctor", text=turn.text))
+        c.steps.append({"round": round_no, "speaker": "doctor", "raw": turn.raw})
 
 
 def _patient_round(open_: list[Consultation], setup: SimulationSetup, round_no: int) -> None:
@@ -131,22 +174,22 @@ def _patient_round(open_: list[Consultation], setup: SimulationSetup, round_no: 
             c.ended_by = "end_marker"
 
 
-def simulate(cases: Sequence[SPCase], doctor: LLMClient, doctor_name: str,
-             setup: SimulationSetup, call: CallSpec) -> list[Consultation]:
-    """Run every case's consultation with this doctor (its turns asked as ``call`` says),
-    round by round in lock-step.
+def simulate(cases: Sequence[SPCase], doctor: Doctor, setup: SimulationSetup
+             ) -> list[Consultation]:
+    """Run every case's consultation with this doctor, round by round in lock-step.
 
     The patient opens with its chief complaint; then each round is one doctor turn and
     one patient turn, at most ``setup.rounds`` rounds.
     """
-    consults = [Consultation(c.id, c.department, c.lang, doctor_name, doctor.model_id,
-                             [Turn(role="patient", text=c.chief_complaint)]) for c in cases]
+    consults = [Consultation(c.id, c.department, c.lang, doctor.name, doctor.model_id,
+                             [Turn(role="patient", text=c.chief_complaint)], kind=doctor.kind)
+                for c in cases]
     done: set[int] = set()
     for round_no in range(1, setup.rounds + 1):
         open_ = [c for i, c in enumerate(consults) if i not in done]
         if not open_:
             break
-        _doctor_round(open_, doctor, call, setup, round_no)
+        _doctor_round(open_, doctor, round_no)
         talking = [c for c in open_ if c.ended_by == "rounds"]
         if talking:
             _patient_round(talking, setup, round_no)

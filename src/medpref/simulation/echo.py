@@ -51,15 +51,26 @@ _QUESTION_START = re.compile(
     r"which|who|why|do|does|did|have|has|had|are|is|was|were|can|could|would|will|any|"
     r"tell me|describe|please (?:tell|describe))\b", re.IGNORECASE)
 _RECOMMEND = re.compile(
-    r"\b(?:i(?:'d| would) like (?:to|you to|a|an|some|the|your|him|her|them|that)\b|"
+    r"\b(?:i(?:'d| would)(?: still| also)? like (?:to|you to|a|an|some|the|your|him|her|them|"
+    r"that|[\w-]+ (?:tests?|scans?|samples?|levels?|counts?))\b|"
     r"(?:we|i)(?:'ll| will) (?:do|get|run|order|check|arrange|take|measure|test|send|book|"
-    r"dip|refer)\b|so (?:we|i) can (?:check|test|measure|see|look)\b|"
+    r"dip|refer|weigh)\b|so (?:we|i) can (?:check|test|measure|see|look)\b|"
     r"let's (?:go through|look|see)\b|i (?:recommend|suggest|advise|want to order|"
     r"will order|'ll order)|i'll (?:order|arrange|request|send|check)|we (?:should|need to|"
     r"will|'ll|can) (?:do|get|run|order|check|arrange|take|measure|test|start)|let's "
-    r"(?:do|get|run|order|check|arrange|take|measure|test)|you (?:should|need to|will need "
+    r"(?:do|get|run|order|check|arrange|take|measure|test|weigh|send|use|complete)|"
+    r"let me (?:look|check|examine|listen|feel|take|measure|weigh|test)\b|"
+    r"\b(?:we|you)(?:'ll| will)? need (?:a|an|some|the|your|right away|now|urgently)\b|"
+    r"you (?:should|need to|will need "
     r"to) (?:have|get|do|take)|(?:recommend|suggest|order|arrange|request)(?:ing)? (?:a|an|"
     r"some|the)\b)", re.IGNORECASE)
+# an elliptical request that continues the plan: "And a urine test." "And blood tests, a
+# full blood count and CRP." (no verb of its own: "And the X-ray was normal." reports)
+_ELLIPTICAL_REQUEST = re.compile(r"^\s*(?:and|also|plus)\s+[\w\s,'-]{1,80}[.!]?\s*$",
+                                 re.IGNORECASE)
+_FINITE_VERB = re.compile(r"\b(?:is|was|were|are|am|has|had|have|does|did|do|shows?|showed|"
+                          r"came|comes|looks?|looked|seems?|seemed|went|goes|feels?|felt)\b",
+                          re.IGNORECASE)
 _IMPERATIVE = re.compile(r"^\s*(?:please\s+|so\s+|then\s+)?(?:get|have|do|take|go for|book|"
                          r"arrange|start)\s+(?:a|an|some|the|your|a few)?\s*\w", re.IGNORECASE)
 _DECLINE = re.compile(
@@ -111,6 +122,29 @@ _NEGATION_PHRASES = re.compile(r"\bruled? out\b|\brules out\b|\bfree of\b", re.I
 _NOT_A_NEGATION = re.compile(r"\bnot (?:just|only)\b", re.IGNORECASE)   # "not just hernia": more
 NEGATION_WINDOW = 5
 
+# a history cue just before the disease: "he had asthma attacks while sleeping", "who has
+# been diagnosed with asthma since he was 12" state a past event, not the diagnosis the
+# doctor reaches now
+_HISTORY_CUES = frozenset({"had", "diagnosed"})
+HISTORY_WINDOW = 3
+
+# how a doctor offers a disease as this patient's diagnosis: "this could be due to …",
+# "it sounds like …", "you have …", "she most likely has …", "I think …", "yellow phlegm
+# may indicate …", or a finding in the patient's body ("…growing in your left tube"). An English
+# sentence without such a frame mentions a disease in teaching text or in passing ("These
+# illnesses include … other kinds involving pneumonia"; "…could lead to more complicated
+# conditions not just hernia"), which does not name it as the diagnosis
+_DIAGNOSIS_FRAME = re.compile(
+    r"\b(?:this|that|it)(?:'s| is| was| could| can| may| might| would| will| sounds| "
+    r"seems| looks| means| indicates| suggests)\b|"
+    r"\b(?:could|can|might|may|is|would) (?:it|this|that) be\b|"
+    r"\b(?:may|might|could|can|would) (?:indicate|suggest|mean|point to)\b|"
+    r"\bin your\b|\byour (?:left |right )?[a-z]+ (?:is|are|has|shows?)\b|"
+    r"\b(?:you|he|she|they|we)(?:'re| are| is|'ve| have| has|'s)\b|"
+    r"\b(?:most likely|probably|likely|possibly|i think|i suspect|i believe|diagnosis|"
+    r"sounds? like|looks? like|seems? like|suffers? from|suffering from|due to|caused by|"
+    r"consistent with|points? to|worry is)\b", re.IGNORECASE)
+
 # disease-shaped words: a sentence holding many of these is a list of candidates even
 # when nothing separates them ("pancreatitis bronchitis gastroenteritis anemia ...")
 _DISEASE_WORD = re.compile(
@@ -134,13 +168,18 @@ def disease_core(item: str) -> frozenset[str]:
 def names_disease(sentence: str, item: str) -> bool:
     """The sentence names the disease: it shares a unit of :func:`disease_core` with it, and
     (English) some such mention has no negation cue in the ``NEGATION_WINDOW`` words before
-    it. A sentence only about the same organ or topic ("the eardrums" for otitis media)
-    does not name it, whatever its cosine."""
+    it and no history cue ("had", "diagnosed") in the ``HISTORY_WINDOW`` words before it,
+    in a sentence that offers a diagnosis (``_DIAGNOSIS_FRAME``: "this could be…", "you
+    have…", "most likely…"; teaching text and talk in passing do not). A sentence only
+    about the same organ or topic ("the eardrums" for otitis media) does not name it,
+    whatever its cosine."""
     core = disease_core(item)
     if not core & content_units(sentence):
         return False
     if is_chinese(sentence):
         return True
+    if not _DIAGNOSIS_FRAME.search(sentence.replace("\u2019", "'")):
+        return False
     stem = _stemmer().stem
     text = sentence.lower().replace("\u2019", "'")          # "doesn’t" as "doesn't"
     text = _NEGATION_PHRASES.sub(" not ", _NOT_A_NEGATION.sub(" also ", text))
@@ -148,7 +187,8 @@ def names_disease(sentence: str, item: str) -> bool:
     hits = [i for i, w in enumerate(words) if w not in _STOP and stem(w) in core]
     if not hits:        # a unit shared through a Chinese run or a digit-free token split
         return True
-    return any(not _NEGATION_CUES & set(words[max(0, i - NEGATION_WINDOW):i]) for i in hits)
+    return any(not _NEGATION_CUES & set(words[max(0, i - NEGATION_WINDOW):i])
+               and not _HISTORY_CUES & set(words[max(0, i - HISTORY_WINDOW):i]) for i in hits)
 
 
 def disease_words(sentence: str) -> int:
@@ -156,6 +196,34 @@ def disease_words(sentence: str) -> int:
     "cancer") the sentence holds."""
     found = {m.group(0).lower() for m in _DISEASE_WORD.finditer(sentence)}
     return len(found - _NOT_DISEASES)
+
+
+# where a list breaks: commas, semicolons, slashes, "and", "or" and their Chinese marks
+_LIST_BREAK = re.compile(r",|;|/|\bor\b|\band\b|、|，|；|或者|或")
+
+
+def list_pieces(sentence: str) -> int:
+    """The pieces of the sentence's list that carry clinical content of their own (a
+    lead-in such as "From what you've told me," carries none): "Do you have fever,
+    cough or chest pain?" has 3."""
+    return sum(1 for piece in _LIST_BREAK.split(sentence) if content_units(piece))
+
+
+def listed_candidates(sentence: str, matched_items: int, act: str) -> int:
+    """How many candidates one doctor sentence names at once: the checklist items of the
+    case it names by their words and would earn, in any category (``matched_items``), or
+    its list pieces, whichever is more. A recommendation is counted by its items only: an
+    order for one blood draw is written as a list ("blood tests, a blood count, liver
+    tests and lipase") and names three checklist tests, not four candidates."""
+    pieces = 0 if act == "recommendation" else list_pieces(sentence)
+    return max(matched_items, pieces)
+
+
+def lists_too_many(sentence: str, matched_items: int, act: str, max_candidates: int) -> bool:
+    """PLPF Eq. 6's rule (a turn naming four or more candidate diseases fails) extended
+    to every category: a sentence naming ``max_candidates`` or more candidates is a list,
+    not a question, and earns nothing."""
+    return listed_candidates(sentence, matched_items, act) >= max_candidates
 
 
 def is_chinese(text: str) -> bool:
@@ -205,6 +273,8 @@ def speech_act(sentence: str) -> str:
         return "decline"
     if _RECOMMEND.search(s) or (_IMPERATIVE.match(s) and not s.endswith("?")):
         return "recommendation"
+    if _ELLIPTICAL_REQUEST.match(s) and not _FINITE_VERB.search(s):
+        return "recommendation"
     if s.endswith(("?", "？")) or _QUESTION_START.match(s):
         return "question"
     return "statement"
@@ -226,7 +296,8 @@ def doctor_sentences(turns: Sequence[Turn], echo_overlap: float = 0.6, min_new: 
                      ) -> list[DoctorSentence]:
     """Every doctor sentence in order, each checked against what the patient had said
     before it. An echo: at least ``echo_overlap`` of its units said already and fewer
-    than ``min_new`` new units."""
+    than ``min_new`` new units; a question needs only one new unit to be the doctor's own
+    ("How high has the fever been?" asks something the patient has not said)."""
     said: set[str] = set()
     out = []
     for i, t in enumerate(turns):
@@ -237,6 +308,8 @@ def doctor_sentences(turns: Sequence[Turn], echo_overlap: float = 0.6, min_new: 
             units = content_units(s)
             new = len(units - said)
             share = overlap_share(units, said)
-            echo = bool(units) and share >= echo_overlap and new < min_new
-            out.append(DoctorSentence(i, s, speech_act(s), echo, round(share, 3), new))
+            act = speech_act(s)
+            needs = 1 if act == "question" else min_new
+            echo = bool(units) and share >= echo_overlap and new < needs
+            out.append(DoctorSentence(i, s, act, echo, round(share, 3), new))
     return out

@@ -15,7 +15,10 @@ item. Four are registered:
   share (any language). A disease must be named, not alluded to: the sentence shares a
   unit of the disease's name beyond its modifiers and does not negate it ("no signs of
   asthma"); it passes only in a turn naming fewer than ``max_candidates`` candidates,
-  counting list pieces or disease-shaped words, whichever is more.
+  counting list pieces or disease-shaped words, whichever is more. In every category, a
+  sentence that names ``max_candidates`` or more candidates at once (checklist items it
+  names by their words, in any category, or its list pieces:
+  :func:`~medpref.simulation.echo.lists_too_many`) earns nothing: listing is not asking.
 
 Adding a grader: one class with ``grade(consults, cases)`` and ``@register_grader``.
 """
@@ -37,6 +40,7 @@ from medpref.simulation.echo import (
     doctor_sentences,
     is_chinese,
     item_parts,
+    lists_too_many,
     names_disease,
 )
 from medpref.simulation.grading import (
@@ -154,8 +158,37 @@ class EchoAwareGrader:
         items = [(ci, cat, item) for ci, c in enumerate(consults)
                  for cat in CATEGORIES for item in getattr(cases[c.case_id].checklist, cat)]
         sims = self._similarities(per, items)
-        return [self._grade(consults[ci], per[ci], cat, item, sims.get((ci, item)))
+        hits = {(ci, cat, item): self._matches(item, per[ci], sims.get((ci, item)))
+                for ci, cat, item in items}
+        # the items a sentence names by their words (no cosine: MiniLM's loose match puts a
+        # single-topic question near several items of one case)
+        named = {(ci, cat, item): self._own(per[ci], cat, item, self._matches(item, per[ci],
+                                                                              None))
+                 for ci, cat, item in items}
+        listing = [self._listing(sents, [named[key] for key in items if key[0] == ci])
+                   for ci, sents in enumerate(per)]
+        return [self._grade(consults[ci], per[ci], cat, item, sims.get((ci, item)),
+                            hits[(ci, cat, item)], listing[ci])
                 for ci, cat, item in items]
+
+    @staticmethod
+    def _own(sents: Sequence[DoctorSentence], cat: str, item: str, hits: list[int]
+             ) -> list[int]:
+        """The matched sentences that could earn the item: the doctor's own (no echo), of
+        the act the category needs, and for a disease, naming it."""
+        own = [k for k in hits if not sents[k].echo and sents[k].act in ACTS_FOR[cat]]
+        if cat == "diseases":
+            own = [k for k in own if names_disease(sents[k].text, item)]
+        return own
+
+    def _listing(self, sents: Sequence[DoctorSentence], earners: Sequence[list[int]]
+                 ) -> set[int]:
+        """The sentences that name too many candidates at once: counted by the checklist
+        items each names by their words and would earn (any category), or by its list
+        pieces."""
+        matched = [sum(k in own for own in earners) for k in range(len(sents))]
+        return {k for k, s in enumerate(sents)
+                if lists_too_many(s.text, matched[k], s.act, self.max_candidates)}
 
     def _similarities(self, per, items) -> dict[tuple[int, str], np.ndarray]:
         """Per consultation and item: each doctor sentence's best MiniLM cosine with the
@@ -187,16 +220,14 @@ class EchoAwareGrader:
                 hits.append(k)
         return hits
 
-    def _grade(self, c, sents, cat, item, cos) -> ItemGrade:
-        hits = self._matches(item, sents, cos)
+    def _grade(self, c, sents, cat, item, cos, hits, listing) -> ItemGrade:
         echoes = [sents[k].text for k in hits if sents[k].echo]
-        own = [k for k in hits if not sents[k].echo and sents[k].act in ACTS_FOR[cat]]
+        # a disease is named, not alluded to or denied: the matched sentence shares a
+        # unit of the disease's name and does not negate it (echo.names_disease)
+        own = self._own(sents, cat, item, hits)
         grade = ItemGrade(c.case_id, c.doctor, cat, item, False, "echo_aware",
                           echo_excluded=echoes)
         if cat == "diseases":
-            # a disease is named, not alluded to or denied: the matched sentence shares a
-            # unit of the disease's name and does not negate it (echo.names_disease)
-            own = [k for k in own if names_disease(sents[k].text, item)]
             # candidates: the list pieces of the turn, or the disease-shaped words of the
             # sentence when a run-on list has no separators, whichever is more
             counts = {k: max(heuristic_disease_count(c.turns[sents[k].turn].text, item),
@@ -204,6 +235,9 @@ class EchoAwareGrader:
             grade.turns_named = [sents[k].turn for k in own]
             grade.candidates = [counts[k] for k in own]
             own = [k for k in own if counts[k] < self.max_candidates]
+        # listing is not asking: a sentence naming too many candidates at once earns nothing
+        grade.listing_excluded = [sents[k].text for k in own if k in listing]
+        own = [k for k in own if k not in listing]
         if own:
             best = own[0] if cos is None else max(own, key=lambda k: cos[k])
             grade.passed = True

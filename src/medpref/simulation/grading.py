@@ -202,6 +202,8 @@ class ItemGrade:
     evidence_turn: int | None = None   # transcript index of the doctor turn that earned it
     evidence: str | None = None        # the doctor sentence that earned it
     echo_excluded: list[str] = field(default_factory=list)   # echoes that matched the item
+    # matched sentences that name too many candidates at once (the listing rule)
+    listing_excluded: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Grading SP checklist items by hand, to re-measure the grader's κ on one's own cases.
 
-Stage 06 writes one transcript per consultation (``data/06_simulation/transcripts.jsonl``)
-and one machine grade per checklist item (``grades.jsonl``). A clinician works through a
+Stage 06 records one transcript per consultation
+(``reports/06_simulation/records/consultations.jsonl``) and one machine grade per checklist
+item (``records/grades.jsonl``), committed with its reports. A clinician works through a
 seeded, shuffled queue of those items (one per case × doctor × item) in JupyterLab
 (``notebooks/grade_by_hand.ipynb``); each verdict is appended at once, as an
 ``SPGradedItem``, to a file that ``simulation.grader.graded_items`` can point at.
@@ -20,6 +21,7 @@ import os
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,22 +41,33 @@ from medpref.contracts import (
 )
 from medpref.metrics.intervals import cohen_kappa
 
-# What a verdict means, in the clinician's words (the grader's rule, PLPF App. B.3).
+# What a verdict means, in the clinician's words: the rubric of docs/sp_grading_rubric.md
+# in short (PLPF App. B.3, Eq. 6). The rubric decides; this text only reminds.
 RULES = {
-    "symptoms": "Did the doctor ask about this symptom or history item? The patient "
-                "mentioning it unprompted does not count, nor does the doctor echoing "
-                "the patient's own words back.",
-    "tests": "Did the doctor recommend (order, suggest) this test? The patient mentioning "
-             "a test or its result does not count, nor does the doctor echoing the "
-             "patient's own words back.",
-    "diseases": "Did the doctor name this disease, in a turn that names fewer than four "
-                "candidate diseases? A list of four or more fails; the patient naming it, "
-                "or the doctor echoing the patient's words, does not count.",
+    "symptoms": "Did the doctor ASK about this symptom or history item: a question or an "
+                "invitation that targets it (other words are fine; any part of a compound "
+                "item counts; a question may list several items)? Not earned by a statement "
+                "that the patient has it (made up or true), teaching text, an open question "
+                "(\"what brings you in?\") that targets no item, a question about something "
+                "else that shares a word, a bare keyword list, the patient volunteering it, "
+                "or the doctor echoing the patient's words.",
+    "tests": "Did the doctor REQUEST or RECOMMEND this test for this patient (order, propose, "
+             "\"we need…\", \"check your…\"), or ask for its result to use it? A missing "
+             "qualifier is fine (\"blood sugar\" for fasting glucose). Not earned by a test "
+             "only mentioned (teaching text, general advice, someone else's), a made-up "
+             "result, a declined test, a question about an organ, an unnamed \"blood work\", "
+             "or the patient mentioning it.",
+    "diseases": "Did the doctor NAME this disease as the patient's diagnosis, or as one of "
+                "FEWER THAN FOUR candidates offered together (its name, a bracketed part, a "
+                "synonym; type, side or acuity may be missing; a first-turn guess counts)? Not "
+                "earned by a list of four or more, teaching text about the disease, the "
+                "disease as a complication or risk, made-up history, a negation, a shared "
+                "word (a symptom, a site), a neighbouring disease, or the patient naming it.",
 }
 
 
 class SimTranscript(Record):
-    """One line of ``data/06_simulation/transcripts.jsonl`` (the fields read here)."""
+    """One line of stage 06's ``records/consultations.jsonl`` (the fields read here)."""
 
     case: str
     doctor: str
@@ -64,7 +77,7 @@ class SimTranscript(Record):
 
 
 class SimGrade(Record):
-    """One line of ``data/06_simulation/grades.jsonl``; ``passed`` None: abstained."""
+    """One line of stage 06's ``records/grades.jsonl``; ``passed`` None: abstained."""
 
     case: str
     doctor: str
@@ -94,6 +107,96 @@ def work_id(case: str, doctor: str, category: str, item: str) -> str:
     """Stable id of a case × doctor × checklist item: ``hg-<case>-<10 hex of a hash>``."""
     key = "\x1f".join((case, doctor, category, item)).encode("utf-8")
     return f"hg-{case}-{hashlib.sha256(key).hexdigest()[:10]}"
+
+
+_VOID_TAGS = frozenset({"br", "wbr", "img", "hr"})    # no end tag follows these
+
+
+class _TranscriptPage(HTMLParser):
+    """Reads the turns of every consultation of a ``transcripts.html`` page
+    (:mod:`medpref.simulation.transcripts_html`): case, language, department, doctor and
+    the text of each turn. The grades, evidence marks and tags ("echo (not credited)",
+    "doesn't know") are left out, so excerpts read from it are blind to the grader."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.records: list[dict] = []
+        self._case: dict | None = None
+        self._field: str | None = None      # "case" | "department" while reading the h2
+        self._turn: dict | None = None
+        self._depth = 0                     # open tags of the turn's body, itself included
+        self._skip = 0                      # open tags inside a label ("echo (not credited)")
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        cls = (a.get("class") or "").split()
+        if tag == "section" and "case" in cls:
+            self._case = {"case": "", "department": "", "lang": a.get("lang") or "en"}
+        elif tag == "h2" and self._case is not None and not self._case["case"]:
+            self._field = "case"
+        elif tag == "span" and self._field == "case" and "sub" in cls:
+            self._field = "department"
+        elif tag == "details" and "consult" in cls and self._case is not None:
+            self.records.append({"case": self._case["case"].strip(),
+                                 "department": self._case["department"].strip(" ·\n"),
+                                 "lang": self._case["lang"], "doctor": a.get("data-doctor", ""),
+                                 "turns": []})
+        elif tag == "li" and "turn" in cls and self.records:
+            role = next((c for c in cls if c in ("doctor", "patient")), None)
+            self._turn = {"role": role, "text": "", "body_read": False} if role else None
+        elif self._depth and tag not in _VOID_TAGS:     # inside the turn's body
+            self._depth += 1
+            if self._skip or (tag == "span" and "tag" in cls):
+                self._skip += 1
+        elif self._turn is not None and tag == "div" and not self._turn["body_read"]:
+            self._depth = 1                     # the body: the first div of the turn
+
+    def handle_endtag(self, tag):
+        if self._field and tag == "h2":
+            self._field = None
+        elif tag == "li" and self._turn is not None:
+            self.records[-1]["turns"].append({"role": self._turn["role"],
+                                              "text": " ".join(self._turn["text"].split())})
+            self._turn, self._depth, self._skip = None, 0, 0
+        elif self._depth:
+            self._depth -= 1
+            if self._skip:
+                self._skip -= 1
+            if not self._depth and self._turn is not None:
+                self._turn["body_read"] = True      # what follows ("earned: …") is no turn text
+
+    def handle_data(self, data):
+        if self._field and self._case is not None:
+            self._case[self._field] += data
+        elif self._depth and not self._skip and self._turn is not None:
+            self._turn["text"] += data
+
+
+def transcripts_from_html(path: str | os.PathLike) -> list[SimTranscript]:
+    """Every consultation of a stage-06 ``transcripts.html`` page as a
+    :class:`SimTranscript` (turns only: no grade, evidence or echo mark), so hand-graded
+    excerpts can be cut from a page whose run's records are not at hand."""
+    page = _TranscriptPage()
+    page.feed(Path(path).read_text(encoding="utf-8"))
+    page.close()
+    if not page.records:
+        raise ValueError(f"{path}: no consultation found (not a stage-06 transcripts page?)")
+    return [parse_record(SimTranscript, r, str(path), i)
+            for i, r in enumerate(page.records, start=1)]
+
+
+def excerpt(turns: Sequence[Turn], doctor_turns: Sequence[int]) -> list[Turn]:
+    """The turns a hand-graded item shows: the patient's first words (the chief
+    complaint), then each doctor turn of ``doctor_turns`` (indices into ``turns``) with the
+    patient turn just before it, in order, each turn once. Enough to judge an echo of the
+    complaint or of the last answer; the other turns are left out."""
+    wanted = sorted(set(doctor_turns))
+    for i in wanted:
+        if not 0 <= i < len(turns) or turns[i].role != "doctor":
+            raise ValueError(f"turn {i} is not a doctor turn of this transcript "
+                             f"({len(turns)} turns)")
+    keep = {0, *wanted, *(i - 1 for i in wanted if i > 0)}
+    return [turns[i] for i in sorted(keep)]
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -1,5 +1,5 @@
 """Held-out process compliance: does a policy follow the PLPF flowchart better than SFT
-on dialogues that no preference pair came from? (issue 21, item 2)
+on dialogues that nothing trained or tuned on? (issue 21, item 2; issue 31)
 
 A *state* is a real dialogue up to a patient turn: the turns before one of its doctor
 turns that answers the patient. Every policy writes the next doctor turn from the same
@@ -11,11 +11,20 @@ state by state (:func:`medpref.metrics.intervals.paired_difference`): a bootstra
 interval that resamples whole dialogues (the states of one dialogue share its patient and
 history), a sign-flip p-value on dialogue totals and the minimum detectable difference.
 
-Held out means: a dialogue stage 01 never split into preference items, so no stage 04
-pair and no stage 05 DPO run holds a turn of it. The states are drawn from those
-dialogues, seeded, several per dialogue. SFT reads every dialogue file listed in
-``training.sft.dialogues`` (the embedded file among them), so ``heldout_states.csv`` says
-per state whether its dialogue is in SFT's corpus.
+Held out means: a dialogue of the written split's ``eval`` part (``shared.split``,
+:mod:`medpref.data.split`), which SFT, stage 01's sampling (so every preference pair and
+DPO run) and the annotation never see. The states are drawn from those dialogues only,
+seeded, several per dialogue, each *before* the dialogue's diagnosis or plan
+(``meta.diagnosis_turn``), so that a diagnosis there is premature.
+
+Two controls are scored on every state beside the policies, with the same REM and rules
+and no generation: ``control_real_turn``, the dialogue's own next doctor turn, and
+``control_bad_turn``, a deliberately bad one — the dialogue's own diagnosis or plan turn
+moved to this early state (a diagnosis before the history; a templated diagnosis
+sentence when the dialogue has no such turn). Their paired difference (real − bad,
+bootstrap by dialogue) is the REM's range on these states: a policy's difference to SFT
+is read against it, and where the range does not exclude 0 the REM does not tell a good
+turn from a bad one here, and no policy is ranked by it (the verdict says so).
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medpref.contracts import Dialogue, Turn, read_jsonl, write_jsonl
+from medpref.contracts import ContractError, Dialogue, Turn, iter_jsonl
+from medpref.data.split import DialogueSplit, load_split
 from medpref.llm.types import CallSpec
 from medpref.metrics.intervals import paired_difference
 from medpref.params import repo_path
@@ -40,9 +50,13 @@ from medpref.simulation.nextturn import cut_points
 from medpref.simulation.tables import shown_mde
 
 REFERENCE = "sft"
+REAL, BAD = "control_real_turn", "control_bad_turn"
+CONTROLS = (REAL, BAD)
+RANGE = "rem_range"   # the table's line of the REM's range: control_real_turn − control_bad_turn
 COLUMNS = ["policy", "n_states", "rule", "mean", "delta_vs_sft", "ci_lo", "ci_hi", "p_value",
-           "mde", "verdict"]
-STATE_COLUMNS = ["dialogue", "cut", "history_turns", "in_sft_corpus"]
+           "mde", "verdict", "rem_range", "rem_range_lo", "rem_range_hi"]
+STATE_COLUMNS = ["dialogue", "part", "cut", "diagnosis_turn", "history_turns", "bad_turn_from"]
+NOT_RANKED = "not ranked: the REM's range covers 0"
 
 #: Seconds on 2 CPU cores for the printed estimate, measured in the committed run's
 #: ledger (reports/06_simulation/ledger.json): 342 uncached policy turns in 978 s
@@ -54,11 +68,16 @@ REM_S_PER_RULE = 0.46
 @dataclass(frozen=True)
 class HeldoutState:
     """A held-out dialogue cut before its doctor turn ``cut``: the history the policies
-    answer (the last ``history_max_turns`` turns, ending with the patient's)."""
+    answer (the last ``history_max_turns`` turns, ending with the patient's), and the two
+    controls' turns: the real one (``turns[cut]``) and the bad one."""
 
     dialogue: str
     cut: int
     history: tuple[Turn, ...]
+    real_turn: str = ""
+    bad_turn: str = ""
+    bad_turn_from: str = ""          # diagnosis_turn | template
+    diagnosis_turn: int | None = None
 
 
 @dataclass
@@ -67,62 +86,87 @@ class HeldoutResult:
     table: pd.DataFrame
     turns: list[dict[str, Any]] = field(default_factory=list)   # raw answers and REM scores
     note: str = ""
+    state_rows: list[dict[str, Any]] = field(default_factory=list)   # the states' records
 
 
 # -- which states --------------------------------------------------------------------------
 
-def sampled_dialogue_ids(params, dialogues_path: str) -> set[str]:
-    """Ids of the dialogues stage 01 splits into preference items, when it reads the file
-    at ``dialogues_path`` (the same seeded splits it makes); none when it reads another
-    source."""
-    from medpref.sampling.trajectory import sample_splits
-
-    try:
-        sp = params.sampling
-    except AttributeError:
-        raise ValueError("simulation.heldout needs the params section 'sampling' to know "
-                         "which dialogues stage 01 split") from None
-    if sp.source != "embedded" or not _same_file(sp.dialogues, dialogues_path):
-        return set()
-    dialogues = read_jsonl(repo_path(sp.dialogues), Dialogue)
-    splits = sample_splits(dialogues, sp.n_items, sp.future_rounds, sp.min_future_rounds,
-                           params.shared.seed)
-    return {s.dialogue_id for s in splits}
-
-
-def _same_file(a: str, b: str) -> bool:
-    return Path(repo_path(a)).resolve() == Path(repo_path(b)).resolve()
-
-
-def sft_corpus_has(params, dialogues_path: str) -> bool | None:
-    """Whether SFT trains on the file at ``dialogues_path`` (None: no training section)."""
-    try:
-        files = params.training.sft.dialogues
-    except AttributeError:
-        return None
-    return any(_same_file(f, dialogues_path) for f in files)
+def eval_dialogues(path: str | Path, split: DialogueSplit) -> list[Dialogue]:
+    """The dialogues of the file at ``path`` that the split puts in ``eval``, in file
+    order. A dialogue the split does not list is an error (so a new dialogue cannot slip
+    into the held-out set, or out of it, unseen), and so is an eval dialogue whose
+    ``meta.diagnosis_turn`` is not the index of one of its doctor turns (each error
+    names the file, the line and the field)."""
+    out = []
+    for line, d in enumerate(iter_jsonl(path, Dialogue), start=1):
+        try:
+            part = split.part(d.id)
+        except KeyError as exc:
+            raise ContractError(path, line, "id", exc.args[0]) from None
+        if part != "eval":
+            continue
+        i = (d.meta or {}).get("diagnosis_turn")
+        if i is not None and not (isinstance(i, int) and 0 <= i < len(d.turns)
+                                  and d.turns[i].role == "doctor"):
+            raise ContractError(path, line, "meta.diagnosis_turn",
+                                f"{i!r} is not the index of a doctor turn of {d.id} "
+                                f"({len(d.turns)} turns)")
+        out.append(d)
+    return out
 
 
-def select_states(dialogues: Sequence[Dialogue], excluded: set[str], n_states: int,
-                  per_dialogue: int, seed: int, history_max_turns: int) -> list[HeldoutState]:
-    """Up to ``n_states`` states from the dialogues not in ``excluded``: the dialogues in a
-    seeded order, up to ``per_dialogue`` seeded cuts each (a cut depends only on the seed
-    and the dialogue id, so adding dialogues keeps the others' cuts)."""
-    pool = sorted((d for d in dialogues if d.id not in excluded), key=lambda d: d.id)
+def bad_turn(d: Dialogue, template: str) -> tuple[str, str]:
+    """The deliberately bad turn for any early state of ``d`` and where it came from: the
+    dialogue's own diagnosis or plan turn (``meta.diagnosis_turn``), else ``template``
+    filled with ``meta.diagnosis``; neither is an error naming the dialogue."""
+    meta = d.meta or {}
+    i = meta.get("diagnosis_turn")
+    if i is not None:
+        return d.turns[i].text, "diagnosis_turn"
+    if meta.get("diagnosis"):
+        return template.format(diagnosis=meta["diagnosis"]), "template"
+    raise ValueError(f"dialogue {d.id}: the bad-turn control needs meta.diagnosis_turn or "
+                     "meta.diagnosis")
+
+
+def select_states(dialogues: Sequence[Dialogue], n_states: int, per_dialogue: int, seed: int,
+                  history_max_turns: int, bad_template: str) -> list[HeldoutState]:
+    """Up to ``n_states`` states: the dialogues in a seeded order, up to ``per_dialogue``
+    seeded cuts each among the doctor turns before its ``meta.diagnosis_turn`` (every
+    doctor turn when it has none); a cut depends only on the seed and the dialogue, so
+    adding dialogues keeps the others' cuts."""
+    pool = sorted(dialogues, key=lambda d: d.id)
     random.Random(f"{seed}:heldout").shuffle(pool)
     states: list[HeldoutState] = []
     for d in pool:
-        cuts = cut_points(d, per_dialogue, random.Random(f"{seed}:heldout:{d.id}"))
+        before = (d.meta or {}).get("diagnosis_turn")
+        cuts = cut_points(d, per_dialogue, random.Random(f"{seed}:heldout:{d.id}"), before)
+        bad, source = bad_turn(d, bad_template)
         for i in cuts[:n_states - len(states)]:
-            states.append(HeldoutState(d.id, i, tuple(d.turns[max(0, i - history_max_turns):i])))
+            states.append(HeldoutState(d.id, i, tuple(d.turns[max(0, i - history_max_turns):i]),
+                                       d.turns[i].text, bad, source, before))
         if len(states) >= n_states:
             break
     return states
 
 
-def states_table(states: Sequence[HeldoutState], in_sft_corpus: bool | None) -> pd.DataFrame:
-    return pd.DataFrame([{"dialogue": s.dialogue, "cut": s.cut, "history_turns": len(s.history),
-                          "in_sft_corpus": in_sft_corpus} for s in states], columns=STATE_COLUMNS)
+def states_table(states: Sequence[HeldoutState], split: DialogueSplit | None) -> pd.DataFrame:
+    """One row per state: its dialogue, the dialogue's part of the split (``eval``
+    throughout; a test asserts it), the cut, the diagnosis turn it comes before and
+    where its bad-turn control came from."""
+    return states_of(state_records(states, split))
+
+
+def state_records(states: Sequence[HeldoutState], split: DialogueSplit | None) -> list[dict]:
+    """The rows of :func:`states_table`, one record per state."""
+    return [{"dialogue": s.dialogue, "part": split.part(s.dialogue) if split else "",
+             "cut": s.cut, "diagnosis_turn": s.diagnosis_turn, "history_turns": len(s.history),
+             "bad_turn_from": s.bad_turn_from} for s in states]
+
+
+def states_of(rows: Sequence[dict]) -> pd.DataFrame:
+    """``heldout_states`` from its records."""
+    return pd.DataFrame(list(rows), columns=STATE_COLUMNS)
 
 
 def heldout_doctors(doctors: Sequence, grid_pattern: str, include_grid: bool) -> list:
@@ -132,9 +176,10 @@ def heldout_doctors(doctors: Sequence, grid_pattern: str, include_grid: bool) ->
 
 def estimated_seconds(n_states: int, n_policies: int, n_rules: int) -> tuple[float, float]:
     """(generation, REM) seconds of an uncached run on 2 CPU cores (an upper bound: REM
-    calls on states two policies answered alike are made once)."""
+    calls on states two policies answered alike are made once). The two controls cost REM
+    calls and no generation."""
     turns = n_states * n_policies
-    return turns * GEN_S_PER_TURN, turns * n_rules * REM_S_PER_RULE
+    return turns * GEN_S_PER_TURN, (turns + n_states * len(CONTROLS)) * n_rules * REM_S_PER_RULE
 
 
 # -- one policy's turns and the REM's scores -----------------------------------------------
@@ -190,7 +235,10 @@ def compliance_table(scores: pd.DataFrame, policies: Sequence[str], n_boot: int,
                      level: float = 0.95, reference: str = REFERENCE) -> pd.DataFrame:
     """Per policy and rule (``all`` first): mean REM score over the states it got one on,
     and the paired difference to ``reference`` over the states both got one on, clustered
-    by dialogue."""
+    by dialogue. When ``scores`` holds the two controls: per rule the REM's range (see
+    :func:`rem_ranges`) beside every row of that rule and on a line of its own (policy
+    ``rem_range``); on a rule where the range does not separate real from bad, no row
+    is ranked (verdict ``NOT_RANKED``)."""
     scores = with_overall(scores)
     rules = list(dict.fromkeys(scores["rule"]))
     wide = scores.set_index(["rule", "dialogue", "cut", "policy"])["score"].unstack("policy")
@@ -203,7 +251,54 @@ def compliance_table(scores: pd.DataFrame, policies: Sequence[str], n_boot: int,
                    "mean": float(mine.mean()) if len(mine) else np.nan}
             row.update(_versus(by_state, policy, reference, n_boot, level, seed))
             rows.append(row)
+    ranges = rem_ranges(wide, rules, n_boot, level, seed)
+    for row in rows:
+        cmp = ranges.get(row["rule"])
+        if cmp is None:
+            continue
+        row.update(rem_range=cmp.diff, rem_range_lo=cmp.lo, rem_range_hi=cmp.hi)
+        if not separates(cmp) and row["verdict"] in RANKED:
+            row["verdict"] = NOT_RANKED
+    rows += [range_line(rule, cmp) for rule, cmp in ranges.items()]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+#: The verdicts of a comparison, which a range that does not separate withdraws.
+RANKED = ("higher", "lower", "no detectable difference")
+
+
+def rem_ranges(wide: pd.DataFrame, rules: Sequence[str], n_boot: int, level: float,
+               seed: int) -> dict[str, Any]:
+    """Per rule: the paired difference control_real_turn − control_bad_turn over the
+    states the REM scored both on, bootstrap by dialogue (the REM's range on these
+    states); empty without the two controls."""
+    if not set(CONTROLS) <= set(wide.columns):
+        return {}
+    out = {}
+    for rule in rules:
+        both = wide.loc[rule][[REAL, BAD]].dropna()
+        if both.empty:
+            continue
+        out[rule] = paired_difference(both[REAL].to_numpy(), both[BAD].to_numpy(), n_boot=n_boot,
+                                      level=level, seed=seed,
+                                      clusters=list(both.index.get_level_values("dialogue")))
+    return out
+
+
+def separates(cmp) -> bool:
+    """The REM scores the real turn above the bad one: interval above 0 and p < 0.05."""
+    return cmp.verdict() == "higher"
+
+
+def range_line(rule: str, cmp) -> dict[str, Any]:
+    """The table's line of the REM's range on ``rule``."""
+    verdict = ("separates control_real_turn from control_bad_turn" if separates(cmp) else
+               "does not separate control_real_turn from control_bad_turn: nothing is "
+               "ranked by the REM on this rule")
+    return {"policy": RANGE, "n_states": cmp.n, "rule": rule, "mean": np.nan,
+            "delta_vs_sft": np.nan, "ci_lo": np.nan, "ci_hi": np.nan, "p_value": cmp.p_value,
+            "mde": shown_mde(cmp), "verdict": verdict, "rem_range": cmp.diff,
+            "rem_range_lo": cmp.lo, "rem_range_hi": cmp.hi}
 
 
 def _versus(by_state: pd.DataFrame, policy: str, reference: str, n_boot: int, level: float,
@@ -224,39 +319,71 @@ def _versus(by_state: pd.DataFrame, policy: str, reference: str, n_boot: int, le
 
 
 def metrics_of(result: HeldoutResult) -> dict[str, Any]:
-    """``heldout/<policy>``: the ``all`` row (mean, difference to SFT and its interval)."""
+    """``heldout/<policy>`` (controls included): the ``all`` row (mean, difference to SFT
+    and its interval); ``heldout/rem_range``: the REM's range on ``all``, and
+    ``rem_range_separates``: whether it separates the real turn from the bad one."""
     t = result.table
-    out = {}
-    for _, row in t[t["rule"] == "all"].iterrows():
+    out: dict[str, Any] = {}
+    for _, row in t[(t["rule"] == "all") & (t["policy"] != RANGE)].iterrows():
         out[f"heldout/{row['policy']}"] = {
             "n_states": int(row["n_states"]),
-            **{k: None if pd.isna(row[k]) else round(float(row[k]), 3)
-               for k in ("mean", "delta_vs_sft", "ci_lo", "ci_hi", "p_value")}}
+            **{k: _num(row[k]) for k in ("mean", "delta_vs_sft", "ci_lo", "ci_hi", "p_value")}}
+    line = t[(t["rule"] == "all") & (t["policy"] == RANGE)]
+    if len(line):
+        row = line.iloc[0]
+        out["heldout/rem_range"] = {"n_states": int(row["n_states"]),
+                                    **{k: _num(row[k]) for k in ("rem_range", "rem_range_lo",
+                                                                 "rem_range_hi", "p_value")}}
+        out["rem_range_separates"] = row["verdict"].startswith("separates")
     return out
+
+
+def _num(v) -> float | None:
+    return None if pd.isna(v) else round(float(v), 3)
+
+
+# -- records → the tables -----------------------------------------------------------------
+
+def scores_of(turns: Sequence[dict]) -> pd.DataFrame:
+    """The long table (policy, dialogue, cut, rule, score) of :func:`score_turns` from the
+    turn records (each with its REM score per rule, in the flowchart's order; None: NaN)."""
+    rows = [{"policy": r["policy"], "dialogue": r["dialogue"], "cut": r["cut"], "rule": rule,
+             "score": np.nan if score is None else float(score)}
+            for r in turns for rule, score in r["scores"].items()]
+    return pd.DataFrame(rows, columns=["policy", "dialogue", "cut", "rule", "score"])
+
+
+def table_of(turns: Sequence[dict], n_boot: int, seed: int) -> pd.DataFrame:
+    """``heldout_compliance`` from the turn records: every policy and control in record
+    order (:func:`compliance_table`); no records, an empty table with its columns."""
+    if not turns:
+        return pd.DataFrame(columns=COLUMNS)
+    policies = list(dict.fromkeys(r["policy"] for r in turns))
+    return compliance_table(scores_of(turns), policies, n_boot, seed)
 
 
 # -- the stage's call ----------------------------------------------------------------------
 
 def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutResult:
-    """Stage 06's held-out compliance: states, every compared policy's turns, the REM's
-    scores and the table; writes ``heldout_compliance``, ``heldout_states`` (reports) and
-    ``heldout_turns.jsonl`` (data). Disabled, or no REM (``simulation.rem_radar`` false):
-    empty tables, so the declared outputs exist."""
+    """Stage 06's held-out compliance: the eval part's states, every compared policy's
+    turns and the two controls' turns with the REM's scores, as records (``states``: one
+    row per state, ``turns``: one per policy or control × state) and the table built from
+    them. Disabled, or no REM (``simulation.rem_radar`` false): no records, empty tables."""
     hp = p.heldout
     if not hp.enabled or h.scorer is None:
         reason = "simulation.heldout.enabled is false" if not hp.enabled else "no REM scorer"
-        return write_reports(stage, HeldoutResult(states_table([], None),
-                                                  pd.DataFrame(columns=COLUMNS), note=reason))
-    excluded = sampled_dialogue_ids(stage.params, hp.dialogues)
-    states = select_states(read_jsonl(repo_path(hp.dialogues), Dialogue), excluded,
-                           hp.n_states, hp.states_per_dialogue, stage.seed, hp.history_max_turns)
+        return HeldoutResult(states_table([], None), pd.DataFrame(columns=COLUMNS),
+                             note=reason)
+    split = load_split(repo_path(stage.params.shared.split))
+    dialogues = eval_dialogues(repo_path(hp.dialogues), split)
+    states = select_states(dialogues, hp.n_states, hp.states_per_dialogue, stage.seed,
+                           hp.history_max_turns, hp.bad_turn_template)
     policies = heldout_doctors(doctors, p.grid_pattern, hp.include_grid)
     rules = list(h.flowchart.rules)
     gen_s, rem_s = estimated_seconds(len(states), len(policies), len(rules))
     print(f"held-out compliance: {len(states)} states of "
-          f"{len({s.dialogue for s in states})} dialogues (stage 01 split {len(excluded)}) "
-          f"× {len(policies)} policies; uncached ≈ {gen_s:.0f} s generation + "
-          f"{rem_s:.0f} s REM on 2 CPU cores")
+          f"{len({s.dialogue for s in states})} eval dialogues × {len(policies)} policies "
+          f"+ 2 controls; uncached ≈ {gen_s:.0f} s generation + {rem_s:.0f} s REM on 2 CPU cores")
     if len(states) < hp.n_states:
         print(f"held-out compliance: only {len(states)} of simulation.heldout.n_states "
               f"{hp.n_states} states (raise states_per_dialogue)")
@@ -266,25 +393,23 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
         comps = next_doctor_turns(states, client, h.templates[p.doctor_prompt],
                                   p.heldout_call(d))
         turns[d.name] = [None if c.error else parse_doctor_answer(c.text) for c in comps]
+        # the raw completion where it differs from the turn (absent: the turn is it)
         records += [{"policy": d.name, "model_id": client.model_id, "dialogue": s.dialogue,
-                     "cut": s.cut, "turn": t, "raw": c.text, "error": c.error}
+                     "cut": s.cut, "turn": t, **({"raw": c.text} if c.text != t else {}),
+                     "error": c.error}
                     for s, t, c in zip(states, turns[d.name], comps)]
+    turns[REAL] = [s.real_turn for s in states]
+    turns[BAD] = [s.bad_turn for s in states]
+    records += [{"policy": name, "model_id": "", "dialogue": s.dialogue, "cut": s.cut,
+                 "turn": t, "error": None, "control_from":
+                 f"turn {s.cut}" if name == REAL else s.bad_turn_from}
+                for name in CONTROLS for s, t in zip(states, turns[name])]
     scores = score_turns(states, turns, h.scorer, rules)
     per_turn = scores.set_index(["policy", "dialogue", "cut", "rule"])["score"].unstack("rule")
-    for r in records:
+    for r in records:       # the scores in the flowchart's order (the table's row order)
         row = per_turn.loc[(r["policy"], r["dialogue"], r["cut"])]
-        r["scores"] = {k: None if pd.isna(v) else float(v) for k, v in row.items()}
-    table = compliance_table(scores, [d.name for d in policies], p.grader.bootstrap_rounds,
-                             stage.seed)
-    result = HeldoutResult(states_table(states, sft_corpus_has(stage.params, hp.dialogues)),
-                           table, records)
-    return write_reports(stage, result)
-
-
-def write_reports(stage, result: HeldoutResult) -> HeldoutResult:
-    from medpref.reports import write_table
-
-    write_table(result.table, stage.report("heldout_compliance"), floatfmt=".3f")
-    write_table(result.states, stage.report("heldout_states"), floatfmt=".0f")
-    write_jsonl(stage.data("heldout_turns.jsonl"), result.turns)
-    return result
+        r["scores"] = {rule.id: None if pd.isna(row[rule.id]) else float(row[rule.id])
+                       for rule in rules}
+    return HeldoutResult(states_table(states, split),
+                         table_of(records, p.grader.bootstrap_rounds, stage.seed), records,
+                         state_rows=state_records(states, split))

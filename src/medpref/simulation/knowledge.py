@@ -36,6 +36,13 @@ def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
+def section_sentences(text: str) -> list[str]:
+    """A case section's sentences: each line cut as :func:`split_sentences` cuts. A line
+    break ends a sentence too: AgentClinic's sections give one finding or one list a line
+    ("Electromyography: Findings: ..."), with no full stop between them."""
+    return [s for line in str(text).splitlines() for s in split_sentences(line)]
+
+
 def _hard_split(text: str, limit: int) -> list[str]:
     """Cut a text with no usable sentence break into pieces of ``limit`` tokens."""
     spans = [m.span() for m in _TOKEN.finditer(text)]
@@ -73,8 +80,11 @@ def chunk_text(text: str, limit: int) -> list[str]:
 
 
 def knowledge_units(case: SPCase) -> list[str]:
-    """The case's knowledge as units: each information section, each script Q–A pair."""
-    units = [f"{key}: {value}" for key, value in case.patient_info.items() if str(value).strip()]
+    """The case's knowledge as units: its opening words (the chief complaint, which the
+    patient says first and repeats when asked what brings it in), each information
+    section, each script Q–A pair."""
+    units = [f"Chief complaint: {case.chief_complaint.strip()}"]
+    units += [f"{key}: {value}" for key, value in case.patient_info.items() if str(value).strip()]
     for pair in case.script:
         q, a = pair.get("doctor", "").strip(), pair.get("patient", "").strip()
         if a:
@@ -92,10 +102,13 @@ def normalise_sentence(text: str) -> str:
 
 
 def case_sentences(case: SPCase) -> frozenset[str]:
-    """Every sentence of the case's information and scripted answers, normalised."""
-    texts = [str(v) for v in case.patient_info.values()]
+    """Every sentence of the case's opening words (chief complaint), information and
+    scripted answers, normalised. The opening words are the patient's own for every case
+    source: an adapter may derive them (AgentClinic NEJM: "Gross hematuria") from text
+    that is not in any section."""
+    texts = [case.chief_complaint, *(str(v) for v in case.patient_info.values())]
     texts += [pair.get("patient", "") for pair in case.script]
-    return frozenset(n for t in texts for s in split_sentences(t)
+    return frozenset(n for t in texts for s in section_sentences(t)
                      if (n := normalise_sentence(s)))
 
 

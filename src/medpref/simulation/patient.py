@@ -112,27 +112,30 @@ def speaks_as_doctor(text: str) -> bool:
     return bool(_AS_DOCTOR.search(text or ""))
 
 
-def patient_fidelity(turns: Sequence[Turn], kb: KnowledgeBase, encode: Encoder,
-                     support: float, relevance: float, keep_examples: int = 3,
-                     skip: Callable[[str], bool] | None = None) -> Fidelity:
-    """Check every patient sentence after the opening one.
+def judge_sentences(turns: Sequence[Turn], kb: KnowledgeBase, encode: Encoder,
+                    support: float, relevance: float,
+                    skip: Callable[[str], bool] | None = None) -> list[dict]:
+    """One judgement per patient sentence after the opening one (the record of the
+    patient's honesty): the transcript index of its turn, the sentence, its best MiniLM
+    similarity to a knowledge chunk (``kb_similarity``) and to the question it answers
+    (``question_similarity``: the sentence's, or its source chunk's), whether it is one of
+    the case's own sentences verbatim, and the verdict.
 
     Unsupported: no knowledge chunk reaches ``support`` similarity and the sentence is
-    not one of the case's own sentences verbatim. Volunteered: grounded
-    in the knowledge base, but neither the sentence nor the chunk it comes from reaches
-    ``relevance`` similarity to the doctor turn it answers (a fact nobody asked for).
-    Questions the patient asks are skipped, and sentences ``skip`` names (the
-    extractive patient's "I'm not sure about that.", which states no fact).
+    not one of the case's own sentences verbatim. Volunteered: grounded in the knowledge
+    base, but neither the sentence nor the chunk it comes from reaches ``relevance``
+    similarity to the doctor turn it answers (a fact nobody asked for). Questions the
+    patient asks are skipped, and sentences ``skip`` names (the extractive patient's "I'm
+    not sure about that.", which states no fact).
     """
-    pairs = [(turns[i - 1].text, s) for i in range(1, len(turns))
+    pairs = [(i, turns[i - 1].text, s) for i in range(1, len(turns))
              if turns[i].role == "patient" and turns[i - 1].role == "doctor"
              for s in split_sentences(turns[i].text) if not s.rstrip().endswith(("?", "？"))
              and not (skip and skip(s))]
-    out = Fidelity(sentences=len(pairs))
     if not pairs:
-        return out
-    sent_vecs = encode([s for _, s in pairs])
-    q_vecs = encode([q for q, _ in pairs])
+        return []
+    sent_vecs = encode([s for _, _, s in pairs])
+    q_vecs = encode([q for _, q, _ in pairs])
     grounded = kb.best_similarity(sent_vecs)
     # asked-for: the sentence, or the chunk it comes from (a script pair holds its
     # question), is close to the doctor's turn
@@ -140,17 +143,45 @@ def patient_fidelity(turns: Sequence[Turn], kb: KnowledgeBase, encode: Encoder,
     if len(kb.chunks):
         source = kb.vectors[np.argmax(sent_vecs @ kb.vectors.T, axis=1)]
         asked = np.maximum(asked, np.sum(source * q_vecs, axis=1))
-    for (q, s), g, a in zip(pairs, grounded, asked):
-        kind = None
-        if g < support and normalise_sentence(s) not in kb.verbatim:
-            out.unsupported += 1
-            out.unsupported_at.append(s)
-            kind = "unsupported"
+    out = []
+    for (i, _, s), g, a in zip(pairs, grounded, asked):
+        verbatim = normalise_sentence(s) in kb.verbatim
+        verdict = None
+        if g < support and not verbatim:
+            verdict = "unsupported"
         elif a < relevance:
-            out.volunteered += 1
-            kind = "volunteered"
-        if kind and len(out.examples) < keep_examples:
-            out.examples.append({"kind": kind, "doctor": q, "patient": s,
-                                 "kb_similarity": round(float(g), 3),
-                                 "question_similarity": round(float(a), 3)})
+            verdict = "volunteered"
+        out.append({"turn": i, "sentence": s, "kb_similarity": round(float(g), 4),
+                    "question_similarity": round(float(a), 4), "verbatim": verbatim,
+                    "verdict": verdict})
     return out
+
+
+def fidelity_of(judged: Sequence[dict], turns: Sequence[Turn], keep_examples: int = 3
+                ) -> Fidelity:
+    """The counts of one consultation's sentence judgements (:func:`judge_sentences`), in
+    order: sentences, volunteered and unsupported ones, the unsupported sentences and the
+    first ``keep_examples`` judged either way (with the doctor turn each answered)."""
+    out = Fidelity(sentences=len(judged))
+    for j in judged:
+        kind = j["verdict"]
+        if kind == "unsupported":
+            out.unsupported += 1
+            out.unsupported_at.append(j["sentence"])
+        elif kind == "volunteered":
+            out.volunteered += 1
+        if kind and len(out.examples) < keep_examples:
+            out.examples.append({"kind": kind, "doctor": turns[j["turn"] - 1].text,
+                                 "patient": j["sentence"],
+                                 "kb_similarity": round(j["kb_similarity"], 3),
+                                 "question_similarity": round(j["question_similarity"], 3)})
+    return out
+
+
+def patient_fidelity(turns: Sequence[Turn], kb: KnowledgeBase, encode: Encoder,
+                     support: float, relevance: float, keep_examples: int = 3,
+                     skip: Callable[[str], bool] | None = None) -> Fidelity:
+    """Check every patient sentence after the opening one (:func:`judge_sentences`) and
+    count (:func:`fidelity_of`)."""
+    return fidelity_of(judge_sentences(turns, kb, encode, support, relevance, skip), turns,
+                       keep_examples)

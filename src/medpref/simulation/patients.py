@@ -10,8 +10,11 @@ A patient answers the doctor's newest turn of every open consultation in one bat
   patient information closest to it; examination and test findings only when the
   doctor asks for an examination or a test; "what brings you in?" gets the chief
   complaint. Nothing above its threshold: "I'm not sure about that."; a turn that asks
-  nothing: "What do you think I have, and how should it be treated?" (PLPF's patient
-  asks about its illness then). It cannot invent a fact and never speaks as the doctor.
+  nothing: a neutral sentence (``patient.nothing_asked``, "I'm not sure what else to
+  tell you."), never a request for a diagnosis, which would steer a doctor that has not
+  asked towards naming one. Both are *fallbacks* (the case answered nothing), recorded in
+  each reply's ``step["fallback"]`` and counted per doctor. It cannot invent a fact and
+  never speaks as the doctor.
 - ``llm``: PLPF's retrieval-augmented patient (the last rounds as the query, the top
   chunks of the case's knowledge base in its prompt), for served models that can keep
   the role.
@@ -28,14 +31,19 @@ import numpy as np
 
 from medpref.contracts import SPCase
 from medpref.simulation.echo import ZH_QUESTION_FRAME, is_chinese, speech_act
-from medpref.simulation.knowledge import Encoder, KnowledgeBase, retrieval_query, split_sentences
+from medpref.simulation.knowledge import (
+    Encoder,
+    KnowledgeBase,
+    retrieval_query,
+    section_sentences,
+    split_sentences,
+)
 from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
 from medpref.simulation.registry import Registry
 
 DONT_KNOW = {"en": "I'm not sure about that.", "zh": "这个我不太清楚。"}
-# a doctor turn that asks nothing: the patient asks about its illness (PLPF's patient rule)
-ASK_DIAGNOSIS = {"en": "What do you think I have, and how should it be treated?",
-                 "zh": "医生，我这是什么病？该怎么治？"}
+# the two ways the extractive patient answers with no case text (step["fallback"])
+FALLBACKS = ("nothing_asked", "dont_know")
 # sections whose sentences are findings: given only after a test or examination is asked for
 FINDINGS = re.compile(r"exam|test|investigation|result|lab|mental state|检查|化验|结果|体格",
                       re.IGNORECASE)
@@ -51,8 +59,24 @@ OPENING = re.compile(r"what brings you|how can i help|what seems to be|what can 
 _PUNCT = re.compile(r"[，。？！、?!,.\s]")
 
 
+_CLOSED = re.compile(r"[.!?;。！？；]$")
+
+
+def closed(sentence: str, zh: bool = False) -> str:
+    """A sentence with its closing mark, so that sentences joined into one answer stay
+    apart (an AgentClinic line, "Platelets: Normal", has none)."""
+    return sentence if _CLOSED.search(sentence) else sentence + ("。" if zh else ".")
+
+
 def is_dont_know(text: str) -> bool:
     return text.strip() in DONT_KNOW.values()
+
+
+def fallback_sentences(p) -> frozenset[str]:
+    """The patient's sentences that state no fact of the case (``p``: PatientParams): its
+    "don't know" and its answer to a turn that asks nothing. The fidelity check skips
+    them; they are no claim the case could support."""
+    return frozenset([*DONT_KNOW.values(), *(t.strip() for t in p.nothing_asked.values())])
 
 
 # who is asked about, not what: dropped from a Chinese question before matching
@@ -165,7 +189,7 @@ class ExtractivePatient:
     def _source(case: SPCase) -> _Source:
         history, findings = [], []
         for section, text in case.patient_info.items():
-            (findings if FINDINGS.search(section) else history).extend(split_sentences(text))
+            (findings if FINDINGS.search(section) else history).extend(section_sentences(text))
         pairs = [(q.get("doctor", "").strip(), q.get("patient", "").strip()) for q in case.script]
         pairs = [(q, a) for q, a in pairs if q and a]
         return _Source([q for q, _ in pairs], [a for _, a in pairs], history, findings,
@@ -193,8 +217,8 @@ class ExtractivePatient:
         asked = [s for s in split_sentences(doctor_turn)
                  if speech_act(s) in ("question", "recommendation")]
         if not asked:
-            return ASK_DIAGNOSIS["zh" if zh else "en"], [{"question": None,
-                                                         "from": "asks_diagnosis"}]
+            said = p.nothing_asked.get("zh" if zh else "en", p.nothing_asked["en"])
+            return said, [{"question": None, "from": "nothing_asked"}]
         said, trace = [], []
         for q in asked:
             pick = self._pick(src, q, zh, p)
@@ -202,7 +226,9 @@ class ExtractivePatient:
             if pick["text"] and pick["text"] not in said:
                 said.append(pick["text"])
         said = said[:p.max_sentences] if p.max_sentences else said
-        return (" ".join(said) if said else DONT_KNOW["zh" if zh else "en"]), trace
+        if not said:
+            return DONT_KNOW["zh" if zh else "en"], trace
+        return " ".join(closed(s, zh) if len(said) > 1 else s for s in said), trace
 
     def _pick(self, src: _Source, q: str, zh: bool, p) -> dict:
         cut = ((p.zh_script_threshold, p.zh_findings_threshold, p.zh_history_threshold) if zh
@@ -230,5 +256,16 @@ class ExtractivePatient:
         out = []
         for c in consults:
             text, trace = self.answer(c.case_id, c.lang, c.turns[-1].text)
-            out.append(PatientReply(text, step={"answered_from": trace}))
+            out.append(PatientReply(text, step={"answered_from": trace,
+                                                "fallback": fallback_of(trace)}))
         return out
+
+
+def fallback_of(trace: Sequence[dict]) -> str | None:
+    """Which fallback an extractive answer was (``FALLBACKS``), None when some question
+    got case text."""
+    if any(t.get("from") == "nothing_asked" for t in trace):
+        return "nothing_asked"
+    if all(t.get("from") == "dont_know" for t in trace):
+        return "dont_know"
+    return None

@@ -5,7 +5,8 @@ policy found under ``simulation.trained_policies``):
 
 (stage 05's trained policies: SFT and each DPO run)
 
-1. the SP consultations on the case subset, in lock-step across cases
+1. the SP consultations on the cases (a PLPF Table 3 grid cell: ``simulation.grid_cases``
+   of them, by default none), in lock-step across cases
    (:func:`medpref.simulation.consult.simulate`) with the configured patient
    (:mod:`~medpref.simulation.patients`), and the patient's honesty counts (the run fails
    when too many patient sentences are not in the case);
@@ -13,47 +14,74 @@ policy found under ``simulation.trained_policies``):
    Eq. 6) → Table 2 (per department and ALL), with intervals and paired comparisons;
 3. next-turn prediction on held-out dialogues: BLEU-4, ROUGE-L P/R/F1, length, GPD;
 4. rule compliance of its transcripts with stage 03's REM (the radar of PLPF Fig. 3);
-5. held-out process compliance: its next turn on states of dialogues stage 01 never split,
-   scored per rule by the REM, against SFT by state (:mod:`~medpref.simulation.heldout`);
+5. held-out process compliance: its next turn on states of the written split's eval
+   dialogues, scored per rule by the REM beside two controls (the real next turn, a
+   premature diagnosis), against SFT by state (:mod:`~medpref.simulation.heldout`);
 
 then the PLPF Table 3 grid and follow-up Table 6 from the policies that exist (each with
 a companion of intervals, paired verdicts and minimum detectable differences), the
 grader's agreement with the hand-graded items (accuracy, Cohen's κ with its interval,
-per split), the doctors' behaviour and a transcripts page for clinicians.
+per split), the doctors' behaviour and a transcripts page for clinicians. Before any of
+it, the SP cases are checked against the split (:mod:`~medpref.simulation.overlap`: a
+training dialogue of an SP case's disease and presentation fails the stage); after the
+doctors, the GPD judge is checked (:func:`~medpref.simulation.nextturn.gpd_check`) and
+the share of turns that ask a question is tabled (:mod:`~medpref.simulation.questions`).
+
+Beside the model doctors, the control doctors of ``simulation.controls``
+(:mod:`~medpref.simulation.controls`: a clinician's script, a checklist recital, a lecture,
+an echo) run steps 1–2 on every case with no model call; they are labelled rows of every
+table, the range between the script and the lecture is read against each comparison's
+minimum detectable difference (``table2_range``), and the run fails, writing nothing,
+when a control misses its gate (``controls_gate``).
+
+Every answer, grade and score is kept as a per-item record
+(:data:`medpref.simulation.outputs.OUTPUTS`, ``reports/06_simulation/records``); the
+records are written first and every table, the radar and ``transcripts.html`` are built
+from them as they read back, the path ``medpref tables 06_simulation`` takes with no model
+call. The overlap check, the fidelity guard and the controls' gate stop the run before a
+record is written.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from medpref.contracts import (
-    Dialogue,
-    RemAnnotation,
-    SPCase,
-    SPGradedItem,
-    read_jsonl,
-    write_jsonl,
-)
+from medpref.contracts import Dialogue, RemAnnotation, SPCase, SPGradedItem, read_jsonl
+from medpref.identity import content_id
 from medpref.llm.types import CallSpec
+from medpref.outputs import content_key
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
-from medpref.reports import save_figure, write_table
-from medpref.simulation import behaviour, consult, grading, heldout, nextturn, tables
+from medpref.simulation import (
+    behaviour,
+    consult,
+    controls,
+    grading,
+    heldout,
+    nextturn,
+    outputs,
+    overlap,
+    questions,
+    tables,
+)
 from medpref.simulation.config import DoctorConfig, SimulationParams
 from medpref.simulation.doctors import all_doctors, grid_cell, trained_doctors
-from medpref.simulation.echo import doctor_sentences
 from medpref.simulation.graders import GraderContext, build_grader
-from medpref.simulation.knowledge import build_knowledge_bases, split_sentences
-from medpref.simulation.patients import PatientContext, build_patient, is_dont_know
-from medpref.simulation.validation import validate_grader
+from medpref.simulation.knowledge import build_knowledge_bases
+from medpref.simulation.outputs import per_case_rows  # noqa: F401  (stage 06's public name)
+from medpref.simulation.patients import PatientContext, build_patient
 
 
 @dataclass
 class SimulationOutputs:
+    """What stage 06 shows: its tables and figures as written (built from its records,
+    :data:`medpref.simulation.outputs.OUTPUTS`), and the run's objects."""
+
     consultations: list[consult.Consultation]
     grades: list[grading.ItemGrade]
     table2: pd.DataFrame
@@ -68,6 +96,8 @@ class SimulationOutputs:
     table2_ci: pd.DataFrame
     table2_paired: pd.DataFrame
     behaviour: pd.DataFrame
+    table2_range: pd.DataFrame
+    controls_gate: pd.DataFrame
     doctors: list[DoctorConfig]
     model_ids: dict[str, str]
     prompts: dict[str, str]
@@ -75,8 +105,12 @@ class SimulationOutputs:
     radar: Any = None
     consult_rows: list[dict] = field(default_factory=list)   # honesty + behaviour counts
     heldout: Any = None        # heldout.HeldoutResult: held-out process compliance
+    split_overlap: pd.DataFrame = field(default_factory=pd.DataFrame)   # SP cases ~ dialogues
+    gpd_check: Any = None      # nextturn.GpdCheck: is GPD valid with this judge?
+    question_share: pd.DataFrame = field(default_factory=pd.DataFrame)  # asking turns, vs base
     grid_ci: pd.DataFrame = field(default_factory=pd.DataFrame)     # beside table3_grid
     table6_ci: pd.DataFrame = field(default_factory=pd.DataFrame)   # beside table6
+    records: dict[str, list[dict]] = field(default_factory=dict)    # as written, keys included
 
 
 # -- inputs --------------------------------------------------------------------------------
@@ -119,24 +153,30 @@ def load_cases(p: SimulationParams) -> list[SPCase]:
 
 
 def held_out_dialogues(p: SimulationParams, params=None) -> list[Dialogue]:
-    """The next-turn dialogues: ``dialogue_ids``, else the last ``n_dialogues`` of the
-    source — of the embedded file, only dialogues stage 01 never split into preference
-    items (``params``: the whole params, to know those splits; without a ``sampling``
-    section there is no stage 01 and nothing was split)."""
+    """The next-turn dialogues. Of a real set: its ``source_split``, ``dialogue_ids`` or
+    else the last ``n_dialogues``. Of the embedded file: only the written split's eval
+    part (``params``: the whole params, whose ``shared.split`` names it), ``dialogue_ids``
+    (each must be an eval dialogue) or else the last ``n_dialogues`` of that part."""
     nt = p.next_turn
     if nt.source != "embedded":
         from medpref.data import adapters
 
         load = {"mts_dialog": adapters.mts_dialogues, "aci_bench": adapters.aci_dialogues}
         dialogues = load[nt.source](nt.source_split)
-    else:
-        dialogues = read_jsonl(repo_path(nt.dialogues), Dialogue)
+        if nt.dialogue_ids:
+            return [d for d in dialogues if d.id in set(nt.dialogue_ids)]
+        return dialogues[-nt.n_dialogues:]
+    from medpref.data.split import load_split
+    from medpref.params import SharedParams
+
+    split = load_split(repo_path((params.shared if params is not None else SharedParams()).split))
+    dialogues = heldout.eval_dialogues(repo_path(nt.dialogues), split)
     if nt.dialogue_ids:
-        wanted = set(nt.dialogue_ids)
-        return [d for d in dialogues if d.id in wanted]
-    if nt.source == "embedded" and params is not None and "sampling" in params.raw:
-        split = heldout.sampled_dialogue_ids(params, nt.dialogues)
-        dialogues = [d for d in dialogues if d.id not in split]
+        outside = [i for i in nt.dialogue_ids if split.part(i) != "eval"]
+        if outside:
+            raise ValueError(f"simulation.next_turn.dialogue_ids: {outside} are not in the eval "
+                             f"part of {split.path}")
+        return [d for d in dialogues if d.id in set(nt.dialogue_ids)]
     return dialogues[-nt.n_dialogues:]
 
 
@@ -144,20 +184,6 @@ def held_out_dialogues(p: SimulationParams, params=None) -> list[Dialogue]:
 
 def doctor_client(stage, d: DoctorConfig):
     return stage.role(d.role, adapter=d.adapter) if d.adapter else stage.role(d.role)
-
-
-def per_case_rows(consults, grades) -> list[dict]:
-    rows = []
-    for c in consults:
-        mine = [g for g in grades if g.case == c.case_id and g.doctor == c.doctor]
-        scores = grading.case_scores(mine, [c.case_id])[0]
-        rows.append({"doctor": c.doctor, "case": c.case_id, "department": c.department,
-                     **{k: scores[k] for k in grading.CATEGORIES},
-                     "graded_by": ",".join(sorted({g.method for g in mine})),
-                     "abstained_items": sum(g.passed is None for g in mine),
-                     "echo_excluded_items": sum(bool(g.echo_excluded) and not g.passed
-                                                for g in mine)})
-    return rows
 
 
 def make_judge(stage, p: SimulationParams, call: CallSpec) -> grading.Judge:
@@ -183,13 +209,20 @@ def rem_scorer(stage, p: SimulationParams):
                          n_examples=1), flowchart, "expected")
 
 
-def compliance_of(consults, scorer, flowchart) -> pd.DataFrame:
-    from medpref.rem.compliance import cut_at_final_doctor_turn, rule_compliance
+def compliance_rows(consults, scorer, flowchart, rem_mode: str) -> list[dict]:
+    """The REM's judgement of each transcript that has a doctor turn (cut at its last
+    one), per rule: one record each (``compliance_judgements``)."""
+    from medpref.rem.compliance import cut_at_final_doctor_turn
 
-    states = [cut_at_final_doctor_turn(c.turns) for c in consults if c.doctor_turns]
+    spoke = [c for c in consults if c.doctor_turns]
+    states = [cut_at_final_doctor_turn(c.turns) for c in spoke]
     if not states:
-        return pd.DataFrame()
-    return rule_compliance(states, scorer, flowchart.rules)
+        return []
+    judged = scorer.score_states(states, flowchart.rules)
+    rem_id = getattr(getattr(scorer, "client", None), "model_id", "")
+    return [{"doctor": c.doctor, "rem": rem_mode, "model_id": rem_id, "case": c.case_id,
+             "state_turns": len(state), **outputs.judgement_record(by_rule[rule.id], rule)}
+            for c, state, by_rule in zip(spoke, states, judged) for rule in flowchart.rules]
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -256,130 +289,289 @@ def build_harness(stage, p: SimulationParams) -> Harness:
 
 @dataclass
 class DoctorResult:
+    """One doctor's evaluation, as the records hold it."""
+
     consults: list[consult.Consultation]
     grades: list[grading.ItemGrade]
-    fidelity: list[dict]
-    next_turn: nextturn.NextTurnResult | None
-    compliance: pd.DataFrame | None
+    sentences: list[list[dict]]        # per consultation: its patient sentences, judged
+    next_turn: list[dict] | None       # its next-turn item rows (None: not evaluated)
+    compliance: list[dict]             # the REM's judgements of its transcripts, per rule
+    identity: dict[str, Any] = field(default_factory=dict)   # its model, by content
 
 
 def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, client
                     ) -> DoctorResult:
-    """One doctor: SP consultations, checklist grades, patient honesty, next turn, REM."""
+    """One model doctor: SP consultations (none for a Table 3 grid cell with
+    ``simulation.grid_cases: 0``), checklist grades, patient honesty, next turn, REM."""
     cases = cases_for(p, h, d)
-    consults = consult.simulate(cases, client, d.name, h.setup, p.doctor_call(d))
-    grades = h.grader.grade(consults, {c.id: c for c in cases})
-    fid = behaviour.consult_rows(consults, h.kbs, h.encode, p)
+    doctor = consult.ModelDoctor(d.name, client, p.doctor_call(d), h.setup)
+    consults, grades, sentences = consult_and_grade(p, h, cases, doctor)
     nt = None
     if h.items:
         nt = nextturn.evaluate_next_turn(h.items, client, d.name, h.templates[p.doctor_prompt],
                                          h.gpd_judge, h.templates[p.next_turn.gpd_prompt],
                                          p.next_turn_call(d),
-                                         p.grader.bootstrap_rounds, stage.seed)
-    comp = compliance_of(consults, h.scorer, h.flowchart) if h.scorer is not None else None
-    return DoctorResult(consults, grades, fid, nt, comp)
+                                         p.grader.bootstrap_rounds, stage.seed).items
+    comp = (compliance_rows(consults, h.scorer, h.flowchart, h.rem_mode)
+            if h.scorer is not None else [])
+    return DoctorResult(consults, grades, sentences, nt, comp, client.identity)
+
+
+def consult_and_grade(p: SimulationParams, h: Harness, cases: Sequence[SPCase], doctor):
+    """Any doctor's SP consultations, their checklist grades and each one's patient
+    sentences judged against its case."""
+    if not cases:
+        return [], [], []
+    consults = consult.simulate(cases, doctor, h.setup)
+    grades = h.grader.grade(consults, {c.id: c for c in cases})
+    return consults, grades, [behaviour.fidelity_judgements(c, h.kbs, h.encode, p)
+                              for c in consults]
+
+
+def evaluate_control(p: SimulationParams, h: Harness, d: DoctorConfig) -> DoctorResult:
+    """One control doctor on every case (no grid subset): consultations, grades, patient
+    honesty. No model call, so no next turn and no REM radar."""
+    doctor = controls.build_control(d.name, controls.ControlContext(
+        {c.id: c for c in h.cases}, p.rounds))
+    consults, grades, sentences = consult_and_grade(p, h, h.cases, doctor)
+    return DoctorResult(consults, grades, sentences, None, [], {"control": d.name})
 
 
 def cases_for(p: SimulationParams, h: Harness, d: DoctorConfig) -> list[SPCase]:
-    """All cases, or for a Table 3 grid cell the cheaper ``grid_cases`` subset (the
-    same round-robin subset for every cell, so the cells stay paired)."""
-    if p.grid_cases is not None and grid_cell(d.name, p.grid_pattern) is not None:
-        return select_cases(h.cases, p.grid_cases, None)
+    """All cases, or for a Table 3 grid cell the ``grid_cases`` subset (the same
+    round-robin subset for every cell, so the cells stay paired; 0: none, the cells are
+    not SP-tested); a control runs on every case."""
+    grid = d.kind == "model" and grid_cell(d.name, p.grid_pattern) is not None
+    if p.grid_cases is not None and grid:
+        return select_cases(h.cases, p.grid_cases, None) if p.grid_cases else []
     return h.cases
 
 
 def doctors_of(stage, p: SimulationParams) -> list[DoctorConfig]:
+    """The model doctors (configured, then trained policies), then the controls."""
     trained = []
     if p.trained_policies and "training" in stage.params.raw:
         trained = trained_doctors(stage.params)
-    return all_doctors(p.doctors, trained)
+    return [*all_doctors(p.doctors, trained), *control_doctors(p)]
+
+
+def control_doctors(p: SimulationParams) -> list[DoctorConfig]:
+    return [DoctorConfig(name=name, role="", kind="control") for name in p.controls]
 
 
 def run(stage) -> SimulationOutputs:
+    """The SP test, next turn, grader validation, GPD check and held-out compliance: every
+    answer as a record, then the tables built from the records alone (what ``medpref
+    tables`` rebuilds). The overlap check, the fidelity guard and the controls' gate fail
+    the run before anything is written."""
     p: SimulationParams = stage.p
     if p.torch_threads is not None:
         import torch
 
         torch.set_num_threads(p.torch_threads)
     h = build_harness(stage, p)
+    with stage.step("split overlap"):   # fails here when a training dialogue is an SP case's
+        split_overlap = overlap.check_split(stage, p, h.cases, h.encode)
     doctors = doctors_of(stage, p)
     results, model_ids = {}, {}
     for d in doctors:
-        client = doctor_client(stage, d)
-        model_ids[d.name] = client.model_id
         with stage.step(f"doctor {d.name}"):
+            if d.kind == "control":
+                results[d.name] = evaluate_control(p, h, d)
+                model_ids[d.name] = f"control:{d.name}"
+                continue
+            client = doctor_client(stage, d)
+            model_ids[d.name] = client.model_id
             results[d.name] = evaluate_doctor(stage, p, h, d, client)
     with stage.step("grader validation"):
-        validation = grader_validation(p, h.graders, stage.seed)
-    consults = [c for r in results.values() for c in r.consults]
-    stage.check_yield(sum(1 for c in consults if c.doctor_turns),
+        verdicts = grader_verdicts(p, h.graders, stage.seed)
+    stage.check_yield(sum(1 for r in results.values() for c in r.consults if c.doctor_turns),
                       sum(len(cases_for(p, h, d)) for d in doctors), what="consultations")
-    behaviour.check_fidelity([f for r in results.values() for f in r.fidelity],
-                             p.patient.max_unsupported_share, p.patient.guard_min_sentences)
-    out = assemble(p, results, validation, doctors, model_ids, h)
-    write_outputs(stage, out, [row for r in results.values() if r.next_turn
-                               for row in r.next_turn.items])
+    settings = record_settings(stage, p, h)
+    records = as_json({**sp_records(p, h, doctors, results, model_ids, settings),
+                       "grader_verdicts": verdicts,
+                       "overlap_pairs": [{"key": content_key("overlap pair", r,
+                                                             settings["overlap"]), **r}
+                                         for r in overlap.overlap_records(split_overlap)]})
+    sp = outputs.sp_view(records, stage.params)
+    behaviour.check_fidelity(sp.consult_rows, p.patient.max_unsupported_share,
+                             p.patient.guard_min_sentences)
+    controls.check_controls(outputs.controls_gate_table(records, stage.params))  # before writing
+    with stage.step("gpd check"):
+        records["next_turn_items"] = as_json(next_turn_items(stage, p, h, settings))
     with stage.step("held-out compliance"):
-        out.heldout = heldout.run_heldout(stage, p, h, doctors, lambda d: doctor_client(stage, d))
-    out.metrics.update(heldout.metrics_of(out.heldout))
-    out.metrics["cases_skipped_malformed"] = len(h.skipped_rows)
+        held = heldout.run_heldout(stage, p, h, [d for d in doctors if d.kind == "model"],
+                                   lambda d: doctor_client(stage, d))
+    records["heldout_cuts"] = [{"key": content_key("heldout state", r, settings["heldout"]), **r}
+                               for r in held.state_rows]
+    records["heldout_turns"] = [{"key": content_key("heldout turn", r, settings["heldout"]),
+                                 **r} for r in held.turns]
+    with stage.step("tables"):   # the records, then the tables from the records as written
+        outputs.OUTPUTS.write_records(stage.reports_dir, records)
+        written = outputs.OUTPUTS.load_records(stage.reports_dir)
+        built = outputs.OUTPUTS.build(written, stage.params)
+        outputs.OUTPUTS.write_built(stage.reports_dir, built)
+    out = outputs_of(built, written, stage, results, doctors, model_ids, h, held)
+    out.metrics.update({**heldout.metrics_of(out.heldout),
+                        **overlap.metrics_of(out.split_overlap),
+                        **nextturn.gpd_check_metrics(out.gpd_check),
+                        **questions.metrics_of(out.question_share)})
+    out.metrics["cases_skipped_malformed"] = len(h.skipped_rows)   # AgentClinic rows
     return out
 
 
-def grader_validation(p: SimulationParams, graders: dict, seed: int) -> pd.DataFrame:
-    """Agreement with the hand-graded items of every grader in ``grader.compare`` and
-    the configured one, per split (dev: where settings were chosen; test: reported)."""
+# -- records ---------------------------------------------------------------------------------
+
+def record_settings(stage, p: SimulationParams, h: Harness) -> dict[str, Any]:
+    """What besides the doctor and the item determines a record: the settings each kind
+    of record is keyed by (hashed into its content key)."""
+    prompts = {n: t.sha for n, t in h.templates.items()}
+    rem = {"mode": h.rem_mode, "rules": content_id(repo_path(p.rules)),
+           "scorer": getattr(getattr(h.scorer, "client", None), "identity", None)}
+    return {
+        "consultation": {"rounds": p.rounds, "doctor_prompt": prompts[p.doctor_prompt],
+                         "decoding": p.doctor_decoding.model_dump(mode="json"),
+                         "patient": p.patient.model_dump(mode="json"),
+                         "encoder": p.embedding_model, "seed": stage.seed},
+        "grade": {"grader": p.grader.model_dump(mode="json"), "encoder": p.embedding_model,
+                  "prompts": {n: prompts[n] for n in [*p.grader.prompts,
+                                                      p.grader.count_prompt]}},
+        "fidelity": {"support": p.patient.support_threshold,
+                     "relevance": p.patient.relevance_threshold,
+                     "encoder": p.embedding_model},
+        "next_turn": {"prompt": prompts[p.doctor_prompt], "max_new_tokens":
+                      p.next_turn.max_new_tokens, "gpd_prompt": prompts[p.next_turn.gpd_prompt],
+                      "judge": h.gpd_judge.client.identity, "seed": stage.seed},
+        "rem": rem,
+        "heldout": {"heldout": p.heldout.model_dump(mode="json"), "rem": rem,
+                    "prompt": prompts[p.doctor_prompt], "seed": stage.seed,
+                    "split": content_id(repo_path(stage.params.shared.split)),
+                    "dialogues": content_id(repo_path(p.heldout.dialogues))},
+        "overlap": {"overlap": p.split_overlap.model_dump(mode="json"),
+                    "encoder": p.embedding_model,
+                    "split": content_id(repo_path(stage.params.shared.split)),
+                    "dialogues": content_id(repo_path(p.split_overlap.dialogues))},
+    }
+
+
+def sp_records(p: SimulationParams, h: Harness, doctors: Sequence[DoctorConfig],
+               results: dict[str, DoctorResult], model_ids: dict[str, str],
+               settings: dict[str, Any]) -> dict[str, list[dict]]:
+    """The SP test's records: the cases, the doctors, and per doctor its consultations,
+    grades, patient sentences, REM judgements and next-turn predictions, each row keyed by
+    what determined it."""
+    hand = (controls.load_script_coverage(repo_path(p.controls_gate.script_coverage), h.cases)
+            if p.controls_gate.script_coverage else {})
+    expected = controls.expected_coverage(h.cases, hand)
+    out: dict[str, list[dict]] = {
+        "cases": [{"key": content_key("case", c.model_dump(mode="json"),
+                                      [hand[(c.id, k)].model_dump(mode="json")
+                                       for k in grading.CATEGORIES if (c.id, k) in hand]),
+                   "case": c.id, "department": c.department, "lang": c.lang,
+                   "items": {k: len(getattr(c.checklist, k)) for k in grading.CATEGORIES},
+                   "expected_coverage": {k: expected[(c.id, k)] for k in grading.CATEGORIES}}
+                  for c in h.cases],
+        "sp_doctors": [{"doctor": d.name, "kind": d.kind, "role": d.role, "adapter": d.adapter,
+                     "model_id": model_ids.get(d.name, ""),
+                     "sp_cases": len(results[d.name].consults)} for d in doctors],
+        "consultations": [], "grades": [], "patient_sentences": [],
+        "compliance_judgements": [], "next_turn_predictions": []}
+    cases = {c.id: c.model_dump(mode="json") for c in h.cases}
+    for d in doctors:
+        r = results[d.name]
+        keys = {}
+        for c, judged in zip(r.consults, r.sentences):
+            keys[c.case_id] = content_key("consultation", r.identity, d.name, cases[c.case_id],
+                                          settings["consultation"])
+            out["consultations"].append(outputs.consultation_record(c, keys[c.case_id]))
+            out["patient_sentences"] += [
+                {"key": content_key("patient sentence", keys[c.case_id], j, settings["fidelity"]),
+                 "doctor": c.doctor, "case": c.case_id, **j} for j in judged]
+        out["grades"] += [outputs.grade_record(g, content_key(
+            "grade", keys[g.case], g.category, g.item, settings["grade"])) for g in r.grades]
+        out["compliance_judgements"] += [
+            {"key": content_key("compliance", keys[j["case"]], j["rule"], settings["rem"]), **j}
+            for j in r.compliance]
+        items = {it.id: it for it in h.items}
+        out["next_turn_predictions"] += [
+            {"key": content_key("next turn", r.identity, d.name,
+                                turns_of(items[row["item"]].history),
+                                items[row["item"]].reference, settings["next_turn"]), **row}
+            for row in nextturn.prediction_records(r.next_turn or [], model_ids[d.name])]
+    return out
+
+
+def turns_of(turns) -> list[dict]:
+    return [{"role": t.role, "text": t.text} for t in turns]
+
+
+def next_turn_items(stage, p: SimulationParams, h: Harness, settings: dict[str, Any]
+                    ) -> list[dict]:
+    """The next-turn items as records, with the GPD check's verdicts on each
+    (:func:`nextturn.gpd_check`: is GPD valid with this judge?); none without items."""
+    if not h.items:
+        return []
+    check = nextturn.gpd_check(h.items, h.gpd_judge, h.templates[p.next_turn.gpd_prompt],
+                               p.grader.bootstrap_rounds, stage.seed)
+    rows = nextturn.item_records(h.items, check, h.gpd_judge.client.model_id)
+    return [{"key": content_key("next-turn item", turns_of(it.history), row,
+                                settings["next_turn"]),
+             **row} for it, row in zip(h.items, rows)]
+
+
+def grader_verdicts(p: SimulationParams, graders: dict, seed: int) -> list[dict]:
+    """Every grader's verdict (``grader.compare`` and the configured one) on each
+    hand-graded item, beside the hand verdict: what ``grader_validation`` is built from."""
+    from medpref.simulation.validation import grade_hand_items, verdict_records
+
     path = repo_path(p.grader.graded_items) if p.grader.graded_items else None
     if path is None or not path.exists():
-        return pd.DataFrame()
+        return []
     items = read_jsonl(path, SPGradedItem)
-    out = pd.concat([validate_grader(items, g, p.grader.bootstrap_rounds, seed).assign(
-        grader=name, default=name == p.grader.mode) for name, g in graders.items()],
-        ignore_index=True)
-    return out[["grader", "default", *[c for c in out.columns if c not in ("grader", "default")]]]
+    dumps = {g.id: g.model_dump(mode="json") for g in items}
+    settings = {"grader": p.grader.model_dump(mode="json"), "encoder": p.embedding_model,
+                "seed": seed}
+    grades = {name: grade_hand_items(items, g) for name, g in graders.items()}
+    return [{"key": content_key("grader verdicts", dumps[r["id"]], settings), **r}
+            for r in verdict_records(items, grades, p.grader.mode)]
 
 
-def assemble(p: SimulationParams, results: dict[str, DoctorResult], validation, doctors, model_ids,
-             h: Harness) -> SimulationOutputs:
-    consults = [c for r in results.values() for c in r.consults]
-    grades = [g for r in results.values() for g in r.grades]
-    fid_rows = [f for r in results.values() for f in r.fidelity]
-    per_case = pd.DataFrame(per_case_rows(consults, grades))
-    if fid_rows:   # the patient's honesty per case, beside the case's scores
-        honesty = pd.DataFrame(fid_rows)[["doctor", "case", "rounds", "ended_by", "sentences",
-                                          "volunteered", "unsupported"]]
-        per_case = per_case.merge(honesty, on=["doctor", "case"], how="left")
-    t2 = tables.table2(per_case.to_dict("records"))
-    nt = pd.DataFrame([r.next_turn.summary for r in results.values() if r.next_turn])
-    comp = {d: r.compliance for d, r in results.items()
-            if r.compliance is not None and not r.compliance.empty}
-    comp_long = (pd.concat([t.assign(doctor=d, rem=h.rem_mode) for d, t in comp.items()],
-                           ignore_index=True) if comp else pd.DataFrame())
-    if not comp_long.empty:   # PLPF Fig. 3 ranks the models per rule (1 = most compliant)
-        comp_long["rank"] = comp_long.groupby("rule")["mean"].rank(ascending=False,
-                                                                     method="min")
-    n_boot = p.grader.bootstrap_rounds
-    nt_rows = [row for r in results.values() if r.next_turn for row in r.next_turn.items]
+# -- what the notebook shows -----------------------------------------------------------------
+
+def as_json(value):
+    """``value`` as its records read back (tuples as lists, numpy numbers as Python
+    ones), so the gates judge what the tables will be built from."""
+    from medpref.outputs import _plain
+
+    return json.loads(json.dumps(value, ensure_ascii=False, default=_plain))
+
+
+def outputs_of(built: dict[str, Any], records: dict[str, list[dict]], stage,
+               results: dict[str, DoctorResult], doctors: list[DoctorConfig],
+               model_ids: dict[str, str], h: Harness, held) -> SimulationOutputs:
+    """The run's outputs: the tables and figures as written (from ``records`` as they
+    read back), with the run's objects."""
     out = SimulationOutputs(
-        consultations=consults, grades=grades, table2=t2, per_case=per_case,
-        fidelity=tables.fidelity_table(fid_rows),
-        next_turn=nt, compliance=comp_long,
-        next_turn_paired=nextturn.paired_table(nt_rows, "sft", n_boot, h.setup.seed),
-        grid=tables.table3_grid(t2, p.grid_pattern),
-        table6=tables.table6(t2, nt, p.table6_policies), grader_validation=validation,
-        table2_ci=tables.table2_intervals(per_case, n_boot),
-        table2_paired=tables.table2_paired(per_case, n_boot=n_boot),
-        behaviour=tables.doctor_behaviour(fid_rows), consult_rows=fid_rows,
+        consultations=[c for r in results.values() for c in r.consults],
+        grades=[g for r in results.values() for g in r.grades],
+        table2=built["table2"], per_case=built["per_case"], fidelity=built["patient_fidelity"],
+        next_turn=built["next_turn"], next_turn_paired=built["next_turn_paired"],
+        compliance=built["compliance"], grid=built["table3_grid"],
+        table6=built["table6_rethinker"], grader_validation=built["grader_validation"],
+        table2_ci=built["table2_ci"], table2_paired=built["table2_paired"],
+        behaviour=outputs.behaviour_table(records, stage.params),
+        table2_range=built["table2_range"], controls_gate=built["controls_gate"],
         doctors=doctors, model_ids=model_ids,
         prompts={n: t.sha for n, t in h.templates.items()},
-        grid_ci=tables.table3_intervals(per_case, p.grid_pattern, n_boot=n_boot),
-        table6_ci=tables.table6_intervals(per_case, nt_rows, p.table6_policies,
-                                          n_boot=n_boot))
+        radar=built["compliance_radar"] if records["compliance_judgements"] else None,
+        consult_rows=outputs.sp_view(records, stage.params).consult_rows,
+        heldout=heldout.HeldoutResult(built["heldout_states"], built["heldout_compliance"],
+                                      held.turns, held.note, held.state_rows),
+        split_overlap=built["split_overlap"], gpd_check=outputs.gpd_check_of(records,
+                                                                             stage.params),
+        question_share=built["question_share"], grid_ci=built["table3_grid_ci"],
+        table6_ci=built["table6_rethinker_ci"], records=records)
     out.metrics = metrics_of(out)
-    if comp:
-        from medpref.rem.compliance import radar_plot
-
-        out.radar = radar_plot(comp, title=f"Rule compliance of SP transcripts (REM: {h.rem_mode})")
     return out
 
 
@@ -394,7 +586,8 @@ def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
         m[f"next_turn/{row['doctor']}"] = {k: (None if pd.isna(row[k]) else round(float(row[k]), 3))
                                           for k in ("bleu4", "rougeL_f1", "rougeL_r", "gpd")}
     gv = out.grader_validation
-    test = (gv[(gv["category"] == "all") & (gv["split"] == "test")] if not gv.empty else gv)
+    test = (gv[(gv["category"] == "all") & (gv["split"] == "test") & (gv["batch"] == "all")]
+            if not gv.empty else gv)
     for _, row in test.iterrows():
         m[f"grader/{row['grader']}"] = {
             "accuracy": round(float(row["accuracy"]), 3), "items": int(row["items"]),
@@ -403,64 +596,8 @@ def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
     if not out.behaviour.empty:
         m["patient_unsupported_share"] = round(float(
             out.behaviour["patient_unsupported_share"].max()), 4)
+    ranges = out.table2_range.drop_duplicates("metric")
+    for _, row in ranges.iterrows():   # control_script minus control_lecture, in points
+        m[f"sp_range/{row['metric']}"] = {k: None if pd.isna(row[k]) else round(float(row[k]), 2)
+                                          for k in ("range_diff", "range_lo", "range_hi")}
     return m
-
-
-def write_outputs(stage, out: SimulationOutputs, nt_items: list[dict]) -> None:
-    records = annotated_records(out, stage.p)
-    write_jsonl(stage.data("transcripts.jsonl"), records)
-    write_jsonl(stage.data("grades.jsonl"), [g.__dict__ for g in out.grades])
-    write_jsonl(stage.data("next_turn.jsonl"), nt_items)
-    report = stage.report
-    write_table(out.table2, report("table2"), floatfmt=".1f")
-    write_table(out.per_case, report("per_case"), floatfmt=".2f")
-    write_table(out.fidelity, report("patient_fidelity"), floatfmt=".2f")
-    write_table(out.next_turn, report("next_turn"), floatfmt=".2f")
-    write_table(out.next_turn_paired, report("next_turn_paired"), floatfmt=".3f")
-    write_table(out.grid, report("table3_grid"), floatfmt=".1f")
-    write_table(out.table6, report("table6_rethinker"), floatfmt=".2f")
-    write_table(out.grid_ci, report("table3_grid_ci"), floatfmt=".3f")
-    write_table(out.table6_ci, report("table6_rethinker_ci"), floatfmt=".3f")
-    write_table(out.grader_validation, report("grader_validation"), floatfmt=".3f")
-    write_table(out.table2_ci, report("table2_ci"), floatfmt=".1f")
-    write_table(out.table2_paired, report("table2_paired"), floatfmt=".3f")
-    write_table(out.compliance, report("compliance"), floatfmt=".3f")
-    ids = pd.DataFrame([{"doctor": d.name, "role": d.role, "adapter": d.adapter or "",
-                         "model_id": out.model_ids.get(d.name, "")} for d in out.doctors])
-    if not out.behaviour.empty:
-        ids = ids.merge(out.behaviour, on="doctor", how="left")
-    write_table(ids, report("doctors"), floatfmt=".3f")
-    from medpref.simulation.transcripts_html import write_transcripts_html
-
-    write_transcripts_html(records, report("transcripts.html"))
-    if out.radar is not None:
-        save_figure(out.radar, report("compliance_radar.png"))
-
-
-def annotated_records(out: SimulationOutputs, p: SimulationParams) -> list[dict]:
-    """Each consultation's record with what a reader needs: per doctor sentence whether
-    it echoes the patient, per patient sentence whether the case supports it, and every
-    checklist item's grade with the sentence that earned it."""
-    fid = {(r["doctor"], r["case"]): set(r["unsupported_at"]) for r in out.consult_rows}
-    scores = {(r["doctor"], r["case"]): r for r in out.per_case.to_dict("records")}
-    rows = []
-    for c in out.consultations:
-        echoes = {(s.turn, s.text) for s in doctor_sentences(
-            c.turns, p.grader.echo_overlap, p.grader.echo_min_new) if s.echo}
-        unsupported = fid.get((c.doctor, c.case_id), set())
-        rec = c.record()
-        rec["chief_complaint"] = c.turns[0].text if c.turns else ""
-        for i, t in enumerate(rec["turns"]):
-            t["sentences"] = [{"text": s, "echo": (i, s) in echoes,
-                               "unsupported": t["role"] == "patient" and s in unsupported,
-                               "dont_know": t["role"] == "patient" and is_dont_know(s)}
-                              for s in split_sentences(t["text"])]
-        sc = scores.get((c.doctor, c.case_id), {})
-        rec["scores"] = {k: (None if pd.isna(sc.get(k)) else sc.get(k))
-                         for k in grading.CATEGORIES}
-        rec["items"] = [{"category": g.category, "item": g.item, "passed": g.passed,
-                         "method": g.method, "evidence_turn": g.evidence_turn,
-                         "evidence": g.evidence, "echo_excluded": g.echo_excluded}
-                        for g in out.grades if g.case == c.case_id and g.doctor == c.doctor]
-        rows.append(rec)
-    return rows

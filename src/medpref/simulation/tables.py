@@ -36,6 +36,8 @@ def table2(case_rows: Sequence[dict]) -> pd.DataFrame:
     departments = sorted(df["department"].unique())
     for doctor, sub in df.groupby("doctor", sort=False):
         row: dict = {"doctor": doctor}
+        if "kind" in sub:
+            row["kind"] = sub["kind"].iloc[0]
         for dept in [*departments, "ALL"]:
             part = sub if dept == "ALL" else sub[sub["department"] == dept]
             scores = eq6([{c: (None if pd.isna(r[c]) else r[c]) for c in CATEGORIES}
@@ -110,6 +112,18 @@ def fidelity_table(consult_rows: Sequence[dict]) -> pd.DataFrame:
         role_swaps=("role_swaps", "sum"), dont_know=("dont_know", "sum"))
     agg["unsupported_share"] = agg["unsupported"] / agg["patient_sentences"].clip(lower=1)
     return agg.reset_index()
+
+
+def with_kind(df: pd.DataFrame, kinds: Mapping[str, str], column: str = "doctor"
+              ) -> pd.DataFrame:
+    """``df`` with a ``kind`` column (model | control) right after ``column``: the
+    controls are labelled rows of every table that lists doctors."""
+    if df.empty and column not in df:
+        return df
+    out = df.drop(columns=["kind"], errors="ignore")
+    out.insert(list(out.columns).index(column) + 1, "kind",
+               [kinds.get(d, "model") for d in out[column]])
+    return out
 
 
 # -- intervals and paired comparisons (beyond the paper) ----------------------------------
@@ -295,5 +309,121 @@ def doctor_behaviour(rows: Sequence[dict]) -> pd.DataFrame:
         "patient_unsupported_share": g["unsupported"].sum() / g["sentences"].sum().clip(lower=1),
         "patient_dont_know": g["dont_know"].sum(),
         "patient_role_swaps": g["role_swaps"].sum(),
-        "patient_empty_turns": g["empty_turns"].sum()})
+        "patient_empty_turns": g["empty_turns"].sum(),
+        # the patient's replies that gave no case text: nothing asked, or nothing answerable
+        "fallback_share": g["fallbacks"].sum() / g["patient_replies"].sum().clip(lower=1),
+        "patient_nothing_asked": g["nothing_asked"].sum()})
     return out.reset_index()
+
+
+# -- the controls: the instrument's range and its gate (beyond the paper) ----------------
+
+RANGE_COLUMNS = ["metric", "range_cases", "range_diff", "range_lo", "range_hi", "doctor", "vs",
+                 "mde", "mde_share_of_range", "reading"]
+
+
+def range_reading(range_diff: float, mde: float) -> str:
+    """Whether a comparison's minimum detectable difference fits inside the instrument's
+    range (positive control minus negative control, in points)."""
+    if pd.isna(range_diff):
+        return "no range (a control is missing)"
+    if range_diff <= 0:
+        return "no range: the positive control does not score above the negative one"
+    if pd.isna(mde):
+        return "MDE not estimable"
+    return "MDE inside the range" if mde <= range_diff else "MDE larger than the range"
+
+
+def _range_of(per_case: pd.DataFrame, top: str, bottom: str, cat: str, n_boot: int,
+              seed: int) -> dict:
+    """``top`` minus ``bottom`` in one category, paired by case (NaN: either missing)."""
+    from medpref.metrics.intervals import paired_difference
+
+    out = dict.fromkeys(["range_cases", "range_diff", "range_lo", "range_hi"], float("nan"))
+    if per_case.empty or not {top, bottom} <= set(per_case["doctor"]):
+        return out
+    both = pd.concat([_case_scores(per_case, top, cat).rename("top"),
+                      _case_scores(per_case, bottom, cat).rename("bottom")],
+                     axis=1, join="inner").dropna()
+    if both.empty:
+        return out
+    cmp = paired_difference(both["top"].to_numpy(), both["bottom"].to_numpy(), n_boot=n_boot,
+                            seed=seed)
+    return {"range_cases": cmp.n, "range_diff": cmp.diff, "range_lo": cmp.lo,
+            "range_hi": cmp.hi}
+
+
+def table2_range(per_case: pd.DataFrame, paired: pd.DataFrame, kinds: Mapping[str, str],
+                 top: str = "control_script", bottom: str = "control_lecture",
+                 n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per category: ``top`` minus ``bottom`` paired by case (points, bootstrap 95 %
+    interval): the distance between a clinician's script and a lecture, the widest the
+    instrument shows; beside it each model doctor's paired comparison (``paired``, Table
+    2's) with its minimum detectable difference and whether that fits inside the range
+    (one row per comparison; a category without one keeps a row for its range)."""
+    models = (paired[[kinds.get(d, "model") == "model" for d in paired["doctor"]]]
+              if not paired.empty else paired)
+    rows = []
+    for cat in CATEGORIES:
+        rng = _range_of(per_case, top, bottom, cat, n_boot, seed)
+        mine = models[models["metric"] == SHORT[cat]] if not models.empty else models
+        for _, cmp in mine.iterrows():
+            share = (cmp["mde"] / rng["range_diff"] if rng["range_diff"] > 0
+                     else float("nan"))
+            rows.append({"metric": SHORT[cat], **rng, "doctor": cmp["doctor"], "vs": cmp["vs"],
+                         "mde": cmp["mde"], "mde_share_of_range": share,
+                         "reading": range_reading(rng["range_diff"], cmp["mde"])})
+        if mine.empty:
+            rows.append({"metric": SHORT[cat], **rng, "doctor": "", "vs": "",
+                         "mde": float("nan"), "mde_share_of_range": float("nan"),
+                         "reading": "no model comparison"})
+    return pd.DataFrame(rows, columns=RANGE_COLUMNS)
+
+
+def _negative_verdict(sub: pd.DataFrame, cat: str, max_pass: float) -> dict:
+    """A negative control's Eq. 6 score over its cases against the cap (None: no case)."""
+    vals = sub[cat].dropna().astype(float)
+    score = 100.0 * vals.mean() if len(vals) else float("nan")
+    limit = 100.0 * max_pass
+    return {"cases": len(vals), "score": score, "rule": "≤", "limit": limit,
+            "expected_coverage": float("nan"),
+            "passed": None if pd.isna(score) else bool(score <= limit + 1e-9)}
+
+
+def _positive_verdict(sub: pd.DataFrame, cat: str,
+                      expected: Mapping[tuple[str, str], float | None], fraction: float) -> dict:
+    """A positive control's mean over the cases whose expected coverage is known, against
+    ``fraction`` × that coverage's mean over the same cases (None: no such case)."""
+    pairs = [(float(v), expected[(c, cat)]) for c, v in zip(sub["case"], sub[cat])
+             if not pd.isna(v) and expected.get((c, cat)) is not None]
+    if not pairs:
+        return {"cases": 0, "score": float("nan"), "rule": "≥", "limit": float("nan"),
+                "expected_coverage": float("nan"), "passed": None}
+    score = 100.0 * sum(v for v, _ in pairs) / len(pairs)
+    cover = 100.0 * sum(e for _, e in pairs) / len(pairs)
+    return {"cases": len(pairs), "score": score, "rule": "≥", "limit": fraction * cover,
+            "expected_coverage": cover, "passed": bool(score >= fraction * cover - 1e-9)}
+
+
+GATE_COLUMNS = ["control", "polarity", "metric", "cases", "score", "rule", "limit",
+                "expected_coverage", "passed"]
+
+
+def controls_gate(per_case: pd.DataFrame, polarity: Mapping[str, str],
+                  expected: Mapping[tuple[str, str], float | None], max_negative_pass: float,
+                  script_fraction: float) -> pd.DataFrame:
+    """Each control's verdict per category, in points. A negative control: its Eq. 6 score
+    over all its cases must be ≤ ``max_negative_pass``. A positive one: its mean over the
+    cases with a known expected coverage (``expected[(case, category)]``: a clinician's
+    reading of what the script asks) must be ≥ ``script_fraction`` × that coverage's
+    mean over the same cases; none known: not gated (``passed`` None)."""
+    rows = []
+    for control, pol in polarity.items():
+        sub = per_case[per_case["doctor"] == control] if not per_case.empty else per_case
+        if sub.empty:
+            continue
+        for cat in CATEGORIES:
+            verdict = (_negative_verdict(sub, cat, max_negative_pass) if pol == "negative"
+                       else _positive_verdict(sub, cat, expected, script_fraction))
+            rows.append({"control": control, "polarity": pol, "metric": SHORT[cat], **verdict})
+    return pd.DataFrame(rows, columns=GATE_COLUMNS)

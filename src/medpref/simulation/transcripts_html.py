@@ -65,7 +65,7 @@ mark { background: var(--ev); }
 .tag { display: inline-block; font-size: .75rem; padding: 0 .35rem; border-radius: 4px;
   margin: 0 .2rem; border: 1px solid; white-space: nowrap; }
 .tag-echo { color: var(--muted); } .tag-unsupported { color: var(--fail); }
-.tag-dont-know { color: var(--pat); }
+.tag-dont-know { color: var(--pat); } .tag-control { color: var(--muted); }
 .verdict { font-weight: 700; white-space: nowrap; }
 .verdict.pass { color: var(--pass); } .verdict.fail { color: var(--fail); }
 .verdict.abstain { color: var(--muted); }
@@ -203,6 +203,9 @@ def _sentence(s: Mapping, evidence: Sequence[str]) -> str:
     if s.get("dont_know"):
         return f'<span class="dont-know">{text}</span><span class="tag tag-dont-know">' \
                "doesn’t know</span>"
+    if s.get("nothing_asked"):
+        return f'<span class="dont-know">{text}</span><span class="tag tag-dont-know">' \
+               "nothing asked</span>"
     return text
 
 
@@ -249,6 +252,15 @@ def _transcript(record: Mapping, prefix: str) -> str:
             + "</ol>")
 
 
+def _doctor_label(record: Mapping) -> str:
+    """The doctor's name, tagged when it is a control (turns written from the case, no
+    model): a reader must never take a control's row for a model's."""
+    name = _e(record.get("doctor", "?"))
+    if record.get("kind") == "control":
+        return f'{name} <span class="tag tag-control">control</span>'
+    return name
+
+
 def _consultation(record: Mapping, prefix: str) -> str:
     facts = []
     if record.get("rounds") is not None:
@@ -257,7 +269,7 @@ def _consultation(record: Mapping, prefix: str) -> str:
         facts.append(f"ended by {_e(record['ended_by'])}")
     error = f'<p class="error">Error: {_e(record["error"])}</p>' if record.get("error") else ""
     return (f'<details class="consult" id="{prefix}" data-doctor="{_e(record.get("doctor"))}">'
-            f'<summary>Doctor: {_e(record.get("doctor", "?"))} — {_scores_inline(record)}'
+            f'<summary>Doctor: {_doctor_label(record)} — {_scores_inline(record)}'
             f' <span class="meta">{", ".join(facts)}</span></summary>'
             f'<div class="consult-body">{error}<h4>Score per category</h4>'
             f"{_scores_table(record)}<h4>Checklist</h4>{_items_table(record, prefix)}"
@@ -281,7 +293,7 @@ def _toc(groups: Sequence[tuple[str, list[Mapping]]]) -> str:
     rows = []
     for n, (case, records) in enumerate(groups):
         cid, first = _case_id(n, case), records[0]
-        doctors = "<br>".join(f'<a href="#{cid}-d{m}">{_e(r.get("doctor", "?"))}</a> '
+        doctors = "<br>".join(f'<a href="#{cid}-d{m}">{_doctor_label(r)}</a> '
                               f'<span class="meta">{_scores_inline(r)}</span>'
                               for m, r in enumerate(records))
         rows.append(f'<tr><td><a href="#{cid}">{_e(case)}</a></td>'
@@ -309,7 +321,12 @@ repeated what the patient said, so the sentence earns nothing.</dd>
 <dt><span class="unsupported">wavy underline</span></dt><dd>not in the case: a patient
 sentence the case does not support.</dd>
 <dt><span class="dont-know">italic</span></dt><dd>doesn’t know: the patient said the case
-does not tell.</dd></dl></section>"""
+does not tell; nothing asked: the doctor's turn asked nothing, and the patient said so
+neutrally.</dd>
+<dt><span class="tag tag-control">control</span></dt><dd>a control doctor, not a model: its
+turns are written from the case (the case's own script, a recital of the checklist, a
+lecture, an echo of the patient) to show what the test can and cannot tell apart.</dd>
+</dl></section>"""
 
 
 def _csp(css: str) -> str:

@@ -180,7 +180,7 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
         raise ValueError(f"no SFT example fits max_length={recipe.max_length}")
     model = with_lora(base, lora_settings(recipe, base.config.model_type))
     trainer = build_sft_trainer(model, tok, data, sft_config(recipe, hardware, ckpt_dir, seed),
-                                callbacks)
+                                callbacks, compact_lm_head=hardware.policy.compact_lm_head)
     warning = few_steps_warning("SFT", len(data), hardware, recipe.sft_epochs,
                                 recipe.sft_max_steps, warn_below_steps, trainer.args.world_size)
     if warning:

@@ -85,14 +85,20 @@ def drop_too_long(tokenizer, examples: list[dict[str, Any]], max_length: int,
     return kept, len(examples) - len(kept)
 
 
-def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: tuple = ()):
+def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: tuple = (),
+                      compact_lm_head: bool = False):
     """``SFTTrainer`` over prompt-completion examples; ``args`` is an ``SFTConfig`` with
-    ``completion_only_loss=True`` (the loss on the completion alone)."""
+    ``completion_only_loss=True`` (the loss on the completion alone). ``compact_lm_head``
+    (a hardware section's key): the LM head on the learned positions only, on a CPU too
+    (:func:`medpref.training.hardware.compact_lm_head`)."""
     from datasets import Dataset
     from trl import SFTTrainer
 
-    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
-                      processing_class=tok, callbacks=list(callbacks))
+    from medpref.training.hardware import train_with_compact_head
+
+    return train_with_compact_head(SFTTrainer(
+        model=model, args=args, train_dataset=Dataset.from_list(data), processing_class=tok,
+        callbacks=list(callbacks)), compact_lm_head)
 
 
 def portable_path(path: str | Path) -> str:

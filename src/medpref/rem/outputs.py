@@ -1,0 +1,121 @@
+"""Stage 03's outputs, declared once: its per-item records and the tables built from them.
+
+Every model answer and training result the stage's tables read is a record
+(``reports/03_rem/records/``):
+
+* ``predictions`` — every REM judgement of Table 5's evaluation, one per scorer × test
+  annotation: the gold score, the label and score, the samples, the raw answers, and the
+  score-token probabilities of the probability scorers (``expected``, ``finetuned``);
+* ``scorer_runs`` — one per scorer: Table 5's ``method`` line as it ran (a fine-tuned
+  scorer's from its adapter's task card), how many items, wall time and model use;
+* ``training_loss`` — the REM adapter's training loss by optimizer step, each row naming
+  the adapter (its content id), so the loss curve rebuilds without training;
+* ``compliance_judgements`` — every compliance judgement, one per scorer of
+  ``rem.compliance_scorers`` × dialogue state × rule.
+
+A judgement's content key hashes the scorer's settings, the model id, the exact messages
+it was asked with and the row. The tables and figures below are pure functions of those
+records and the params (``rem.near_constant_share``; the rules file and the embedded
+annotations for the flowchart and the annotation counts, which are inputs, not model
+output), so ``medpref tables`` rebuilds them with no model call and no training. The
+records hold the embedded annotations' ids and the model's raw answers, never a dialogue's
+text as such (a small model's answer may echo a few words of the embedded dialogue it
+judged, which is ours). The adapter itself stays a data product (DVC's cache): stages 04
+and 06 read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from medpref.outputs import Data, Figure, Records, StageOutputs, Table
+
+Rows = Mapping[str, list[dict[str, Any]]]
+
+
+# -- builders -------------------------------------------------------------------------------
+
+def flowchart_figure(records: Rows, params):
+    """The rules file as a graph (no records: the rules are an input)."""
+    from medpref.params import repo_path
+    from medpref.rem.figures import draw_flowchart
+    from medpref.rules import load_rules
+
+    return draw_flowchart(load_rules(repo_path(params.rem.rules)))
+
+
+def counts_table(records: Rows, params) -> pd.DataFrame:
+    """Annotations per rule × split × score (no records: the annotations are an input)."""
+    from medpref.rem.build_rem import load_inputs, split_counts
+
+    return split_counts(load_inputs(params.rem))
+
+
+def training_table(records: Rows, params) -> pd.DataFrame:
+    from medpref.rem.build_rem import loss_table
+
+    return loss_table(records["training_loss"])
+
+
+def table5_table(records: Rows, params) -> pd.DataFrame:
+    from medpref.rem.build_rem import table5_from_records
+
+    return table5_from_records(records["scorer_runs"], records["predictions"],
+                               params.rem.near_constant_share)
+
+
+def per_rule_table(records: Rows, params) -> pd.DataFrame:
+    from medpref.rem.build_rem import per_rule_table as per_rule
+
+    return per_rule(records["predictions"])
+
+
+def confusion_figure(records: Rows, params):
+    from medpref.rem.build_rem import confusion_tables
+    from medpref.rem.figures import plot_confusions
+
+    return plot_confusions(confusion_tables(records["predictions"]))
+
+
+def compliance_table(records: Rows, params) -> pd.DataFrame:
+    from medpref.rem.build_rem import compliance_table as compliance
+
+    return compliance(records["compliance_judgements"])
+
+
+def radar_figure(records: Rows, params):
+    """Fig. 3: one polygon per compliance scorer over the embedded dialogues."""
+    from medpref.rem.build_rem import by_scorer, compliance_table
+    from medpref.rem.compliance import radar_plot
+
+    rows = records["compliance_judgements"]
+    tables = {f"embedded dialogues ({name})": compliance_table(judged)
+              for name, judged in by_scorer(rows).items()}
+    n_states = len({r["dialogue"] for r in rows})
+    return radar_plot(tables, title=f"Rule compliance, {n_states} embedded dialogues")
+
+
+OUTPUTS = StageOutputs("03_rem", (
+    Records("predictions", "every REM judgement of Table 5's evaluation (scorer × test "
+            "annotation): gold, label, score, samples, raw answers, score-token "
+            "probabilities; key: settings, model, messages and the row"),
+    Records("scorer_runs", "each scorer's evaluation run: Table 5's method line, items, "
+            "wall time and model use", key=("scorer", "method", "model_id", "n")),
+    Records("training_loss", "the REM adapter's training loss by optimizer step",
+            key=("adapter", "step")),
+    Records("compliance_judgements", "every compliance judgement (scorer × dialogue state "
+            "× rule); key: settings, model, messages and the row"),
+    Figure("flowchart", flowchart_figure),
+    Table("annotation_counts", counts_table),
+    Table("training", training_table),
+    Table("table5", table5_table),
+    Table("per_rule", per_rule_table),
+    Figure("confusion", confusion_figure),
+    Table("compliance", compliance_table),
+    Figure("compliance_radar", radar_figure),
+    Data("data/03_rem/rem_lora", doc="the trained REM adapter and its task card (stages 04 "
+         "and 06 read it)"),
+))

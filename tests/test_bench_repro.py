@@ -1,0 +1,47 @@
+"""bench_repro's record of a cold run (benchmarks/bench_repro.py): the per-stage wall
+seconds it measured, joined to each stage's reports, as JSON and as the Markdown table
+the docs include."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from medpref import REPO_ROOT
+
+
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_repro",
+                                                  REPO_ROOT / "benchmarks" / "bench_repro.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_cold_run_is_written_per_stage_with_its_total(tmp_path):
+    b = bench()
+    rem = tmp_path / "reports" / "03_rem"
+    rem.mkdir(parents=True)
+    (rem / "timings.json").write_text(json.dumps({"wall_s": 900.0, "steps_s": {"train": 800.0}}))
+    (rem / "ledger.json").write_text(json.dumps({"total": {
+        "calls": 296, "cache_hits": 0, "tokens_in": 445000, "tokens_out": 5000,
+        "latency_s": 60.0}}))
+    rows = b.stage_rows(tmp_path)
+    measured = {"rem": 950.5, "annotation_grid@avg-1": 30.0}
+    meta = {"commit": "abc1234", "date": "2026-01-01 00:00 UTC", "cores": 2,
+            "load_before": 0.1, "load_after": 1.9, "complete": True, "target": None}
+    record = b.timings_record(measured, 980.5, 1900.0, rows, meta)
+    assert [s["stage"] for s in record["stages"]] == ["rem", "annotation_grid@avg-1"]
+    rem_row, grid_row = record["stages"]
+    assert (rem_row["wall_s"], rem_row["report"], rem_row["calls"]) == (950.5, "03_rem", 296)
+    assert rem_row["steps_s"] == {"train": 800.0}
+    assert grid_row["report"] is None and grid_row["calls"] is None
+    assert (record["total_wall_s"], record["total_wall_min"], record["cpu_s"]) == (
+        980.5, 16.3, 1900.0)
+    js, md = b.write_timings(tmp_path / "out", record)
+    assert json.loads(js.read_text()) == record
+    table = md.read_text()
+    assert "commit `abc1234`" in table and "load average 0.10 before and 1.90 after" in table
+    assert "| rem | 950.5 | 15.8 | 296 | 445,000 / 5,000 |" in table
+    assert "| annotation_grid@avg-1 | 30.0 | 0.5 |  |  |" in table
+    assert "| **total** | **980.5** | **16.3** | | |" in table

@@ -1,0 +1,162 @@
+"""The SP grader's rule changes, each pinned by the dev items that motivated it.
+
+Every rule change after the baseline of ``data/embedded/sp_grader_changes.yaml`` has a
+test here built from the dev hand-graded items its entry names (``motivated_by``), so a
+later change that undoes it fails. Items are graded by the echo-aware grader as params set it,
+without MiniLM (the lexical match only), so these tests need no model.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from medpref import REPO_ROOT
+from medpref.data.sp_cases import embedded_sp_graded
+from medpref.params import load_params
+from medpref.prompts import load_prompt
+from medpref.simulation.echo import doctor_sentences
+from medpref.simulation.graders import GraderContext, build_grader
+from medpref.simulation.grading import GradingSetup
+from medpref.simulation.validation import grade_hand_items
+
+CHANGES = REPO_ROOT / "data" / "embedded" / "sp_grader_changes.yaml"
+
+
+@pytest.fixture(scope="module")
+def items():
+    return {g.id: g for g in embedded_sp_graded()}
+
+
+@pytest.fixture(scope="module")
+def grader():
+    g = load_params().simulation.grader
+    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
+                         count_template=load_prompt(g.count_prompt), encode=None,
+                         max_candidates=g.max_candidates)
+    return build_grader("echo_aware", GraderContext(g, setup))
+
+
+def verdicts(grader, items, ids):
+    return {gr.case: gr.passed for gr in grade_hand_items([items[i] for i in ids], grader)}
+
+
+def test_motivating_items_are_dev_items(items):
+    for e in yaml.safe_load(CHANGES.read_text(encoding="utf-8"))["changes"]:
+        assert all(items[i].split == "dev" for i in e["motivated_by"]), e["id"]
+
+
+# -- change 1: a question with one new unit is the doctor's own, not an echo ------------------
+
+def test_a_question_adding_one_unit_is_not_an_echo(items, grader):
+    """'Any pain in your shoulder?' after 'Lower tummy pain…' and 'How high has the fever
+    been?' after 'Fever and cough…' share half their units with the complaint and add one:
+    they ask something new and earn their items (dev g-0274, g-0469)."""
+    ids = ["g-0274", "g-0469"]
+    for i in ids:
+        own = [s for s in doctor_sentences(items[i].transcript, 0.5, 2)]
+        assert [s.echo for s in own] == [False], i
+    assert verdicts(grader, items, ids) == {i: True for i in ids}
+
+
+def test_a_statement_echo_with_one_new_unit_stays_an_echo():
+    from medpref.contracts import Turn
+
+    turns = [Turn(role="patient", text="Fever and cough with yellow phlegm for four days"),
+             Turn(role="doctor", text="So a high fever for four days.")]
+    assert [s.echo for s in doctor_sentences(turns, 0.5, 2)] == [True]
+
+
+# -- change 2: the forms a request for a test takes ------------------------------------------
+
+REQUEST_IDS = ["g-0136", "g-0459", "g-0487", "g-0493", "g-0534"]
+
+
+def test_requests_in_their_everyday_forms_are_recommendations(items):
+    """'We need a transvaginal ultrasound now.', 'Let me look in her ears with an
+    otoscope.', "I'd like blood tests, a blood count, liver tests and lipase.", 'And a
+    short mood questionnaire.' and "Let's weigh him now…" request a test (dev items)."""
+    from medpref.simulation.echo import speech_act
+
+    for i in REQUEST_IDS:
+        doctor = [t.text for t in items[i].transcript if t.role == "doctor"]
+        assert [speech_act(d) for d in doctor] == ["recommendation"], i
+
+
+def test_requests_earn_their_tests_where_the_words_match(items, grader):
+    assert verdicts(grader, items, ["g-0487", "g-0534"]) == {"g-0487": True, "g-0534": True}
+
+
+def test_a_reported_result_or_a_new_question_is_not_a_request():
+    from medpref.simulation.echo import speech_act
+
+    assert speech_act("And the X-ray was normal.") == "statement"
+    assert speech_act("And CRP?") == "question"
+    assert speech_act("We need more information from family members.") == "statement"
+
+
+@pytest.mark.slow
+def test_requests_earn_their_tests_with_minilm(items):
+    """With MiniLM (as the stage grades): all five dev requests earn their test."""
+    from medpref.medqa.database import load_encoder
+
+    g = load_params().simulation.grader
+    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
+                         count_template=load_prompt(g.count_prompt),
+                         encode=load_encoder(REPO_ROOT / "models" / "all-minilm-l6-v2"),
+                         max_candidates=g.max_candidates)
+    minilm = build_grader("echo_aware", GraderContext(g, setup))
+    assert verdicts(minilm, items, REQUEST_IDS) == {i: True for i in REQUEST_IDS}
+
+
+# -- change 3: a disease in made-up history is not a diagnosis --------------------------------
+
+def test_a_disease_in_stated_history_is_not_named(items, grader):
+    """'…when he had asthma attacks while sleeping', 'He had asthma earlier today…',
+    '…who has been diagnosed with asthma since he was 12…' state a past event (dev items)."""
+    ids = ["g-0273", "g-0277", "g-0375"]
+    assert verdicts(grader, items, ids) == {i: False for i in ids}
+
+
+def test_history_cues_leave_a_diagnosis_named():
+    from medpref.simulation.echo import names_disease
+
+    item = "childhood asthma (allergic)"
+    assert not names_disease("He had asthma attacks while sleeping.", item)
+    assert not names_disease("He has been diagnosed with asthma since he was 12.", item)
+    assert names_disease("This sounds very similar to asthma.", item)
+    # a history cue further back does not reach the diagnosis
+    assert names_disease("He had a cold last week, and this now sounds like asthma.", item)
+
+
+# -- change 4: a disease is named as the diagnosis only in a sentence that offers one --------
+
+def _doctor_sentences_naming(item_obj):
+    from medpref.simulation.echo import names_disease
+    from medpref.simulation.knowledge import split_sentences
+
+    return [s for t in item_obj.transcript if t.role == "doctor"
+            for s in split_sentences(t.text) if names_disease(s, item_obj.item)]
+
+
+def test_teaching_text_and_talk_in_passing_do_not_name_the_disease(items, grader):
+    """Dev false credits: a run-on list after 'She may need surgery depending upon size
+    uterine fibroids…', 'these include anaemia if not caused from lack o f iron…',
+    '…could lead to more complicated conditions not just hernia…', '…indicates biliary
+    atres syndrome … caused primarily by gallstones…', '…which may occur when an ectopic
+    pregnancy occurs…': no sentence offers the disease as this patient's diagnosis."""
+    ids = ["g-0244", "g-0278", "g-0291", "g-0364", "g-0445"]
+    for i in ids:
+        assert _doctor_sentences_naming(items[i]) == [], i
+    assert verdicts(grader, items, ids) == {i: False for i in ids}
+
+
+def test_every_dev_diagnosis_keeps_its_frame(items):
+    """Each dev disease item graded a pass names the disease in a sentence with a
+    diagnostic frame ('This could be due to…', 'This sounds very similar to Asthma', 'You're
+    anaemic because…', 'She most likely has…', 'I think this is…')."""
+    dev_passes = [g for g in items.values() if g.split == "dev" and g.category == "diseases"
+                  and g.passed and g.lang == "en"]
+    assert len(dev_passes) >= 15
+    for g in dev_passes:
+        assert _doctor_sentences_naming(g), g.id
