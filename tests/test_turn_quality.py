@@ -3,6 +3,9 @@ frames, and SFT's filter of failing doctor targets."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 
 from medpref.contracts import Dialogue, Turn
@@ -168,3 +171,96 @@ def test_sources_report_counts_targets_failing_and_kept():
     count_targets([good, _dialogue()], sources, turn_quality=True)
     assert [(s.targets, s.failing_turn_quality, s.kept) for s in sources] == [(1, 0, 1),
                                                                                (2, 1, 1)]
+
+
+# -- measured like a grader: recall and precision against hand labels --------------------------
+
+def _labelled(dialogue, index, role, text, split, **labels):
+    base = {"role_ok": True, "leak": False, "repetition": False, "usable": True}
+    return {"id": f"{dialogue}-{index}", "dialogue": dialogue, "index": index, "role": role,
+            "text": text, "split": split, **base, **labels}
+
+
+# labels chosen to exercise every cell: two hits (dev), a miss of a turn no check looks at,
+# a false alarm and a missed repetition (test)
+LABELLED = [
+    _labelled("a", 0, "doctor", "What brings you in today?", "dev"),
+    _labelled("a", 1, "patient", "I'm Dr. John Smith, and I have a cough.", "dev",
+              role_ok=False, usable=False),
+    _labelled("a", 2, "doctor", "Conversation so far: how long has the cough lasted?", "dev",
+              leak=True, usable=False),
+    _labelled("a", 3, "patient", "About a week, and it is worse at night.", "dev"),
+    _labelled("b", 0, "doctor", "Blue potato seventeen window?", "test", usable=False),
+    _labelled("b", 1, "patient", "I was told to rest. Patient: that is all.", "test"),
+    _labelled("b", 2, "doctor", "Did the cough start after a cold, or out of nowhere?", "test",
+              repetition=True, usable=False),
+]
+
+
+def _write_labels(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_validation_counts_and_rates_match_a_hand_count(tmp_path):
+    from medpref.metrics.intervals import proportion_ci
+    from medpref.notechat.turn_quality_validation import validation_report
+
+    scores, counts = validation_report(_write_labels(tmp_path / "l.jsonl", LABELLED))
+    s = scores.set_index(["split", "check"])
+    # all turns, overall decision: labelled bad a1 a2 b0 b2; flagged a1 a2 b1
+    assert s.loc[("all", "any"), ["labelled_bad", "flagged", "tp", "fp", "fn", "tn"]].tolist() \
+        == [4, 3, 2, 1, 2, 2]
+    assert s.loc[("all", "any"), "recall"] == pytest.approx(0.5)
+    assert s.loc[("all", "any"), "precision"] == pytest.approx(2 / 3)
+    # Wilson 95 % for 2 of 4, by hand: centre 0.5, half-width 0.350
+    assert s.loc[("all", "any"), ["recall_lo", "recall_hi"]].tolist() == pytest.approx(
+        [0.150, 0.850], abs=1e-3)
+    assert proportion_ci(2, 4).lo == pytest.approx(s.loc[("all", "any"), "recall_lo"])
+    assert s.loc[("test", "any"), ["tp", "fp", "fn"]].tolist() == [0, 1, 2]
+    assert s.loc[("test", "any"), "recall"] == 0.0 and s.loc[("test", "any"), "precision"] == 0.0
+    assert s.loc[("dev", "role"), ["tp", "fp", "fn", "turns"]].tolist() == [1, 0, 0, 4]
+    assert s.loc[("test", "repeat"), ["tp", "fn"]].tolist() == [0, 1]
+    assert math.isnan(s.loc[("test", "role"), "recall"])        # nothing labelled bad
+    c = counts.set_index("split")
+    assert c.loc["all", ["dialogues", "turns", "role slips", "leaks", "repetitions",
+                         "unusable"]].tolist() == [2, 7, 1, 1, 1, 4]
+
+
+def test_disagreements_list_misses_and_false_alarms(tmp_path):
+    from medpref.notechat.turn_quality_validation import (
+        disagreements,
+        flag_labelled,
+        load_labels,
+    )
+
+    frame = flag_labelled(load_labels(_write_labels(tmp_path / "l.jsonl", LABELLED)))
+    out = disagreements(frame).set_index("id")["kind"].to_dict()
+    assert out == {"b-0": "missed", "b-1": "false alarm", "b-2": "missed"}
+
+
+@pytest.mark.parametrize(("edit", "field", "message"), [
+    (lambda r: r[2].update(index=5), "index", "expected turn 2 next, got 5"),
+    (lambda r: r[1].update(split="test"), "split", "is in 'dev'"),
+    (lambda r: r[0].update(usabel=True), "usabel", "Extra inputs"),
+    (lambda r: r[3].pop("usable"), "usable", "Field required"),
+])
+def test_a_bad_labels_file_names_line_and_field(tmp_path, edit, field, message):
+    from medpref.contracts import ContractError
+    from medpref.notechat.turn_quality_validation import load_labels
+
+    records = [dict(r) for r in LABELLED]
+    edit(records)
+    with pytest.raises(ContractError, match=rf"l\.jsonl:\d+: field '{field}'.*{message}"):
+        load_labels(_write_labels(tmp_path / "l.jsonl", records))
+
+
+def test_stage_writes_the_validation_page_and_its_test_half_metrics(tmp_path):
+    from medpref.notechat.stage import output_paths, write_turn_quality_validation
+
+    stem = output_paths(tmp_path / "data", tmp_path / "reports")["turn_quality_validation"]
+    stats = write_turn_quality_validation(_write_labels(tmp_path / "l.jsonl", LABELLED), stem)
+    assert stats == {"turn_quality_test_recall": 0.0, "turn_quality_test_precision": 0.0}
+    page = stem.with_suffix(".md").read_text()
+    assert "| all     | any     |" in page and "0.50 [0.15, 0.85]" in page
+    assert stem.with_suffix(".csv").read_text().startswith("split,check,turns")

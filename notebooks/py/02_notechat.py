@@ -70,6 +70,15 @@ display(Markdown(out.table3_markdown))
 # %%
 out.turn_quality
 
+# %% [markdown]
+# The checks measured like a grader: their recall and precision against generated turns a
+# reader labelled by hand (`notechat.turn_quality_labels`, scored by
+# `medpref.notechat.turn_quality_validation`; `dev` turns shaped the rules, `test` turns
+# only measure them).
+
+# %%
+display(Markdown(out.turn_quality_validation_markdown))
+
 # %%
 display(Markdown(out.table2_markdown))
 

@@ -7,6 +7,12 @@ records (``OSCE_Examination``); the NEJM files hold image-challenge records (``q
 ``image_url``), converted as text only (:func:`nejm_case_record`). Each record is
 converted by its shape, whatever the file.
 
+A case without symptoms is a case: MedQA extended has an asymptomatic screening patient
+(``"Symptoms": {}``) whose complaint is the reason for the visit (:func:`osce_complaint`).
+A malformed row (invalid JSON, neither shape, a field the case needs missing) is skipped
+and reported with its file, line and reason (:class:`SkippedRow`, on the returned
+:class:`AgentClinicCases`) while the rest load; a file with rows but no case is an error.
+
 Ids: ``agentclinic-<line:04d>`` for ``medqa`` (as before other files existed),
 ``agentclinic-<name>-<line:04d>`` for the others; ``source`` is ``agentclinic`` and
 ``meta`` names the file and line.
@@ -15,15 +21,18 @@ Ids: ``agentclinic-<line:04d>`` for ``medqa`` (as before other files existed),
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from medpref.contracts import ContractError, SPCase, parse_record
-from medpref.data.readers import collect_rows, data_root, jsonl_lines, require_field
+from medpref.data.readers import data_root, jsonl_lines, require_field
 
+_log = logging.getLogger(__name__)
 AGENTCLINIC_DIR = Path("agentclinic")
 #: the published files by the name a params file uses (``simulation.agentclinic_file``)
 AGENTCLINIC_FILES = {name: f"agentclinic_{name}.jsonl"
@@ -41,6 +50,8 @@ _GROUP_WORDS = frozenset("additional analysis and basic blood imaging lab labora
 _NOT_WANTED = re.compile(r"(optional|not (indicated|required|necessary|performed|done)|n/?a\b)",
                          re.IGNORECASE)
 _RESULT_FIELDS = frozenset("findings result results level interpretation suggestion other".split())
+#: a text's first sentence (a history's, a NEJM question's)
+_FIRST_SENTENCE = re.compile(r"(.+?[.?!])(?:\s|$)", re.DOTALL)
 
 
 def _humanise(key: str) -> str:
@@ -98,7 +109,14 @@ def checklist_tests(results: Mapping[str, Any]) -> list[str]:
 
 
 
-def _symptom_list(symptoms: Mapping[str, Any]) -> list[str]:
+def _symptom_list(symptoms: Any) -> list[str]:
+    """Primary then secondary symptoms; none (``{}``, missing, empty strings) is []."""
+    if isinstance(symptoms, str):
+        symptoms = {"Primary_Symptom": symptoms}
+    elif isinstance(symptoms, list):
+        symptoms = {"Secondary_Symptoms": symptoms}
+    elif not isinstance(symptoms, Mapping):
+        symptoms = {}
     secondary = symptoms.get("Secondary_Symptoms") or []
     if not isinstance(secondary, list):
         secondary = [secondary]
@@ -106,9 +124,28 @@ def _symptom_list(symptoms: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(s.strip() for s in items if isinstance(s, str) and s.strip()))
 
 
+def osce_complaint(osce: Mapping[str, Any], actor: Mapping[str, Any]) -> tuple[str, str]:
+    """What the patient comes with, and which field gave it: the primary symptom; for a
+    patient without one (an asymptomatic screening visit) the first sentence of the
+    actor's history ("... presents for a follow-up visit after a routine screening ..."),
+    else the doctor's objective. ``("", "")`` when the record has none of the three."""
+    primary = actor.get("Symptoms")
+    primary = primary.get("Primary_Symptom") if isinstance(primary, Mapping) else primary
+    if isinstance(primary, str) and primary.strip():
+        return primary.strip(), "Primary_Symptom"
+    history = actor.get("History")
+    if isinstance(history, str) and history.strip():
+        match = _FIRST_SENTENCE.match(history.strip())
+        return (match.group(1) if match else history).strip(), "History"
+    objective = osce.get("Objective_for_Doctor")
+    if isinstance(objective, str) and objective.strip():
+        return objective.strip(), "Objective_for_Doctor"
+    return "", ""
+
+
 def _load_record(raw: str, path: Path, line: int) -> dict[str, Any]:
     try:
-        record = json.loads(raw)
+        record = json.loads(raw.strip())
     except json.JSONDecodeError as exc:
         raise ContractError(path, line, "<json>", f"invalid JSON: {exc.msg}") from None
     if not isinstance(record, dict):
@@ -117,10 +154,19 @@ def _load_record(raw: str, path: Path, line: int) -> dict[str, Any]:
 
 
 def osce_case_record(record: Mapping[str, Any], path: Path, line: int) -> dict[str, Any]:
-    """The SP case fields of a MedQA OSCE record (id, source and meta left to the caller)."""
+    """The SP case fields of a MedQA OSCE record (id, source and meta left to the caller).
+
+    A patient without symptoms (``Symptoms`` empty or missing) has an empty symptom
+    checklist and the complaint of :func:`osce_complaint`; ``meta.complaint_from`` names
+    the field it came from."""
     osce = require_field(record, "OSCE_Examination", path, line)
     actor = require_field(osce, "Patient_Actor", path, line)
-    primary = str(require_field(actor, "Symptoms.Primary_Symptom", path, line)).strip()
+    if not isinstance(actor, Mapping):
+        raise ContractError(path, line, "OSCE_Examination.Patient_Actor", "not an object")
+    complaint, source = osce_complaint(osce, actor)
+    if not complaint:
+        raise ContractError(path, line, "OSCE_Examination.Patient_Actor.Symptoms",
+                            "no primary symptom, history or objective to open the visit")
     diagnosis = str(require_field(osce, "Correct_Diagnosis", path, line)).strip()
     results = osce.get("Test_Results") or {}
     info = {_humanise(k): flatten_value(v) for k, v in actor.items()}
@@ -128,11 +174,12 @@ def osce_case_record(record: Mapping[str, Any], path: Path, line: int) -> dict[s
     info["Test Results"] = flatten_value(results)
     return {
         "department": "general", "lang": "en",
-        "chief_complaint": primary, "patient_info": {k: v for k, v in info.items() if v},
-        "checklist": {"symptoms": _symptom_list(actor["Symptoms"]),
+        "chief_complaint": complaint, "patient_info": {k: v for k, v in info.items() if v},
+        "checklist": {"symptoms": _symptom_list(actor.get("Symptoms")),
                       "tests": checklist_tests(results) if isinstance(results, dict) else [],
                       "diseases": [diagnosis]},
         "objective": str(osce.get("Objective_for_Doctor", "")).strip(),
+        "meta": {"complaint_from": source},
     }
 
 
@@ -149,7 +196,6 @@ _IMAGE_CUES = re.compile(
     r"|\b(?:is|are|was|were)\s+shown\b|\bas\s+shown\b|\bshown\s+(?:here|below|above)\b"
     r"|\b(?:images?|photographs?|photos?|figures?|pictured|depicted)\b",
     re.IGNORECASE)
-_FIRST_SENTENCE = re.compile(r"(.+?[.?!])(?:\s|$)", re.DOTALL)
 _PRESENTED = re.compile(r"\b(?:present(?:ed|s|ing)?|referred|seen|evaluated)\b.*?"
                         r"\b(?:with|because of|for)\s+(.+)$", re.IGNORECASE | re.DOTALL)
 _HISTORY_OF = re.compile(r"^(?:an?\s+)?(?:[\w-]+\s+)?history\s+of\s+", re.IGNORECASE)
@@ -279,21 +325,73 @@ def agentclinic_path(root: str | os.PathLike | None = None, file: str = "medqa")
     return path
 
 
+@dataclass(frozen=True)
+class SkippedRow:
+    """A row left out of the cases: where it is and why."""
+
+    file: str
+    line: int
+    field: str
+    reason: str
+
+    @classmethod
+    def of(cls, error: ContractError) -> SkippedRow:
+        return cls(Path(error.path).name, error.line or 0, error.field,
+                   str(error).split(f"field '{error.field}': ", 1)[-1])
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: field '{self.field}': {self.reason}"
+
+
+class AgentClinicCases(list):
+    """The cases of one file (a list of :class:`SPCase`) and the rows skipped as
+    malformed (``skipped``), so a stage can count them in its report."""
+
+    def __init__(self, cases: Iterable[SPCase] = (), skipped: Iterable[SkippedRow] = ()):
+        super().__init__(cases)
+        self.skipped: list[SkippedRow] = list(skipped)
+
+
+def _collect_cases(path: Path, file: str, limit: int | None, skip_bad: bool
+                   ) -> AgentClinicCases:
+    out = AgentClinicCases()
+    for line, raw in jsonl_lines(path):
+        if limit is not None and len(out) >= limit:
+            break
+        try:
+            out.append(_agentclinic_case(line, raw, path, file))
+        except ContractError as exc:
+            if not skip_bad:
+                raise
+            out.skipped.append(SkippedRow.of(exc))
+            _log.warning("skipped malformed AgentClinic row %s", out.skipped[-1])
+    return out
+
+
 def agentclinic_cases(root: str | os.PathLike | None = None, limit: int | None = None,
-                      skip_bad: bool = False, file: str = "medqa") -> list[SPCase]:
+                      skip_bad: bool = True, file: str = "medqa") -> AgentClinicCases:
     """AgentClinic cases of one published file (``file``: :data:`AGENTCLINIC_FILES`).
 
-    OSCE records (MedQA): ``chief_complaint`` is the primary symptom; ``patient_info``
-    the patient actor's sections plus the physical-exam findings and test results,
-    flattened to text; checklist: primary + secondary symptoms, :func:`checklist_tests`
-    of the test results, and the correct diagnosis. NEJM records: see
+    OSCE records (MedQA): ``chief_complaint`` is the primary symptom (for a patient
+    without symptoms, :func:`osce_complaint`); ``patient_info`` the patient actor's
+    sections plus the physical-exam findings and test results, flattened to text;
+    checklist: primary + secondary symptoms (possibly none), :func:`checklist_tests` of
+    the test results, and the correct diagnosis. NEJM records: see
     :func:`nejm_case_record`. The records carry no specialty, so the department is
     ``general``; ``objective`` keeps the doctor's task. Ids use the JSONL line number.
     ``script`` is empty: the data set has no reference dialogue, and the simulated patient
     answers from ``patient_info`` alone (deriving question-answer pairs from the sections
     would put our wording, not the data's, in the knowledge base).
+
+    A malformed row is skipped, logged and kept in the result's ``skipped`` (file, line,
+    field, reason) while the rest load (``skip_bad=False``: the first one raises its
+    :class:`~medpref.contracts.ContractError`). A file whose rows are all malformed is an
+    error that quotes the first reasons.
     """
     path = agentclinic_path(root, file)
-    return collect_rows(jsonl_lines(path),
-                        lambda line, raw: _agentclinic_case(line, raw, path, file),
-                        path, limit, skip_bad)
+    cases = _collect_cases(path, file, limit, skip_bad)
+    if cases.skipped and not cases:
+        reasons = "; ".join(str(s) for s in cases.skipped[:3])
+        raise ValueError(f"{path}: no AgentClinic case loaded, {len(cases.skipped)} malformed "
+                         f"row(s): {reasons}")
+    return cases

@@ -144,6 +144,9 @@ class NoteChatParams(StrictModel):
     # -- evaluation ----------------------------------------------------------------------
     #: self-BLEU: hypotheses scored per corpus (seeded sample; None: every utterance)
     self_bleu_sample: int | None = Field(None, ge=2)
+    #: hand-labelled generated turns (turn_quality_validation.LabelledTurn lines) to
+    #: measure the turn-quality checks against; None: no validation table
+    turn_quality_labels: str | None = None
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @property

@@ -47,6 +47,7 @@ from medpref.notechat.turn_quality import (
     quality_per_system,
     table3_block,
 )
+from medpref.notechat.turn_quality_validation import validation_markdown, validation_report
 from medpref.params import repo_path
 from medpref.prompts import PromptTemplate
 from medpref.reports import save_figure, write_table
@@ -93,6 +94,7 @@ def output_paths(data: Path, reports: Path) -> dict[str, Path]:
             "per_dialogue": reports / "per_dialogue", "calls": reports / "calls",
             "turn_quality": reports / "turn_quality",
             "turn_quality_per_dialogue": reports / "turn_quality_per_dialogue",
+            "turn_quality_validation": reports / "turn_quality_validation",
             "events": reports / "malformed_summary", "coverage": reports / "coverage",
             "figure": reports / "coverage_by_round.png"}
 
@@ -124,7 +126,22 @@ def write_outputs(run: StageRun, clients: dict[str, LLMClient],
                                         if r.checklist_size})
     write_table(coverage, paths["coverage"])
     save_figure(evaluate.coverage_figure(coverage, p.max_rounds), paths["figure"])
-    return headline_metrics(run, blocks, events)
+    stats = headline_metrics(run, blocks, events)
+    if p.turn_quality_labels:
+        stats.update(write_turn_quality_validation(repo_path(p.turn_quality_labels),
+                                                   paths["turn_quality_validation"]))
+    return stats
+
+
+def write_turn_quality_validation(labels: Path, stem: Path) -> dict[str, Any]:
+    """The checks' recall and precision on the hand-labelled turns (``<stem>.csv`` and
+    ``.md``); returns the overall decision's scores on the test half for the metrics."""
+    scores, counts = validation_report(labels)
+    write_table(scores, stem)
+    atomic_write_text(stem.with_suffix(".md"), validation_markdown(scores, counts, labels.name))
+    test = scores[(scores["split"] == "test") & (scores["check"] == "any")].iloc[0]
+    return {"turn_quality_test_recall": round(float(test["recall"]), 3),
+            "turn_quality_test_precision": round(float(test["precision"]), 3)}
 
 
 def run_stage(p: NoteChatParams, clients: dict[str, LLMClient], seed: int,
@@ -190,6 +207,13 @@ class NoteChatOutputs:
     def turn_quality(self) -> pd.DataFrame:
         """Turn-quality flags per dialogue (counts of turns), as written."""
         return pd.read_csv(self.paths["turn_quality_per_dialogue"].with_suffix(".csv"))
+
+    @property
+    def turn_quality_validation_markdown(self) -> str:
+        """The checks' recall and precision on the hand-labelled turns, as written."""
+        if not self.p.turn_quality_labels:
+            return "No `notechat.turn_quality_labels`: the checks were not measured."
+        return self.paths["turn_quality_validation"].with_suffix(".md").read_text()
 
     @property
     def table2_markdown(self) -> str:

@@ -243,12 +243,15 @@ class Harness:
     scorer: Any = None
     flowchart: Any = None
     rem_mode: str = ""
+    #: source rows skipped as malformed (AgentClinic's ``skipped``), counted in the metrics
+    skipped_rows: list = field(default_factory=list)
 
 
 def build_harness(stage, p: SimulationParams) -> Harness:
     from medpref.medqa.database import load_encoder
 
-    cases = select_cases(load_cases(p), p.n_cases, p.case_ids)
+    loaded = load_cases(p)
+    cases = select_cases(loaded, p.n_cases, p.case_ids)
     with stage.step("knowledge bases"):
         encode = load_encoder(repo_path(p.embedding_model))
         kbs = build_knowledge_bases(cases, encode, p.patient.chunk_tokens)
@@ -280,6 +283,7 @@ def build_harness(stage, p: SimulationParams) -> Harness:
                 make_judge(stage, p, p.gpd_call), items)
     if p.rem_radar:
         h.scorer, h.flowchart, h.rem_mode = rem_scorer(stage, p)
+    h.skipped_rows = list(getattr(loaded, "skipped", []))
     return h
 
 
@@ -412,6 +416,7 @@ def run(stage) -> SimulationOutputs:
                         **overlap.metrics_of(out.split_overlap),
                         **nextturn.gpd_check_metrics(out.gpd_check),
                         **questions.metrics_of(out.question_share)})
+    out.metrics["cases_skipped_malformed"] = len(h.skipped_rows)   # AgentClinic rows
     return out
 
 
