@@ -167,8 +167,9 @@ def test_stage08_reader_and_pairwise_judge_served(tmp_path, monkeypatch, served_
     assert roles["judge"]["calls"] >= 2 and roles["judge"]["failures"] == 0
     # each read item, both orders, one pair of models: every verdict is a usable game or is
     # recorded as unparsable (the 135M judge rarely answers in the asked form)
-    verdicts = (tmp_path / "data" / "verdicts.jsonl").read_text().splitlines()
-    unparsable = (tmp_path / "reports" / "unparsable_verdicts.jsonl").read_text().splitlines()
+    records = tmp_path / "reports" / "records"
+    verdicts = (records / "verdicts.jsonl").read_text().splitlines()
+    unparsable = (records / "unparsable_verdicts.jsonl").read_text().splitlines()
     assert len(verdicts) + len(unparsable) == 2 * 2 == out.metrics["judge_calls"]
     assert (tmp_path / "reports" / "table2_models.csv").exists()
     # every chat role on the server; the retriever's MiniLM stays local
