@@ -12,6 +12,11 @@ there under ``nice``, each stage's start time read from dvc's "Running stage" li
 and the CPU time of all its processes from ``getrusage``. Then the table is read from
 the scratch copy, with the measured per-stage wall times beside the reports' own.
 
+``--starts FILE --end EPOCH`` reads a run made in place instead (``dvc repro`` in this
+checkout, each "Running stage" line of its log stamped with the epoch second it appeared,
+one ``<epoch> Running stage '<name>'`` per line): the same record, its ``how`` saying so
+and no CPU time (the processes were not this script's children).
+
 A cold run writes what it measured to ``benchmarks/repro_timings.json`` and
 ``benchmarks/repro_timings.md`` (``--timings-dir`` elsewhere): per dvc stage the wall
 seconds and the reports' model calls, the total wall and CPU seconds, and the commit,
@@ -168,12 +173,13 @@ def timings_record(measured: dict[str, float], total: float, cpu: float, rows: l
                        "calls": r.get("calls"), "tokens_in": r.get("tokens_in"),
                        "tokens_out": r.get("tokens_out"), "steps_s": r.get("steps", {})})
     return {**meta, "stages": stages, "total_wall_s": round(total, 1),
-            "total_wall_min": round(total / 60, 1), "cpu_s": round(cpu, 1)}
+            "total_wall_min": round(total / 60, 1),
+            "cpu_s": round(cpu, 1) if cpu is not None else None}
 
 
 def timings_markdown(record: dict) -> str:
     """The record as the Markdown table docs include (every number from the record)."""
-    lines = [f"Cold `dvc repro --force` of commit `{record['commit']}` on {record['date']}: "
+    lines = [f"Cold `dvc repro` of commit `{record['commit']}` on {record['date']}: "
              f"{record['cores']} cores, load average {record['load_before']:.2f} before and "
              f"{record['load_after']:.2f} after; "
              + ("every stage." if record["complete"] else f"stage `{record['target']}` "
@@ -189,7 +195,9 @@ def timings_markdown(record: dict) -> str:
     lines.append(f"| **total** | **{record['total_wall_s']:,.1f}** | "
                  f"**{record['total_wall_min']:.1f}** | | |")
     lines.append("")
-    lines.append(f"CPU time of all processes: {record['cpu_s']:,.1f} s.")
+    if record.get("cpu_s") is not None:
+        lines.append(f"CPU time of all processes: {record['cpu_s']:,.1f} s.")
+    lines.append(f"How: {record.get('how', 'dvc repro --force in a fresh clone of HEAD')}.")
     return "\n".join(lines) + "\n"
 
 
@@ -207,7 +215,26 @@ def run_meta(root: Path, stage: str | None, load_before: float) -> dict:
     return {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M %Z"),
             "cores": os.cpu_count(), "load_before": round(load_before, 2),
             "load_after": round(os.getloadavg()[0], 2), "complete": stage is None,
-            "target": stage}
+            "target": stage, "how": "dvc repro --force in a fresh clone of HEAD"}
+
+
+def starts_of(path: Path) -> list[tuple[str, float]]:
+    """``(stage, epoch s)`` from a stamped log (``<epoch> Running stage '<name>'``)."""
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = _RUNNING.search(line)
+        if not m:
+            raise SystemExit(f"{path}:{n}: not '<epoch> Running stage <name>': {line!r}")
+        out.append((m.group(1), float(line.split()[0])))
+    return out
+
+
+def in_place(starts: list[tuple[str, float]], end: float) -> tuple[dict[str, float], float]:
+    """Per-stage wall seconds (a stage's start to the next's, the last to ``end``) and
+    the total, from a stamped in-place run."""
+    ends = [t for _, t in starts[1:]] + [end]
+    per_stage = {name: round(e - t, 1) for (name, t), e in zip(starts, ends)}
+    return per_stage, end - starts[0][1]
 
 
 def main() -> None:
@@ -219,6 +246,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the numbers to this JSON file")
     ap.add_argument("--timings-dir", type=Path, default=REPO / "benchmarks",
                     help="with --run: where repro_timings.json/.md go (default: benchmarks/)")
+    ap.add_argument("--starts", type=Path, help="a run made in place: its stamped stage starts")
+    ap.add_argument("--end", type=float, help="with --starts: the epoch second the run ended")
+    ap.add_argument("--how", default="dvc repro in the working checkout (no LLM caches)",
+                    help="with --starts: how the run was made, for the record")
+    ap.add_argument("--load-before", type=float, default=float("nan"),
+                    help="with --starts: the load average before the run")
     args = ap.parse_args()
 
     measured, total, cpu = None, None, None
@@ -228,13 +261,20 @@ def main() -> None:
         print(f"cold run in {root}", flush=True)
         load_before = os.getloadavg()[0]
         measured, total, cpu = run_repro(root, args.stage)
+    if args.starts:
+        if args.end is None:
+            raise SystemExit("--starts needs --end (the epoch second the run ended)")
+        measured, total = in_place(starts_of(args.starts), args.end)
+        meta = {**run_meta(root, None, args.load_before), "how": args.how}
+        first = starts_of(args.starts)[0][1]
+        meta["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(first))
     rows = stage_rows(root)
     print_table(rows, measured)
     if total is not None:
         print(f"\ncold dvc repro: wall {total:.1f} s ({total / 60:.1f} min), "
-              f"CPU {cpu:.1f} s, cores {os.cpu_count()}")
-        record = timings_record(measured, total, cpu, rows,
-                                run_meta(root, args.stage, load_before))
+              + (f"CPU {cpu:.1f} s, " if cpu is not None else "") + f"cores {os.cpu_count()}")
+        meta = meta if args.starts else run_meta(root, args.stage, load_before)
+        record = timings_record(measured, total, cpu, rows, meta)
         for path in write_timings(args.timings_dir, record):
             print(f"wrote {path}")
     if args.json:

@@ -241,7 +241,8 @@ def test_stage_06_counts_the_skipped_rows_in_its_metrics(tmp_path, monkeypatch):
         "agentclinic_file": "medqa_extended", "n_cases": None, "rounds": 1,
         "trained_policies": False, "rem_radar": False,
         "grader": {"mode": "generate", "graded_items": None},
-        "next_turn": {"enabled": False}, "controls": [], "doctors": [{"name": "base", "role": "policy"}]}})
+        "next_turn": {"enabled": False}, "controls": [],
+        "doctors": [{"name": "base", "role": "policy"}]}})
     clients = {"policy": client(lambda r: "Any bleeding or weight loss?", "policy"),
                "patient": client(lambda r: "No.", "patient"),
                "judge": client(keyword_judge, "judge")}

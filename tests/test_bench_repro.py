@@ -45,3 +45,26 @@ def test_a_cold_run_is_written_per_stage_with_its_total(tmp_path):
     assert "| rem | 950.5 | 15.8 | 296 | 445,000 / 5,000 |" in table
     assert "| annotation_grid@avg-1 | 30.0 | 0.5 |  |  |" in table
     assert "| **total** | **980.5** | **16.3** | | |" in table
+
+
+def test_a_run_made_in_place_is_read_from_its_stamped_stage_starts(tmp_path):
+    """``--starts``: each stage from its start to the next one's, the last to ``--end``; a
+    line that is not a stamped stage start is an error naming file and line."""
+    import pytest
+
+    b = bench()
+    log = tmp_path / "starts.log"
+    log.write_text("1000 Running stage 'sampling'\n1010.5 Running stage 'rem'\n"
+                   "1910 Running stage 'tables'\n")
+    per_stage, total = b.in_place(b.starts_of(log), 1930.0)
+    assert per_stage == {"sampling": 10.5, "rem": 899.5, "tables": 20.0}
+    assert total == 930.0
+    record = b.timings_record(per_stage, total, None, [], {
+        "commit": "abc1234", "date": "2026-01-01 00:00 UTC", "cores": 2, "load_before": 1.0,
+        "load_after": 2.0, "complete": True, "target": None, "how": "in place"})
+    assert record["cpu_s"] is None
+    table = b.timings_markdown(record)
+    assert "CPU time" not in table and "How: in place." in table
+    log.write_text("1000 Running stage 'sampling'\nsomething else\n")
+    with pytest.raises(SystemExit, match="starts.log:2"):
+        b.starts_of(log)
