@@ -11,7 +11,9 @@ This script rewrites what lies between them from the repository's files:
 - ``headlines``: stage 09's headline numbers (``reports/09_tables/metrics.json``, the
   names and sources that ``headlines`` in ``configs/paper_tables.yaml`` gives), each with
   the file it came from and that stage's commit;
-- ``file:PATH``: the file ``PATH`` of the repository, verbatim, in a fenced block.
+- ``file:PATH``: the file ``PATH`` of the repository, verbatim, in a fenced block;
+- ``md:PATH``: the Markdown file ``PATH`` (a generated table such as
+  ``benchmarks/repro_timings.md``), verbatim, as Markdown.
 
 A number in the docs outside a code span or such a block is refused by
 ``tests/test_docs.py``, which also checks that every block equals what this script writes,
@@ -84,7 +86,13 @@ def render(name: str, root: Path, doc: Path) -> str:
         return render_headlines(root, doc)
     if name.startswith("file:"):
         return render_file(name.removeprefix("file:"), root)
-    raise ValueError(f"{doc}: unknown generated block '{name}' (known: headlines, file:PATH)")
+    if name.startswith("md:"):
+        path = root / name.removeprefix("md:")
+        if not path.is_file():
+            raise FileNotFoundError(f"generated block {name}: no such file in the repository")
+        return path.read_text(encoding="utf-8").rstrip() + "\n"
+    raise ValueError(f"{doc}: unknown generated block '{name}' "
+                     "(known: headlines, file:PATH, md:PATH)")
 
 
 def refresh(text: str, root: Path, doc: Path) -> str:

@@ -478,3 +478,18 @@ def test_named_keys_modules_and_paths_are_checked():
     assert not module_name_missing("medpref.simulation.graders.register_grader")
     assert yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["simulation"]["rounds"] \
         in key_values(["simulation.rounds"])
+
+
+def test_a_markdown_include_is_the_file_as_markdown(tmp_path):
+    """``md:PATH`` puts a generated Markdown table in a page as Markdown, not as code; a
+    missing file is an error naming the block."""
+    page = tmp_path / "page.md"
+    name = "md:docs/index.md"
+    text = f"<!-- BEGIN GENERATED {name} -->\nold\n<!-- END GENERATED {name} -->\n"
+    fresh = includes.refresh(text, REPO_ROOT, page)
+    body = (REPO_ROOT / "docs/index.md").read_text(encoding="utf-8").rstrip()
+    assert f"<!-- BEGIN GENERATED {name} -->\n{body}\n<!-- END" in fresh
+    assert "```" not in fresh.split(body)[0]
+    with pytest.raises(FileNotFoundError, match="md:no/such.md"):
+        includes.refresh("<!-- BEGIN GENERATED md:no/such.md -->\n"
+                         "<!-- END GENERATED md:no/such.md -->", REPO_ROOT, page)
