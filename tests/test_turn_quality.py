@@ -264,3 +264,21 @@ def test_stage_writes_the_validation_page_and_its_test_half_metrics(tmp_path):
     page = stem.with_suffix(".md").read_text()
     assert "| all     | any     |" in page and "0.50 [0.15, 0.85]" in page
     assert stem.with_suffix(".csv").read_text().startswith("split,check,turns")
+
+
+def test_the_committed_hand_labels_measure_the_checks():
+    """data/embedded/turn_quality_labels.jsonl: every turn of stage 02's dialogues of one
+    run (NoteChat and both baselines on the embedded notes), labelled by hand, split by note.
+    The file loads (each dialogue whole and in order, in one split), and on these labels the
+    checks flag no turn a reader would keep: what they flag is bad (precision), though they
+    miss much of what is (recall, reported in the issue's note and by
+    ``notechat.turn_quality_labels``)."""
+    from medpref import REPO_ROOT
+    from medpref.notechat.turn_quality_validation import validation_report
+
+    scores, counts = validation_report(REPO_ROOT / "data/embedded/turn_quality_labels.jsonl")
+    every = counts.set_index("split").loc["all"]
+    assert every["turns"] >= 60 and set(counts["split"]) == {"dev", "test", "all"}
+    anyflag = scores[(scores["split"] == "all") & (scores["check"] == "any")].iloc[0]
+    assert anyflag["fp"] == 0 and anyflag["tp"] > 0
+    assert anyflag["tp"] + anyflag["fn"] == every["unusable"]
