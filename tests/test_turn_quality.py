@@ -164,7 +164,7 @@ def test_sft_filter_drops_a_failing_target_and_keeps_it_as_context():
 def test_sources_report_counts_targets_failing_and_kept():
     good = Dialogue(id="g", turns=[Turn(role="patient", text="I feel dizzy."),
                                    Turn(role="doctor", text="When did it start?")])
-    sources = [DialogueSource("a.jsonl", 1), DialogueSource("b.jsonl", 1)]
+    sources = [DialogueSource("a.jsonl", 1, train=1), DialogueSource("b.jsonl", 1, train=1)]
     count_targets([good, _dialogue()], sources, turn_quality=False)
     assert [(s.targets, s.failing_turn_quality, s.kept) for s in sources] == [(1, 0, 1),
                                                                                (2, 1, 2)]
