@@ -16,7 +16,7 @@ The tokens are the embedded 135M model's (its tokenizer, its answer lengths, oft
 options-mode judge grader) is not in its ledgers and is listed as not estimated.
 
     python scripts/paper_cost.py                  # the table, on the committed ledgers
-    python scripts/paper_cost.py --markdown       # the same table, as docs/own-model-and-gpu.md shows it
+    python scripts/paper_cost.py --markdown  # the same table, as docs/own-model-and-gpu.md has it
 """
 
 from __future__ import annotations

