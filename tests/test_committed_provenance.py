@@ -54,8 +54,16 @@ def changed_deps():
     out = subprocess.run(dvc + ["status", "--json"], cwd=REPO_ROOT, capture_output=True,
                          text=True, check=True).stdout
     status = json.loads(out or "{}")
-    return {stage: entry for stage, entries in status.items() for entry in entries
-            if isinstance(entry, dict) and "changed deps" in entry}
+
+    def changed(state) -> bool:   # "deleted": not in this checkout (a fresh clone has no
+        if isinstance(state, dict):   # DVC-cached outputs or models), which is no change
+            return any(changed(v) for v in state.values())
+        return state != "deleted"
+
+    return {stage: deps for stage, entries in status.items() for entry in entries
+            if isinstance(entry, dict)
+            for deps in [{d: st for d, st in entry.get("changed deps", {}).items()
+                          if changed(st)}] if deps}
 
 
 def test_there_are_committed_provenances_with_ledgers():
