@@ -1,7 +1,8 @@
 """``control_process``: a planted process preference, the DPO control (issue 32).
 
 Before an annotation strategy's null result can be read, the same DPO recipe must move a
-policy when the preference is unambiguous (``/work/shared/EVALUATION.md``, "Controls").
+policy when the preference is unambiguous (a training control: chosen and rejected differ
+in the one behaviour the method is about; docs/training.md).
 This strategy calls no model. From the training part of the written split
 (``shared.split``) of ``annotation.control.dialogues``, for every state before a
 dialogue's diagnosis (a patient turn before ``meta.diagnosis_turn``, the first doctor

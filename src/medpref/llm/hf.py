@@ -23,6 +23,21 @@ _LOADED: dict[tuple, tuple[Any, Any]] = {}
 _LOAD_LOCK = threading.Lock()
 
 
+def _load_base(path: Path, device: str, dtype: str):
+    """The tokenizer (left padding, a pad token) and the base model on ``device``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32,
+                   "float32": torch.float32, "bfloat16": torch.bfloat16,
+                   "float16": torch.float16}[dtype]
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok, AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+
+
 def _resolve_device(device: str) -> str:
     import torch
 
@@ -43,8 +58,6 @@ def load_model(path: str | Path, adapter: str | Path | None = None, device: str 
                dtype: str = "auto"):
     """Load (once per process and content) a tokenizer and causal LM, with an optional
     LoRA adapter."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
     if not (path / "config.json").exists():
@@ -58,14 +71,7 @@ def load_model(path: str | Path, adapter: str | Path | None = None, device: str 
     with _LOAD_LOCK:
         if key in _LOADED:
             return _LOADED[key]
-        torch_dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32,
-                       "float32": torch.float32, "bfloat16": torch.bfloat16,
-                       "float16": torch.float16}[dtype]
-        tok = AutoTokenizer.from_pretrained(path)
-        tok.padding_side = "left"
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        tok, model = _load_base(path, device, dtype)
         if adapter:
             from peft import PeftModel
 
@@ -390,9 +396,7 @@ def load_adapter_set(path: str | Path, adapters: Sequence[str | Path | None],
     """One copy of the base model with every LoRA adapter of ``adapters`` loaded under its
     own name (once per process and content). Returns (tokenizer, model, name of each
     adapter's content id); ``None`` in ``adapters`` is the base model (:data:`BASE_ROWS`)."""
-    import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path, device = Path(path), _resolve_device(device)
     ids = list(dict.fromkeys(_folder_id(Path(a)) for a in adapters if a is not None))
@@ -401,14 +405,7 @@ def load_adapter_set(path: str | Path, adapters: Sequence[str | Path | None],
     with _LOAD_LOCK:
         if key in _SETS:
             return _SETS[key]
-        torch_dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32,
-                       "float32": torch.float32, "bfloat16": torch.bfloat16,
-                       "float16": torch.float16}[dtype]
-        tok = AutoTokenizer.from_pretrained(path)
-        tok.padding_side = "left"
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        tok, model = _load_base(path, device, dtype)
         names = {cid: f"adapter_{k}" for k, cid in enumerate(ids)}
         if ids:
             model = PeftModel.from_pretrained(model, str(folders[ids[0]]),
