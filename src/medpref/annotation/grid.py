@@ -30,7 +30,7 @@ from medpref.contracts import write_jsonl
 from medpref.params import repo_path
 from medpref.reports import save_figure, write_table
 from medpref.rules import load_rules
-from medpref.stagekit import Stage
+from medpref.stagekit import Stage, register_piece
 
 STAGE_PREFIX = "04_annotation_grid"
 TABLE_STEM = "grid_annotation_stats"
@@ -75,6 +75,7 @@ class GridStage(Stage):
         return repo_path(self.p.grid.reports) / self.folder
 
 
+@register_piece("04_annotation_grid")
 def open_cell(stage: Stage, weighting: str, trajectory: int) -> GridStage:
     """One grid cell (``open_stage("04_annotation_grid", ..., weighting=, trajectory=)``):
     its LLM cache file is ``04_annotation_grid_<w>_<n>``, its folders ``<w>_<n>``."""
@@ -84,6 +85,7 @@ def open_cell(stage: Stage, weighting: str, trajectory: int) -> GridStage:
     return cell
 
 
+@register_piece("04_annotation_grid_table")
 def open_table(stage: Stage) -> GridStage:
     """The stage that gathers the cells (``open_stage("04_annotation_grid_table", ...)``;
     it writes to ``reports/04_annotation/grid_table``)."""

@@ -41,16 +41,16 @@ from medpref.notechat.tables import (
     table3_markdown,
     table3_wide,
 )
-from medpref.notechat.turn_quality import (
+from medpref.notechat.turn_quality_validation import validation_markdown, validation_report
+from medpref.params import repo_path
+from medpref.prompts import PromptTemplate
+from medpref.reports import save_figure, write_table
+from medpref.turns.turn_quality import (
     TABLE3_NOTE,
     quality_per_dialogue,
     quality_per_system,
     table3_block,
 )
-from medpref.notechat.turn_quality_validation import validation_markdown, validation_report
-from medpref.params import repo_path
-from medpref.prompts import PromptTemplate
-from medpref.reports import save_figure, write_table
 
 
 # -- inputs ------------------------------------------------------------------------------

@@ -24,12 +24,22 @@ import pandas as pd
 
 from medpref.contracts import atomic_write_text
 from medpref.data.split import load_split
+from medpref.finetune import policies
+from medpref.finetune.hardware import resolve_bf16
+from medpref.finetune.runs import (
+    FIT_RECORD,
+    RUN_CARD,
+    read_run_card,
+    write_json,
+    write_run_logs,
+    write_skipped,
+)
 from medpref.identity import content_id
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.reports import save_figure, write_table
-from medpref.stagekit import Stage
-from medpref.training import heldout, policies, reuse
+from medpref.stagekit import Stage, register_piece
+from medpref.training import heldout, reuse
 from medpref.training.config import TrainingParams
 from medpref.training.dialogue_sft import (
     count_targets,
@@ -43,15 +53,6 @@ from medpref.training.dpo import (
     pair_to_conversation,
     skip_reason,
     train_dpo,
-)
-from medpref.training.hardware import resolve_bf16
-from medpref.training.runs import (
-    FIT_RECORD,
-    RUN_CARD,
-    read_run_card,
-    write_json,
-    write_run_logs,
-    write_skipped,
 )
 
 PARTS = ("sft", "dpo", "summary")
@@ -69,6 +70,7 @@ class RunStage(Stage):
         return repo_path(self.params.training.reports) / self.part_dir
 
 
+@register_piece("05_training")
 def open_part(stage: Stage, part: str, run: str = "") -> RunStage:
     """The stage opened for one part: ``sft``, ``dpo`` (with ``run``) or ``summary``
     (``open_stage("05_training", ..., part=, run=)``)."""
