@@ -386,8 +386,10 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
     cases = [case("sp-a", "internal_medicine"), case("sp-b", "surgery", tests=())]
     write_jsonl(tmp_path / "cases.jsonl", cases)
     dialogues = tmp_path / "dialogues.jsonl"
-    write_jsonl(dialogues, [dialogue(f"d{k}", 4) for k in range(5)])
-    (tmp_path / "split.yaml").write_text("eval: [d0, d1, d2, d3, d4]\n")
+    # real turns that "comply" against the templated diagnosis: the REM has a range here
+    write_jsonl(dialogues, [dialogue(f"d{k}", 4, doctor=lambda did, k: f"{did} I comply {k}")
+                            for k in range(8)])   # 8 dialogues: a sign-flip p can be < 0.05
+    (tmp_path / "split.yaml").write_text(f"eval: [{', '.join(f'd{k}' for k in range(8))}]\n")
     params = parse_params({
         "shared": {"split": str(tmp_path / "split.yaml")},
         "simulation": {
@@ -398,8 +400,8 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
             # no control doctors: this keyword judge credits control_reciter's list of the
             # checklist, and the controls' gate (test_sp_controls) would stop the run
             "controls": [],
-            "heldout": {"enabled": True, "dialogues": str(dialogues), "n_states": 6,
-                        "states_per_dialogue": 2},
+            "heldout": {"enabled": True, "dialogues": str(dialogues), "n_states": 8,
+                        "states_per_dialogue": 1},
             "doctors": [{"name": "sft", "role": "policy"}, {"name": "good", "role": "good"}]}})
     clients = {"policy": client(doctor_says("Do you have a fever?"), "policy"),
                "good": client(doctor_says("I comply: do you have a fever?"), "good"),
@@ -411,7 +413,7 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
                         lambda stage, p: (FakeScorer(), SimpleNamespace(rules=RULES), "fake"))
     out = sim_stage.run(new_stage(params))
     row = out.heldout.table.set_index(["policy", "rule"]).loc[("good", "all")]
-    assert row["delta_vs_sft"] == 1.0 and row["n_states"] == 6
+    assert row["delta_vs_sft"] == 1.0 and row["n_states"] == 8
     assert out.metrics["heldout/good"]["mean"] == 1.0
     assert (tmp_path / "reports" / "heldout_states.md").exists()
     # the new tables exist beside it: the overlap check, the (empty) GPD check, questions
@@ -422,3 +424,60 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
     assert share.loc[("SP openings", "sft"), "turns"] == 2
     assert set(share["verdict"]) == {"no base"}
     assert out.metrics["split_overlap"]["flagged_in_train"] == 0
+
+
+@pytest.mark.parametrize("mode", ["if_range_separates", "always"])
+def test_controls_first_the_policies_are_scored_only_where_the_rem_has_a_range(tmp_path, mode):
+    # the real and the diagnosis turns both "comply": the REM scores them alike, no range
+    def doctor(did, k):
+        return f"{did}: I comply, the diagnosis" if k == 3 else f"{did} I comply {k}"
+
+    params, path = toy_params(tmp_path, n_dialogues=10, n_eval=7, n_states=14,
+                              states_per_dialogue=2, doctor=doctor, score_policies=mode)
+    clients = {"sft": client(doctor_says("How long?"), "sft"),
+               "cai_dep": client(doctor_says("I comply."), "cai_dep")}
+    st = Stage(name="06_simulation", params=params)
+    p = params.simulation
+    scorer = FakeScorer()
+    h = SimpleNamespace(scorer=scorer, flowchart=SimpleNamespace(rules=RULES),
+                        templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
+    out = heldout.run_heldout(st, p, h, [DoctorConfig(name=n) for n in clients],
+                              lambda d: clients[d.name])
+    turns = json.loads(json.dumps(out.turns))
+    policy_turns = [r for r in turns if r["policy"] in clients]
+    assert len(policy_turns) == 28 and {r["turn"] for r in policy_turns} == {
+        "How long?", "I comply."}                    # generated either way (question share)
+    t = out.table.set_index(["policy", "rule"])
+    assert t.loc[(heldout.RANGE, "all"), "verdict"].startswith("does not separate")
+    if mode == "always":
+        assert all(r["scores"] is not None for r in policy_turns)
+        assert t.loc[("cai_dep", "all"), "verdict"] == heldout.NOT_RANKED
+        assert scorer.asked == 14 * 2 + 14 * 2     # controls' states, then the policies'
+    else:
+        assert all(r["scores"] is None for r in policy_turns)
+        assert scorer.asked == 14 * 2               # the controls' states only
+        for name in clients:
+            row = t.loc[(name, "all")]
+            assert row["verdict"] == heldout.NOT_SCORED and row["n_states"] == 0
+            assert np.isnan(row["mean"])
+        assert t.loc[(heldout.REAL, "all"), "mean"] == 1.0
+    # the table is rebuilt from the records as written, either way
+    pd.testing.assert_frame_equal(heldout.table_of(turns, p.grader.bootstrap_rounds, 7),
+                                  out.table)
+    assert heldout.metrics_of(out)["rem_range_separates"] is False
+
+
+def test_policies_are_scored_when_one_rule_separates(tmp_path):
+    def doctor(did, k):    # complies until its diagnosis: the REM separates
+        return f"{did}: the diagnosis" if k == 3 else f"{did} asks, I comply {k}"
+
+    params, _ = toy_params(tmp_path, n_dialogues=10, n_eval=7, n_states=14,
+                           states_per_dialogue=2, doctor=doctor)
+    assert params.simulation.heldout.score_policies == "if_range_separates"   # the default
+    clients = {"sft": client(doctor_says("How long?"), "sft")}
+    p = params.simulation
+    h = SimpleNamespace(scorer=FakeScorer(), flowchart=SimpleNamespace(rules=RULES),
+                        templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
+    out = heldout.run_heldout(Stage(name="06_simulation", params=params), p, h,
+                              [DoctorConfig(name="sft")], lambda d: clients[d.name])
+    assert all(r["scores"] is not None for r in out.turns)

@@ -174,6 +174,10 @@ class HeldoutParams(StrictModel):
     history_max_turns: int = Field(8, ge=1, le=200)   # turns the policy (and the REM) reads
     include_grid: bool = False        # also the PLPF Table 3 grid cells (grid_pattern)
     max_new_tokens: int = Field(64, ge=4, le=2048)
+    # the policies' turns are REM-scored only where the two controls show the REM can
+    # tell a good turn from a bad one (controls first): "if_range_separates" scores them
+    # when the range separates on at least one rule, "always" scores them regardless
+    score_policies: Literal["if_range_separates", "always"] = "if_range_separates"
     # control_bad_turn of a dialogue without meta.diagnosis_turn: this, with {diagnosis}
     bad_turn_template: str = "This is {diagnosis}; I'll start treatment today."
 

@@ -25,6 +25,11 @@ sentence when the dialogue has no such turn). Their paired difference (real − 
 bootstrap by dialogue) is the REM's range on these states: a policy's difference to SFT
 is read against it, and where the range does not exclude 0 the REM does not tell a good
 turn from a bad one here, and no policy is ranked by it (the verdict says so).
+
+Controls first: the two controls are scored before any policy, and when their range
+separates on no rule the policies' turns are kept (the question share reads them) but not
+scored, their rows saying why (``simulation.heldout.score_policies``: ``always`` scores
+them regardless). An instrument shown blind costs no REM calls.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ COLUMNS = ["policy", "n_states", "rule", "mean", "delta_vs_sft", "ci_lo", "ci_hi
            "mde", "verdict", "rem_range", "rem_range_lo", "rem_range_hi"]
 STATE_COLUMNS = ["dialogue", "part", "cut", "diagnosis_turn", "history_turns", "bad_turn_from"]
 NOT_RANKED = "not ranked: the REM's range covers 0"
+NOT_SCORED = ("not scored: the REM's range does not separate the controls on any rule "
+              "(simulation.heldout.score_policies)")
 
 #: Seconds on 2 CPU cores for the printed estimate, measured in the committed run's
 #: ledger (reports/06_simulation/ledger.json): 342 uncached policy turns in 978 s
@@ -354,11 +361,33 @@ def scores_of(turns: Sequence[dict]) -> pd.DataFrame:
 
 def table_of(turns: Sequence[dict], n_boot: int, seed: int) -> pd.DataFrame:
     """``heldout_compliance`` from the turn records: every policy and control in record
-    order (:func:`compliance_table`); no records, an empty table with its columns."""
+    order (:func:`compliance_table`); a policy whose turns were kept unscored (``scores``
+    None: the controls showed no range) is one row with verdict ``NOT_SCORED``; no
+    records, an empty table with its columns."""
     if not turns:
         return pd.DataFrame(columns=COLUMNS)
     policies = list(dict.fromkeys(r["policy"] for r in turns))
-    return compliance_table(scores_of(turns), policies, n_boot, seed)
+    unscored = [q for q in policies
+                if all(r["scores"] is None for r in turns if r["policy"] == q)]
+    table = compliance_table(scores_of([r for r in turns if r["scores"] is not None]),
+                             [q for q in policies if q not in unscored], n_boot, seed)
+    extra = [{**dict.fromkeys(COLUMNS, np.nan), "policy": q, "rule": "all",
+              "n_states": 0, "verdict": NOT_SCORED}
+             for q in unscored]
+    if not extra:
+        return table
+    ranges = table["policy"] == RANGE
+    return pd.concat([table[~ranges], pd.DataFrame(extra, columns=COLUMNS), table[ranges]],
+                     ignore_index=True)
+
+
+def any_rule_separates(scores: pd.DataFrame, n_boot: int, seed: int) -> bool:
+    """Whether the REM's range (control_real_turn − control_bad_turn, :func:`rem_ranges`)
+    separates the two controls on at least one rule (``all`` included) of ``scores``."""
+    scores = with_overall(scores)
+    rules = list(dict.fromkeys(scores["rule"]))
+    wide = scores.set_index(["rule", "dialogue", "cut", "policy"])["score"].unstack("policy")
+    return any(separates(cmp) for cmp in rem_ranges(wide, rules, n_boot, 0.95, seed).values())
 
 
 # -- the stage's call ----------------------------------------------------------------------
@@ -403,9 +432,24 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
                  "turn": t, "error": None, "control_from":
                  f"turn {s.cut}" if name == REAL else s.bad_turn_from}
                 for name in CONTROLS for s, t in zip(states, turns[name])]
-    scores = score_turns(states, turns, h.scorer, rules)
+    # controls first: the REM's range on these states decides whether the policies' turns
+    # are worth scoring (simulation.heldout.score_policies)
+    scores = score_turns(states, {name: turns[name] for name in CONTROLS}, h.scorer, rules)
+    scored = list(turns)
+    if hp.score_policies == "if_range_separates" and not any_rule_separates(
+            scores, p.grader.bootstrap_rounds, stage.seed):
+        scored = list(CONTROLS)
+        print("held-out compliance: the REM's range covers 0 on every rule (control_real_turn "
+              "vs control_bad_turn); the policies' turns are kept unscored")
+    else:
+        scores = pd.concat([scores, score_turns(
+            states, {k: v for k, v in turns.items() if k not in CONTROLS}, h.scorer, rules)],
+            ignore_index=True)
     per_turn = scores.set_index(["policy", "dialogue", "cut", "rule"])["score"].unstack("rule")
     for r in records:       # the scores in the flowchart's order (the table's row order)
+        if r["policy"] not in scored:
+            r["scores"] = None
+            continue
         row = per_turn.loc[(r["policy"], r["dialogue"], r["cut"])]
         r["scores"] = {rule.id: None if pd.isna(row[rule.id]) else float(row[rule.id])
                        for rule in rules}
