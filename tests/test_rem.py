@@ -250,7 +250,8 @@ def test_one_state_asked_every_rule_shares_all_but_the_rule(flowchart):
 
 def test_unknown_mode_and_foreign_examples_are_errors(flowchart, icl):
     client, _ = _client(lambda r: "")
-    with pytest.raises(ValueError, match="unknown REM scorer mode 'greedy'"):
+    with pytest.raises(ValueError, match=r"rem.scorers.<name>.mode: no REM scorer mode "
+                                         r"'greedy' \(known: expected, finetuned, sampled\)"):
         build_scorer("greedy", client, flowchart, icl, call=REM_CALL)
     bad = [icl[0].model_copy(update={"rule": "Q"})]
     with pytest.raises(ValueError, match=r"\['Q'\]"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +33,7 @@ from pydantic import Field
 
 from medpref.params import Params, StrictModel, load_params, repo_path
 from medpref.provenance import provenance, write_provenance
+from medpref.registry import PIECES, register_piece  # noqa: F401  (re-exported)
 from medpref.reports import write_metrics
 
 
@@ -195,24 +196,14 @@ class Stage:
             self._llm.close()
 
 
-#: the stages that are opened for one piece of their work (a grid cell, a training part):
-#: stage name → the function that takes the opened :class:`Stage` and the piece's
-#: keywords, checks them against the params and returns the stage for that piece (its
-#: own folders). The domain module registers it (:func:`register_piece`) when imported,
-#: and a piece's notebook imports that module before it opens the stage:
+#: the stages that are opened for one piece of their work (a grid cell, a training part),
+#: in :data:`medpref.registry.PIECES`: stage name → the function that takes the opened
+#: :class:`Stage` and the piece's keywords, checks them against the params and returns
+#: the stage for that piece (its own folders). The domain module registers it
+#: (``@register_piece(name)``: ``fn(stage, **keywords) -> Stage``) when imported, and a
+#: piece's notebook imports that module before it opens the stage:
 #: ``04_annotation_grid`` and ``04_annotation_grid_table`` (``medpref.annotation.grid``),
 #: ``05_training`` (``medpref.training.stage``).
-PIECES: dict[str, Callable[..., Stage]] = {}
-
-
-def register_piece(name: str) -> Callable[[Callable[..., Stage]], Callable[..., Stage]]:
-    """Decorator: ``fn(stage, **keywords) -> Stage`` opens a piece of stage ``name``."""
-    def deco(fn: Callable[..., Stage]) -> Callable[..., Stage]:
-        if name in PIECES and PIECES[name] is not fn:
-            raise ValueError(f"stage {name}: a piece opener is registered twice")
-        PIECES[name] = fn
-        return fn
-    return deco
 
 
 def open_stage(name: str, params_path: str | Path = "params.yaml", **piece: Any) -> Stage:
@@ -226,7 +217,7 @@ def open_stage(name: str, params_path: str | Path = "params.yaml", **piece: Any)
     A stage in :data:`PIECES` gets its piece's keywords (an unknown or missing one is a
     ``TypeError`` naming the stage); any other stage takes none."""
     stage = Stage(name=name, params=load_params(repo_path(params_path)))
-    opener = PIECES.get(name)
+    opener = PIECES[name] if name in PIECES else None
     if opener is None:
         if piece:
             raise TypeError(f"stage {name} is opened whole: it takes no {sorted(piece)} "

@@ -28,9 +28,10 @@ from medpref.annotation.analysis import strategy_row
 from medpref.annotation.config import AnnotationParams
 from medpref.contracts import write_jsonl
 from medpref.params import repo_path
+from medpref.registry import register_piece
 from medpref.reports import save_figure, write_table
 from medpref.rules import load_rules
-from medpref.stagekit import Stage, register_piece
+from medpref.stagekit import Stage
 
 STAGE_PREFIX = "04_annotation_grid"
 TABLE_STEM = "grid_annotation_stats"

@@ -20,14 +20,7 @@ from medpref.annotation import agent as agent_mod
 from medpref.annotation import analysis, cai
 from medpref.annotation.config import AnnotationParams
 from medpref.annotation.judging import READINGS, gpt4_rank_pairs, judge_items
-from medpref.annotation.strategies import (
-    PARAM,
-    STRATEGIES,
-    StrategyFn,
-    StrategyResult,
-    import_strategy_module,
-    register_strategy,
-)
+from medpref.annotation.strategies import STRATEGIES, StrategyFn, StrategyResult
 from medpref.contracts import ContractError, UnlabeledItem, read_jsonl, write_jsonl
 from medpref.data.split import DialogueSplit, load_split
 from medpref.params import repo_path
@@ -186,42 +179,12 @@ class AnnotationInputs:
         return self._scorer
 
 
-@register_strategy("gpt4_rank")
-def gpt4_rank(inputs: AnnotationInputs) -> list[StrategyResult]:
-    with inputs.stage.step("gpt4_rank"):
-        return run_gpt4_rank(inputs.stage, inputs.items)
-
-
-@register_strategy("cai_avg")
-def cai_avg(inputs: AnnotationInputs) -> list[StrategyResult]:
-    return [run_cai(inputs.items, inputs.scored(), inputs.flowchart, inputs.p, "avg")]
-
-
-@register_strategy("cai_dep")
-def cai_dep(inputs: AnnotationInputs) -> list[StrategyResult]:
-    return [run_cai(inputs.items, inputs.scored(), inputs.flowchart, inputs.p, "dep")]
-
-
-@register_strategy("agent")
-def agent(inputs: AnnotationInputs) -> list[StrategyResult]:
-    with inputs.stage.step("agent"):
-        return [run_agent(inputs.stage, inputs.items)]
-
-
 def strategy_plan(names: Sequence[str]) -> list[tuple[str, StrategyFn]]:
     """The strategies ``annotation.strategies`` names, in its order; an unknown name is an
-    error naming the param and the known strategies (before any model is called). The
-    built-in strategies are registered above, in this module; any other name is looked up
-    in the module of that name (:func:`~medpref.annotation.strategies.import_strategy_module`)."""
-    plan = []
-    for name in names:
-        if name not in STRATEGIES:
-            import_strategy_module(name)
-        if name not in STRATEGIES:
-            raise ValueError(f"{PARAM}: no annotation strategy '{name}' (known: "
-                           f"{', '.join(sorted(STRATEGIES))})")
-        plan.append((name, STRATEGIES[name]))
-    return plan
+    error naming the param and the known strategies (before any model is called). Each
+    strategy, built-in or not, registers in the module of its name, which the registry
+    imports when the name is first asked for (:data:`medpref.registry.STRATEGIES`)."""
+    return [(name, STRATEGIES.get(name)) for name in names]
 
 
 # -- the run --------------------------------------------------------------------------------

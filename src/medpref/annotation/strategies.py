@@ -6,11 +6,15 @@ strategy (``medpref.finetune.policies.dpo_runs``), and dvc.yaml's ``annotation``
 ``training_dpo`` stages read it. A strategy is a function of the run's inputs (stage 04's
 ``AnnotationInputs``: the stage, the items, the rules, the REM-scored states) that returns
 its results: the first is written and trained on, any others are only shown in the
-summary (gpt4_rank's other reading). ``register_strategy`` records one under its name.
+summary (gpt4_rank's other reading). ``register_strategy`` records one under its name in
+:data:`medpref.registry.STRATEGIES`.
 
 A new strategy is one module plus one list entry: a name no loaded module registered is
-looked up in the module of the same name in this package (``medpref.annotation.<name>``),
-which registers it when imported; the module ``control`` registers ``control_process``.
+looked up in the module of the same name in this package (``medpref.annotation.<name>``,
+:func:`medpref.registry.import_strategy_module`), which registers it when imported. The
+built-in strategies register the same way, each from its own module: ``gpt4_rank``,
+``cai_avg``, ``cai_dep``, ``agent_strategy`` (registers ``agent``: ``agent`` is the
+agent's algorithm) and ``control`` (registers ``control_process``).
 
 A strategy registered with ``control=True`` is a *control*, not an annotation strategy of
 the papers: its pairs are planted (``control_process``: the real turn that takes the
@@ -21,7 +25,6 @@ it out. The controls' names are :data:`medpref.control_runs.CONTROLS`.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +32,7 @@ from typing import Any
 from medpref.annotation.pairs import Decision
 from medpref.contracts import PreferencePair
 from medpref.control_runs import CONTROLS
+from medpref.registry import STRATEGIES, import_strategy_module  # noqa: F401  (re-exported)
 
 PARAM = "annotation.strategies"
 
@@ -45,32 +49,13 @@ class StrategyResult:
 
 
 StrategyFn = Callable[[Any], list[StrategyResult]]
-STRATEGIES: dict[str, StrategyFn] = {}
-#: modules that register strategies not named after them
-_REGISTERING = {"control_process": "control"}
 
 
 def register_strategy(name: str, control: bool = False) -> Callable[[StrategyFn], StrategyFn]:
     """Decorator: ``fn(inputs) -> [written result, *shown-only results]`` is strategy
-    ``name``; ``control`` says it is one of :data:`CONTROLS` (checked: the two agree)."""
+    ``name`` in :data:`medpref.registry.STRATEGIES`; ``control`` says it is one of
+    :data:`CONTROLS` (checked: the two agree)."""
     if control != (name in CONTROLS):
         raise ValueError(f"annotation strategy '{name}': control={control} but CONTROLS "
                          f"{'lists' if name in CONTROLS else 'does not list'} it")
-
-    def deco(fn: StrategyFn) -> StrategyFn:
-        if name in STRATEGIES and STRATEGIES[name] is not fn:
-            raise ValueError(f"annotation strategy '{name}' is registered twice")
-        STRATEGIES[name] = fn
-        return fn
-    return deco
-
-
-def import_strategy_module(name: str) -> None:
-    """Import the module that registers strategy ``name`` if it exists:
-    ``medpref.annotation.<name>`` (or the one ``_REGISTERING`` names)."""
-    module = f"{__package__}.{_REGISTERING.get(name, name)}"
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:  # the module exists but an import inside it failed
-            raise
+    return STRATEGIES.register(name)

@@ -46,10 +46,12 @@ class RemScorerSettings(StrictModel):
 
     ``sampled``: k sampled answers averaged (Eq. 2); ``expected``: Σ s·p(s) of the score
     token; ``finetuned``: the LoRA REM of ``rem.train.adapter_dir``, read the way its task
-    card says it was trained (``detail`` and ``comment`` must then stay null).
+    card says it was trained (``detail`` and ``comment`` must then stay null). A mode is a
+    builder registered in :data:`medpref.registry.REM_SCORERS`
+    (:mod:`medpref.remscore.scorers` registers these three).
     """
 
-    mode: Literal["sampled", "expected", "finetuned"]
+    mode: str
     k: int = Field(1, ge=1, le=50)                  # samples per judgement (sampled)
     temperature: float = Field(0.7, gt=0.0, le=2.0)  # sampled
     n_examples: int = Field(0, ge=0, le=20)         # in-context examples per rule
@@ -59,6 +61,13 @@ class RemScorerSettings(StrictModel):
     # what a state's rule score v is (expected/finetuned): Σ s·p(s), or the most probable
     # score (the score a greedy REM writes: Eq. 2 with k = 1); sampled: the mean of k samples
     state_value: Literal["expected", "label"] = "expected"
+
+    @model_validator(mode="after")
+    def _known_mode(self) -> RemScorerSettings:
+        from medpref.remscore.scorers import REM_SCORERS
+
+        REM_SCORERS.get(self.mode)    # an unknown mode: the key and the known modes
+        return self
 
     @model_validator(mode="after")
     def _fits_the_mode(self) -> RemScorerSettings:

@@ -1,4 +1,6 @@
-"""Three REM scorers with one interface (:class:`medpref.remscore.base.RuleScorer`).
+"""Three REM scorers with one interface (:class:`medpref.remscore.base.RuleScorer`), each
+a builder registered by mode (``@register_rem_scorer``, :data:`medpref.registry.REM_SCORERS`;
+``rem.scorers.<name>.mode`` names one):
 
 * ``sampled``  — the in-context judge of the follow-up paper: each (state, rule) is judged
   ``k`` times with sampling (seeds ``seed, seed+1, ...``) and the parsed scores are averaged
@@ -23,11 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from medpref.contracts import Turn
 from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate, load_prompt
+from medpref.registry import REM_SCORERS, register_rem_scorer
 from medpref.remscore.base import RuleJudgement
 from medpref.remscore.task import (
     SCORE_OPTIONS,
@@ -41,8 +44,6 @@ from medpref.remscore.task import (
 )
 from medpref.rules import Flowchart, Rule
 
-ScorerMode = Literal["sampled", "expected", "finetuned"]
-SCORER_MODES: tuple[str, ...] = ("sampled", "expected", "finetuned")
 StateValue = Literal["expected", "label"]
 STATE_VALUES: tuple[str, ...] = ("expected", "label")
 
@@ -204,7 +205,47 @@ def finetuned_settings(adapter_dir) -> dict[str, object]:
             "detail": card.get("rule_detail", "short")}
 
 
-def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
+# -- the modes: one registered builder each -------------------------------------------------
+# A builder gets the client, the rules, the in-context examples and the loaded prompt, and
+# every setting of build_scorer as a keyword (each takes what it uses); it returns a scorer.
+
+@register_rem_scorer("sampled")
+def sampled_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
+                   template: PromptTemplate, *, call: CallSpec, k: int, seed: int,
+                   n_examples: int, temperature: float, detail: RuleDetail | None,
+                   **_: Any) -> PromptedScorer:
+    """In-context judge, k samples averaged (any backend)."""
+    return SampledScorer(client, flowchart, examples, n_examples, template, detail or "full",
+                         "comment_first", call, k=k, seed=seed, temperature=temperature)
+
+
+@register_rem_scorer("expected")
+def expected_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
+                    template: PromptTemplate, *, call: CallSpec, n_examples: int,
+                    comment: bool | None, detail: RuleDetail | None,
+                    state_value: StateValue, **_: Any) -> PromptedScorer:
+    """In-context judge, Σ s·p(s) from one forward pass (no comment unless asked)."""
+    with_comment = bool(comment)
+    return ExpectedScorer(client, flowchart, examples, n_examples, template, detail or "full",
+                          "comment_first" if with_comment else "score_first", call,
+                          comment=with_comment, state_value=state_value)
+
+
+@register_rem_scorer("finetuned")
+def finetuned_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
+                     template: PromptTemplate, *, call: CallSpec, comment: bool | None,
+                     detail: RuleDetail | None, state_value: StateValue,
+                     **_: Any) -> PromptedScorer:
+    """The LoRA REM (a client with the adapter): no examples, short rule, greedy comment."""
+    with_comment = True if comment is None else comment
+    scorer = ExpectedScorer(client, flowchart, [], 0, template, detail or "short",
+                            "comment_first" if with_comment else "score_first", call,
+                            comment=with_comment, state_value=state_value)
+    scorer.name = "finetuned"
+    return scorer
+
+
+def build_scorer(mode: str, client: LLMClient, flowchart: Flowchart,
                  icl_examples: Sequence[Example], k: int = 5, seed: int = 0, *,
                  call: CallSpec, n_examples: int = 5, temperature: float = 0.7,
                  comment: bool | None = None, detail: RuleDetail | None = None,
@@ -236,27 +277,14 @@ def build_scorer(mode: ScorerMode, client: LLMClient, flowchart: Flowchart,
             greedy REM writes). ``sampled`` always averages its samples.
 
     A state is a list of turns ending with a doctor turn. ``score`` in each judgement is
-    in [0, 2] or None (unusable); see :class:`RuleJudgement`.
+    in [0, 2] or None (unusable); see :class:`RuleJudgement`. A mode is a builder
+    registered in :data:`medpref.registry.REM_SCORERS` (an unknown one is an error naming
+    the known modes).
     """
-    template = load_prompt(call.prompt)
-    if mode == "sampled":
-        return SampledScorer(client, flowchart, icl_examples, n_examples, template,
-                             detail or "full", "comment_first", call, k=k, seed=seed,
-                             temperature=temperature)
-    if mode == "expected":
-        with_comment = bool(comment)
-        return ExpectedScorer(client, flowchart, icl_examples, n_examples, template,
-                              detail or "full",
-                              "comment_first" if with_comment else "score_first", call,
-                              comment=with_comment, state_value=state_value)
-    if mode == "finetuned":
-        with_comment = True if comment is None else comment
-        scorer = ExpectedScorer(client, flowchart, [], 0, template, detail or "short",
-                                "comment_first" if with_comment else "score_first", call,
-                                comment=with_comment, state_value=state_value)
-        scorer.name = "finetuned"
-        return scorer
-    raise ValueError(f"unknown REM scorer mode '{mode}' (known: {', '.join(SCORER_MODES)})")
+    builder = REM_SCORERS.get(mode)
+    return builder(client, flowchart, icl_examples, load_prompt(call.prompt), call=call,
+                   k=k, seed=seed, n_examples=n_examples, temperature=temperature,
+                   comment=comment, detail=detail, state_value=state_value)
 
 
 def scorer_from_settings(name: str, settings, llm, rem, flowchart: Flowchart,

@@ -78,9 +78,7 @@ class PatientParams(StrictModel):
     def _known_kind(self) -> PatientParams:
         from medpref.simulation.patients import PATIENTS
 
-        if self.kind not in PATIENTS:
-            raise ValueError(f"simulation.patient.kind: '{self.kind}' is not one of "
-                             f"{sorted(PATIENTS)}")
+        PATIENTS.get(self.kind)       # an unknown kind: the key and the known patients
         return self
 
 
@@ -117,10 +115,9 @@ class GraderParams(StrictModel):
     def _known_graders(self) -> GraderParams:
         from medpref.simulation.graders import GRADERS
 
-        for name in [self.mode, *self.compare]:
-            if name not in GRADERS:
-                raise ValueError(f"simulation.grader: no grader '{name}' (known: "
-                                 f"{sorted(GRADERS)})")
+        GRADERS.get(self.mode)        # an unknown name: the key and the known graders
+        for name in self.compare:
+            GRADERS.get(name, key="simulation.grader.compare")
         return self
 
 
@@ -291,10 +288,8 @@ class SimulationParams(StrictModel):
     def _known_controls(self) -> SimulationParams:
         from medpref.simulation.controls import CONTROLS
 
-        unknown = [c for c in self.controls if c not in CONTROLS]
-        if unknown:
-            raise ValueError(f"simulation.controls: no control doctor {unknown} (known: "
-                             f"{sorted(CONTROLS)})")
+        for name in self.controls:
+            CONTROLS.get(name)        # an unknown name: the key and the known controls
         if len(set(self.controls)) != len(self.controls):
             raise ValueError(f"simulation.controls: names must be distinct, got {self.controls}")
         clash = sorted(set(self.controls) & {d.name for d in self.doctors})

@@ -3,8 +3,9 @@ no model call, run in every SP test beside the model doctors (``simulation.contr
 
 A result of "no detectable difference" means something only when the same run shows the
 test telling a good interview from a bad one. Each control is a doctor kind, registered
-by name (``register_control``) with its polarity: a *positive* control must score high,
-a *negative* one low (``simulation.controls_gate`` fails the run otherwise).
+by name (``register_control``, into :data:`medpref.registry.CONTROL_DOCTORS`) with its
+polarity: a *positive* control must score high, a *negative* one low
+(``simulation.controls_gate`` fails the run otherwise).
 
 - ``control_script`` (positive): the case's own scripted interview, its doctor lines in
   order, spread over the round cap so that the whole script is asked (several lines a
@@ -32,11 +33,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from medpref.contracts import SPCase
 from medpref.echo import content_units
+from medpref.registry import CONTROL_DOCTORS, register_control
 from medpref.simulation.consult import Consultation, DoctorTurn
-from medpref.simulation.registry import Registry
 
-CONTROLS = Registry("control doctor", "simulation.controls")
-register_control = CONTROLS.register
+#: the control doctors by name (:data:`medpref.registry.CONTROL_DOCTORS`)
+CONTROLS = CONTROL_DOCTORS
 
 POSITIVE, NEGATIVE = "positive", "negative"
 
@@ -65,7 +66,7 @@ class ControlContext:
 
 
 def build_control(name: str, ctx: ControlContext):
-    return CONTROLS.build(name, ctx)
+    return CONTROLS.get(name)(ctx)
 
 
 class ControlDoctor:

@@ -44,6 +44,7 @@ from medpref.echo import (
     names_disease,
     split_sentences,
 )
+from medpref.registry import GRADERS, register_grader
 from medpref.simulation.grading import (
     CATEGORIES,
     GradingSetup,
@@ -52,7 +53,6 @@ from medpref.simulation.grading import (
     grade_consultations,
     heuristic_disease_count,
 )
-from medpref.simulation.registry import Registry
 
 # which speech acts can earn an item of each category
 ACTS_FOR = {"symptoms": ("question",), "tests": ("question", "recommendation"),
@@ -77,12 +77,8 @@ class GraderContext:
     make_judge: Callable[[], Judge] | None = None
 
 
-GRADERS = Registry("grader", "simulation.grader.mode")
-register_grader = GRADERS.register
-
-
 def build_grader(name: str, ctx: GraderContext) -> Grader:
-    return GRADERS.build(name, ctx)
+    return GRADERS.get(name)(ctx)
 
 
 def without_echoes(turns: Sequence[Turn], echo_overlap: float, min_new: int) -> list[Turn]:

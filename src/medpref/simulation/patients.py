@@ -31,6 +31,7 @@ import numpy as np
 
 from medpref.contracts import SPCase
 from medpref.echo import ZH_QUESTION_FRAME, is_chinese, speech_act, split_sentences
+from medpref.registry import PATIENTS, register_patient
 from medpref.simulation.knowledge import (
     Encoder,
     KnowledgeBase,
@@ -38,7 +39,6 @@ from medpref.simulation.knowledge import (
     section_sentences,
 )
 from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
-from medpref.simulation.registry import Registry
 
 DONT_KNOW = {"en": "I'm not sure about that.", "zh": "这个我不太清楚。"}
 # the two ways the extractive patient answers with no case text (step["fallback"])
@@ -122,12 +122,8 @@ class PatientContext:
     make_client: Callable[[], Any] | None = None
 
 
-PATIENTS = Registry("patient", "simulation.patient.kind")
-register_patient = PATIENTS.register
-
-
 def build_patient(name: str, ctx: PatientContext):
-    return PATIENTS.build(name, ctx)
+    return PATIENTS.get(name)(ctx)
 
 
 @register_patient("llm")

@@ -37,8 +37,9 @@ from medpref.finetune.runs import (
 from medpref.identity import content_id
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
+from medpref.registry import register_piece
 from medpref.reports import save_figure, write_table
-from medpref.stagekit import Stage, register_piece
+from medpref.stagekit import Stage
 from medpref.training import heldout, reuse
 from medpref.training.config import TrainingParams
 from medpref.training.dialogue_sft import (
