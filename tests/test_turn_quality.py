@@ -133,7 +133,7 @@ def test_report_counts_flags_per_dialogue_and_shares_per_system():
     assert per.loc[2, "turns"] == 0
     summary = quality_per_system(per).set_index("system")
     assert list(summary.columns) == ["dialogues", "turns", "role %", "leak %", "repeat %",
-                                     "passing %"]
+                                     "empty %", "passing %"]
     assert summary.loc["NoteChat", "turns"] == 4
     assert summary.loc["NoteChat", "passing %"] == pytest.approx(50.0)
     assert summary.loc["NoteChat", "role %"] == pytest.approx(25.0)
@@ -284,3 +284,62 @@ def test_the_committed_hand_labels_measure_the_checks():
     anyflag = scores[(scores["split"] == "all") & (scores["check"] == "any")].iloc[0]
     assert anyflag["fp"] == 0 and anyflag["tp"] > 0
     assert anyflag["tp"] + anyflag["fn"] == every["unusable"]
+
+
+# -- out of role, stage directions, turns that say nothing (issue 31, dev labels) ------------
+
+@pytest.mark.parametrize(("text", "role"), [
+    ("Can you tell me a little bit about the patient who has been diagnosed with diabetes?",
+     "doctor"),
+    ("Please tell me more about the patient's situation.", "doctor"),
+    ("Hello Dr. Smith. Good day.", "doctor"),
+    ("Dr. Johnson, I'm glad to have you here today.", "doctor"),
+    ("I'm Dr. Smith, the doctor says, and you have asthma.", "doctor"),
+    ("The patient is pleased with the results.", "patient"),
+    ("Thank you for having me. I'm glad to have you here.", "patient"),
+    ("Hi, how can I help you today?", "patient"),
+    ("Good morning, I'm Dr. Smith. Later: I'm Dr. Johnson, a medical doctor.", "doctor"),
+    ("What's your medical specialty?", "doctor"),
+    ("I've been noticing that your child's ear is a little sore.", "patient"),
+])
+def test_talking_as_someone_else_than_the_two_in_the_room_is_flagged(text, role):
+    from medpref.notechat.turn_quality import speaks_out_of_role
+
+    assert speaks_out_of_role(text, role)
+
+
+@pytest.mark.parametrize(("text", "role"), [
+    ("Hello, I'm Dr. Elena Martinez. What brings you in today?", "doctor"),
+    ("The patient portal has your results.", "doctor"),
+    ("Dr. Smith said I should rest.", "patient"),
+    ("Thanks, Dr. Smith. Does that mean I need pills?", "patient"),
+    ("The doctor told me to rest.", "patient"),
+    ("I'm patient with you; take your time.", "doctor"),
+    ("I'm Dr. Smith. Yes, I'm Dr. John Smith, from cardiology.", "doctor"),  # one name
+    ("Do you have any pain medicine at home?", "doctor"),
+    ("I'm worried about your blood pressure.", "doctor"),
+])
+def test_ordinary_turns_are_not_out_of_role(text, role):
+    from medpref.notechat.turn_quality import speaks_out_of_role
+
+    assert not speaks_out_of_role(text, role)
+
+
+def test_a_stage_direction_in_brackets_leaks():
+    assert leaks_prompt('I am here to support you." (The patient nods')
+    assert leaks_prompt("Let me check. (pauses) Any fever?")
+    assert not leaks_prompt("Take it twice a day (morning and evening).")
+
+
+@pytest.mark.parametrize(("text", "role", "empty"), [
+    ("Yes.", "doctor", True), ("Alright, no problem.", "doctor", True),
+    ("Okay, thank you.", "doctor", True), ("Dr. Alex, the doctor.", "patient", True),
+    ("Yes.", "patient", False),                    # an answer to a yes/no question
+    ("Yes, take it with food.", "doctor", False),
+    ("Okay. How long has the cough lasted?", "doctor", False),
+    ("No.", "patient", False),
+])
+def test_a_turn_that_says_nothing(text, role, empty):
+    from medpref.notechat.turn_quality import says_nothing
+
+    assert says_nothing(text, role) is empty
