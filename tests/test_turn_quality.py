@@ -338,6 +338,8 @@ def test_a_stage_direction_in_brackets_leaks():
     ("Yes, take it with food.", "doctor", False),
     ("Okay. How long has the cough lasted?", "doctor", False),
     ("No.", "patient", False),
+    ("How are your day going, Doctor?", "patient", True),
+    ("Good morning! How's your day going? What brings you in?", "doctor", False),
 ])
 def test_a_turn_that_says_nothing(text, role, empty):
     from medpref.notechat.turn_quality import says_nothing

@@ -19,8 +19,9 @@ checks per turn, pure functions (no model calls):
   pairs in one earlier turn, by ``copied_share``).
 
 - ``empty``: a doctor turn that is only an acknowledgement ("Yes.", "Alright, no
-  problem."), or any turn that is only a name or title ("Dr. Alex, the doctor."): it
-  neither asks, explains nor answers anything.
+  problem."), any turn that is only a name or title ("Dr. Alex, the doctor.") or is cut
+  off after a greeting ("Good morning,"), a patient's small talk about the doctor's day:
+  it neither asks, explains nor answers anything about the visit.
 
 ``role`` also flags a speaker who talks as someone else than the two people in the
 room: a doctor who speaks of "the patient" in the third person to the patient ("tell me
@@ -117,7 +118,7 @@ _STAGE_DIRECTION = re.compile(r"\(\s*(?:the\s+)?(?:patient|doctor|physician|dr\b
                               r"|pauses?|smiles?|nods?|laughs?|sighs?)", re.IGNORECASE)
 #: A turn cut off after a greeting or a title ("Good morning,", "Hey, Alex,", "I'm Dr.").
 _CUT_OFF = re.compile(r",\s*$|^\W*(?:i'm|i\s+am)\s+dr\b\.?\W*$", re.IGNORECASE)
-#: Small talk about the other's day: "How are your day going, Doctor?"
+#: A patient's small talk about the doctor's day: "How are your day going, Doctor?"
 _SMALL_TALK = re.compile(r"\bhow(?:'s|\s+is|\s+are|\s+was)?\s+your\s+day\b"
                          r"|\bwhat\s+your\s+experience\s+is\s+like\b", re.IGNORECASE)
 #: Words that only acknowledge: a doctor turn of these alone says nothing.
@@ -206,9 +207,12 @@ def two_names(text: str) -> bool:
 def says_nothing(text: str, role: str) -> bool:
     """A doctor turn that only acknowledges ("Yes.", "Alright, no problem."), or any turn
     that is only a name or title ("Dr. Alex, the doctor."), is cut off after a greeting
-    ("Good morning,", "I'm Dr.") or only makes small talk about the other's day."""
+    ("Good morning,", "I'm Dr."), or is a patient's small talk about the doctor's day ("How
+    are your day going, Doctor?"; a doctor's "How's your day?" may open a visit)."""
     text = text.translate(_APOSTROPHES)
-    if _ONLY_NAME.match(text.strip()) or _CUT_OFF.search(text) or _SMALL_TALK.search(text):
+    if _ONLY_NAME.match(text.strip()) or _CUT_OFF.search(text):
+        return True
+    if role == "patient" and _SMALL_TALK.search(text):   # a doctor may open with it
         return True
     words = normalise(text).split()
     return role == "doctor" and 0 < len(words) <= ACK_MAX_WORDS and set(words) <= _ACK_WORDS
