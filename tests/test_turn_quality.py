@@ -345,3 +345,31 @@ def test_a_turn_that_says_nothing(text, role, empty):
     from medpref.notechat.turn_quality import says_nothing
 
     assert says_nothing(text, role) is empty
+
+
+def test_the_change_record_names_the_labels_each_change_saw():
+    """data/embedded/turn_quality_changes.yaml: the baseline first, then each change of the
+    checks with its commit, the labelled turns per batch and split that existed then (never
+    more than exist now) and the dev turns that motivated it."""
+    from collections import Counter
+
+    import yaml
+
+    from medpref import REPO_ROOT
+    from medpref.notechat.turn_quality_validation import load_labels
+
+    turns = load_labels(REPO_ROOT / "data/embedded/turn_quality_labels.jsonl")
+    split = {t.id: t.split for t in turns}
+    batch = {t.id: ("stage02-embedded" if int(t.id.split("-")[1]) <= 69 else "baselines-tqn")
+             for t in turns}
+    now = Counter((batch[i], split[i]) for i in split)
+    entries = yaml.safe_load((REPO_ROOT / "data/embedded/turn_quality_changes.yaml")
+                             .read_text(encoding="utf-8"))["changes"]
+    assert entries[0]["id"] == "baseline" and entries[0]["motivated_by"] == []
+    for e in entries:
+        assert {"id", "date", "commit", "change", "batches", "motivated_by", "why"} <= set(e)
+        for b, parts in e["batches"].items():
+            for part, n in parts.items():
+                assert 0 < n <= now[(b, part)], (e["id"], b, part)
+        assert all(split[i] == "dev" for i in e["motivated_by"]), e["id"]
+    assert len({e["id"] for e in entries}) == len(entries)
