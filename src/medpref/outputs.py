@@ -86,14 +86,16 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """``<name>.png`` drawn from records by ``build``."""
+    """``<name>.png`` drawn from records by ``build`` (``<file>.png`` when ``file`` is
+    given: a figure that shares its file stem with a table of the stage)."""
 
     name: str
     build: Builder
     doc: str = ""
+    file: str = ""
 
     def files(self, reports_dir: Path) -> list[Path]:
-        return [reports_dir / f"{self.name}.png"]
+        return [reports_dir / f"{self.file or self.name}.png"]
 
 
 @dataclass(frozen=True)
@@ -145,10 +147,13 @@ Output = Records | Table | Figure | Page | Data | Assembled
 
 @dataclass(frozen=True)
 class StageOutputs:
-    """Everything one stage writes. ``stage`` is its notebook name (``08_medqa``)."""
+    """Everything one stage writes. ``stage`` is its notebook name (``08_medqa``);
+    ``folder`` its reports folder under ``reports/`` when that is not the name (a sub-stage
+    such as ``04_annotation/grid_table``)."""
 
     stage: str
     items: Sequence[Output] = field(default_factory=tuple)
+    folder: str = ""
 
     def __post_init__(self) -> None:
         names = [o.name for o in self.items if not isinstance(o, Data)]
@@ -157,7 +162,7 @@ class StageOutputs:
             raise ValueError(f"{self.stage}: outputs declared twice: {twice}")
 
     def reports_dir(self, root: Path) -> Path:
-        return root / "reports" / self.stage
+        return root / "reports" / (self.folder or self.stage)
 
     @property
     def records(self) -> list[Records]:
@@ -210,7 +215,7 @@ class StageOutputs:
                 atomic_write_text(path, built[o.name])
                 paths.append(path)
             else:
-                paths.append(save_figure(built[o.name], reports_dir / f"{o.name}.png"))
+                paths.append(save_figure(built[o.name], o.files(reports_dir)[0]))
                 _release(built[o.name])
         return paths
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from medpref.annotation.grid_outputs import OUTPUTS as ANNOTATION_GRID_TABLE
+from medpref.annotation.outputs import OUTPUTS as ANNOTATION
 from medpref.imap.outputs import OUTPUTS as IMAPSCORE
 from medpref.medqa.outputs import OUTPUTS as MEDQA
 from medpref.outputs import StageOutputs
@@ -23,8 +25,9 @@ from medpref.sampling.outputs import OUTPUTS as SAMPLING
 from medpref.simulation.outputs import OUTPUTS as SIMULATION
 
 #: stage name → its declared outputs, in pipeline order
-STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, REM, SIMULATION, IMAPSCORE,
-                                                         MEDQA, PAPER_TABLES)}
+STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, REM, ANNOTATION,
+                                                         ANNOTATION_GRID_TABLE, SIMULATION,
+                                                         IMAPSCORE, MEDQA, PAPER_TABLES)}
 
 
 def stages_with_records(root: Path, names: list[str] | None = None) -> list[StageOutputs]:

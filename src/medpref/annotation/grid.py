@@ -27,13 +27,12 @@ from medpref.annotation import cai
 from medpref.annotation.analysis import strategy_row
 from medpref.annotation.config import AnnotationParams
 from medpref.contracts import write_jsonl
+from medpref.outputs import read_rows
 from medpref.params import repo_path
-from medpref.reports import save_figure, write_table
 from medpref.rules import load_rules
 from medpref.stagekit import Stage
 
 STAGE_PREFIX = "04_annotation_grid"
-TABLE_STEM = "grid_annotation_stats"
 
 
 def cell_name(weighting: str, trajectory: int) -> str:
@@ -131,10 +130,13 @@ def cell_reports(p: AnnotationParams, weighting: str, trajectory: int) -> Path:
     return repo_path(p.grid.reports) / cell_name(weighting, trajectory)
 
 
-def grid_table(p: AnnotationParams) -> pd.DataFrame:
-    """Every cell's metrics and model use, in grid order; a missing cell is an error naming
-    its file."""
-    rows = []
+def cell_records(p: AnnotationParams) -> dict[str, list[dict[str, Any]]]:
+    """The grid table's records from every cell's outputs, in grid order: its metrics and
+    ledger (reports) and its decisions (``annotation.grid.output_dir``), and the main
+    stage's reference rows (its summary); a missing cell is an error naming its file."""
+    from medpref.annotation import grid_outputs
+
+    cells, decisions = [], []
     for w in p.grid.weightings:
         for n in p.grid.trajectories:
             folder = cell_reports(p, w, n)
@@ -146,13 +148,15 @@ def grid_table(p: AnnotationParams) -> pd.DataFrame:
             ledger = folder / "ledger.json"
             total = (json.loads(ledger.read_text(encoding="utf-8")).get("total", {})
                      if ledger.exists() else {})
-            rows.append({**row, "model_calls": total.get("calls"),
-                         "cache_hits": total.get("cache_hits")})
-    cols = ["weighting", "trajectory", "items", "full_length_share", "decisive", "ties",
-            "unusable", "tie_ratio", "pairs", "sampled_wins", "generated_wins",
-            "win_ratio_sampled_generated", "margin_mean", "margin_median", "states_scored",
-            "model_calls", "cache_hits"]
-    return pd.DataFrame(rows)[cols]
+            cells.append({**{k: row[k] for k in ("weighting", "trajectory", "pairs",
+                                                 "states_scored", "full_length_share")},
+                          "model_calls": total.get("calls"),
+                          "cache_hits": total.get("cache_hits")})
+            data = repo_path(p.grid.output_dir) / cell_name(w, n) / "decisions.jsonl"
+            decisions += [{"weighting": w, "trajectory": n, **d} for d in read_rows(data)]
+    summary = pd.read_csv(repo_path(p.reports) / "summary.csv")
+    return {"cells": cells, "decisions": decisions,
+            "references": grid_outputs.reference_rows(summary)}
 
 
 def reference_rows(summary: pd.DataFrame, strategies=("gpt4_rank", "agent")) -> pd.DataFrame:
@@ -168,17 +172,18 @@ class TableOutputs:
 
 
 def run_table(stage: GridStage) -> TableOutputs:
-    """Gather the cells into one table and figure (no model call)."""
-    p: AnnotationParams = stage.p
-    table = grid_table(p)
-    summary = pd.read_csv(repo_path(p.reports) / "summary.csv")
-    write_table(table, stage.report(TABLE_STEM))
-    figure = save_figure(plot_grid(table, reference_rows(summary)),
-                         stage.report(f"{TABLE_STEM}.png"))
+    """Gather the cells into records, then the table and figure built from the records
+    as written (the path ``medpref tables`` takes; no model call)."""
+    from medpref.annotation.grid_outputs import OUTPUTS, TABLE_STEM
+
+    OUTPUTS.write_records(stage.reports_dir, cell_records(stage.p))
+    built = OUTPUTS.build(OUTPUTS.load_records(stage.reports_dir), stage.params)
+    OUTPUTS.write_built(stage.reports_dir, built)
+    table = built[TABLE_STEM]
     metrics = {f"{r['weighting']}_{r['trajectory']}": {"pairs": int(r["pairs"]),
                                                        "ties": int(r["ties"])}
                for r in table.to_dict("records")}
-    return TableOutputs(table, figure, metrics)
+    return TableOutputs(table, stage.report(f"{TABLE_STEM}.png"), metrics)
 
 
 def plot_grid(table: pd.DataFrame, references: pd.DataFrame | None = None):
