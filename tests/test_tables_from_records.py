@@ -13,13 +13,8 @@ import yaml
 
 from medpref import REPO_ROOT
 from medpref.params import load_params
-from medpref.pipeline import STAGES
+from medpref.pipeline import AWAITING_RECORDS, STAGES
 from medpref.stagekit import stage_key
-
-#: stages whose outputs are declared but whose records the pipeline has not yet written and
-#: committed (their tables are still the last run's); each leaves this set with the commit
-#: of its first records, and a stage in it that has any record committed fails the test
-AWAITING_RECORDS: set[str] = set()
 
 
 @pytest.mark.parametrize("name", list(STAGES))

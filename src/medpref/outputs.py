@@ -102,15 +102,18 @@ class Figure:
 class Page:
     """``<name><suffix>``: a self-contained text page (an HTML page for readers, say) that
     ``build`` returns as a string from the records and the params; written as returned
-    and, like a table, compared byte for byte."""
+    and, like a table, compared byte for byte (``<file><suffix>`` when ``file`` is given:
+    a page that shares its file stem with another output, a table's CSV beside its own
+    Markdown layout, say)."""
 
     name: str
     build: Builder
     suffix: str = ".html"
     doc: str = ""
+    file: str = ""
 
     def files(self, reports_dir: Path) -> list[Path]:
-        return [reports_dir / f"{self.name}{self.suffix}"]
+        return [reports_dir / f"{self.file or self.name}{self.suffix}"]
 
 
 @dataclass(frozen=True)
