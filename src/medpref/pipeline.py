@@ -24,10 +24,13 @@ from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
 from medpref.rem.outputs import OUTPUTS as REM
 from medpref.sampling.outputs import OUTPUTS as SAMPLING
 from medpref.simulation.outputs import OUTPUTS as SIMULATION
+from medpref.training.outputs import SFT_OUTPUTS as TRAINING_SFT
+from medpref.training.outputs import SUMMARY_OUTPUTS as TRAINING
 
 #: stage name → its declared outputs, in pipeline order
 STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, NOTECHAT, REM, ANNOTATION,
-                                                         ANNOTATION_GRID_TABLE, SIMULATION,
+                                                         ANNOTATION_GRID_TABLE, TRAINING_SFT,
+                                                         TRAINING, SIMULATION,
                                                          IMAPSCORE, MEDQA, PAPER_TABLES)}
 
 #: stages whose outputs are declared here but whose records no committed run has written

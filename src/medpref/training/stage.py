@@ -27,9 +27,8 @@ from medpref.data.split import load_split
 from medpref.identity import content_id
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
-from medpref.reports import save_figure, write_table
 from medpref.stagekit import Stage
-from medpref.training import heldout, policies, reuse
+from medpref.training import heldout, outputs, policies, reuse
 from medpref.training.config import TrainingParams
 from medpref.training.dialogue_sft import (
     count_targets,
@@ -165,10 +164,8 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
     figure = plot_dev_loss(curve_table)
     if is_main_process():
         write_json(out_dir / RUN_CARD, card)
-        write_run_logs(stage.reports_dir, result.fit.log_history)
-        write_table(table, stage.report("sources"))
-        atomic_write_text(stage.report("dev_loss.csv"), curve_table.to_csv(index=False))
-        save_figure(figure, stage.report("dev_loss.png"))
+        write_part(stage, outputs.SFT_OUTPUTS, outputs.sft_records(
+            [vars(s) for s in sources], curve_table, result.fit.log_history))
     metrics = {"examples": result.n_examples, "dropped_too_long": result.n_dropped,
                "dev_examples": card["dev_examples"], "max_epochs": card["max_epochs"],
                "epochs_run": card["epochs_run"], "chosen_epoch": card["chosen_epoch"],
@@ -452,19 +449,28 @@ def plot_margins(curves: pd.DataFrame):
     return fig
 
 
+def write_part(stage: RunStage, declared, records: dict[str, list[dict[str, Any]]]
+               ) -> dict[str, Any]:
+    """A part's records (``<part reports>/records``), then its tables, figures and pages
+    built from the records as written (the path ``medpref tables`` takes)."""
+    declared.write_records(stage.reports_dir, records)
+    built = declared.build(declared.load_records(stage.reports_dir), stage.params)
+    declared.write_built(stage.reports_dir, built)
+    return built
+
+
 def run_summary(stage: RunStage) -> TrainingOutputs:
+    """Every DPO run's row, the margin curves and the trained policies' roles, written as
+    records and built from them (:data:`medpref.training.outputs.SUMMARY_OUTPUTS`)."""
     rows = [_summary_row(stage, name) for name in policies.dpo_runs(stage.params)]
-    table = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
-    table[TEXT_COLUMNS] = table[TEXT_COLUMNS].astype(object).fillna("")
     trained = policies.trained_policies(stage.params)
-    write_json(stage.report("policies.json"),
-               {pol.role: {"run": pol.run, **policies.policy_role(stage.params, pol)
-                           .model_dump(include={"backend", "model", "adapter"})}
-                for pol in trained})
-    write_table(table, stage.report("runs"))
+    roles = {pol.role: {"run": pol.run, **policies.policy_role(stage.params, pol)
+                        .model_dump(include={"backend", "model", "adapter"})}
+             for pol in trained}
     curves = margin_curves(stage)
-    figure = plot_margins(curves)
-    save_figure(figure, stage.report("margins.png"))
+    built = write_part(stage, outputs.SUMMARY_OUTPUTS,
+                       outputs.summary_records(rows, curves, roles))
+    table = built["runs"]
     trained_runs = table["status"] == "trained"
     metrics = {"runs": len(rows), "trained": int(trained_runs.sum()),
                "trainings": int((trained_runs & (table["shares_training_of"] == "")).sum()),
