@@ -32,11 +32,11 @@ from pathlib import Path
 
 from medpref import REPO_ROOT
 from medpref.contracts import Dialogue, read_jsonl
+from medpref.finetune.hardware import load_hardware
+from medpref.finetune.sft import load_base, save_adapter, with_lora
 from medpref.params import load_params
 from medpref.training.arguments import lora_settings
 from medpref.training.dpo import train_dpo
-from medpref.training.hardware import load_hardware
-from medpref.training.sft import load_base, save_adapter, with_lora
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 SYSTEM = "You are a doctor talking with a patient."

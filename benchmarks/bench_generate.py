@@ -49,7 +49,7 @@ def rem_requests(rule: str, n: int) -> list[ChatRequest]:
     """Sampled REM judgements of ``n`` test states of one rule (stage 03's settings)."""
     from medpref.llm import LLMSession
     from medpref.rem import build_rem
-    from medpref.rem.task import COMMENT_PREFIX
+    from medpref.remscore.task import COMMENT_PREFIX
 
     params = load_params()
     p = params.rem

@@ -17,7 +17,7 @@ from medpref.llm import LLMSession
 from medpref.llm.hf import HFBackend
 from medpref.params import load_params
 from medpref.rem import build_rem as b03
-from medpref.rem.task import SCORE_OPTIONS, SCORE_PREFIX
+from medpref.remscore.task import SCORE_OPTIONS, SCORE_PREFIX
 
 
 def main() -> None:

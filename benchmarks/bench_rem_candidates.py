@@ -36,7 +36,7 @@ from medpref.llm import LLMClient
 from medpref.llm.hf import HFBackend
 from medpref.llm.types import GenerationParams
 from medpref.params import load_params, repo_path
-from medpref.rem.scorers import build_scorer
+from medpref.remscore.scorers import build_scorer
 from medpref.rules import load_rules
 
 

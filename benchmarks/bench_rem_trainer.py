@@ -21,7 +21,7 @@ variants one after another on an otherwise idle machine.
 the hardware file's value; ``configs/hardware/cpu.yaml`` sets it on): trl 1.16 runs its
 fused LM head on the valid label positions only where Triton runs (CUDA, XPU) and on
 every position elsewhere; on, the REM's trainer takes the valid-positions path on the
-CPU too (``medpref.training.hardware.compact_lm_head``). The override is a copy of the
+CPU too (``medpref.finetune.hardware.compact_lm_head``). The override is a copy of the
 hardware file in the work folder with that one key changed, so the trainer runs exactly
 as stage 03's.
 Alternate the two (``--steps 4 --compact-lm-head on`` / ``off``) to time the option.
@@ -49,10 +49,10 @@ from pathlib import Path
 import yaml
 
 from medpref.contracts import write_jsonl
+from medpref.finetune.hardware import load_hardware
 from medpref.llm import LLMSession
 from medpref.params import load_params, repo_path
 from medpref.rem import build_rem as b03
-from medpref.training.hardware import load_hardware
 
 
 def hardware_with_compact_head(name: str, on: bool, work: Path) -> Path:
@@ -66,7 +66,7 @@ def hardware_with_compact_head(name: str, on: bool, work: Path) -> Path:
 
 def rem_trainer(params, work: Path):
     """The REM's trainer as stage 03 builds it (real model, data and hardware), one step."""
-    from medpref.training.sft import (
+    from medpref.finetune.sft import (
         LoraSettings,
         build_sft_trainer,
         drop_too_long,
@@ -122,7 +122,7 @@ def ab_compact_head(params, n_batches: int, repeats: int) -> None:
     """Forward + backward of the REM's first real batches, every position vs compact."""
     import statistics
 
-    from medpref.training.hardware import compact_lm_head
+    from medpref.finetune.hardware import compact_lm_head
 
     work = Path(tempfile.mkdtemp(prefix="bench-rem-ab-"))
     trainer, model, hw, _, _ = rem_trainer(params, work)

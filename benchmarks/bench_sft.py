@@ -22,6 +22,7 @@ import os
 import time
 
 from medpref.data.split import load_split
+from medpref.finetune.sft import build_sft_trainer, drop_too_long, load_base, with_lora
 from medpref.params import load_params, repo_path
 from medpref.prompts import load_prompt
 from medpref.training.arguments import lora_settings
@@ -31,7 +32,6 @@ from medpref.training.dialogue_sft import (
     sft_examples,
     split_corpus,
 )
-from medpref.training.sft import build_sft_trainer, drop_too_long, load_base, with_lora
 
 
 def hardware_for(hardware, batch: int, padding_free: bool):

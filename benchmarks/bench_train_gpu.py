@@ -27,10 +27,10 @@ from pathlib import Path
 
 from medpref import REPO_ROOT
 from medpref.contracts import Dialogue, read_jsonl
+from medpref.finetune.hardware import load_hardware, resolve_bf16
 from medpref.params import load_params
 from medpref.training.dialogue_sft import sft_examples, train_dialogue_sft
 from medpref.training.dpo import train_dpo
-from medpref.training.hardware import load_hardware, resolve_bf16
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 SYSTEM = "You are a doctor talking with a patient."

@@ -27,7 +27,7 @@ import itertools
 import pandas as pd
 
 from medpref.contracts import SPGradedItem, read_jsonl
-from medpref.medqa.database import load_encoder
+from medpref.embedding import load_encoder
 from medpref.params import load_params, repo_path
 from medpref.prompts import load_prompt
 from medpref.simulation.graders import GraderContext, build_grader

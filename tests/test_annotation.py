@@ -23,7 +23,7 @@ from medpref.contracts import ContractError, UnlabeledItem
 from medpref.llm.pairwise import combine_orders, to_candidate_frame
 from medpref.params import ParamsError, load_params, parse_params
 from medpref.prompts import load_prompt
-from medpref.rem.base import RuleJudgement
+from medpref.remscore.base import RuleJudgement
 from medpref.rules import load_rules
 
 FLOWCHART = load_rules(REPO_ROOT / "configs/rules/plpf_flowchart.yaml")

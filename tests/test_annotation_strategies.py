@@ -17,7 +17,8 @@ import yaml
 
 from medpref import REPO_ROOT
 from medpref.annotation.pairs import decision_for, pair_from_winner
-from medpref.annotation.strategies import StrategyResult, register_strategy, strategy_plan
+from medpref.annotation.stage import strategy_plan
+from medpref.annotation.strategies import StrategyResult, register_strategy
 from medpref.params import ParamsError, parse_params
 from test_stage_runs import _stage04, raw_params, scripted_models  # noqa: F401  (fixtures)
 
@@ -55,10 +56,10 @@ def test_the_default_list_is_the_papers_four_in_their_order_then_the_control():
 def test_a_new_strategy_is_one_function_and_one_list_entry(with_fake, tmp_path, monkeypatch,
                                                            scripted_models):  # noqa: F811
     from medpref.annotation import stage as annotation_stage
+    from medpref.finetune.policies import dpo_runs, heldout_runs, trained_policies
+    from medpref.finetune.runs import RUN_CARD
     from medpref.papertables.build import build_table
     from medpref.papertables.spec import load_registry
-    from medpref.training.policies import dpo_runs, heldout_runs, trained_policies
-    from medpref.training.runs import RUN_CARD
 
     stage = _stage04(with_fake, tmp_path, monkeypatch)
     # stage 04: planned after the papers' four (their model calls keep their order) ...
@@ -111,7 +112,7 @@ def test_strategy_names_are_checked_with_the_params(raw_params, names, message):
 
 
 def test_a_run_named_in_both_lists_is_refused(raw_params):  # noqa: F811
-    from medpref.training.policies import dpo_runs
+    from medpref.finetune.policies import dpo_runs
 
     raw_params["training"]["dpo"]["runs"]["cai_dep"] = "x.jsonl"
     with pytest.raises(ValueError, match=r"training.dpo.runs: \['cai_dep'\] already"):

@@ -136,3 +136,18 @@ def test_a_calls_budget_and_prefix_come_from_its_spec_only(scripted_client):
     assert (req.params.max_new_tokens, req.prefix) == (7, "Doctor:")
     with pytest.raises(TypeError, match="max_new_tokens"):
         client.chat(MSG, CALL, max_new_tokens=5)   # no second way to set it
+
+
+def test_a_cached_option_score_comes_back_in_the_options_order(cache):
+    # the cache stores key-sorted JSON; a hit must read like the fresh call it replaces, so
+    # a warm rerun writes the same records as a cold one
+    options = [" exact", " belonging", " containment", " unmatched"]
+    backend = ScriptedBackend(lambda r: "", option_responder=lambda p, opts, pre: {
+        o: 0.1 * (k + 1) for k, o in enumerate(opts)})
+    fresh = LLMClient("r", backend, GenerationParams(), cache=cache).option_scores(
+        [MSG], options, "Answer:")[0]
+    warm = LLMClient("r", ScriptedBackend(lambda r: ""), GenerationParams(),
+                     cache=cache).option_scores([MSG], options, "Answer:")[0]
+    assert warm.cached and not fresh.cached
+    assert list(fresh.probs) == options and list(warm.probs) == options
+    assert warm.probs == fresh.probs

@@ -20,8 +20,9 @@ from medpref.annotation.control import (
     rejected_ok,
     requests_test,
 )
-from medpref.annotation.strategies import CONTROLS, is_control, strategy_plan
+from medpref.annotation.stage import strategy_plan
 from medpref.contracts import ContractError, Dialogue, Turn, read_jsonl, write_jsonl
+from medpref.control_runs import CONTROLS, is_control
 from medpref.data.split import DialogueSplit, load_split
 from medpref.params import load_params, repo_path
 
@@ -156,9 +157,9 @@ def test_on_the_embedded_dialogues_at_least_40_pairs_all_from_training_dialogues
 
 def test_it_is_a_registered_control_with_its_own_dpo_run_and_no_paper_row(embedded, tmp_path):
     from medpref.annotation import control
+    from medpref.finetune.policies import dpo_runs, heldout_runs
     from medpref.papertables.build import build_table
     from medpref.papertables.spec import load_registry
-    from medpref.training.policies import dpo_runs, heldout_runs
 
     params = load_params()
     assert NAME in params.annotation.strategies and is_control(NAME) and CONTROLS == {NAME}

@@ -14,7 +14,7 @@ from medpref.contracts import Dialogue, Turn, read_jsonl, write_jsonl
 from medpref.data.split import load_split
 from medpref.params import load_params, parse_params
 from medpref.prompts import load_prompt
-from medpref.rem.base import RuleJudgement
+from medpref.remscore.base import RuleJudgement
 from medpref.rules import load_rules
 from medpref.simulation import heldout
 from medpref.simulation.config import DoctorConfig

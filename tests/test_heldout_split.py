@@ -213,7 +213,7 @@ def embedded_overlap(encode, split=None):
 
 @pytest.mark.slow
 def test_the_overlap_check_finds_the_nine_known_pairs_and_none_is_in_train():
-    from medpref.medqa.database import load_encoder
+    from medpref.embedding import load_encoder
 
     encode = load_encoder(repo_path("models/all-minilm-l6-v2"))
     pairs, unchecked = embedded_overlap(encode)

@@ -62,7 +62,7 @@ def test_a_file_is_its_sha256_and_a_folder_its_content_files(tmp_path):
 def test_an_adapter_saved_by_another_process_has_the_same_identity(tmp_path):
     """peft writes target_modules from a set, so two saves of one training list them in
     different orders: the identity ignores the order, other weights or settings change it."""
-    from medpref.training.sft import write_canonical_config
+    from medpref.finetune.sft import write_canonical_config
 
     def adapter(name: str, modules: list[str], weights: bytes, r: int = 8) -> Path:
         folder = tmp_path / name

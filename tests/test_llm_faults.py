@@ -163,7 +163,7 @@ def test_sigkill_during_option_scoring_repeats_at_most_the_calls_in_flight(tmp_p
 
 
 def test_failed_option_call_is_recorded_and_the_scorer_skips_it(tmp_path, monkeypatch):
-    from medpref.rem.scorers import build_scorer
+    from medpref.remscore.scorers import build_scorer
     from medpref.rules import load_rules
 
     flowchart = load_rules(REPO_ROOT / "configs" / "rules" / "plpf_flowchart.yaml")

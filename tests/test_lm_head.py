@@ -1,4 +1,4 @@
-"""The hardware's ``compact_lm_head`` (src/medpref/training/hardware.py): trl's fused LM
+"""The hardware's ``compact_lm_head`` (src/medpref/finetune/hardware.py): trl's fused LM
 head on the learned positions only, on a CPU too. It must run the head on fewer rows,
 give the plain path's loss and training curve, and leave trl as it was afterwards."""
 
@@ -8,11 +8,11 @@ import pytest
 
 from conftest import make_tiny_llama
 from medpref import REPO_ROOT
+from medpref.finetune import hardware as lm_head
+from medpref.finetune.hardware import load_hardware
+from medpref.finetune.sft import LoraSettings, build_sft_trainer, load_base, with_lora
 from medpref.params import load_params
 from medpref.rem.build_rem import rem_sft_config
-from medpref.training import hardware as lm_head
-from medpref.training.hardware import load_hardware
-from medpref.training.sft import LoraSettings, build_sft_trainer, load_base, with_lora
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 PROMPT = [{"role": "system", "content": "Judge whether the doctor follows the rule."},

@@ -123,7 +123,7 @@ def test_embedded_database_shape():
 @pytest.mark.slow
 def test_minilm_finds_the_named_medicine(tmp_path):
     """The real encoder (offline, CPU): a query naming a medicine and an attribute finds it."""
-    from medpref.medqa.database import load_encoder
+    from medpref.embedding import load_encoder
 
     meds = read_jsonl(repo_path("data/embedded/medicines.jsonl"), Medicine)[:6]
     tree = build_tree(meds)

@@ -26,10 +26,10 @@ from medpref.notechat.planning import Checklist, checklist_from_draft, note_keyw
 from medpref.notechat.polish import judge_window, load_rubric, polish_dialogues, windows
 from medpref.notechat.roleplay import RolePlay, run_roleplay
 from medpref.notechat.sections import Segment, combine_parts, load_soap_headings, note_segments
-from medpref.notechat.turns import parse_dialogue, parse_turn
 from medpref.params import ParamsError, load_params, parse_params
 from medpref.prompts import load_prompt
 from medpref.training.sft_data import dialogues_to_sft_examples, split_target
+from medpref.turns.text import parse_dialogue, parse_turn
 
 LEXICON = REPO_ROOT / "data" / "embedded" / "lexicon"
 NOTES = REPO_ROOT / "data" / "embedded" / "notes.jsonl"

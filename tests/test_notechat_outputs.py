@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from medpref.notechat import outputs
-from medpref.notechat.turn_quality import TABLE3_NOTE
+from medpref.turns.turn_quality import TABLE3_NOTE
 
 OUT = outputs.OUTPUTS
 PARAMS = SimpleNamespace(notechat=SimpleNamespace(max_rounds=3))

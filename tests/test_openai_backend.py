@@ -122,7 +122,7 @@ def test_option_probs_from_top_logprobs(monkeypatch, continue_prefix):
 def test_option_probs_without_the_prefix_in_the_answer_is_unusable(monkeypatch):
     """An answer that never writes 'Score:' gives zero mass, which the REM records as
     unusable (never as the uniform distribution's 1.0)."""
-    from medpref.rem.scorers import expected_judgement
+    from medpref.remscore.scorers import expected_judgement
 
     with StubServer(reply="I cannot rate this.", option_logprobs=LOGPROBS) as server:
         client = LLMClient("rem", _backend(server, monkeypatch), GenerationParams())

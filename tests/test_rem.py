@@ -16,10 +16,10 @@ from medpref.llm.scripted import ScriptedBackend
 from medpref.llm.types import CallSpec, GenerationParams
 from medpref.params import load_params, parse_params
 from medpref.prompts import load_prompt
-from medpref.rem.compliance import cut_at_final_doctor_turn, rule_compliance
 from medpref.rem.evaluation import confusion, match_metrics, to_label
-from medpref.rem.scorers import build_scorer, judgement_from_samples
-from medpref.rem.task import (
+from medpref.remscore.compliance import cut_at_final_doctor_turn, rule_compliance
+from medpref.remscore.scorers import build_scorer, judgement_from_samples
+from medpref.remscore.task import (
     COMMENT_PREFIX,
     build_messages,
     format_answer,
@@ -278,8 +278,8 @@ def test_exact_and_fuzzy_match_hand_computed():
 
 
 def test_labels_sampled_round_the_mean_probability_scorers_take_the_argmax():
-    from medpref.rem.base import RuleJudgement
-    from medpref.rem.scorers import ExpectedJudgement
+    from medpref.remscore.base import RuleJudgement
+    from medpref.remscore.scorers import ExpectedJudgement
 
     assert RuleJudgement("A", 1.5).label == 2 and RuleJudgement("A", None).label is None
     flat = ExpectedJudgement("A", 0.96, probs={"0": 0.36, "1": 0.32, "2": 0.32})
@@ -315,7 +315,7 @@ def test_near_constant_scorer_is_flagged():
 
 
 def test_state_value_label_is_the_greedy_score_expected_the_mean():
-    from medpref.rem.scorers import expected_judgement
+    from medpref.remscore.scorers import expected_judgement
 
     class Scores:
         probs, mass = {"0": 0.3, "1": 0.25, "2": 0.45}, 0.9
@@ -434,8 +434,8 @@ def test_stage_finetuned_scorer_follows_the_trained_answer_order(flowchart, orde
                                                                   comment_calls, tmp_path):
     """A REM trained score-first is read in one pass; comment-first writes a comment. The
     order comes from the adapter's task card, as in stage 04 (one builder for both)."""
+    from medpref.finetune.sft import TASK_CARD
     from medpref.rem.build_rem import RemInputs, make_scorer
-    from medpref.training.sft import TASK_CARD
 
     prefixes = []
 

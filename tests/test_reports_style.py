@@ -43,7 +43,7 @@ def _overlap(a, b) -> bool:
 
 
 def test_radar_title_clear_of_the_legend():
-    from medpref.rem.compliance import radar_plot
+    from medpref.remscore.compliance import radar_plot
 
     table = pd.DataFrame({"rule": list("ABCDEF"), "name": ["long rule name"] * 6,
                           "mean": [1.0, 1.5, 0.5, 2.0, 1.2, 0.8]})

@@ -57,7 +57,7 @@ def case(cid="sp-t1", dept="internal_medicine", tests=("chest X-ray",), lang="en
 def scripted_sim_stage(tmp_path, monkeypatch, clients):
     """Stage 06 whose roles are the scripted ``clients``, whose folders live under
     ``tmp_path`` and whose MiniLM is :func:`toy_encode`: call it with the params."""
-    from medpref.medqa import database
+    from medpref import embedding
     from medpref.stagekit import Stage
 
     class TmpStage(Stage):
@@ -67,7 +67,7 @@ def scripted_sim_stage(tmp_path, monkeypatch, clients):
         def role(self, name, **overrides):
             return clients[name]
 
-    monkeypatch.setattr(database, "load_encoder", lambda *a, **k: toy_encode)
+    monkeypatch.setattr(embedding, "load_encoder", lambda *a, **k: toy_encode)
     return lambda params: TmpStage(name="06_simulation", params=params)
 
 
@@ -114,7 +114,7 @@ def test_query_uses_the_last_two_rounds_only():
 @pytest.mark.slow
 def test_minilm_retrieval_finds_the_answer_chunk():
     from medpref import REPO_ROOT
-    from medpref.medqa.database import load_encoder
+    from medpref.embedding import load_encoder
 
     encode = load_encoder(REPO_ROOT / "models" / "all-minilm-l6-v2")
     kb = build_knowledge_bases([case()], encode, 128)["sp-t1"]
@@ -650,8 +650,7 @@ def test_a_comparison_whose_differences_never_vary_shows_no_mde():
     as "any difference would have been seen"; the tables show it as not estimable."""
     import math
 
-    from medpref.metrics.intervals import paired_difference
-    from medpref.simulation.tables import shown_mde
+    from medpref.metrics.intervals import paired_difference, shown_mde
 
     flat = paired_difference([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])
     assert flat.mde == 0 and math.isnan(shown_mde(flat))

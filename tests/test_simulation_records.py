@@ -17,7 +17,7 @@ import yaml
 
 from medpref.contracts import SPCase, write_jsonl
 from medpref.params import load_params, parse_params
-from medpref.rem.base import RuleJudgement
+from medpref.remscore.base import RuleJudgement
 from medpref.simulation import outputs as sim_outputs
 from medpref.simulation.outputs import OUTPUTS
 from test_simulation import case, client, keyword_judge, toy_encode
@@ -43,7 +43,7 @@ def run_stage(root, monkeypatch, grid_cases=0, heavy=True):
     """Stage 06 on two four-symptom cases with scripted models, its reports under
     ``root/reports/06_simulation`` (where ``medpref tables`` reads them); ``heavy``: with
     next turn, the REM radar, held-out compliance and the grader's validation."""
-    from medpref.medqa import database
+    from medpref import embedding
     from medpref.rules import load_rules
     from medpref.simulation import stage as sim_stage
     from medpref.stagekit import Stage
@@ -80,7 +80,7 @@ def run_stage(root, monkeypatch, grid_cases=0, heavy=True):
         def role(self, name, **overrides):
             return clients[name]
 
-    monkeypatch.setattr(database, "load_encoder", lambda *a, **k: toy_encode)
+    monkeypatch.setattr(embedding, "load_encoder", lambda *a, **k: toy_encode)
     monkeypatch.setattr(sim_stage, "rem_scorer", lambda stage, p: (
         RuleCounter(), load_rules("configs/rules/plpf_flowchart.yaml"), "counter"))
     (root / "params.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from medpref.contracts import ContractError, SPCase, Turn, read_jsonl, write_jsonl
+from medpref.echo import list_pieces, speech_act, split_sentences
 from medpref.params import REPO_ROOT
 from medpref.simulation import consult, controls, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams, SimulationParams
-from medpref.simulation.echo import list_pieces, speech_act
 from medpref.simulation.graders import GraderContext, build_grader
-from medpref.simulation.knowledge import build_knowledge_bases, split_sentences
+from medpref.simulation.knowledge import build_knowledge_bases
 from medpref.simulation.patients import ExtractivePatient, PatientContext
 from medpref.stagekit import StageFailed
 from test_simulation import case, client, scripted_sim_stage, toy_encode
@@ -345,7 +345,7 @@ def test_the_stage_runs_the_controls_as_labelled_rows_and_writes_range_and_gate(
 def embedded_run():
     """The four controls on all 17 embedded cases at 5 rounds, as stage 06 runs them
     (about two CPU-minutes: MiniLM for the patient, the grader and the fidelity check)."""
-    from medpref.medqa.database import load_encoder
+    from medpref.embedding import load_encoder
     from medpref.simulation.behaviour import consult_rows
     from medpref.simulation.patients import build_patient
     from medpref.simulation.stage import per_case_rows

@@ -13,9 +13,9 @@ import yaml
 
 from medpref import REPO_ROOT
 from medpref.data.sp_cases import embedded_sp_graded
+from medpref.echo import doctor_sentences
 from medpref.params import load_params
 from medpref.prompts import load_prompt
-from medpref.simulation.echo import doctor_sentences
 from medpref.simulation.graders import GraderContext, build_grader
 from medpref.simulation.grading import GradingSetup
 from medpref.simulation.validation import grade_hand_items
@@ -76,7 +76,7 @@ def test_requests_in_their_everyday_forms_are_recommendations(items):
     """'We need a transvaginal ultrasound now.', 'Let me look in her ears with an
     otoscope.', "I'd like blood tests, a blood count, liver tests and lipase.", 'And a
     short mood questionnaire.' and "Let's weigh him now…" request a test (dev items)."""
-    from medpref.simulation.echo import speech_act
+    from medpref.echo import speech_act
 
     for i in REQUEST_IDS:
         doctor = [t.text for t in items[i].transcript if t.role == "doctor"]
@@ -88,7 +88,7 @@ def test_requests_earn_their_tests_where_the_words_match(items, grader):
 
 
 def test_a_reported_result_or_a_new_question_is_not_a_request():
-    from medpref.simulation.echo import speech_act
+    from medpref.echo import speech_act
 
     assert speech_act("And the X-ray was normal.") == "statement"
     assert speech_act("And CRP?") == "question"
@@ -98,7 +98,7 @@ def test_a_reported_result_or_a_new_question_is_not_a_request():
 @pytest.mark.slow
 def test_requests_earn_their_tests_with_minilm(items):
     """With MiniLM (as the stage grades): all five dev requests earn their test."""
-    from medpref.medqa.database import load_encoder
+    from medpref.embedding import load_encoder
 
     g = load_params().simulation.grader
     setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
@@ -119,7 +119,7 @@ def test_a_disease_in_stated_history_is_not_named(items, grader):
 
 
 def test_history_cues_leave_a_diagnosis_named():
-    from medpref.simulation.echo import names_disease
+    from medpref.echo import names_disease
 
     item = "childhood asthma (allergic)"
     assert not names_disease("He had asthma attacks while sleeping.", item)
@@ -132,8 +132,7 @@ def test_history_cues_leave_a_diagnosis_named():
 # -- change 4: a disease is named as the diagnosis only in a sentence that offers one --------
 
 def _doctor_sentences_naming(item_obj):
-    from medpref.simulation.echo import names_disease
-    from medpref.simulation.knowledge import split_sentences
+    from medpref.echo import names_disease, split_sentences
 
     return [s for t in item_obj.transcript if t.role == "doctor"
             for s in split_sentences(t.text) if names_disease(s, item_obj.item)]

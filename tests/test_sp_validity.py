@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from medpref.contracts import SPCase, Turn
+from medpref.echo import list_pieces, listed_candidates, lists_too_many, speech_act, split_sentences
 from medpref.llm.client import LLMClient
 from medpref.llm.ledger import Ledger
 from medpref.llm.scripted import ScriptedBackend
@@ -14,9 +15,8 @@ from medpref.llm.types import CallSpec, Completion, GenerationParams
 from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams
-from medpref.simulation.echo import list_pieces, listed_candidates, lists_too_many, speech_act
 from medpref.simulation.graders import GRADERS, GraderContext, build_grader, without_echoes
-from medpref.simulation.knowledge import build_knowledge_bases, split_sentences
+from medpref.simulation.knowledge import build_knowledge_bases
 from medpref.simulation.patient import patient_fidelity
 from medpref.simulation.patients import (
     DONT_KNOW,
@@ -382,7 +382,7 @@ def test_a_disease_passes_only_when_named_not_denied_and_not_in_a_long_list(doct
 
 
 def test_disease_words_count_the_shapes_of_diseases_not_diagnosis():
-    from medpref.simulation.echo import disease_words, names_disease
+    from medpref.echo import disease_words, names_disease
     assert disease_words("pancreatitis bronchitis gastroenteritis anemia anaemia "
                          "hyperthyroidism") == 6
     assert disease_words("The diagnosis and prognosis are good; the mechanism is clear.") == 0
@@ -517,7 +517,8 @@ def test_the_patient_answers_one_line_of_a_section_that_lists_a_finding_a_line()
     assert trace[0]["from"] == "findings"
     assert "electromyography: findings: decreased muscle response" in case_sentences(c)
     # two lines in one answer stay two sentences, each the case's own
-    from medpref.simulation.knowledge import normalise_sentence, split_sentences
+    from medpref.echo import split_sentences
+    from medpref.simulation.knowledge import normalise_sentence
 
     both, _ = patient.answer(c.id, "en", "Can we check the electromyography findings? "
                                          "Can we check the chest CT imaging?")

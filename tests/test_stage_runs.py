@@ -92,8 +92,8 @@ def _stage(name, raw, tmp_path, monkeypatch) -> Stage:
 
 
 def _fake_training(monkeypatch, tmp_path):
+    from medpref.finetune.sft import TASK_CARD, TrainResult
     from medpref.rem import build_rem
-    from medpref.training.sft import TASK_CARD, TrainResult
 
     def train_rem(p, inputs, base_model, seed):
         adapter = tmp_path / "rem_lora"

@@ -13,6 +13,8 @@ import yaml
 from conftest import make_tiny_llama
 from medpref import REPO_ROOT
 from medpref.contracts import Dialogue, PreferencePair, Turn, read_jsonl, write_jsonl
+from medpref.finetune.hardware import load_hardware
+from medpref.finetune.runs import read_run_card
 from medpref.params import load_params
 from medpref.training.dialogue_sft import sft_examples, train_dialogue_sft
 from medpref.training.dpo import (
@@ -22,8 +24,6 @@ from medpref.training.dpo import (
     policy_model,
     train_dpo,
 )
-from medpref.training.hardware import load_hardware
-from medpref.training.runs import read_run_card
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 SYSTEM = "You are a doctor."
@@ -179,7 +179,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(tiny_model_dir, sft_adapter
 
 
 def test_changed_run_does_not_resume_a_stale_checkpoint(tmp_path):
-    from medpref.training.runs import prepare_checkpoints
+    from medpref.finetune.runs import prepare_checkpoints
 
     assert prepare_checkpoints(tmp_path / "c", "key-1") is None
     (tmp_path / "c" / "checkpoint-5").mkdir()
@@ -335,7 +335,7 @@ def test_identical_pairs_files_train_once_and_share_the_adapter(
 
 
 def test_trained_policies_are_backend_roles_with_their_adapters(tmp_path):
-    from medpref.training import policies
+    from medpref.finetune import policies
 
     stage, _ = _stage(tmp_path, {"cai_dep": "x.jsonl", "agent": "y.jsonl"})
     for run, status in [("sft", "trained"), ("cai_dep", "trained"), ("agent", "skipped")]:
@@ -409,8 +409,8 @@ def test_the_default_reaches_trl_and_peft_with_the_committed_values(tmp_path):
 def test_any_recipe_runs_on_any_hardware(tmp_path):
     """What is trained comes from the recipe, where and how fast from the hardware: the
     paper recipe on the CPU hardware, the tiny recipe on the GPU hardware."""
+    from medpref.finetune.hardware import bf16_supported
     from medpref.training.dialogue_sft import sft_config
-    from medpref.training.hardware import bf16_supported
 
     recipes = load_params().training.recipes
     cpu, gpu = load_hardware("cpu"), load_hardware("gpu")
@@ -456,8 +456,8 @@ def test_old_profile_keys_fail_naming_the_new_ones():
 def test_hardware_sets_precision_checkpointing_and_progress(tmp_path):
     import torch
 
+    from medpref.finetune.hardware import resolve_bf16
     from medpref.training.arguments import target_modules
-    from medpref.training.hardware import resolve_bf16
 
     tiny, cpu = load_params().training.recipes["tiny"], load_hardware("cpu")
     args = dpo_config(tiny, cpu, tmp_path, 0, 0.1, "sigmoid")
@@ -559,9 +559,9 @@ def test_dpo_on_the_embedded_model_moves_every_weight_and_raises_the_margin(tmp_
 # -- SFT on dialogues ------------------------------------------------------------------------
 
 def test_sft_learns_only_the_doctor_turn(tiny_model_dir, recipe, hardware, tmp_path):
+    from medpref.finetune.sft import load_base, with_lora
     from medpref.training.arguments import lora_settings
     from medpref.training.dialogue_sft import build_sft_trainer, sft_config
-    from medpref.training.sft import load_base, with_lora
 
     dialogue = Dialogue(id="d", turns=[Turn(role="patient", text="My knee hurts."),
                                        Turn(role="doctor", text="Since when?"),

@@ -104,10 +104,10 @@ def test_run_sft_writes_its_records_and_builds_its_reports_from_them(tmp_path, m
     are the ones the records rebuild."""
     from types import SimpleNamespace
 
+    from medpref.finetune.runs import FitResult
     from medpref.stagekit import open_stage
     from medpref.training import stage as training_stage
     from medpref.training.dialogue_sft import EpochCurve
-    from medpref.training.runs import FitResult
 
     logs = sft_records()["train_log"]
 

@@ -1,4 +1,4 @@
-"""LoRA SFT with trl's SFTTrainer, the one training path (src/medpref/training/sft.py):
+"""LoRA SFT with trl's SFTTrainer, the one training path (src/medpref/finetune/sft.py):
 the REM's trainer and its answer-only labels, step planning, a tiny real run."""
 
 from __future__ import annotations
@@ -9,11 +9,8 @@ import pytest
 
 from conftest import make_tiny_llama
 from medpref import REPO_ROOT
-from medpref.params import load_params
-from medpref.rem import build_rem
-from medpref.rem.build_rem import rem_sft_config, rem_steps
-from medpref.training.hardware import load_hardware
-from medpref.training.sft import (
+from medpref.finetune.hardware import load_hardware
+from medpref.finetune.sft import (
     TASK_CARD,
     LoraSettings,
     build_sft_trainer,
@@ -22,6 +19,9 @@ from medpref.training.sft import (
     read_task_card,
     with_lora,
 )
+from medpref.params import load_params
+from medpref.rem import build_rem
+from medpref.rem.build_rem import rem_sft_config, rem_steps
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 PROMPT = [{"role": "system", "content": "Judge the rule."},
@@ -208,7 +208,7 @@ def test_a_few_rem_steps_change_a_loadable_adapter(tiny_model_dir, tmp_path, mon
 
 def test_task_card_tells_the_finetuned_rem_how_to_read(tmp_path):
     """A score-first REM is read in one pass; no card means PLPF's comment-first format."""
-    from medpref.rem.scorers import finetuned_settings
+    from medpref.remscore.scorers import finetuned_settings
 
     assert read_task_card(tmp_path) == {}
     assert finetuned_settings(tmp_path) == {"comment": True, "detail": "short"}

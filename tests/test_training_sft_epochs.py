@@ -13,6 +13,7 @@ from conftest import make_tiny_llama
 from medpref import REPO_ROOT
 from medpref.contracts import Dialogue, Turn, read_jsonl
 from medpref.data.split import DialogueSplit, load_split
+from medpref.finetune.hardware import load_hardware
 from medpref.params import load_params, repo_path
 from medpref.training.dialogue_sft import (
     DialogueSource,
@@ -24,7 +25,6 @@ from medpref.training.dialogue_sft import (
     stop_now,
     train_dialogue_sft,
 )
-from medpref.training.hardware import load_hardware
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 

@@ -1,4 +1,4 @@
-"""Turn quality (medpref.notechat.turn_quality) on hand-written turns, stage 02's report
+"""Turn quality (medpref.turns.turn_quality) on hand-written turns, stage 02's report
 frames, and SFT's filter of failing doctor targets."""
 
 from __future__ import annotations
@@ -9,7 +9,13 @@ import math
 import pytest
 
 from medpref.contracts import Dialogue, Turn
-from medpref.notechat.turn_quality import (
+from medpref.training.dialogue_sft import (
+    DialogueSource,
+    count_targets,
+    sft_examples,
+    target_passes,
+)
+from medpref.turns.turn_quality import (
     CHECKS,
     check_dialogue,
     claims_other_role,
@@ -20,12 +26,6 @@ from medpref.notechat.turn_quality import (
     quality_per_system,
     repeats_sentence,
     table3_block,
-)
-from medpref.training.dialogue_sft import (
-    DialogueSource,
-    count_targets,
-    sft_examples,
-    target_passes,
 )
 
 # -- role ------------------------------------------------------------------------------------

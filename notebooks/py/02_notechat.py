@@ -65,7 +65,7 @@ display(Markdown(out.table3_markdown))
 # %% [markdown]
 # Turn quality per dialogue (Table 3's block above is per system): turns where the speaker
 # claims the other role, prompt scaffolding or checklist annotations leak in, or a
-# sentence repeats (`medpref.notechat.turn_quality`; no model calls).
+# sentence repeats (`medpref.turns.turn_quality`; no model calls).
 
 # %%
 out.turn_quality

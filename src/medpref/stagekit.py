@@ -15,17 +15,17 @@ wall times go to ``timings.json`` and model use to ``ledger.json``.
 
 A stage that runs in pieces (a cell of the weighting grid, a part of training) is opened
 the same way, with the piece's keywords: :func:`open_stage` hands them to the domain's
-function listed in :data:`PIECES`, which returns the stage with the piece's own folders.
+function registered in :data:`PIECES` (:func:`register_piece`), which returns the stage
+with the piece's own folders.
 """
 
 from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -196,14 +196,23 @@ class Stage:
 
 
 #: the stages that are opened for one piece of their work (a grid cell, a training part):
-#: stage name → ``module:function`` that takes the opened :class:`Stage` and the piece's
+#: stage name → the function that takes the opened :class:`Stage` and the piece's
 #: keywords, checks them against the params and returns the stage for that piece (its
-#: own folders). Imported only when such a stage is opened.
-PIECES = {
-    "04_annotation_grid": "medpref.annotation.grid:open_cell",         # weighting, trajectory
-    "04_annotation_grid_table": "medpref.annotation.grid:open_table",  # (none)
-    "05_training": "medpref.training.stage:open_part",                  # part, run
-}
+#: own folders). The domain module registers it (:func:`register_piece`) when imported,
+#: and a piece's notebook imports that module before it opens the stage:
+#: ``04_annotation_grid`` and ``04_annotation_grid_table`` (``medpref.annotation.grid``),
+#: ``05_training`` (``medpref.training.stage``).
+PIECES: dict[str, Callable[..., Stage]] = {}
+
+
+def register_piece(name: str) -> Callable[[Callable[..., Stage]], Callable[..., Stage]]:
+    """Decorator: ``fn(stage, **keywords) -> Stage`` opens a piece of stage ``name``."""
+    def deco(fn: Callable[..., Stage]) -> Callable[..., Stage]:
+        if name in PIECES and PIECES[name] is not fn:
+            raise ValueError(f"stage {name}: a piece opener is registered twice")
+        PIECES[name] = fn
+        return fn
+    return deco
 
 
 def open_stage(name: str, params_path: str | Path = "params.yaml", **piece: Any) -> Stage:
@@ -217,13 +226,13 @@ def open_stage(name: str, params_path: str | Path = "params.yaml", **piece: Any)
     A stage in :data:`PIECES` gets its piece's keywords (an unknown or missing one is a
     ``TypeError`` naming the stage); any other stage takes none."""
     stage = Stage(name=name, params=load_params(repo_path(params_path)))
-    target = PIECES.get(name)
-    if target is None:
+    opener = PIECES.get(name)
+    if opener is None:
         if piece:
-            raise TypeError(f"stage {name} is opened whole: it takes no {sorted(piece)}")
+            raise TypeError(f"stage {name} is opened whole: it takes no {sorted(piece)} "
+                            "(a stage opened in pieces registers its opener with "
+                            "register_piece when its module is imported)")
         return stage
-    module, function = target.split(":")
-    opener = getattr(import_module(module), function)
     try:
         inspect.signature(opener).bind(stage, **piece)
     except TypeError as exc:

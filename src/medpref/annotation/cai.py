@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from medpref.annotation.config import ScoringConfig
 from medpref.annotation.pairs import Decision, decision_for, pair_from_winner
 from medpref.contracts import PreferencePair, Turn, UnlabeledItem, turns_to_messages
-from medpref.rem.base import RuleJudgement, RuleScorer
+from medpref.remscore.base import RuleJudgement, RuleScorer
 from medpref.rules import Flowchart
 from medpref.scoring.formulas import Weighting, rule_weights, state_score, trajectory_score
 from medpref.scoring.selection import compare_scores, top_n_by_margin

@@ -23,14 +23,15 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.annotation import cai
+from medpref.annotation import cai, grid_outputs
 from medpref.annotation.analysis import strategy_row
 from medpref.annotation.config import AnnotationParams
+from medpref.annotation.grid_outputs import OUTPUTS, TABLE_STEM
 from medpref.contracts import write_jsonl
 from medpref.outputs import read_rows
 from medpref.params import repo_path
 from medpref.rules import load_rules
-from medpref.stagekit import Stage
+from medpref.stagekit import Stage, register_piece
 
 STAGE_PREFIX = "04_annotation_grid"
 
@@ -74,6 +75,7 @@ class GridStage(Stage):
         return repo_path(self.p.grid.reports) / self.folder
 
 
+@register_piece("04_annotation_grid")
 def open_cell(stage: Stage, weighting: str, trajectory: int) -> GridStage:
     """One grid cell (``open_stage("04_annotation_grid", ..., weighting=, trajectory=)``):
     its LLM cache file is ``04_annotation_grid_<w>_<n>``, its folders ``<w>_<n>``."""
@@ -83,6 +85,7 @@ def open_cell(stage: Stage, weighting: str, trajectory: int) -> GridStage:
     return cell
 
 
+@register_piece("04_annotation_grid_table")
 def open_table(stage: Stage) -> GridStage:
     """The stage that gathers the cells (``open_stage("04_annotation_grid_table", ...)``;
     it writes to ``reports/04_annotation/grid_table``)."""
@@ -134,8 +137,6 @@ def cell_records(p: AnnotationParams) -> dict[str, list[dict[str, Any]]]:
     """The grid table's records from every cell's outputs, in grid order: its metrics and
     ledger (reports) and its decisions (``annotation.grid.output_dir``), and the main
     stage's reference rows (its summary); a missing cell is an error naming its file."""
-    from medpref.annotation import grid_outputs
-
     cells, decisions = [], []
     for w in p.grid.weightings:
         for n in p.grid.trajectories:
@@ -156,12 +157,7 @@ def cell_records(p: AnnotationParams) -> dict[str, list[dict[str, Any]]]:
             decisions += [{"weighting": w, "trajectory": n, **d} for d in read_rows(data)]
     summary = pd.read_csv(repo_path(p.reports) / "summary.csv")
     return {"cells": cells, "decisions": decisions,
-            "references": grid_outputs.reference_rows(summary)}
-
-
-def reference_rows(summary: pd.DataFrame, strategies=("gpt4_rank", "agent")) -> pd.DataFrame:
-    """The main stage's length-free strategies, drawn as flat lines (as in Fig. 10)."""
-    return summary[summary["strategy"].isin(strategies)].reset_index(drop=True)
+            "references": grid_outputs.reference_records(summary)}
 
 
 @dataclass
@@ -174,8 +170,6 @@ class TableOutputs:
 def run_table(stage: GridStage) -> TableOutputs:
     """Gather the cells into records, then the table and figure built from the records
     as written (the path ``medpref tables`` takes; no model call)."""
-    from medpref.annotation.grid_outputs import OUTPUTS, TABLE_STEM
-
     OUTPUTS.write_records(stage.reports_dir, cell_records(stage.p))
     built = OUTPUTS.build(OUTPUTS.load_records(stage.reports_dir), stage.params)
     OUTPUTS.write_built(stage.reports_dir, built)
@@ -184,44 +178,3 @@ def run_table(stage: GridStage) -> TableOutputs:
                                                        "ties": int(r["ties"])}
                for r in table.to_dict("records")}
     return TableOutputs(table, stage.report(f"{TABLE_STEM}.png"), metrics)
-
-
-def plot_grid(table: pd.DataFrame, references: pd.DataFrame | None = None):
-    """Pairs kept, tie ratio, mean margin and sampled-win share against trajectory length;
-    ``references`` (gpt4_rank, agent: they use no trajectory) as dashed lines."""
-    from medpref.reports import figure
-
-    panels = [("pairs", "pairs kept"), ("tie_ratio", "tie ratio"),
-              ("margin_mean", "mean |s(c1) − s(c2)|"),
-              ("sampled_share", "sampled (real doctor) wins / decisive")]
-    data = table.assign(sampled_share=table["sampled_wins"]
-                        / table["decisive"].where(table["decisive"] > 0))
-    fig, axes = figure(1, len(panels), figsize=(14, 3.2))
-    for w, rows in data.groupby("weighting", sort=False):
-        rows = rows.sort_values("trajectory")
-        for ax, (col, _) in zip(axes, panels):
-            ax.plot(rows["trajectory"], rows[col], marker="o", label=w)
-    if references is not None:
-        refs = references.assign(
-            sampled_share=pd.to_numeric(references["sampled_wins"], errors="coerce")
-            / pd.to_numeric(references["decisive"], errors="coerce").where(
-                lambda d: d > 0))
-        for _, ref in refs.iterrows():
-            for ax, (col, _) in zip(axes, panels):
-                value = pd.to_numeric(ref[col], errors="coerce")
-                if col != "margin_mean" and pd.notna(value):
-                    ax.axhline(value, linestyle="--", linewidth=1, color="grey" if
-                               ref["strategy"] == "gpt4_rank" else "green",
-                               label=ref["strategy"])
-    for ax, (_col, title) in zip(axes, panels):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("trajectory length (states scored)")
-        ax.set_xticks(sorted(table["trajectory"].unique()))
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
-    axes[1].set_ylim(0, 1.05)
-    axes[3].set_ylim(0, 1.05)
-    fig.suptitle("Annotation statistics per weighting × trajectory length (the axes of "
-                 "PLPF Table 3 / follow-up Fig. 10; not its SP scores)", fontsize=10)
-    fig.tight_layout()
-    return fig

@@ -73,16 +73,17 @@ def references_table(records: Rows) -> pd.DataFrame:
 
 
 def grid_figure(records: Rows, params=None):
-    from medpref.annotation.grid import plot_grid
-
     return plot_grid(grid_table(records), references_table(records))
 
 
-def reference_rows(summary: pd.DataFrame) -> list[dict[str, Any]]:
-    """The summary's reference strategies as records (blank cells as None)."""
-    from medpref.annotation.grid import reference_rows as chosen
+def reference_rows(summary: pd.DataFrame, strategies=("gpt4_rank", "agent")) -> pd.DataFrame:
+    """The main stage's length-free strategies, drawn as flat lines (as in Fig. 10)."""
+    return summary[summary["strategy"].isin(strategies)].reset_index(drop=True)
 
-    rows = chosen(summary)[REFERENCE_COLUMNS].astype(object)
+
+def reference_records(summary: pd.DataFrame) -> list[dict[str, Any]]:
+    """The summary's reference strategies as records (blank cells as None)."""
+    rows = reference_rows(summary)[REFERENCE_COLUMNS].astype(object)
     return [{k: _count(v) if k in COUNT_COLUMNS else v for k, v in r.items()}
             for r in rows.where(rows.notna(), None).to_dict("records")]
 
@@ -93,6 +94,47 @@ COUNT_COLUMNS = ("decisive", "ties", "pairs", "sampled_wins", "generated_wins")
 def _count(value: Any) -> Any:
     """A count read back from a CSV column with blanks (a float) as an int."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def plot_grid(table: pd.DataFrame, references: pd.DataFrame | None = None):
+    """Pairs kept, tie ratio, mean margin and sampled-win share against trajectory length;
+    ``references`` (gpt4_rank, agent: they use no trajectory) as dashed lines."""
+    from medpref.reports import figure
+
+    panels = [("pairs", "pairs kept"), ("tie_ratio", "tie ratio"),
+              ("margin_mean", "mean |s(c1) − s(c2)|"),
+              ("sampled_share", "sampled (real doctor) wins / decisive")]
+    data = table.assign(sampled_share=table["sampled_wins"]
+                        / table["decisive"].where(table["decisive"] > 0))
+    fig, axes = figure(1, len(panels), figsize=(14, 3.2))
+    for w, rows in data.groupby("weighting", sort=False):
+        rows = rows.sort_values("trajectory")
+        for ax, (col, _) in zip(axes, panels):
+            ax.plot(rows["trajectory"], rows[col], marker="o", label=w)
+    if references is not None:
+        refs = references.assign(
+            sampled_share=pd.to_numeric(references["sampled_wins"], errors="coerce")
+            / pd.to_numeric(references["decisive"], errors="coerce").where(
+                lambda d: d > 0))
+        for _, ref in refs.iterrows():
+            for ax, (col, _) in zip(axes, panels):
+                value = pd.to_numeric(ref[col], errors="coerce")
+                if col != "margin_mean" and pd.notna(value):
+                    ax.axhline(value, linestyle="--", linewidth=1, color="grey" if
+                               ref["strategy"] == "gpt4_rank" else "green",
+                               label=ref["strategy"])
+    for ax, (_col, title) in zip(axes, panels):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("trajectory length (states scored)")
+        ax.set_xticks(sorted(table["trajectory"].unique()))
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    axes[1].set_ylim(0, 1.05)
+    axes[3].set_ylim(0, 1.05)
+    fig.suptitle("Annotation statistics per weighting × trajectory length (the axes of "
+                 "PLPF Table 3 / follow-up Fig. 10; not its SP scores)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 OUTPUTS = StageOutputs("04_annotation_grid_table", (

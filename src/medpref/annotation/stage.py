@@ -22,7 +22,14 @@ from medpref.annotation import agent as agent_mod
 from medpref.annotation import cai, outputs
 from medpref.annotation.config import AnnotationParams
 from medpref.annotation.judging import READINGS, gpt4_rank_pairs, judge_items
-from medpref.annotation.strategies import StrategyResult, register_strategy, strategy_plan
+from medpref.annotation.strategies import (
+    PARAM,
+    STRATEGIES,
+    StrategyFn,
+    StrategyResult,
+    import_strategy_module,
+    register_strategy,
+)
 from medpref.contracts import ContractError, UnlabeledItem, read_jsonl, write_jsonl
 from medpref.data.split import DialogueSplit, load_split
 from medpref.params import repo_path
@@ -101,7 +108,7 @@ def run_gpt4_rank(stage: Stage, items: Sequence[UnlabeledItem]) -> list[Strategy
 # -- cai_avg / cai_dep ----------------------------------------------------------------------
 def rem_scorer(stage: Stage, flowchart: Flowchart):
     """Stage 03's scorer ``rem.scorers[annotation.rem_scorer]``, built as stage 03 builds it."""
-    from medpref.rem.scorers import scorer_from_settings
+    from medpref.remscore.scorers import scorer_from_settings
 
     p: AnnotationParams = stage.p
     rem = stage.params.rem
@@ -200,6 +207,22 @@ def cai_dep(inputs: AnnotationInputs) -> list[StrategyResult]:
 def agent(inputs: AnnotationInputs) -> list[StrategyResult]:
     with inputs.stage.step("agent"):
         return [run_agent(inputs.stage, inputs.items)]
+
+
+def strategy_plan(names: Sequence[str]) -> list[tuple[str, StrategyFn]]:
+    """The strategies ``annotation.strategies`` names, in its order; an unknown name is an
+    error naming the param and the known strategies (before any model is called). The
+    built-in strategies are registered above, in this module; any other name is looked up
+    in the module of that name (:func:`~medpref.annotation.strategies.import_strategy_module`)."""
+    plan = []
+    for name in names:
+        if name not in STRATEGIES:
+            import_strategy_module(name)
+        if name not in STRATEGIES:
+            raise ValueError(f"{PARAM}: no annotation strategy '{name}' (known: "
+                           f"{', '.join(sorted(STRATEGIES))})")
+        plan.append((name, STRATEGIES[name]))
+    return plan
 
 
 # -- the run --------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 That one list drives the pipeline: stage 04 runs the strategies in its order and writes
 ``<annotation.output_dir>/pairs/<name>.jsonl`` for each, stage 05 trains one DPO run per
-strategy (``medpref.training.policies.dpo_runs``), and dvc.yaml's ``annotation`` and
+strategy (``medpref.finetune.policies.dpo_runs``), and dvc.yaml's ``annotation`` and
 ``training_dpo`` stages read it. A strategy is a function of the run's inputs (stage 04's
 ``AnnotationInputs``: the stage, the items, the rules, the REM-scored states) that returns
 its results: the first is written and trained on, any others are only shown in the
@@ -15,19 +15,20 @@ which registers it when imported; the module ``control`` registers ``control_pro
 A strategy registered with ``control=True`` is a *control*, not an annotation strategy of
 the papers: its pairs are planted (``control_process``: the real turn that takes the
 history over a premature diagnosis) to show that the DPO recipe can move a policy at all.
-Its DPO run trains like the others; the runs table marks it (:func:`is_control`) and the
-paper tables leave it out.
+Its DPO run trains like the others; the runs table marks it and the paper tables leave
+it out. The controls' names are :data:`medpref.control_runs.CONTROLS`.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from medpref.annotation.pairs import Decision
 from medpref.contracts import PreferencePair
+from medpref.control_runs import CONTROLS
 
 PARAM = "annotation.strategies"
 
@@ -45,9 +46,6 @@ class StrategyResult:
 
 StrategyFn = Callable[[Any], list[StrategyResult]]
 STRATEGIES: dict[str, StrategyFn] = {}
-#: the controls by name, so a reader of run names (stage 05's runs table, stage 09) knows
-#: them without importing the modules that build them; each registers with control=True
-CONTROLS = frozenset({"control_process"})
 #: modules that register strategies not named after them
 _REGISTERING = {"control_process": "control"}
 
@@ -67,7 +65,7 @@ def register_strategy(name: str, control: bool = False) -> Callable[[StrategyFn]
     return deco
 
 
-def _import_module_named(name: str) -> None:
+def import_strategy_module(name: str) -> None:
     """Import the module that registers strategy ``name`` if it exists:
     ``medpref.annotation.<name>`` (or the one ``_REGISTERING`` names)."""
     module = f"{__package__}.{_REGISTERING.get(name, name)}"
@@ -76,23 +74,3 @@ def _import_module_named(name: str) -> None:
     except ModuleNotFoundError as exc:
         if exc.name != module:  # the module exists but an import inside it failed
             raise
-
-
-def is_control(name: str) -> bool:
-    """Whether strategy (or DPO run) ``name`` is a control (:data:`CONTROLS`)."""
-    return name in CONTROLS
-
-
-def strategy_plan(names: Sequence[str]) -> list[tuple[str, StrategyFn]]:
-    """The strategies ``annotation.strategies`` names, in its order; an unknown name is an
-    error naming the param and the known strategies (before any model is called)."""
-    importlib.import_module(f"{__package__}.stage")  # registers the built-in strategies
-    plan = []
-    for name in names:
-        if name not in STRATEGIES:
-            _import_module_named(name)
-        if name not in STRATEGIES:
-            raise ValueError(f"{PARAM}: no annotation strategy '{name}' (known: "
-                           f"{', '.join(sorted(STRATEGIES))})")
-        plan.append((name, STRATEGIES[name]))
-    return plan

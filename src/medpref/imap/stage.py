@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from medpref.contracts import ScoredQA
+from medpref.embedding import load_encoder
 from medpref.imap.config import ImapParams
 from medpref.imap.correlation import table_caption
 from medpref.imap.extraction import (
@@ -48,7 +49,7 @@ from medpref.imap.scoring import (
     relation_records,
     run_metrics,
 )
-from medpref.imap.textmetrics import load_bertscore, load_encoder
+from medpref.imap.textmetrics import load_bertscore
 from medpref.llm.client import LLMClient
 from medpref.params import repo_path
 from medpref.prompts import load_prompt

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from medpref.embedding import Encoder
 from medpref.metrics.text import bleu4, rouge, tokenize
 
 NGRAM_METRICS = ("ROUGE-1", "ROUGE-2", "ROUGE-L", "BLEU-4")
@@ -30,7 +31,6 @@ BERTSCORE = "BERTScore-F1 (MiniLM)"
 COSINE = "MiniLM cosine"
 TEXT_METRICS = (*NGRAM_METRICS, BERTSCORE, COSINE)
 
-Encoder = Callable[[Sequence[str]], np.ndarray]
 BertScorer = Callable[[Sequence[str], Sequence[str]], list[float]]
 
 
@@ -49,24 +49,6 @@ def _offline() -> None:
 def _check_model(path: Path) -> None:
     if not (path / "modules.json").exists():
         raise FileNotFoundError(f"no sentence-transformers model at '{path}'; run `make setup`")
-
-
-def load_encoder(path: str | Path) -> Encoder:
-    """A sentence-transformers model from a local folder, never from the network.
-
-    Returns ``encode(texts) -> array`` of L2-normalised rows.
-    """
-    _offline()
-    _check_model(Path(path))
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(path), device="cpu")
-
-    def encode(texts: Sequence[str]) -> np.ndarray:
-        return model.encode(list(texts), batch_size=32, normalize_embeddings=True,
-                            convert_to_numpy=True, show_progress_bar=False)
-
-    return encode
 
 
 def load_bertscore(path: str | Path, layer: int) -> BertScorer:

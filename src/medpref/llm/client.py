@@ -221,8 +221,13 @@ class LLMClient:
         records = [{"kind": "options", **self.identity, "messages": list(p),
                     "options": list(options), "assistant_prefix": pre}
                    for p, pre in zip(prompts, assistant_prefixes)]
+        # the cache stores canonical (key-sorted) JSON: a hit's probs come back in the
+        # options' order, as a fresh call gives them, so records match cold or warm
         results, missing, keys = self._lookup(
-            records, lambda hit: OptionScores(hit["probs"], hit["mass"], cached=True))
+            records, lambda hit: OptionScores(
+                {o: hit["probs"][o] for o in options if o in hit["probs"]}
+                | {o: v for o, v in hit["probs"].items() if o not in options},
+                hit["mass"], cached=True))
         if missing:
             out_tokens = getattr(self.backend, "option_search_tokens", 1)
             estimates = [self.price.cost(estimate_tokens(prompts[i]), out_tokens)

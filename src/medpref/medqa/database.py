@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -26,9 +26,9 @@ from typing import Literal
 import numpy as np
 
 from medpref.contracts import Medicine
+from medpref.embedding import Encoder
 
 ItemTextMode = Literal["generic_attribute", "generic_brands_attribute"]
-Encoder = Callable[[Sequence[str]], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -98,25 +98,6 @@ def texts_fingerprint(texts: Sequence[str], model_id: str) -> str:
     """Content address of a set of embeddings: the texts, in order, and the model."""
     payload = json.dumps({"model": model_id, "texts": list(texts)}, ensure_ascii=False)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
-
-
-def load_encoder(path: str | Path, batch_size: int = 32) -> Encoder:
-    """A MiniLM encoder on CPU, offline: texts → L2-normalised float32 vectors."""
-    os.environ["HF_HUB_OFFLINE"] = "1"  # set here, at run time, never at import
-    from sentence_transformers import SentenceTransformer
-
-    path = Path(path)
-    if not (path / "modules.json").exists():
-        raise FileNotFoundError(f"no sentence-transformers model at '{path}' (modules.json "
-                                "missing); run `make setup` or set medqa.embedding_model")
-    model = SentenceTransformer(str(path), device="cpu")
-
-    def encode(texts: Sequence[str]) -> np.ndarray:
-        vecs = model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                            show_progress_bar=False, convert_to_numpy=True)
-        return np.asarray(vecs, dtype=np.float32)
-
-    return encode
 
 
 def _read_cache(path: Path, fingerprint: str, n: int) -> np.ndarray | None:

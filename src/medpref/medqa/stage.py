@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from medpref.contracts import Medicine, MedicineQAItem, read_jsonl
+from medpref.embedding import load_encoder
 from medpref.identity import content_id
 from medpref.medqa.config import MedQAParams
 from medpref.medqa.database import (
@@ -33,7 +34,6 @@ from medpref.medqa.database import (
     MedicineTree,
     build_tree,
     embed_items,
-    load_encoder,
 )
 from medpref.medqa.distill import DistilledQuery, run_distill
 from medpref.medqa.judging import BattleRun, run_battles

@@ -275,6 +275,14 @@ def paired_difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.n
                             minimum_detectable_difference(sd, n), _pearson(x, y))
 
 
+def shown_mde(cmp: PairedComparison) -> float:
+    """A comparison's minimum detectable difference as a table shows it: NaN ("not
+    estimable") where the paired differences do not vary at all (every item scored the
+    same difference, often 0 on both sides), since the formula's 0 would read as "any
+    difference would have been seen" on as few as 3 items."""
+    return float("nan") if cmp.mde == 0 else cmp.mde
+
+
 # ---------------------------------------------------------------- agreement
 
 

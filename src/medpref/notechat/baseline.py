@@ -4,7 +4,7 @@ The paper compares NoteChat with ChatGPT and GPT-4 prompted once to write the
 conversation (Appendix A.2). Each baseline row here is one ``BaselineSpec``: a role
 from ``shared.llm.roles`` plus optional overrides of its model config, run through the
 same backends, cache and ledger as NoteChat. The output is parsed into alternating
-turns by :func:`medpref.notechat.turns.parse_dialogue`; a note whose answer yields no
+turns by :func:`medpref.turns.text.parse_dialogue`; a note whose answer yields no
 usable turn gets an empty dialogue (scored as such) and is recorded.
 """
 
@@ -17,8 +17,8 @@ from medpref.contracts import ClinicalNote, Turn
 from medpref.llm.client import LLMClient
 from medpref.llm.types import CallSpec
 from medpref.notechat.calls import CallLog, step_seed
-from medpref.notechat.turns import parse_dialogue
 from medpref.prompts import PromptTemplate
+from medpref.turns.text import parse_dialogue
 
 
 @dataclass

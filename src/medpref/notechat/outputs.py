@@ -31,9 +31,9 @@ from typing import Any
 import pandas as pd
 
 from medpref.notechat import evaluate, tables
-from medpref.notechat.turn_quality import CHECKS, TABLE3_NOTE, quality_per_system, table3_block
 from medpref.outputs import Figure, Page, Records, StageOutputs, Table
 from medpref.reports import no_negative_zero
+from medpref.turns.turn_quality import CHECKS, TABLE3_NOTE, quality_per_system, table3_block
 
 Rows = Mapping[str, list[dict[str, Any]]]
 QUALITY_COLUMNS = ["system", "note_id", "turns", *CHECKS, "passing"]

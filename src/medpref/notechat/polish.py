@@ -27,8 +27,8 @@ from medpref.notechat.calls import CallLog, step_seed
 from medpref.notechat.concepts import ConceptExtractor
 from medpref.notechat.config import NoteChatParams
 from medpref.notechat.planning import keyword_list, note_keywords
-from medpref.notechat.turns import parse_dialogue
 from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.turns.text import parse_dialogue
 
 METHOD = "notechat"
 

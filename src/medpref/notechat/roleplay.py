@@ -7,7 +7,7 @@ results. All segments play in lock-step, so one round is one batched call per ro
 across every note. After each round the concepts the new turns mention leave the
 checklist; a segment stops when its checklist is empty, all stop at the round limit.
 
-A malformed answer is repaired or dropped (:func:`medpref.notechat.turns.parse_turn`)
+A malformed answer is repaired or dropped (:func:`medpref.turns.text.parse_turn`)
 and recorded; a dropped answer is asked again (``turn_attempts``) with another seed. When
 the doctor's turn is still dropped the patient sits that round out, and
 when the patient's is dropped the doctor's next turn joins the doctor's last one, so the
@@ -26,8 +26,8 @@ from medpref.notechat.concepts import ConceptExtractor
 from medpref.notechat.config import NoteChatParams
 from medpref.notechat.planning import Checklist, keyword_list
 from medpref.notechat.sections import Segment
-from medpref.notechat.turns import ParsedTurn, parse_turn
 from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.turns.text import ParsedTurn, parse_turn
 
 METHOD = "notechat"
 #: A turn ends where the model starts the other speaker's line: generation stops there

@@ -20,7 +20,7 @@ import yaml
 
 from medpref.contracts import ClinicalNote, Turn
 from medpref.metrics.text import word_count
-from medpref.notechat.turns import merge_same_role, normalise
+from medpref.turns.text import merge_same_role, normalise
 
 SOAP_PARTS = ("Subjective", "Objective", "Assessment", "Plan")
 _GREETING = re.compile(r"^\s*(?:hi|hello|hey|good (?:morning|afternoon|evening)|nice to "

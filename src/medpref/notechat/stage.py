@@ -40,15 +40,15 @@ from medpref.notechat.tables import (
     notechat_summary,
     notes_overview,
 )
-from medpref.notechat.turn_quality import (
-    quality_per_dialogue,
-    quality_per_system,
-    table3_block,
-)
 from medpref.notechat.turn_quality_validation import validation_markdown, validation_report
 from medpref.params import repo_path
 from medpref.prompts import PromptTemplate
 from medpref.reports import write_table
+from medpref.turns.turn_quality import (
+    quality_per_dialogue,
+    quality_per_system,
+    table3_block,
+)
 
 
 # -- inputs ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from medpref.contracts import ContractError, Role, read_jsonl
 from medpref.metrics.intervals import proportion_ci
-from medpref.notechat.turn_quality import CHECKS, check_dialogue
+from medpref.turns.turn_quality import CHECKS, check_dialogue
 
 #: what each check is compared with: (label, the label value that means "bad")
 GOLD = {"role": ("role_ok", False), "leak": ("leak", True), "repeat": ("repetition", True),

@@ -16,20 +16,8 @@ from typing import Any
 import pandas as pd
 
 from medpref.contracts import Dialogue, RemAnnotation, read_jsonl
-from medpref.identity import content_id
-from medpref.llm import LLMSession
-from medpref.outputs import content_key
-from medpref.params import repo_path
-from medpref.prompts import load_prompt
-from medpref.rem.base import RuleJudgement
-from medpref.rem.config import RemParams, RemTrainParams
-from medpref.rem.evaluation import confusion, label_spread, match_metrics, per_rule_metrics
-from medpref.rem.scorers import PromptedScorer, describe_settings, scorer_from_settings
-from medpref.rem.task import build_messages, format_answer, select_examples
-from medpref.rules import Flowchart, load_rules
-from medpref.training.arguments import hardware_kwargs
-from medpref.training.hardware import Hardware, load_hardware
-from medpref.training.runs import (
+from medpref.finetune.hardware import Hardware, hardware_kwargs, load_hardware
+from medpref.finetune.runs import (
     FIT_RECORD,
     finish_checkpoints,
     fit,
@@ -37,7 +25,7 @@ from medpref.training.runs import (
     save_trained_adapter,
     write_json,
 )
-from medpref.training.sft import (
+from medpref.finetune.sft import (
     LoraSettings,
     TrainResult,
     build_sft_trainer,
@@ -46,6 +34,17 @@ from medpref.training.sft import (
     portable_path,
     with_lora,
 )
+from medpref.identity import content_id
+from medpref.llm import LLMSession
+from medpref.outputs import content_key
+from medpref.params import repo_path
+from medpref.prompts import load_prompt
+from medpref.rem.config import RemParams, RemTrainParams
+from medpref.rem.evaluation import confusion, label_spread, match_metrics, per_rule_metrics
+from medpref.remscore.base import RuleJudgement
+from medpref.remscore.scorers import PromptedScorer, describe_settings, scorer_from_settings
+from medpref.remscore.task import build_messages, format_answer, select_examples
+from medpref.rules import Flowchart, load_rules
 
 
 @dataclass
@@ -165,7 +164,7 @@ def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> Tr
 
 def rem_task_card(p: RemParams) -> dict[str, Any]:
     """How the REM adapter was trained to read and answer (saved with it, read by
-    :func:`medpref.rem.scorers.finetuned_settings` in later stages)."""
+    :func:`medpref.remscore.scorers.finetuned_settings` in later stages)."""
     return {"task": "rem", "prompt": p.prompt, "prompt_sha": load_prompt(p.prompt).sha,
             "rule_detail": p.train.rule_detail, "answer_order": p.train.answer_order}
 
@@ -287,7 +286,7 @@ def run_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
 def scorer_run_records(runs: Sequence[ScorerRun], p: RemParams) -> list[dict[str, Any]]:
     """One row per scorer run: Table 5's ``method`` line (a fine-tuned scorer's as its
     adapter's task card says it was trained), how many items, wall time and model use."""
-    from medpref.training.sft import read_task_card
+    from medpref.finetune.sft import read_task_card
 
     card = read_task_card(repo_path(p.train.adapter_dir))
     return [{"scorer": run.mode, "method": describe_settings(p.scorers[run.mode], card),
@@ -384,7 +383,7 @@ def compliance_records(names: Sequence[str], llm: LLMSession, p: RemParams,
     """Every compliance judgement (radar input): per listed scorer × dialogue (cut at its
     final doctor turn) × rule, the rule's name and kind and the judgement's fields, each
     row with its content key (:func:`judgement_key`)."""
-    from medpref.rem.compliance import dialogue_states
+    from medpref.remscore.compliance import dialogue_states
 
     states, rules = dialogue_states(dialogues), inputs.flowchart.rules
     rows = []
@@ -403,8 +402,8 @@ def compliance_records(names: Sequence[str], llm: LLMSession, p: RemParams,
 
 def compliance_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per scorer and rule, the mean score over the states and how many were unusable
-    (:func:`medpref.rem.compliance.compliance_summary`), scorers in first-seen order."""
-    from medpref.rem.compliance import compliance_summary
+    (:func:`medpref.remscore.compliance.compliance_summary`), scorers in first-seen order."""
+    from medpref.remscore.compliance import compliance_summary
 
     frames = []
     for name, judged in by_scorer(rows).items():

@@ -3,7 +3,7 @@
 ``rem.scorers`` is the one definition of how a REM is read: every entry is a row of
 Table 5, and stage 04 scores its candidates with one of them by name
 (``annotation.rem_scorer``), built by the same function
-(:func:`medpref.rem.scorers.scorer_from_settings`).
+(:func:`medpref.remscore.scorers.scorer_from_settings`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
-from medpref.rem.task import COMMENT_PREFIX
+from medpref.remscore.task import COMMENT_PREFIX
 from medpref.stagekit import GuardParams
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from medpref.rem.base import to_label
+from medpref.remscore.base import to_label
 
 __all__ = ["LABELS", "UNUSABLE", "confusion", "label_spread", "match_metrics",
            "per_rule_metrics", "to_label"]

@@ -89,7 +89,7 @@ def compliance_table(records: Rows, params) -> pd.DataFrame:
 def radar_figure(records: Rows, params):
     """Fig. 3: one polygon per compliance scorer over the embedded dialogues."""
     from medpref.rem.build_rem import by_scorer, compliance_table
-    from medpref.rem.compliance import radar_plot
+    from medpref.remscore.compliance import radar_plot
 
     rows = records["compliance_judgements"]
     tables = {f"embedded dialogues ({name})": compliance_table(judged)

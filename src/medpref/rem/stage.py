@@ -14,11 +14,11 @@ from typing import Any
 
 import pandas as pd
 
+from medpref.finetune.sft import TrainResult
 from medpref.prompts import load_prompt
 from medpref.rem import build_rem as b03
 from medpref.rem.outputs import OUTPUTS
 from medpref.stagekit import Stage
-from medpref.training.sft import TrainResult
 
 
 @dataclass

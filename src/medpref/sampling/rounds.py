@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from medpref.contracts import Dialogue, Turn
 from medpref.llm.client import LLMClient
 from medpref.llm.types import CallSpec
-from medpref.notechat.turns import copied_share
 from medpref.prompts import PromptTemplate, format_dialogue
 from medpref.sampling.trajectory import _drop_repeated_sentences, _speaker_lines
+from medpref.turns.text import copied_share
 
 PREFIX = {"doctor": "Doctor:", "patient": "Patient:"}
 #: Where a turn runs on into the prompt's own wording ("The patient's next message is: ...").

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from medpref.echo import doctor_sentences, speech_act, split_sentences
 from medpref.simulation.config import SimulationParams
-from medpref.simulation.echo import doctor_sentences, speech_act
-from medpref.simulation.knowledge import split_sentences
 from medpref.simulation.patient import fidelity_of, judge_sentences, speaks_as_doctor
 from medpref.simulation.patients import fallback_sentences, is_dont_know
 from medpref.stagekit import StageFailed

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
-from medpref.rem.task import COMMENT_PREFIX
+from medpref.remscore.task import COMMENT_PREFIX
 from medpref.simulation.grading import ANSWER_PREFIX
 from medpref.stagekit import GuardParams
 

@@ -31,8 +31,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from medpref.contracts import SPCase
+from medpref.echo import content_units
 from medpref.simulation.consult import Consultation, DoctorTurn
-from medpref.simulation.echo import content_units
 from medpref.simulation.registry import Registry
 
 CONTROLS = Registry("control doctor", "simulation.controls")

@@ -1,6 +1,6 @@
 """Which doctors the SP test evaluates: the configured roles plus every trained policy.
 
-Trained policies come from stage 05 (:func:`medpref.training.policies.trained_policies`:
+Trained policies come from stage 05 (:func:`medpref.finetune.policies.trained_policies`:
 the SFT run and each DPO run that trained); each is the policy role's base model + that
 run's LoRA adapter, named by its run (``sft``, ``cai_dep``, ``grid_avg_1`` …). The PLPF
 Table 3 cell of a policy (weighting × trajectory length) is read from its name.
@@ -16,7 +16,7 @@ from medpref.simulation.config import DoctorConfig
 
 def trained_doctors(params) -> list[DoctorConfig]:
     """Stage 05's trained policies as doctors (none before stage 05 has run)."""
-    from medpref.training.policies import trained_policies
+    from medpref.finetune.policies import trained_policies
 
     base_role = params.training.base_role
     return [DoctorConfig(name=p.run, role=base_role, adapter=p.adapter)

@@ -9,7 +9,7 @@ item. Four are registered:
   answers) on the transcript with the doctor's echo sentences removed when
   ``strip_echoes`` is on; an item without a usable answer abstains;
 - ``echo_aware`` (the default): only the doctor's own sentences count (echoes of the
-  patient are excluded, :mod:`medpref.simulation.echo`), the sentence's act must fit
+  patient are excluded, :mod:`medpref.echo`), the sentence's act must fit
   the category (a symptom asked, a test asked about or recommended, a disease named, not
   declined), and it must match the item by MiniLM cosine (English) or by content-unit
   share (any language). A disease must be named, not alluded to: the sentence shares a
@@ -18,7 +18,7 @@ item. Four are registered:
   counting list pieces or disease-shaped words, whichever is more. In every category, a
   sentence that names ``max_candidates`` or more candidates at once (checklist items it
   names by their words, in any category, or its list pieces:
-  :func:`~medpref.simulation.echo.lists_too_many`) earns nothing: listing is not asking.
+  :func:`~medpref.echo.lists_too_many`) earns nothing: listing is not asking.
 
 Adding a grader: one class with ``grade(consults, cases)`` and ``@register_grader``.
 """
@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from medpref.contracts import SPCase, Turn
-from medpref.simulation.echo import (
+from medpref.echo import (
     DoctorSentence,
     content_units,
     disease_words,
@@ -42,6 +42,7 @@ from medpref.simulation.echo import (
     item_parts,
     lists_too_many,
     names_disease,
+    split_sentences,
 )
 from medpref.simulation.grading import (
     CATEGORIES,
@@ -51,7 +52,6 @@ from medpref.simulation.grading import (
     grade_consultations,
     heuristic_disease_count,
 )
-from medpref.simulation.knowledge import split_sentences
 from medpref.simulation.registry import Registry
 
 # which speech acts can earn an item of each category

@@ -46,13 +46,12 @@ import pandas as pd
 from medpref.contracts import ContractError, Dialogue, Turn, iter_jsonl
 from medpref.data.split import DialogueSplit, load_split
 from medpref.llm.types import CallSpec
-from medpref.metrics.intervals import paired_difference
+from medpref.metrics.intervals import paired_difference, shown_mde
 from medpref.params import repo_path
 from medpref.prompts import PromptTemplate
 from medpref.simulation.consult import doctor_messages, parse_doctor_answer
 from medpref.simulation.doctors import grid_cell
 from medpref.simulation.nextturn import cut_points
-from medpref.simulation.tables import shown_mde
 
 REFERENCE = "sft"
 REAL, BAD = "control_real_turn", "control_bad_turn"

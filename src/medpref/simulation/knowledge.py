@@ -17,23 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from medpref.contracts import SPCase, Turn
+from medpref.echo import split_sentences
 from medpref.metrics.text import word_count
 
 Encoder = Callable[[Sequence[str]], np.ndarray]
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")   # the spans medpref.metrics.text counts
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*")
 
 
 def count_tokens(text: str) -> int:
     """Tokens as the shared text metrics count them (one per Han character)."""
     return word_count(text)
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences cut after . ! ? ; and their full-width forms (the marks are kept)."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
 def section_sentences(text: str) -> list[str]:

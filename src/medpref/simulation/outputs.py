@@ -414,7 +414,7 @@ def next_turn_check_table(records: Rows, params) -> pd.DataFrame:
 def compliance_tables(records: Rows) -> dict[str, pd.DataFrame]:
     """doctor → its transcripts' compliance per rule (:func:`rem.compliance.
     compliance_summary`), doctors in record order."""
-    from medpref.rem.compliance import compliance_summary
+    from medpref.remscore.compliance import compliance_summary
 
     out = {}
     for doctor in dict.fromkeys(r["doctor"] for r in records["compliance_judgements"]):
@@ -445,7 +445,7 @@ def compliance_table(records: Rows, params) -> pd.DataFrame:
 
 def radar_figure(records: Rows, params):
     """PLPF Fig. 3 on the SP transcripts; a figure that says so when nothing was scored."""
-    from medpref.rem.compliance import radar_plot
+    from medpref.remscore.compliance import radar_plot
     from medpref.reports import figure
 
     comp = compliance_tables(records)
@@ -490,8 +490,7 @@ def annotated_records(records: Rows, params) -> list[dict]:
     """Each consultation's record with what a reader needs: per doctor sentence whether
     it echoes the patient, per patient sentence whether the case supports it, and every
     checklist item's grade with the sentence that earned it."""
-    from medpref.simulation.echo import doctor_sentences
-    from medpref.simulation.knowledge import split_sentences
+    from medpref.echo import doctor_sentences, split_sentences
     from medpref.simulation.patients import is_dont_know
 
     p = params.simulation

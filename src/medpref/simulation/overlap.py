@@ -6,7 +6,7 @@ a dialogue of the split's corpus, two signals:
 * the MiniLM cosine of the case's chief complaint and checklist diseases against the
   dialogue's ``meta.chief_complaint`` and ``meta.diagnosis`` (the presentation and the
   disease together);
-* the content words (Porter stems, :func:`medpref.simulation.echo.content_units`) that the
+* the content words (Porter stems, :func:`medpref.echo.content_units`) that the
   case's disease names and the dialogue's diagnosis share, less words that name no
   particular disease (``GENERIC``: "acute", "disease", "syndrome", ...).
 
@@ -32,7 +32,7 @@ import yaml
 
 from medpref.contracts import ContractError, Dialogue, SPCase, iter_jsonl
 from medpref.data.split import DialogueSplit
-from medpref.simulation.echo import content_units
+from medpref.echo import content_units
 
 #: Stems of words that name no particular disease: sharing one is no evidence of a match.
 GENERIC = frozenset(content_units(

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from medpref.contracts import Turn
+from medpref.echo import split_sentences
 from medpref.prompts import PromptTemplate, format_dialogue
 from medpref.simulation.knowledge import (
     Encoder,
     KnowledgeBase,
     normalise_sentence,
-    split_sentences,
 )
 
 _LABEL = re.compile(r"^\s*(?:patient|患者|病人)\s*[:：]\s*", re.IGNORECASE)

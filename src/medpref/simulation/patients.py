@@ -30,13 +30,12 @@ from typing import Any
 import numpy as np
 
 from medpref.contracts import SPCase
-from medpref.simulation.echo import ZH_QUESTION_FRAME, is_chinese, speech_act
+from medpref.echo import ZH_QUESTION_FRAME, is_chinese, speech_act, split_sentences
 from medpref.simulation.knowledge import (
     Encoder,
     KnowledgeBase,
     retrieval_query,
     section_sentences,
-    split_sentences,
 )
 from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
 from medpref.simulation.registry import Registry

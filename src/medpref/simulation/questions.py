@@ -23,9 +23,8 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.metrics.intervals import paired_difference, proportion_ci
+from medpref.metrics.intervals import paired_difference, proportion_ci, shown_mde
 from medpref.simulation.nextturn import asks_question
-from medpref.simulation.tables import shown_mde
 
 REFERENCE = "base"
 EVAL_STATES, SP_OPENINGS = "eval states", "SP openings"

@@ -195,7 +195,7 @@ def make_judge(stage, p: SimulationParams, call: CallSpec) -> grading.Judge:
 
 def rem_scorer(stage, p: SimulationParams):
     """Stage 03's fine-tuned REM when its adapter exists, else the in-context expected one."""
-    from medpref.rem.scorers import build_scorer, finetuned_settings
+    from medpref.remscore.scorers import build_scorer, finetuned_settings
     from medpref.rules import load_rules
 
     flowchart = load_rules(repo_path(p.rules))
@@ -212,7 +212,7 @@ def rem_scorer(stage, p: SimulationParams):
 def compliance_rows(consults, scorer, flowchart, rem_mode: str) -> list[dict]:
     """The REM's judgement of each transcript that has a doctor turn (cut at its last
     one), per rule: one record each (``compliance_judgements``)."""
-    from medpref.rem.compliance import cut_at_final_doctor_turn
+    from medpref.remscore.compliance import cut_at_final_doctor_turn
 
     spoke = [c for c in consults if c.doctor_turns]
     states = [cut_at_final_doctor_turn(c.turns) for c in spoke]
@@ -248,7 +248,7 @@ class Harness:
 
 
 def build_harness(stage, p: SimulationParams) -> Harness:
-    from medpref.medqa.database import load_encoder
+    from medpref.embedding import load_encoder
 
     loaded = load_cases(p)
     cases = select_cases(loaded, p.n_cases, p.case_ids)

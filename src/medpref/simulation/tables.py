@@ -8,16 +8,9 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from medpref.metrics.intervals import shown_mde
 from medpref.simulation.doctors import grid_cell, table6_policy
 from medpref.simulation.grading import CATEGORIES, eq6
-
-
-def shown_mde(cmp) -> float:
-    """A comparison's minimum detectable difference as a table shows it: NaN ("not
-    estimable") where the paired differences do not vary at all (every item scored the
-    same difference, often 0 on both sides), since the formula's 0 would read as "any
-    difference would have been seen" on as few as 3 items."""
-    return float("nan") if cmp.mde == 0 else cmp.mde
 
 SHORT = {"symptoms": "Sym.", "tests": "Test", "diseases": "Dis."}
 

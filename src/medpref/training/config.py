@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from medpref.finetune.hardware import Hardware, load_hardware, refuse_moved_keys
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
-from medpref.training.hardware import Hardware, load_hardware, refuse_moved_keys
 
 #: fields of the old ``training.profiles.<name>`` that are hardware now
 HARDWARE_KEYS = ("per_device_batch_size", "grad_accumulation", "gradient_checkpointing",
@@ -87,14 +87,14 @@ class SFTParams(StrictModel):
     # the epoch with the lowest one is kept; at most the recipe's sft_epochs)
     patience: int = Field(ge=1, le=100)
     output_dir: str                    # the SFT adapter
-    # only doctor turns that pass medpref.notechat.turn_quality are targets (failing ones
+    # only doctor turns that pass medpref.turns.turn_quality are targets (failing ones
     # stay as context); false keeps them (it retrains SFT and what follows)
     turn_quality: bool = True
 
 
 class DPOParams(StrictModel):
     # the runs besides one per annotation strategy (those come from annotation.strategies,
-    # first; medpref.training.policies.dpo_runs): run name → pairs file (contract "Labeled
+    # first; medpref.finetune.policies.dpo_runs): run name → pairs file (contract "Labeled
     # preference pair"), e.g. the Table 3 grid cells; dvc.yaml's training_dpo_grid reads it
     runs: dict[str, str]
     beta: float = Field(gt=0.0, le=10.0)   # λ of PLPF Eq. 5

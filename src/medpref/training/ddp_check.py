@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import load_file, save_file
     from transformers import TrainerCallback
 
+    from medpref.finetune.hardware import load_hardware
     from medpref.params import load_params
     from medpref.training.dpo import train_dpo
-    from medpref.training.hardware import load_hardware
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)

@@ -33,25 +33,25 @@ from typing import Any
 
 from medpref.contracts import Dialogue, read_jsonl
 from medpref.data.split import DialogueSplit
-from medpref.identity import content_id
-from medpref.params import repo_path
-from medpref.training.arguments import few_steps_warning, lora_settings, trainer_kwargs
-from medpref.training.config import SFTParams, TrainingRecipe
-from medpref.training.hardware import Hardware
-from medpref.training.runs import (
+from medpref.finetune.hardware import Hardware
+from medpref.finetune.runs import (
     FitResult,
     finish_checkpoints,
     fit,
     run_key,
     save_trained_adapter,
 )
-from medpref.training.sft import (
+from medpref.finetune.sft import (
     build_sft_trainer,
     drop_too_long,
     load_base,
     portable_path,
     with_lora,
 )
+from medpref.identity import content_id
+from medpref.params import repo_path
+from medpref.training.arguments import few_steps_warning, lora_settings, trainer_kwargs
+from medpref.training.config import SFTParams, TrainingRecipe
 from medpref.training.sft_data import dialogues_to_sft_examples, split_target
 
 _log = logging.getLogger(__name__)
@@ -158,9 +158,9 @@ def clip_history(messages: list[dict[str, str]], max_turns: int | None) -> list[
 
 
 def target_passes(context: list[dict[str, str]], target: str) -> bool:
-    """The doctor turn passes the turn-quality checks (medpref.notechat.turn_quality), the
+    """The doctor turn passes the turn-quality checks (medpref.turns.turn_quality), the
     dialogue's earlier turns (``context``, system message aside) as what it may copy."""
-    from medpref.notechat.turn_quality import check_turn
+    from medpref.turns.turn_quality import check_turn
 
     earlier = [m["content"] for m in context if m["role"] != "system"]
     return check_turn(target, "doctor", earlier).passes

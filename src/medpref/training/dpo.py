@@ -21,12 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from medpref.contracts import PreferencePair, read_jsonl
-from medpref.identity import content_id
-from medpref.training.arguments import few_steps_warning, lora_settings, trainer_kwargs
-from medpref.training.config import TrainingRecipe
-from medpref.training.dialogue_sft import clip_history
-from medpref.training.hardware import Hardware
-from medpref.training.runs import (
+from medpref.finetune.hardware import Hardware
+from medpref.finetune.runs import (
     FitResult,
     finish_checkpoints,
     fit,
@@ -34,7 +30,11 @@ from medpref.training.runs import (
     run_key,
     save_trained_adapter,
 )
-from medpref.training.sft import drop_too_long, load_base, portable_path
+from medpref.finetune.sft import drop_too_long, load_base, portable_path
+from medpref.identity import content_id
+from medpref.training.arguments import few_steps_warning, lora_settings, trainer_kwargs
+from medpref.training.config import TrainingRecipe
+from medpref.training.dialogue_sft import clip_history
 from medpref.training.sft_data import turns_to_chat
 
 _log = logging.getLogger(__name__)

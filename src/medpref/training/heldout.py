@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from medpref.finetune.hardware import Hardware
 from medpref.metrics.intervals import bootstrap_ci
 from medpref.training.config import TrainingRecipe
-from medpref.training.hardware import Hardware
 
 #: the per-pair rows of a cross-fitted run, beside its adapter
 HELDOUT_ROWS = "heldout.jsonl"
@@ -82,7 +82,7 @@ def margins(policy: Sequence[tuple[float, float]], reference: Sequence[tuple[flo
 def _load(base_path: str | Path, adapter: str | Path, hardware: Hardware):
     from peft import PeftModel
 
-    from medpref.training.sft import load_base
+    from medpref.finetune.sft import load_base
 
     tok, base = load_base(base_path, hardware, device="cpu")
     return tok, PeftModel.from_pretrained(base, str(adapter)).eval()
@@ -94,8 +94,8 @@ def crossfit(base_path: str | Path, sft_adapter: str | Path,
              beta: float, loss_type: str, seed: int) -> list[dict[str, Any]]:
     """One row per pair that fits ``recipe.max_length``: its fold, the chosen answer's
     source and its held-out margin. Fold policies train in ``workdir`` (removed after)."""
+    from medpref.finetune.sft import drop_too_long
     from medpref.training.dpo import train_dpo
-    from medpref.training.sft import drop_too_long
 
     workdir = Path(workdir)
     tok_ref, ref = _load(base_path, sft_adapter, hardware)

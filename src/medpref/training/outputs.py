@@ -32,8 +32,9 @@ from typing import Any
 
 import pandas as pd
 
+from medpref.finetune.runs import log_history_csv
 from medpref.outputs import Figure, Page, Records, StageOutputs, Table
-from medpref.training.runs import log_history_csv
+from medpref.training import heldout
 
 Rows = Mapping[str, list[dict[str, Any]]]
 
@@ -53,11 +54,39 @@ def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def json_text(data: Any) -> str:
-    """As ``training.runs.write_json`` writes a file."""
+    """As ``finetune.runs.write_json`` writes a file."""
     return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
 
 
 # -- the SFT part ---------------------------------------------------------------------------
+
+#: reports/05_training/sft/dev_loss.csv: epoch 0 is the base model before training
+DEV_LOSS_COLUMNS = ["epoch", "dev_loss", "train_loss", "wall_s", "chosen"]
+
+
+def plot_dev_loss(curve: pd.DataFrame):
+    """Development and mean training loss per epoch; the kept epoch marked."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    if curve.empty:
+        ax.text(0.5, 0.5, "no development dialogues: every epoch trained, the last kept",
+                ha="center", transform=ax.transAxes, fontsize=8)
+        return fig
+    ax.plot(curve["epoch"], curve["dev_loss"], marker="o", label="development loss")
+    ax.plot(curve["epoch"], curve["train_loss"], marker="s", label="training loss (epoch mean)")
+    chosen = curve[curve["chosen"].astype(bool)]
+    if not chosen.empty:
+        ax.scatter(chosen["epoch"], chosen["dev_loss"], s=140, facecolors="none",
+                   edgecolors="black", label="kept epoch", zorder=3)
+    ax.set_xlabel("epoch (0: the base model)")
+    ax.set_ylabel("loss on doctor turns")
+    ax.set_title("SFT: development loss per epoch", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 
 def sft_records(sources: list[dict[str, Any]], curve: pd.DataFrame,
                 log_history: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -66,8 +95,6 @@ def sft_records(sources: list[dict[str, Any]], curve: pd.DataFrame,
 
 
 def dev_curve(records: Rows) -> pd.DataFrame:
-    from medpref.training.stage import DEV_LOSS_COLUMNS
-
     return pd.DataFrame(_plain(records["dev_curve"]), columns=DEV_LOSS_COLUMNS)
 
 
@@ -80,8 +107,6 @@ def dev_loss_csv(records: Rows, params) -> str:
 
 
 def dev_loss_figure(records: Rows, params):
-    from medpref.training.stage import plot_dev_loss
-
     return plot_dev_loss(dev_curve(records))
 
 
@@ -90,7 +115,8 @@ def log_history_json(records: Rows, params) -> str:
 
 
 def log_history_steps_csv(records: Rows, params) -> str:
-    """The training steps only (the plot source), as ``runs.write_run_logs`` writes them."""
+    """The training steps only (the plot source), as ``finetune.runs.write_run_logs``
+    writes them."""
     logs = _plain(records["train_log"])
     return log_history_csv([h for h in logs if "loss" in h and "train_runtime" not in h])
 
@@ -111,6 +137,40 @@ SFT_OUTPUTS = StageOutputs("05_training_sft", (
 
 # -- the summary part -----------------------------------------------------------------------
 
+#: ``shares_training_of``: the run whose trained adapter this run copied (same share key,
+#: :mod:`medpref.training.reuse`); ``steps_warning``: fewer than warn_below_steps steps;
+#: ``control``: a control's run (planted pairs), not an annotation strategy's
+SUMMARY_COLUMNS = ["run", "control", "status", "reason", "pairs_file", "pairs_sha", "pairs",
+                   "epochs",
+                   "steps", "steps_warning", "shares_training_of", "adapter_sha", "runtime_s",
+                   "eval_loss", "eval_rewards/chosen", "eval_rewards/rejected",
+                   "eval_rewards/margins", "eval_rewards/accuracies", *heldout.COLUMNS,
+                   "role"]
+TEXT_COLUMNS = ["reason", "pairs_sha", "steps_warning", "shares_training_of", "adapter_sha",
+                "role"]
+
+
+def plot_margins(curves: pd.DataFrame):
+    """Loss, reward margin and reward accuracy per step, one line per trained run."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.2))
+    if curves.empty:
+        axes[1].text(0.5, 0.5, "no DPO run trained", ha="center", transform=axes[1].transAxes)
+        return fig
+    for name, rows in curves.groupby("run", sort=False):
+        for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
+            ax.plot(rows["step"], rows[col], marker="o", label=name)
+    for ax, title in zip(axes, ["DPO loss", "reward margin (chosen − rejected)",
+                                "reward accuracy"]):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("optimizer step")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+
 def summary_records(rows: list[dict[str, Any]], curves: pd.DataFrame,
                     roles: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The summary's records: each run's row (``stage._summary_row``), the runs' logged
@@ -122,8 +182,6 @@ def summary_records(rows: list[dict[str, Any]], curves: pd.DataFrame,
 
 def runs_table(records: Rows, params) -> pd.DataFrame:
     """One row per DPO run (``stage.SUMMARY_COLUMNS``; text columns blank when empty)."""
-    from medpref.training.stage import SUMMARY_COLUMNS, TEXT_COLUMNS
-
     table = pd.DataFrame(_plain(records["run_rows"])).reindex(columns=SUMMARY_COLUMNS)
     table[TEXT_COLUMNS] = table[TEXT_COLUMNS].astype(object).fillna("")
     return table
@@ -135,8 +193,6 @@ def curves_frame(records: Rows) -> pd.DataFrame:
 
 
 def margins_figure(records: Rows, params):
-    from medpref.training.stage import plot_margins
-
     return plot_margins(curves_frame(records))
 
 

@@ -24,9 +24,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from medpref.finetune.runs import FIT_RECORD, read_run_card, run_key
+from medpref.finetune.sft import TASK_CARD
 from medpref.identity import content_id
-from medpref.training.runs import FIT_RECORD, read_run_card, run_key
-from medpref.training.sft import TASK_CARD
 
 #: libraries whose version can change a trained adapter
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")

@@ -24,11 +24,21 @@ import pandas as pd
 
 from medpref.contracts import atomic_write_text
 from medpref.data.split import load_split
+from medpref.finetune import policies
+from medpref.finetune.hardware import resolve_bf16
+from medpref.finetune.runs import (
+    FIT_RECORD,
+    RUN_CARD,
+    read_run_card,
+    write_json,
+    write_run_logs,
+    write_skipped,
+)
 from medpref.identity import content_id
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
-from medpref.stagekit import Stage
-from medpref.training import heldout, outputs, policies, reuse
+from medpref.stagekit import Stage, register_piece
+from medpref.training import heldout, outputs, reuse
 from medpref.training.config import TrainingParams
 from medpref.training.dialogue_sft import (
     count_targets,
@@ -43,15 +53,7 @@ from medpref.training.dpo import (
     skip_reason,
     train_dpo,
 )
-from medpref.training.hardware import resolve_bf16
-from medpref.training.runs import (
-    FIT_RECORD,
-    RUN_CARD,
-    read_run_card,
-    write_json,
-    write_run_logs,
-    write_skipped,
-)
+from medpref.training.outputs import DEV_LOSS_COLUMNS, plot_dev_loss
 
 PARTS = ("sft", "dpo", "summary")
 
@@ -68,6 +70,7 @@ class RunStage(Stage):
         return repo_path(self.params.training.reports) / self.part_dir
 
 
+@register_piece("05_training")
 def open_part(stage: Stage, part: str, run: str = "") -> RunStage:
     """The stage opened for one part: ``sft``, ``dpo`` (with ``run``) or ``summary``
     (``open_stage("05_training", ..., part=, run=)``)."""
@@ -180,33 +183,6 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
     return TrainingOutputs(table, metrics, {"base": _base_model(stage)},
                            {prompt.name: prompt.sha}, figure=figure,
                            extra={"card": card, "dev_loss": curve_table})
-
-
-#: reports/05_training/sft/dev_loss.csv: epoch 0 is the base model before training
-DEV_LOSS_COLUMNS = ["epoch", "dev_loss", "train_loss", "wall_s", "chosen"]
-
-
-def plot_dev_loss(curve: pd.DataFrame):
-    """Development and mean training loss per epoch; the kept epoch marked."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    if curve.empty:
-        ax.text(0.5, 0.5, "no development dialogues: every epoch trained, the last kept",
-                ha="center", transform=ax.transAxes, fontsize=8)
-        return fig
-    ax.plot(curve["epoch"], curve["dev_loss"], marker="o", label="development loss")
-    ax.plot(curve["epoch"], curve["train_loss"], marker="s", label="training loss (epoch mean)")
-    chosen = curve[curve["chosen"].astype(bool)]
-    if not chosen.empty:
-        ax.scatter(chosen["epoch"], chosen["dev_loss"], s=140, facecolors="none",
-                   edgecolors="black", label="kept epoch", zorder=3)
-    ax.set_xlabel("epoch (0: the base model)")
-    ax.set_ylabel("loss on doctor turns")
-    ax.set_title("SFT: development loss per epoch", fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 def _task_card(prompt) -> dict[str, Any]:
@@ -380,19 +356,6 @@ def _slashless(values: dict[str, float]) -> dict[str, float]:
 
 # -- summary --------------------------------------------------------------------------------
 
-#: ``shares_training_of``: the run whose trained adapter this run copied (same share key,
-#: :mod:`medpref.training.reuse`); ``steps_warning``: fewer than warn_below_steps steps;
-#: ``control``: a control's run (planted pairs), not an annotation strategy's
-SUMMARY_COLUMNS = ["run", "control", "status", "reason", "pairs_file", "pairs_sha", "pairs",
-                   "epochs",
-                   "steps", "steps_warning", "shares_training_of", "adapter_sha", "runtime_s",
-                   "eval_loss", "eval_rewards/chosen", "eval_rewards/rejected",
-                   "eval_rewards/margins", "eval_rewards/accuracies", *heldout.COLUMNS,
-                   "role"]
-TEXT_COLUMNS = ["reason", "pairs_sha", "steps_warning", "shares_training_of", "adapter_sha",
-                "role"]
-
-
 def dvc_stage(stage: Stage, run: str) -> str:
     """The dvc.yaml stage that trains a DPO run: ``training_dpo@<strategy>`` for an
     annotation strategy's run, ``training_dpo_grid@<run>`` for the others."""
@@ -427,26 +390,6 @@ def margin_curves(stage: Stage) -> pd.DataFrame:
             if not logs.empty:
                 frames.append(logs.assign(run=name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def plot_margins(curves: pd.DataFrame):
-    """Loss, reward margin and reward accuracy per step, one line per trained run."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.2))
-    if curves.empty:
-        axes[1].text(0.5, 0.5, "no DPO run trained", ha="center", transform=axes[1].transAxes)
-        return fig
-    for name, rows in curves.groupby("run", sort=False):
-        for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
-            ax.plot(rows["step"], rows[col], marker="o", label=name)
-    for ax, title in zip(axes, ["DPO loss", "reward margin (chosen − rejected)",
-                                "reward accuracy"]):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("optimizer step")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 def write_part(stage: RunStage, declared, records: dict[str, list[dict[str, Any]]]

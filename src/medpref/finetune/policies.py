@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from medpref.finetune.runs import read_run_card
+from medpref.finetune.sft import portable_path
 from medpref.params import Params, RoleConfig, repo_path
-from medpref.training.runs import read_run_card
-from medpref.training.sft import portable_path
 
 SFT_RUN = "sft"
 
@@ -41,8 +41,8 @@ def dpo_runs(params: Params) -> dict[str, str]:
 
 def is_control(run: str) -> bool:
     """A control's run (``control_process``: planted pairs that show the recipe can move
-    a policy), not an annotation strategy's (``medpref.annotation.strategies.CONTROLS``)."""
-    from medpref.annotation.strategies import is_control as control
+    a policy), not an annotation strategy's (``medpref.control_runs.CONTROLS``)."""
+    from medpref.control_runs import is_control as control
 
     return control(run)
 

@@ -91,7 +91,7 @@ def save_trained_adapter(trainer, model, out_dir: str | Path, card: dict[str, An
     ``save_model`` (which gathers them) into a staging folder that the main process then
     swaps in; trl's frozen ``ref`` adapter copy is left out.
     """
-    from medpref.training.sft import TASK_CARD, save_adapter, write_canonical_config
+    from medpref.finetune.sft import TASK_CARD, save_adapter, write_canonical_config
 
     if not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled):
         if trainer.is_world_process_zero():

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from medpref.contracts import Dialogue, Turn
-from medpref.rem.base import RuleScorer
+from medpref.remscore.base import RuleScorer
 from medpref.rules import Rule
 
 

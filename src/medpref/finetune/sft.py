@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medpref.training.hardware import Hardware
+from medpref.finetune.hardware import Hardware
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,11 @@ def build_sft_trainer(model, tok, data: list[dict[str, Any]], args, callbacks: t
     ``completion_only_loss=True`` (the loss on the completion alone). ``eval_data``, when
     given, is what ``evaluate`` scores, with the same loss. ``compact_lm_head`` (a hardware
     section's key): the LM head on the learned positions only, on a CPU too
-    (:func:`medpref.training.hardware.compact_lm_head`)."""
+    (:func:`medpref.finetune.hardware.compact_lm_head`)."""
     from datasets import Dataset
     from trl import SFTTrainer
 
-    from medpref.training.hardware import train_with_compact_head
+    from medpref.finetune.hardware import train_with_compact_head
 
     return train_with_compact_head(SFTTrainer(
         model=model, args=args, train_dataset=Dataset.from_list(data),

@@ -207,3 +207,34 @@ def train_with_compact_head(trainer, enabled: bool):
     trainer.train = compact_train
     trainer.compact_lm_head = True
     return trainer
+
+
+def hardware_kwargs(section: TrainerHardware, hardware: Hardware, output_dir: str | Path,
+                    seed: int) -> dict[str, Any]:
+    """Trainer arguments a hardware section decides, shared by every run (the REM's and
+    the policy's): device, batch × accumulation, precision, checkpointing, logging.
+
+    ``use_cpu`` on CPU hardware and where no GPU exists: a CPU launch with several
+    processes (torchrun) then runs DDP over gloo, the same code path as on GPUs.
+    Checkpoints every ``save_steps`` into ``output_dir`` (the resume point); the progress
+    bar stays on (``disable_tqdm`` False) so a long run shows its rate and remaining time.
+    """
+    import torch
+
+    return {
+        "output_dir": str(output_dir),
+        "use_cpu": hardware.device == "cpu" or not torch.cuda.is_available(),
+        "per_device_train_batch_size": section.per_device_batch_size,
+        "per_device_eval_batch_size": section.per_device_batch_size,
+        "gradient_accumulation_steps": section.grad_accumulation,
+        "bf16": resolve_bf16(hardware), "fp16": False,
+        # transformers 5 renamed it; trl reads the old name, which mirrors the new one
+        "activation_checkpointing": section.gradient_checkpointing,
+        "gradient_checkpointing": section.gradient_checkpointing,
+        "logging_steps": section.logging_steps, "logging_first_step": True,
+        "save_strategy": "steps", "save_steps": section.save_steps,
+        "save_total_limit": section.save_total_limit, "save_only_model": False,
+        "report_to": [], "seed": seed, "data_seed": seed, "dataloader_num_workers": 0,
+        "disable_tqdm": False, "dataset_num_proc": None,
+        # DDP + LoRA: frozen base weights get no gradient; without this DDP waits for them
+        "ddp_find_unused_parameters": False}

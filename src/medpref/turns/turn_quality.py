@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import pandas as pd
 
-from medpref.notechat.turns import REPEAT_MIN_WORDS, copied_share, normalise, sentences
+from medpref.turns.text import REPEAT_MIN_WORDS, copied_share, normalise, sentences
 
 CHECKS = ("role", "leak", "repeat")
 #: The NoteChat prompt files whose headings and instructions a turn must not contain.

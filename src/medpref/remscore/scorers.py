@@ -1,4 +1,4 @@
-"""Three REM scorers with one interface (:class:`medpref.rem.base.RuleScorer`).
+"""Three REM scorers with one interface (:class:`medpref.remscore.base.RuleScorer`).
 
 * ``sampled``  — the in-context judge of the follow-up paper: each (state, rule) is judged
   ``k`` times with sampling (seeds ``seed, seed+1, ...``) and the parsed scores are averaged
@@ -28,8 +28,8 @@ from typing import Literal
 from medpref.contracts import Turn
 from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate, load_prompt
-from medpref.rem.base import RuleJudgement
-from medpref.rem.task import (
+from medpref.remscore.base import RuleJudgement
+from medpref.remscore.task import (
     SCORE_OPTIONS,
     SCORE_PREFIX,
     AnswerOrder,
@@ -197,7 +197,7 @@ def finetuned_settings(adapter_dir) -> dict[str, object]:
     """``comment`` and ``detail`` for a fine-tuned REM, from the task card stage 03 saved
     with the adapter; an adapter without a card gets PLPF's format (comment first, short
     rule statement)."""
-    from medpref.training.sft import read_task_card
+    from medpref.finetune.sft import read_task_card
 
     card = read_task_card(adapter_dir)
     return {"comment": card.get("answer_order", "comment_first") == "comment_first",

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 from medpref.contracts import Turn
-from medpref.simulation.knowledge import split_sentences
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _HAN_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*")
 
 # function words and conversational filler: they carry no clinical content, so sharing
 # them with the patient is not an echo and saying them is not a contribution
@@ -87,6 +87,11 @@ _ZH_PAST = re.compile(r"我(?:已经)?问过|你(?:刚才)?说过|您(?:刚才)?
 
 
 _ITEM_SPLIT = re.compile(r",|;|/|\(|\)|\bor\b|\band\b|、|，|；|或")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences cut after . ! ? ; and their full-width forms (the marks are kept)."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
 def item_parts(item: str) -> list[str]:
