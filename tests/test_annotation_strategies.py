@@ -125,7 +125,10 @@ TODAY_ANNOTATION_OUTS = [
     *(f"data/04_annotation/pairs/{s}.jsonl" for s in DEFAULT),
     "data/04_annotation/decisions.jsonl", "data/04_annotation/raw_answers.jsonl",
     "data/04_annotation/state_scores.jsonl", "data/cache/llm/04_annotation.sqlite",
-    "reports/notebooks/04_annotation.ipynb", "reports/04_annotation/unparsable.jsonl",
+    "reports/notebooks/04_annotation.ipynb",
+    *(f"reports/04_annotation/records/{name}.jsonl"
+      for name in ("strategies", "decisions", "pairs", "state_scores", "answers")),
+    "reports/04_annotation/unparsable.jsonl",
     *(f"reports/04_annotation/{stem}.{ext}" for stem in ("summary", "source_preferences",
                                                           "margins", "threshold_sweep")
       for ext in ("csv", "md", "png") if (stem, ext) not in {("summary", "png"),

@@ -485,6 +485,18 @@ def _check_stage_outputs(tmp_path, p, run, stats):
     assert stats["requests"]["notechat"] == len([t for t in run.log.trace
                                                  if t["method"] == "notechat"])
     assert "wall_s" not in stats and 0 <= stats["notechat_sbleu_all"] <= 1
+    # the run wrote its records, and every table is the one its records rebuild
+    from types import SimpleNamespace
+
+    from medpref.notechat.outputs import OUTPUTS
+
+    reports, params = tmp_path / "reports", SimpleNamespace(notechat=p)
+    records = OUTPUTS.load_records(reports)
+    assert {(r["system"], r["note_id"]) for r in records["dialogues"]} == {
+        (s, n.id) for s in ("single_prompt", "single_prompt_strong", "NoteChat")
+        for n in run.notes}                              # the human references stay out
+    assert len(records["scores"]) == 4 * len(run.notes)
+    assert OUTPUTS.differences(reports, params, tmp_path / "rebuilt") == []
 
 
 def test_stage_on_embedded_notes_with_a_scripted_backend(tmp_path, index_dir, extractor):

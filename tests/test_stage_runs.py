@@ -21,7 +21,7 @@ from medpref import REPO_ROOT
 from medpref.contracts import UnlabeledItem, write_jsonl
 from medpref.llm import session as llm_session
 from medpref.llm.scripted import ScriptedBackend
-from medpref.params import parse_params
+from medpref.params import load_params, parse_params
 from medpref.stagekit import Stage, StageFailed
 
 
@@ -227,6 +227,13 @@ def test_stage_04_scores_with_stage_03s_finetuned_rem_on_every_item(
     assert len(res["gpt4_rank"].pairs) == 5   # one order; the judge likes the fever reply
     assert list(out.summary["strategy"][:2]) == ["gpt4_rank", "gpt4_rank (both orders: ours)"]
     assert {r["step"] for r in res["agent"].records} >= {"need", "rethink", "rerank"}
+    # the run wrote its records, and its tables are the ones its records rebuild
+    from medpref.annotation.outputs import OUTPUTS
+
+    records = OUTPUTS.load_records(stage.reports_dir)
+    assert len(records["pairs"]) == sum(len(r.pairs) for r in res.values())
+    assert len(records["decisions"]) == sum(len(r.decisions) for r in out.shown)
+    assert OUTPUTS.differences(stage.reports_dir, stage.params, tmp_path / "rebuilt") == []
     stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",))
     metrics = json.loads((tmp_path / "reports/04_annotation/metrics.json").read_text())
     assert metrics["cai_dep"]["pairs"] == 5 and metrics["rem"]["scorer"] == "finetuned"
@@ -318,4 +325,9 @@ def test_notebooks_03_04_and_the_grid_run_in_order(raw_params, tmp_path, monkeyp
     ns = _run_notebook("04_annotation_grid_table.ipynb", params_path=str(params_path))
     table = ns["out"].table
     assert len(table) == 6 and table["model_calls"].sum() == 0  # cells hit the cache
+    from medpref.annotation.grid_outputs import OUTPUTS as GRID
+
+    reports = tmp_path / "reports/04_annotation/grid_table"
+    assert len(GRID.load_records(reports)["decisions"]) == 6 * 4
+    assert GRID.differences(reports, load_params(params_path), tmp_path / "rebuilt") == []
     assert (tmp_path / "reports/04_annotation/grid_table/metrics.json").exists()

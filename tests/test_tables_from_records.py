@@ -13,7 +13,7 @@ import yaml
 
 from medpref import REPO_ROOT
 from medpref.params import load_params
-from medpref.pipeline import STAGES
+from medpref.pipeline import AWAITING_RECORDS, STAGES
 from medpref.stagekit import stage_key
 
 
@@ -22,6 +22,10 @@ def test_committed_tables_rebuild_from_committed_records(name, tmp_path):
     outputs = STAGES[name]
     reports = outputs.reports_dir(REPO_ROOT)
     missing = [str(r.path(reports)) for r in outputs.records if not r.path(reports).exists()]
+    if name in AWAITING_RECORDS:
+        assert len(missing) == len(outputs.records), (
+            f"{name} has records committed: take it out of AWAITING_RECORDS")
+        pytest.skip(f"{name}: no records committed yet (the stage's next run writes them)")
     assert not missing, f"{name} declares records that are not committed: {missing}"
     assert outputs.differences(reports, load_params(), tmp_path) == []
 
@@ -75,7 +79,7 @@ def _declared(name: str) -> dict[str, bool]:
     """Every path the stage's list declares → whether DVC caches it (records, tables,
     figures and assembled folders are committed to git: ``cache: false``)."""
     outputs = STAGES[name]
-    reports = Path("reports") / name
+    reports = outputs.reports_dir(Path("."))
     paths = [r.path(reports) for r in outputs.records]
     paths += [f for o in outputs.built for f in o.files(reports)]
     paths += [a.folder(reports) for a in outputs.assembled]

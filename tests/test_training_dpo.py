@@ -234,6 +234,13 @@ def test_runs_with_too_few_pairs_or_no_file_are_skipped_with_their_reason(tmp_pa
                                              f"no pairs file {tmp_path / 'absent.jsonl'}",
                                              "2 pairs < min_pairs 4"]
     assert list(summary.table["control"]) == [False, False, True]
+    # the summary wrote its records, and its tables are the ones the records rebuild
+    from medpref.training.outputs import SUMMARY_OUTPUTS
+
+    reports = tmp_path / "reports" / "summary"
+    rows = SUMMARY_OUTPUTS.load_records(reports)["run_rows"]
+    assert [(r["run"], r["status"]) for r in rows] == [(n, "skipped") for n in runs]
+    assert SUMMARY_OUTPUTS.differences(reports, stage.params, tmp_path / "rebuilt") == []
 
 
 def test_a_strategy_that_made_no_pair_is_skipped_not_a_crash(tmp_path):
@@ -298,6 +305,13 @@ def test_identical_pairs_files_train_once_and_share_the_adapter(
     table = pd.read_csv(tmp_path / "reports" / "summary" / "runs.csv", keep_default_na=False)
     assert list(table["shares_training_of"]) == ["", "a", ""]
     assert list(table["status"]) == ["trained", "trained", "not run"]
+    from medpref.training.outputs import SUMMARY_OUTPUTS
+
+    records = SUMMARY_OUTPUTS.load_records(tmp_path / "reports" / "summary")
+    assert [r["run"] for r in records["policy_roles"]] == ["a", "b"]
+    assert {r["run"] for r in records["margin_curves"]} == {"a", "b"}
+    assert SUMMARY_OUTPUTS.differences(tmp_path / "reports" / "summary", stage.params,
+                                       tmp_path / "rebuilt") == []
     assert table.loc[0, "adapter_sha"] == table.loc[1, "adapter_sha"] != ""
     assert table.loc[0, "pairs_sha"] == table.loc[1, "pairs_sha"]
     assert table.loc[1, "steps_warning"].startswith("DPO: 4 optimizer steps")

@@ -86,29 +86,34 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """``<name>.png`` drawn from records by ``build``."""
+    """``<name>.png`` drawn from records by ``build`` (``<file>.png`` when ``file`` is
+    given: a figure that shares its file stem with a table of the stage)."""
 
     name: str
     build: Builder
     doc: str = ""
+    file: str = ""
 
     def files(self, reports_dir: Path) -> list[Path]:
-        return [reports_dir / f"{self.name}.png"]
+        return [reports_dir / f"{self.file or self.name}.png"]
 
 
 @dataclass(frozen=True)
 class Page:
     """``<name><suffix>``: a self-contained text page (an HTML page for readers, say) that
     ``build`` returns as a string from the records and the params; written as returned
-    and, like a table, compared byte for byte."""
+    and, like a table, compared byte for byte (``<file><suffix>`` when ``file`` is given:
+    a page that shares its file stem with another output, a table's CSV beside its own
+    Markdown layout, say)."""
 
     name: str
     build: Builder
     suffix: str = ".html"
     doc: str = ""
+    file: str = ""
 
     def files(self, reports_dir: Path) -> list[Path]:
-        return [reports_dir / f"{self.name}{self.suffix}"]
+        return [reports_dir / f"{self.file or self.name}{self.suffix}"]
 
 
 @dataclass(frozen=True)
@@ -145,10 +150,13 @@ Output = Records | Table | Figure | Page | Data | Assembled
 
 @dataclass(frozen=True)
 class StageOutputs:
-    """Everything one stage writes. ``stage`` is its notebook name (``08_medqa``)."""
+    """Everything one stage writes. ``stage`` is its notebook name (``08_medqa``);
+    ``folder`` its reports folder under ``reports/`` when that is not the name (a sub-stage
+    such as ``04_annotation/grid_table``)."""
 
     stage: str
     items: Sequence[Output] = field(default_factory=tuple)
+    folder: str = ""
 
     def __post_init__(self) -> None:
         names = [o.name for o in self.items if not isinstance(o, Data)]
@@ -157,7 +165,7 @@ class StageOutputs:
             raise ValueError(f"{self.stage}: outputs declared twice: {twice}")
 
     def reports_dir(self, root: Path) -> Path:
-        return root / "reports" / self.stage
+        return root / "reports" / (self.folder or self.stage)
 
     @property
     def records(self) -> list[Records]:
@@ -210,7 +218,7 @@ class StageOutputs:
                 atomic_write_text(path, built[o.name])
                 paths.append(path)
             else:
-                paths.append(save_figure(built[o.name], reports_dir / f"{o.name}.png"))
+                paths.append(save_figure(built[o.name], o.files(reports_dir)[0]))
                 _release(built[o.name])
         return paths
 

@@ -14,17 +14,31 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from medpref.annotation.grid_outputs import OUTPUTS as ANNOTATION_GRID_TABLE
+from medpref.annotation.outputs import OUTPUTS as ANNOTATION
 from medpref.imap.outputs import OUTPUTS as IMAPSCORE
 from medpref.medqa.outputs import OUTPUTS as MEDQA
+from medpref.notechat.outputs import OUTPUTS as NOTECHAT
 from medpref.outputs import StageOutputs
 from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
 from medpref.rem.outputs import OUTPUTS as REM
 from medpref.sampling.outputs import OUTPUTS as SAMPLING
 from medpref.simulation.outputs import OUTPUTS as SIMULATION
+from medpref.training.outputs import SFT_OUTPUTS as TRAINING_SFT
+from medpref.training.outputs import SUMMARY_OUTPUTS as TRAINING
 
 #: stage name → its declared outputs, in pipeline order
-STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, REM, SIMULATION, IMAPSCORE,
-                                                         MEDQA, PAPER_TABLES)}
+STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, NOTECHAT, REM, ANNOTATION,
+                                                         ANNOTATION_GRID_TABLE, TRAINING_SFT,
+                                                         TRAINING, SIMULATION,
+                                                         IMAPSCORE, MEDQA, PAPER_TABLES)}
+
+#: stages whose outputs are declared here but whose records no committed run has written
+#: yet (their tables are still the last run's, written before the declaration): the
+#: committed-tables test skips them and the dvc contract does not ask for their record
+#: files. A stage leaves this set in the commit of its first records (a stage in it with
+#: any record committed fails the test).
+AWAITING_RECORDS: frozenset[str] = frozenset({"02_notechat"})
 
 
 def stages_with_records(root: Path, names: list[str] | None = None) -> list[StageOutputs]:

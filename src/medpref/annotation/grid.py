@@ -23,18 +23,22 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.annotation import cai
+from medpref.annotation import cai, grid_outputs
 from medpref.annotation.analysis import strategy_row
 from medpref.annotation.config import AnnotationParams
+from medpref.annotation.grid_outputs import OUTPUTS, TABLE_STEM
 from medpref.contracts import write_jsonl
+from medpref.outputs import read_rows
 from medpref.params import repo_path
+<<<<<<< HEAD
 from medpref.registry import register_piece
 from medpref.reports import save_figure, write_table
+=======
+>>>>>>> records-0245
 from medpref.rules import load_rules
 from medpref.stagekit import Stage
 
 STAGE_PREFIX = "04_annotation_grid"
-TABLE_STEM = "grid_annotation_stats"
 
 
 def cell_name(weighting: str, trajectory: int) -> str:
@@ -134,10 +138,11 @@ def cell_reports(p: AnnotationParams, weighting: str, trajectory: int) -> Path:
     return repo_path(p.grid.reports) / cell_name(weighting, trajectory)
 
 
-def grid_table(p: AnnotationParams) -> pd.DataFrame:
-    """Every cell's metrics and model use, in grid order; a missing cell is an error naming
-    its file."""
-    rows = []
+def cell_records(p: AnnotationParams) -> dict[str, list[dict[str, Any]]]:
+    """The grid table's records from every cell's outputs, in grid order: its metrics and
+    ledger (reports) and its decisions (``annotation.grid.output_dir``), and the main
+    stage's reference rows (its summary); a missing cell is an error naming its file."""
+    cells, decisions = [], []
     for w in p.grid.weightings:
         for n in p.grid.trajectories:
             folder = cell_reports(p, w, n)
@@ -149,18 +154,15 @@ def grid_table(p: AnnotationParams) -> pd.DataFrame:
             ledger = folder / "ledger.json"
             total = (json.loads(ledger.read_text(encoding="utf-8")).get("total", {})
                      if ledger.exists() else {})
-            rows.append({**row, "model_calls": total.get("calls"),
-                         "cache_hits": total.get("cache_hits")})
-    cols = ["weighting", "trajectory", "items", "full_length_share", "decisive", "ties",
-            "unusable", "tie_ratio", "pairs", "sampled_wins", "generated_wins",
-            "win_ratio_sampled_generated", "margin_mean", "margin_median", "states_scored",
-            "model_calls", "cache_hits"]
-    return pd.DataFrame(rows)[cols]
-
-
-def reference_rows(summary: pd.DataFrame, strategies=("gpt4_rank", "agent")) -> pd.DataFrame:
-    """The main stage's length-free strategies, drawn as flat lines (as in Fig. 10)."""
-    return summary[summary["strategy"].isin(strategies)].reset_index(drop=True)
+            cells.append({**{k: row[k] for k in ("weighting", "trajectory", "pairs",
+                                                 "states_scored", "full_length_share")},
+                          "model_calls": total.get("calls"),
+                          "cache_hits": total.get("cache_hits")})
+            data = repo_path(p.grid.output_dir) / cell_name(w, n) / "decisions.jsonl"
+            decisions += [{"weighting": w, "trajectory": n, **d} for d in read_rows(data)]
+    summary = pd.read_csv(repo_path(p.reports) / "summary.csv")
+    return {"cells": cells, "decisions": decisions,
+            "references": grid_outputs.reference_records(summary)}
 
 
 @dataclass
@@ -171,55 +173,13 @@ class TableOutputs:
 
 
 def run_table(stage: GridStage) -> TableOutputs:
-    """Gather the cells into one table and figure (no model call)."""
-    p: AnnotationParams = stage.p
-    table = grid_table(p)
-    summary = pd.read_csv(repo_path(p.reports) / "summary.csv")
-    write_table(table, stage.report(TABLE_STEM))
-    figure = save_figure(plot_grid(table, reference_rows(summary)),
-                         stage.report(f"{TABLE_STEM}.png"))
+    """Gather the cells into records, then the table and figure built from the records
+    as written (the path ``medpref tables`` takes; no model call)."""
+    OUTPUTS.write_records(stage.reports_dir, cell_records(stage.p))
+    built = OUTPUTS.build(OUTPUTS.load_records(stage.reports_dir), stage.params)
+    OUTPUTS.write_built(stage.reports_dir, built)
+    table = built[TABLE_STEM]
     metrics = {f"{r['weighting']}_{r['trajectory']}": {"pairs": int(r["pairs"]),
                                                        "ties": int(r["ties"])}
                for r in table.to_dict("records")}
-    return TableOutputs(table, figure, metrics)
-
-
-def plot_grid(table: pd.DataFrame, references: pd.DataFrame | None = None):
-    """Pairs kept, tie ratio, mean margin and sampled-win share against trajectory length;
-    ``references`` (gpt4_rank, agent: they use no trajectory) as dashed lines."""
-    from medpref.reports import figure
-
-    panels = [("pairs", "pairs kept"), ("tie_ratio", "tie ratio"),
-              ("margin_mean", "mean |s(c1) − s(c2)|"),
-              ("sampled_share", "sampled (real doctor) wins / decisive")]
-    data = table.assign(sampled_share=table["sampled_wins"]
-                        / table["decisive"].where(table["decisive"] > 0))
-    fig, axes = figure(1, len(panels), figsize=(14, 3.2))
-    for w, rows in data.groupby("weighting", sort=False):
-        rows = rows.sort_values("trajectory")
-        for ax, (col, _) in zip(axes, panels):
-            ax.plot(rows["trajectory"], rows[col], marker="o", label=w)
-    if references is not None:
-        refs = references.assign(
-            sampled_share=pd.to_numeric(references["sampled_wins"], errors="coerce")
-            / pd.to_numeric(references["decisive"], errors="coerce").where(
-                lambda d: d > 0))
-        for _, ref in refs.iterrows():
-            for ax, (col, _) in zip(axes, panels):
-                value = pd.to_numeric(ref[col], errors="coerce")
-                if col != "margin_mean" and pd.notna(value):
-                    ax.axhline(value, linestyle="--", linewidth=1, color="grey" if
-                               ref["strategy"] == "gpt4_rank" else "green",
-                               label=ref["strategy"])
-    for ax, (_col, title) in zip(axes, panels):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("trajectory length (states scored)")
-        ax.set_xticks(sorted(table["trajectory"].unique()))
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
-    axes[1].set_ylim(0, 1.05)
-    axes[3].set_ylim(0, 1.05)
-    fig.suptitle("Annotation statistics per weighting × trajectory length (the axes of "
-                 "PLPF Table 3 / follow-up Fig. 10; not its SP scores)", fontsize=10)
-    fig.tight_layout()
-    return fig
+    return TableOutputs(table, stage.report(f"{TABLE_STEM}.png"), metrics)

@@ -3,7 +3,9 @@
 ``run(stage)`` loads the items, runs the strategies ``annotation.strategies`` names, in
 its order (:mod:`medpref.annotation.strategies`; built in: gpt4_rank, cai_avg / cai_dep
 with stage 03's REM, by name from ``rem.scorers``, and agent), checks the yield, writes
-pairs, decisions and raw answers, and returns the tables the notebook shows. Each step is
+pairs, decisions and raw answers (DVC's cache), then the per-item records
+(:data:`medpref.annotation.outputs.OUTPUTS`, ``reports/04_annotation/records``) and the
+tables built from them as written, and returns the tables the notebook shows. Each step is
 a function of its own (also used by the grid cells, :mod:`medpref.annotation.grid`).
 """
 
@@ -17,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from medpref.annotation import agent as agent_mod
-from medpref.annotation import analysis, cai
+from medpref.annotation import cai, outputs
 from medpref.annotation.config import AnnotationParams
 from medpref.annotation.judging import READINGS, gpt4_rank_pairs, judge_items
 from medpref.annotation.strategies import STRATEGIES, StrategyFn, StrategyResult
@@ -25,7 +27,6 @@ from medpref.contracts import ContractError, UnlabeledItem, read_jsonl, write_js
 from medpref.data.split import DialogueSplit, load_split
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
-from medpref.reports import save_figure, write_table
 from medpref.rules import Flowchart, load_rules
 from medpref.stagekit import Stage
 
@@ -256,29 +257,27 @@ def run(stage: Stage) -> AnnotationOutputs:
                       what=f"items the REM scored ({GUARDED} verdicts)")
 
     shown = [r for res in produced.values() for r in res]
+    state_rows = cai.state_score_rows(scored.item_states, scored.judgements, flowchart,
+                                      p.scoring)
+    write_data(stage, results, shown, state_rows)
+    built = write_reports(stage, outputs.records_of(shown, results, state_rows))
     out = AnnotationOutputs(
         items=len(items), results=results, shown=shown, rem_row=rem_row,
         coverage=cai.length_coverage(scored.item_states),
-        summary=analysis.summary_table(shown), preferences=analysis.source_preferences(shown),
-        margins=analysis.margin_table(shown, p.scoring.tie_threshold),
-        sweep=analysis.threshold_sweep(shown),
-        unparsable=pd.DataFrame(unparsable_records(results.values()),
+        summary=built["summary"], preferences=built["source_preferences"],
+        margins=built["margins"], sweep=built["threshold_sweep"],
+        unparsable=pd.DataFrame(outputs.unparsable_rows(built["records"]),
                                 columns=["strategy", "step", "item_id", "raw"]),
-        examples=example_pairs(results.values()))
+        examples=example_pairs(results.values()),
+        figures={"preferences": stage.report("source_preferences.png"),
+                 "margins": stage.report("margins.png")})
     out.metrics = stage_metrics(out, len(scored.judgements))
     out.prompts = {k: v for r in results.values() for k, v in r.prompts.items()}
     out.prompts[inputs.scorer.prompt.name] = inputs.scorer.prompt.sha
-    write_outputs(stage, out, cai.state_score_rows(scored.item_states, scored.judgements,
-                                                   flowchart, p.scoring))
     return out
 
 
 # -- writing --------------------------------------------------------------------------------
-def unparsable_records(results) -> list[dict]:
-    """Every model answer that could not be read (the item was skipped at that step)."""
-    return [r for res in results for r in res.records if r.get("parsed") is None]
-
-
 def example_pairs(results, width: int = 160) -> list[str]:
     """One pair per strategy, as short lines to print."""
     lines = []
@@ -292,26 +291,28 @@ def example_pairs(results, width: int = 160) -> list[str]:
     return lines
 
 
-def write_outputs(stage: Stage, out: AnnotationOutputs, state_rows: list[dict]) -> None:
-    """Pairs per strategy, all decisions and raw answers, the report tables and figures."""
-    for name, res in out.results.items():
+def write_data(stage: Stage, results: dict[str, StrategyResult],
+               shown: Sequence[StrategyResult], state_rows: list[dict]) -> None:
+    """Pairs per strategy (stage 05's input), all decisions, raw answers and state scores
+    (DVC's cache)."""
+    for name, res in results.items():
         write_jsonl(stage.data(f"pairs/{name}.jsonl"), res.pairs)
     write_jsonl(stage.data("decisions.jsonl"),
-                [d.to_record() for res in out.shown for d in res.decisions])
+                [d.to_record() for res in shown for d in res.decisions])
     write_jsonl(stage.data("raw_answers.jsonl"),
-                [r for res in out.results.values() for r in res.records])
+                [r for res in results.values() for r in res.records])
     write_jsonl(stage.data("state_scores.jsonl"), state_rows)
-    write_jsonl(stage.report("unparsable.jsonl"), unparsable_records(out.results.values()))
-    for name in ("summary", "margins"):
-        write_table(getattr(out, name), stage.report(name))
-    write_table(out.preferences, stage.report("source_preferences"))
-    write_table(out.sweep, stage.report("threshold_sweep"))
-    tie = stage.p.scoring.tie_threshold
-    out.figures = {
-        "preferences": save_figure(analysis.plot_source_preferences(out.preferences),
-                                   stage.report("source_preferences.png")),
-        "margins": save_figure(analysis.plot_margins(out.shown, tie),
-                               stage.report("margins.png"))}
+
+
+def write_reports(stage: Stage, records: dict[str, list[dict]]) -> dict[str, Any]:
+    """The records (``reports/04_annotation/records``), then every table, figure and
+    ``unparsable.jsonl`` built from the records as written (the path ``medpref tables``
+    takes); returns the built objects by name, and the written records as ``records``."""
+    outputs.OUTPUTS.write_records(stage.reports_dir, records)
+    written = outputs.OUTPUTS.load_records(stage.reports_dir)
+    built = outputs.OUTPUTS.build(written, stage.params)
+    outputs.OUTPUTS.write_built(stage.reports_dir, built)
+    return {**built, "records": written}
 
 
 def _native(value: Any) -> Any:

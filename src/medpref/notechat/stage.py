@@ -12,13 +12,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 
 from medpref.contracts import ClinicalNote, atomic_write_text, read_jsonl, write_jsonl
 from medpref.llm.client import LLMClient
-from medpref.notechat import evaluate
+from medpref.notechat import outputs
 from medpref.notechat.calls import CallLog
 from medpref.notechat.concepts import ConceptExtractor
 from medpref.notechat.config import NoteChatParams
@@ -38,15 +39,12 @@ from medpref.notechat.tables import (
     mentions_frame,
     notechat_summary,
     notes_overview,
-    table3_markdown,
-    table3_wide,
 )
 from medpref.notechat.turn_quality_validation import validation_markdown, validation_report
 from medpref.params import repo_path
 from medpref.prompts import PromptTemplate
-from medpref.reports import save_figure, write_table
+from medpref.reports import write_table
 from medpref.turns.turn_quality import (
-    TABLE3_NOTE,
     quality_per_dialogue,
     quality_per_system,
     table3_block,
@@ -89,7 +87,8 @@ def make_clients(session, p: NoteChatParams) -> dict[str, LLMClient]:
 def output_paths(data: Path, reports: Path) -> dict[str, Path]:
     """Where the stage writes, under its data and reports folders."""
     return {"dialogues": data / "dialogues.jsonl", "baselines": data / "baseline_dialogues.jsonl",
-            "trace": data / "trace.jsonl", "malformed": reports / "malformed.jsonl",
+            "trace": data / "trace.jsonl", "records": reports / "records",
+            "malformed": reports / "malformed.jsonl",
             "table3": reports / "table3", "table2": reports / "table2",
             "per_dialogue": reports / "per_dialogue", "calls": reports / "calls",
             "turn_quality": reports / "turn_quality",
@@ -101,9 +100,11 @@ def output_paths(data: Path, reports: Path) -> dict[str, Path]:
 
 def write_outputs(run: StageRun, clients: dict[str, LLMClient],
                   templates: dict[str, PromptTemplate], ev: Evaluation, p: NoteChatParams,
-                  paths: dict[str, Path]) -> dict[str, Any]:
-    """Dialogues, trace, tables and figure; returns the headline metrics (not written)."""
-    order = list(systems(run))
+                  paths: dict[str, Path], params=None) -> dict[str, Any]:
+    """Dialogues and trace (DVC's cache), the records and the tables and figure built from
+    them; returns the headline metrics (not written). ``params`` (the stage's; default:
+    ``p`` alone) is what the table builders read."""
+    params = params if params is not None else SimpleNamespace(notechat=p)
     blocks = ev.blocks(run)
     events = all_events(run)
     quality = quality_per_dialogue(systems(run))
@@ -112,25 +113,22 @@ def write_outputs(run: StageRun, clients: dict[str, LLMClient],
     write_jsonl(paths["dialogues"], notechat_dialogues(run, clients, templates))
     write_jsonl(paths["baselines"], baseline_dialogues(run, clients))
     write_jsonl(paths["trace"], run.log.trace)
-    write_jsonl(paths["malformed"], events)
-    write_table(table3_wide(blocks), paths["table3"])
-    atomic_write_text(paths["table3"].with_suffix(".md"),
-                      table3_markdown(blocks, [*ev.notes, TABLE3_NOTE]))
-    write_table(per_system, paths["turn_quality"], floatfmt=".1f")
-    write_table(quality, paths["turn_quality_per_dialogue"])
-    write_table(evaluate.table2(ev.per_dialogue, order), paths["table2"], floatfmt=".2f")
-    write_table(ev.per_dialogue, paths["per_dialogue"])
-    write_table(calls_table(run), paths["calls"], floatfmt=".2f")
-    write_table(events_summary(events), paths["events"])
-    coverage = evaluate.coverage_frame({r.note.id: r.coverage_curve() for r in run.notechat
-                                        if r.checklist_size})
-    write_table(coverage, paths["coverage"])
-    save_figure(evaluate.coverage_figure(coverage, p.max_rounds), paths["figure"])
+    write_reports(paths["records"].parent, outputs.records_of(run, ev, quality, events),
+                  params)
     stats = headline_metrics(run, blocks, events)
     if p.turn_quality_labels:
         stats.update(write_turn_quality_validation(repo_path(p.turn_quality_labels),
                                                    paths["turn_quality_validation"]))
     return stats
+
+
+def write_reports(reports: Path, records: dict[str, list[dict]], params) -> dict[str, Any]:
+    """The records (``<reports>/records``), then every table, page and figure built from
+    the records as written (the path ``medpref tables`` takes); returns the built objects."""
+    outputs.OUTPUTS.write_records(reports, records)
+    built = outputs.OUTPUTS.build(outputs.OUTPUTS.load_records(reports), params)
+    outputs.OUTPUTS.write_built(reports, built)
+    return built
 
 
 def write_turn_quality_validation(labels: Path, stem: Path) -> dict[str, Any]:
@@ -233,7 +231,7 @@ def run(stage) -> NoteChatOutputs:
     with stage.step("evaluate"):
         ev = evaluate_run(gen, clients, p, stage.seed, extractor)
     paths = output_paths(stage.data_dir, stage.reports_dir)
-    stats = write_outputs(gen, clients, templates, ev, p, paths)
+    stats = write_outputs(gen, clients, templates, ev, p, paths, stage.params)
     rubric = load_rubric(repo_path(p.rubric))
     return NoteChatOutputs(p, gen, extractor, ev, paths, stats,
                            {name: c.model_id for name, c in clients.items()},

@@ -67,15 +67,26 @@ def events_summary(events: list[dict[str, Any]]) -> pd.DataFrame:
 
 def calls_table(run: StageRun) -> pd.DataFrame:
     """Model calls, cache hits, tokens and wall time per method and step, with totals."""
-    df = pd.DataFrame(run.log.rows())
+    return calls_table_of(run.log.rows(), method_wall_s(run))
+
+
+def method_wall_s(run: StageRun) -> dict[str, float]:
+    """Each method's wall time of generation (s, 2 decimals; NaN when it was not timed)."""
+    methods = dict.fromkeys(t.method for t in run.log.tallies.values())
+    return {m: round(run.log.timings.get(step_label(m), float("nan")), 2) for m in methods}
+
+
+def calls_table_of(rows: list[dict[str, Any]], wall_s: dict[str, float]) -> pd.DataFrame:
+    """:func:`calls_table` from the call log's rows (one per method and step) and each
+    method's wall time."""
+    df = pd.DataFrame(rows)
     if df.empty:
         return df
     totals = df.groupby("method", sort=False)[["batches", "requests", "model_calls",
                                                "cache_hits", "failures", "tokens_out",
                                                "model_s"]].sum()
     totals["step"] = "total"
-    totals["wall_s"] = [round(run.log.timings.get(step_label(m), float("nan")), 2)
-                        for m in totals.index]
+    totals["wall_s"] = [wall_s.get(m, float("nan")) for m in totals.index]
     df = pd.concat([df, totals.reset_index()], ignore_index=True)
     cols = ["method", "step", "batches", "requests", "model_calls", "cache_hits", "failures",
             "tokens_out", "model_s", "wall_s"]

@@ -38,9 +38,8 @@ from medpref.identity import content_id
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.registry import register_piece
-from medpref.reports import save_figure, write_table
 from medpref.stagekit import Stage
-from medpref.training import heldout, reuse
+from medpref.training import heldout, outputs, reuse
 from medpref.training.config import TrainingParams
 from medpref.training.dialogue_sft import (
     count_targets,
@@ -55,6 +54,7 @@ from medpref.training.dpo import (
     skip_reason,
     train_dpo,
 )
+from medpref.training.outputs import DEV_LOSS_COLUMNS, plot_dev_loss
 
 PARTS = ("sft", "dpo", "summary")
 
@@ -168,10 +168,8 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
     figure = plot_dev_loss(curve_table)
     if is_main_process():
         write_json(out_dir / RUN_CARD, card)
-        write_run_logs(stage.reports_dir, result.fit.log_history)
-        write_table(table, stage.report("sources"))
-        atomic_write_text(stage.report("dev_loss.csv"), curve_table.to_csv(index=False))
-        save_figure(figure, stage.report("dev_loss.png"))
+        write_part(stage, outputs.SFT_OUTPUTS, outputs.sft_records(
+            [vars(s) for s in sources], curve_table, result.fit.log_history))
     metrics = {"examples": result.n_examples, "dropped_too_long": result.n_dropped,
                "dev_examples": card["dev_examples"], "max_epochs": card["max_epochs"],
                "epochs_run": card["epochs_run"], "chosen_epoch": card["chosen_epoch"],
@@ -186,33 +184,6 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
     return TrainingOutputs(table, metrics, {"base": _base_model(stage)},
                            {prompt.name: prompt.sha}, figure=figure,
                            extra={"card": card, "dev_loss": curve_table})
-
-
-#: reports/05_training/sft/dev_loss.csv: epoch 0 is the base model before training
-DEV_LOSS_COLUMNS = ["epoch", "dev_loss", "train_loss", "wall_s", "chosen"]
-
-
-def plot_dev_loss(curve: pd.DataFrame):
-    """Development and mean training loss per epoch; the kept epoch marked."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.2))
-    if curve.empty:
-        ax.text(0.5, 0.5, "no development dialogues: every epoch trained, the last kept",
-                ha="center", transform=ax.transAxes, fontsize=8)
-        return fig
-    ax.plot(curve["epoch"], curve["dev_loss"], marker="o", label="development loss")
-    ax.plot(curve["epoch"], curve["train_loss"], marker="s", label="training loss (epoch mean)")
-    chosen = curve[curve["chosen"].astype(bool)]
-    if not chosen.empty:
-        ax.scatter(chosen["epoch"], chosen["dev_loss"], s=140, facecolors="none",
-                   edgecolors="black", label="kept epoch", zorder=3)
-    ax.set_xlabel("epoch (0: the base model)")
-    ax.set_ylabel("loss on doctor turns")
-    ax.set_title("SFT: development loss per epoch", fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 def _task_card(prompt) -> dict[str, Any]:
@@ -386,19 +357,6 @@ def _slashless(values: dict[str, float]) -> dict[str, float]:
 
 # -- summary --------------------------------------------------------------------------------
 
-#: ``shares_training_of``: the run whose trained adapter this run copied (same share key,
-#: :mod:`medpref.training.reuse`); ``steps_warning``: fewer than warn_below_steps steps;
-#: ``control``: a control's run (planted pairs), not an annotation strategy's
-SUMMARY_COLUMNS = ["run", "control", "status", "reason", "pairs_file", "pairs_sha", "pairs",
-                   "epochs",
-                   "steps", "steps_warning", "shares_training_of", "adapter_sha", "runtime_s",
-                   "eval_loss", "eval_rewards/chosen", "eval_rewards/rejected",
-                   "eval_rewards/margins", "eval_rewards/accuracies", *heldout.COLUMNS,
-                   "role"]
-TEXT_COLUMNS = ["reason", "pairs_sha", "steps_warning", "shares_training_of", "adapter_sha",
-                "role"]
-
-
 def dvc_stage(stage: Stage, run: str) -> str:
     """The dvc.yaml stage that trains a DPO run: ``training_dpo@<strategy>`` for an
     annotation strategy's run, ``training_dpo_grid@<run>`` for the others."""
@@ -435,39 +393,28 @@ def margin_curves(stage: Stage) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def plot_margins(curves: pd.DataFrame):
-    """Loss, reward margin and reward accuracy per step, one line per trained run."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.2))
-    if curves.empty:
-        axes[1].text(0.5, 0.5, "no DPO run trained", ha="center", transform=axes[1].transAxes)
-        return fig
-    for name, rows in curves.groupby("run", sort=False):
-        for ax, col in zip(axes, ["loss", "rewards/margins", "rewards/accuracies"]):
-            ax.plot(rows["step"], rows[col], marker="o", label=name)
-    for ax, title in zip(axes, ["DPO loss", "reward margin (chosen − rejected)",
-                                "reward accuracy"]):
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("optimizer step")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+def write_part(stage: RunStage, declared, records: dict[str, list[dict[str, Any]]]
+               ) -> dict[str, Any]:
+    """A part's records (``<part reports>/records``), then its tables, figures and pages
+    built from the records as written (the path ``medpref tables`` takes)."""
+    declared.write_records(stage.reports_dir, records)
+    built = declared.build(declared.load_records(stage.reports_dir), stage.params)
+    declared.write_built(stage.reports_dir, built)
+    return built
 
 
 def run_summary(stage: RunStage) -> TrainingOutputs:
+    """Every DPO run's row, the margin curves and the trained policies' roles, written as
+    records and built from them (:data:`medpref.training.outputs.SUMMARY_OUTPUTS`)."""
     rows = [_summary_row(stage, name) for name in policies.dpo_runs(stage.params)]
-    table = pd.DataFrame(rows).reindex(columns=SUMMARY_COLUMNS)
-    table[TEXT_COLUMNS] = table[TEXT_COLUMNS].astype(object).fillna("")
     trained = policies.trained_policies(stage.params)
-    write_json(stage.report("policies.json"),
-               {pol.role: {"run": pol.run, **policies.policy_role(stage.params, pol)
-                           .model_dump(include={"backend", "model", "adapter"})}
-                for pol in trained})
-    write_table(table, stage.report("runs"))
+    roles = {pol.role: {"run": pol.run, **policies.policy_role(stage.params, pol)
+                        .model_dump(include={"backend", "model", "adapter"})}
+             for pol in trained}
     curves = margin_curves(stage)
-    figure = plot_margins(curves)
-    save_figure(figure, stage.report("margins.png"))
+    built = write_part(stage, outputs.SUMMARY_OUTPUTS,
+                       outputs.summary_records(rows, curves, roles))
+    table = built["runs"]
     trained_runs = table["status"] == "trained"
     metrics = {"runs": len(rows), "trained": int(trained_runs.sum()),
                "trainings": int((trained_runs & (table["shares_training_of"] == "")).sum()),
