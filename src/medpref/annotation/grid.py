@@ -30,11 +30,7 @@ from medpref.annotation.grid_outputs import OUTPUTS, TABLE_STEM
 from medpref.contracts import write_jsonl
 from medpref.outputs import read_rows
 from medpref.params import repo_path
-<<<<<<< HEAD
 from medpref.registry import register_piece
-from medpref.reports import save_figure, write_table
-=======
->>>>>>> records-0245
 from medpref.rules import load_rules
 from medpref.stagekit import Stage
 
