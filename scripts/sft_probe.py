@@ -19,8 +19,10 @@ with its Wilson 95 % interval, the median words of a turn; and each doctor again
 each ``--vs`` doctor (default base) on the same items: the pairs where only one asks, the difference
 of shares with a bootstrap interval clustered by dialogue (the states of one dialogue
 share it) and the sign-flip p on dialogue totals. Generations go to ``--out`` (JSONL) to
-be read. Generation stops at the first question mark (what the SP test keeps of a turn is
-then the same; it only saves time).
+be read. Generation runs to the token budget with no stop string, as in the SP test: a
+stop string is cut from the text (the OpenAI convention the ``hf`` backend follows), so
+stopping at "?" would drop the very mark that makes a turn a question (an earlier version
+did, and undercounted every doctor's questions).
 
     nice -n 10 .venv/bin/python scripts/sft_probe.py --tokens 48 96 \\
         --adapter sft=data/05_training/sft/adapter \\
@@ -75,10 +77,10 @@ def opening_items(params) -> list[Item]:
 
 def generate(backend: HFBackend, template, items: list[Item], decoding, tokens: int
              ) -> list[str]:
+    # no stop string: the backend cuts it from the text, and the "?" is what asks
     gen = GenerationParams(max_new_tokens=tokens, temperature=0.0,
                            repetition_penalty=decoding.repetition_penalty,
-                           no_repeat_ngram_size=decoding.no_repeat_ngram_size,
-                           stop=("?", "？") if decoding.stop_after_question else ())
+                           no_repeat_ngram_size=decoding.no_repeat_ngram_size)
     requests = [ChatRequest.of(doctor_messages(template, list(it.history)), gen) for it in items]
     return [c.text for c in backend.generate(requests)]
 
