@@ -24,7 +24,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from medpref.finetune.recipe import refuse_moved_keys
 from medpref.params import StrictModel, repo_path
 
 #: keys of the old flat hardware file (the REM's) → where they live now
@@ -39,6 +38,16 @@ _OLD_SECTION_KEYS = {"per_device_batch_size": "per_device_train_batch_size (and 
                      "max_steps": "max_steps_cap (a cap, not trl's exact max_steps)"}
 #: section keys that are no trainer argument (read by medpref itself)
 _NOT_TRAINER = ("compact_lm_head", "max_steps_cap")
+
+
+def refuse_moved_keys(data: Any, moved: dict[str, str], message: str) -> Any:
+    """A model's before-validator for keys that moved: the first key of ``moved`` found in
+    ``data`` is a ValueError, ``message`` formatted with ``key`` and its ``new`` home."""
+    if isinstance(data, dict):
+        for key, new in moved.items():
+            if key in data:
+                raise ValueError(message.format(key=key, new=new))
+    return data
 
 
 class TrainerHardware(StrictModel):

@@ -12,16 +12,14 @@ recipe's trainer fields reach trl unchanged; the hardware section
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from medpref.finetune.hardware import Hardware, TrainerHardware, refuse_moved_keys, resolve_bf16
 from medpref.params import StrictModel
-
-if TYPE_CHECKING:
-    from medpref.finetune.hardware import Hardware, TrainerHardware
-    from medpref.finetune.sft import LoraSettings
 
 #: the recipe fields that are peft's ``LoraConfig``'s (the rest are trl's)
 LORA_FIELDS = ("r", "lora_alpha", "lora_dropout", "target_modules")
@@ -34,14 +32,14 @@ OLD_RECIPE_KEYS = {
     "sft_max_steps": "sft.max_steps", "dpo_max_steps": "dpo.max_steps"}
 
 
-def refuse_moved_keys(data: Any, moved: dict[str, str], message: str) -> Any:
-    """A model's before-validator for keys that moved: the first key of ``moved`` found in
-    ``data`` is a ValueError, ``message`` formatted with ``key`` and its ``new`` home."""
-    if isinstance(data, dict):
-        for key, new in moved.items():
-            if key in data:
-                raise ValueError(message.format(key=key, new=new))
-    return data
+@dataclass(frozen=True)
+class LoraSettings:
+    """peft's ``LoraConfig`` fields of a run (a recipe's, for one architecture)."""
+
+    r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 class Recipe(StrictModel):
@@ -99,8 +97,6 @@ class Recipe(StrictModel):
 
     def lora(self, model_type: str) -> LoraSettings:
         """peft's ``LoraConfig`` fields of this recipe, for one architecture."""
-        from medpref.finetune.sft import LoraSettings
-
         return LoraSettings(r=self.r, lora_alpha=self.lora_alpha,
                             lora_dropout=self.lora_dropout,
                             target_modules=self.modules_for(model_type))
@@ -133,8 +129,6 @@ def house_arguments(hardware: Hardware, output_dir: str | Path, seed: int) -> di
     bar stays on (``disable_tqdm`` False) so a long run shows its rate and remaining time.
     """
     import torch
-
-    from medpref.finetune.hardware import resolve_bf16
 
     return {
         "output_dir": str(output_dir),

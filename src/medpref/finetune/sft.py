@@ -20,16 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from medpref.finetune.hardware import Hardware
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """peft's ``LoraConfig`` fields of a run (a recipe's, for one architecture)."""
-
-    r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.05
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+from medpref.finetune.recipe import LoraSettings
 
 
 @dataclass

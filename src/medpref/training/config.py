@@ -30,11 +30,13 @@ _OLD_RECIPE_KEYS = {
         ("warmup_ratio", "warmup_steps"), ("max_length", "max_length"))},
     "sft_epochs": "sft.num_train_epochs", "sft_max_steps": "sft.max_steps",
     "dpo_epochs": "dpo.num_train_epochs", "dpo_max_steps": "dpo.max_steps",
-    **{key: f"policy.{key} in configs/hardware/<training.hardware>.yaml (trl's name)"
-       for key in ("per_device_batch_size", "grad_accumulation", "gradient_checkpointing",
-                   "precompute_ref_log_probs", "logging_steps", "save_steps",
-                   "save_total_limit")},
-    **{key: f"{key} in configs/hardware/<training.hardware>.yaml"
+    **{key: f"policy.{new} in configs/hardware/<training.hardware>.yaml (hardware)"
+       for key, new in (("per_device_batch_size", "per_device_train_batch_size"),
+                        ("grad_accumulation", "gradient_accumulation_steps"),
+                        *((key, key) for key in (
+                            "gradient_checkpointing", "precompute_ref_log_probs",
+                            "logging_steps", "save_steps", "save_total_limit")))},
+    **{key: f"{key} in configs/hardware/<training.hardware>.yaml (hardware)"
        for key in ("bf16", "num_threads")}}
 
 
