@@ -470,12 +470,12 @@ def _check_stage_outputs(tmp_path, p, run, stats):
     assert "Turn quality" in table3 and "passing %" in table3
     quality = pd.read_csv(tmp_path / "reports" / "turn_quality.csv")
     assert list(quality.columns) == ["system", "dialogues", "turns", "role %", "leak %",
-                                     "repeat %", "passing %"]
+                                     "repeat %", "empty %", "passing %"]
     assert set(quality["system"]) == {"single_prompt", "single_prompt_strong", "NoteChat",
                                       "Human"}
     per_dialogue = pd.read_csv(tmp_path / "reports" / "turn_quality_per_dialogue.csv")
     assert list(per_dialogue.columns) == ["system", "note_id", "turns", "role", "leak",
-                                          "repeat", "passing"]
+                                          "repeat", "empty", "passing"]
     nc_turns = per_dialogue.loc[per_dialogue["system"] == "NoteChat", "turns"].sum()
     assert nc_turns == sum(len(r.turns) for r in run.notechat)
     assert (per_dialogue["passing"] <= per_dialogue["turns"]).all()

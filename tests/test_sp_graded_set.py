@@ -230,6 +230,7 @@ def test_volunteered_items_are_not_echoes(graded):
 # ------------------------------------------------------------------ batches and splits
 
 BATCH = "2026-11-27"
+DRINK_BATCH = "2026-11-27-drink"  # alcohol questions vs. thirst (issue 31)
 CASE_SPLIT_SEED = 31          # the seed the 2026-11-27 batch was split with (issue 31)
 RUBRIC = REPO_ROOT / "docs" / "sp_grading_rubric.md"
 #: the run the 2026-11-27 batch's run items were cut from (commit 63877ca's stage-06
@@ -251,7 +252,18 @@ def batch(every_item) -> list[SPGradedItem]:
 
 def test_every_item_records_its_batch_and_split(every_item):
     assert all(g.batch and g.split in ("dev", "test") for g in every_item)
-    assert Counter(g.batch for g in every_item) == {"v1": 229, BATCH: len(every_item) - 229}
+    sizes = Counter(g.batch for g in every_item)
+    assert sizes == {"v1": 229, DRINK_BATCH: 4, BATCH: len(every_item) - 233}
+
+
+def test_the_drink_batch_is_dev_items_of_the_thirst_item(every_item):
+    """The 2026-11-27-drink batch: questions about alcohol that the grader credited as
+    the symptom polydipsia, and one real thirst question that must stay credited, all dev
+    items (they motivate a rule change, so they cannot measure it)."""
+    drink = [g for g in every_item if g.batch == DRINK_BATCH]
+    assert {g.split for g in drink} == {"dev"}
+    assert {g.item for g in drink} == {"excessive thirst and drinking (polydipsia)"}
+    assert sorted(g.passed for g in drink) == [False, False, False, True]
 
 
 def test_the_first_batch_keeps_the_split_it_always_had(graded):

@@ -159,3 +159,50 @@ def test_every_dev_diagnosis_keeps_its_frame(items):
     assert len(dev_passes) >= 15
     for g in dev_passes:
         assert _doctor_sentences_naming(g), g.id
+
+
+# -- change 5: drinking alcohol is not thirst --------------------------------------------------
+
+DRINK_IDS = ["g-0559", "g-0560", "g-0561"]   # alcohol questions (dev), graded fail
+THIRST_ID = "g-0562"                          # "Roughly how much are you drinking in a day?"
+
+
+def test_alcohol_questions_do_not_earn_the_thirst_item(items, grader):
+    """'Do you smoke or drink?', 'How much alcohol do you drink in a week?' and 'Do you
+    drink beer or wine?' share only "drink" with 'excessive thirst and drinking
+    (polydipsia)'; the case's own thirst question still earns it (dev items)."""
+    assert verdicts(grader, items, [*DRINK_IDS, THIRST_ID]) == {
+        **{i: False for i in DRINK_IDS}, THIRST_ID: True}
+
+
+def test_alcohol_questions_do_not_match_a_fluid_item_by_meaning_either(items):
+    """MiniLM puts 'Do you smoke or drink?' near "drinking" (cosine above the match
+    threshold): with an encoder that matches everything, the alcohol questions still
+    earn nothing on the fluid item, and an alcohol item is still earned by them."""
+    import numpy as np
+
+    g = load_params().simulation.grader
+    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
+                         count_template=load_prompt(g.count_prompt),
+                         encode=lambda texts: np.ones((len(texts), 4)) / 2.0,
+                         max_candidates=g.max_candidates)
+    matching_all = build_grader("echo_aware", GraderContext(g, setup))
+    assert verdicts(matching_all, items, [*DRINK_IDS, THIRST_ID]) == {
+        **{i: False for i in DRINK_IDS}, THIRST_ID: True}
+    alcohol = items["g-0559"].model_copy(update={"id": "alc", "item": "alcohol use"})
+    assert verdicts(matching_all, {"alc": alcohol}, ["alc"]) == {"alc": True}
+
+
+@pytest.mark.parametrize(("sentence", "alcohol"), [
+    ("Do you smoke or drink?", True), ("Are you a drinker?", True), ("Do you drink?", True),
+    ("How much alcohol do you drink?", True), ("Any beer or wine?", True),
+    ("How much water do you drink a day?", False),
+    ("Have you been drinking more because you feel thirsty?", False),
+    ("How much alcohol and water do you drink?", False),   # names fluid too
+])
+def test_which_sentences_speak_of_alcohol(sentence, alcohol):
+    from medpref.echo import about_alcohol, fluid_intake_item
+
+    assert about_alcohol(sentence) is alcohol
+    assert fluid_intake_item("excessive thirst and drinking (polydipsia)")
+    assert not fluid_intake_item("alcohol and caffeine use")

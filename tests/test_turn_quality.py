@@ -133,7 +133,7 @@ def test_report_counts_flags_per_dialogue_and_shares_per_system():
     assert per.loc[2, "turns"] == 0
     summary = quality_per_system(per).set_index("system")
     assert list(summary.columns) == ["dialogues", "turns", "role %", "leak %", "repeat %",
-                                     "passing %"]
+                                     "empty %", "passing %"]
     assert summary.loc["NoteChat", "turns"] == 4
     assert summary.loc["NoteChat", "passing %"] == pytest.approx(50.0)
     assert summary.loc["NoteChat", "role %"] == pytest.approx(25.0)
@@ -268,7 +268,9 @@ def test_stage_writes_the_validation_page_and_its_test_half_metrics(tmp_path):
 
 def test_the_committed_hand_labels_measure_the_checks():
     """data/embedded/turn_quality_labels.jsonl: every turn of stage 02's dialogues of one
-    run (NoteChat and both baselines on the embedded notes), labelled by hand, split by note.
+    run (NoteChat and both baselines on the embedded notes) and of both baselines on the
+    notes of turn_quality_notes.jsonl (scripts/turn_quality_dialogues.py), labelled by hand,
+    split by note.
     The file loads (each dialogue whole and in order, in one split), and on these labels the
     checks flag no turn a reader would keep: what they flag is bad (precision), though they
     miss much of what is (recall, reported in the issue's note and by
@@ -278,7 +280,96 @@ def test_the_committed_hand_labels_measure_the_checks():
 
     scores, counts = validation_report(REPO_ROOT / "data/embedded/turn_quality_labels.jsonl")
     every = counts.set_index("split").loc["all"]
-    assert every["turns"] >= 60 and set(counts["split"]) == {"dev", "test", "all"}
+    assert every["turns"] >= 100 and set(counts["split"]) == {"dev", "test", "all"}
     anyflag = scores[(scores["split"] == "all") & (scores["check"] == "any")].iloc[0]
     assert anyflag["fp"] == 0 and anyflag["tp"] > 0
     assert anyflag["tp"] + anyflag["fn"] == every["unusable"]
+
+
+# -- out of role, stage directions, turns that say nothing (issue 31, dev labels) ------------
+
+@pytest.mark.parametrize(("text", "role"), [
+    ("Can you tell me a little bit about the patient who has been diagnosed with diabetes?",
+     "doctor"),
+    ("Please tell me more about the patient's situation.", "doctor"),
+    ("Hello Dr. Smith. Good day.", "doctor"),
+    ("Dr. Johnson, I'm glad to have you here today.", "doctor"),
+    ("I'm Dr. Smith, the doctor says, and you have asthma.", "doctor"),
+    ("The patient is pleased with the results.", "patient"),
+    ("Thank you for having me. I'm glad to have you here.", "patient"),
+    ("Hi, how can I help you today?", "patient"),
+    ("Good morning, I'm Dr. Smith. Later: I'm Dr. Johnson, a medical doctor.", "doctor"),
+    ("What's your medical specialty?", "doctor"),
+    ("I've been noticing that your child's ear is a little sore.", "patient"),
+])
+def test_talking_as_someone_else_than_the_two_in_the_room_is_flagged(text, role):
+    from medpref.turns.turn_quality import speaks_out_of_role
+
+    assert speaks_out_of_role(text, role)
+
+
+@pytest.mark.parametrize(("text", "role"), [
+    ("Hello, I'm Dr. Elena Martinez. What brings you in today?", "doctor"),
+    ("The patient portal has your results.", "doctor"),
+    ("Dr. Smith said I should rest.", "patient"),
+    ("Thanks, Dr. Smith. Does that mean I need pills?", "patient"),
+    ("The doctor told me to rest.", "patient"),
+    ("I'm patient with you; take your time.", "doctor"),
+    ("I'm Dr. Smith. Yes, I'm Dr. John Smith, from cardiology.", "doctor"),  # one name
+    ("Do you have any pain medicine at home?", "doctor"),
+    ("I'm worried about your blood pressure.", "doctor"),
+])
+def test_ordinary_turns_are_not_out_of_role(text, role):
+    from medpref.turns.turn_quality import speaks_out_of_role
+
+    assert not speaks_out_of_role(text, role)
+
+
+def test_a_stage_direction_in_brackets_leaks():
+    assert leaks_prompt('I am here to support you." (The patient nods')
+    assert leaks_prompt("Let me check. (pauses) Any fever?")
+    assert not leaks_prompt("Take it twice a day (morning and evening).")
+
+
+@pytest.mark.parametrize(("text", "role", "empty"), [
+    ("Yes.", "doctor", True), ("Alright, no problem.", "doctor", True),
+    ("Okay, thank you.", "doctor", True), ("Dr. Alex, the doctor.", "patient", True),
+    ("Yes.", "patient", False),                    # an answer to a yes/no question
+    ("Yes, take it with food.", "doctor", False),
+    ("Okay. How long has the cough lasted?", "doctor", False),
+    ("No.", "patient", False),
+    ("How are your day going, Doctor?", "patient", True),
+    ("Good morning! How's your day going? What brings you in?", "doctor", False),
+])
+def test_a_turn_that_says_nothing(text, role, empty):
+    from medpref.turns.turn_quality import says_nothing
+
+    assert says_nothing(text, role) is empty
+
+
+def test_the_change_record_names_the_labels_each_change_saw():
+    """data/embedded/turn_quality_changes.yaml: the baseline first, then each change of the
+    checks with its commit, the labelled turns per batch and split that existed then (never
+    more than exist now) and the dev turns that motivated it."""
+    from collections import Counter
+
+    import yaml
+
+    from medpref import REPO_ROOT
+    from medpref.notechat.turn_quality_validation import load_labels
+
+    turns = load_labels(REPO_ROOT / "data/embedded/turn_quality_labels.jsonl")
+    split = {t.id: t.split for t in turns}
+    batch = {t.id: ("stage02-embedded" if int(t.id.split("-")[1]) <= 69 else "baselines-tqn")
+             for t in turns}
+    now = Counter((batch[i], split[i]) for i in split)
+    entries = yaml.safe_load((REPO_ROOT / "data/embedded/turn_quality_changes.yaml")
+                             .read_text(encoding="utf-8"))["changes"]
+    assert entries[0]["id"] == "baseline" and entries[0]["motivated_by"] == []
+    for e in entries:
+        assert {"id", "date", "commit", "change", "batches", "motivated_by", "why"} <= set(e)
+        for b, parts in e["batches"].items():
+            for part, n in parts.items():
+                assert 0 < n <= now[(b, part)], (e["id"], b, part)
+        assert all(split[i] == "dev" for i in e["motivated_by"]), e["id"]
+    assert len({e["id"] for e in entries}) == len(entries)

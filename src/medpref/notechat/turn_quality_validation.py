@@ -6,11 +6,12 @@ as their role (``role_ok``), does prompt or format text leak in (``leak``), does
 repeat itself or an earlier turn (``repetition``), and would a reader accept it in a
 training dialogue (``usable``). Each check of :mod:`medpref.notechat.turn_quality` is
 then a classifier of "bad" turns: ``role`` against ``not role_ok``, ``leak`` against
-``leak``, ``repeat`` against ``repetition``, and the overall decision (any flag) against
-``not usable``. Recall and precision come with their counts and Wilson intervals, per
-half of the labels (``split``: ``dev`` turns may shape the rules, ``test`` turns only
-measure them) and for all of them. Turns of one dialogue are not independent, so the
-intervals are somewhat narrower than they should be; the counts are there to read.
+``leak``, ``repeat`` against ``repetition``, ``empty`` (a turn that says nothing; no label
+of its own) and the overall decision (any flag) against ``not usable``. Recall and
+precision come with their counts and Wilson intervals, per half of the labels (``split``:
+``dev`` turns may shape the rules, ``test`` turns only measure them) and for all of them.
+Turns of one dialogue are not independent, so the intervals are somewhat narrower than
+they should be; the counts are there to read.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from medpref.turns.turn_quality import CHECKS, check_dialogue
 
 #: what each check is compared with: (label, the label value that means "bad")
 GOLD = {"role": ("role_ok", False), "leak": ("leak", True), "repeat": ("repetition", True),
-        "any": ("usable", False)}
+        "empty": ("usable", False), "any": ("usable", False)}
 SPLITS = ("dev", "test", "all")
 
 
@@ -108,7 +109,7 @@ def check_scores(flagged: pd.Series, gold: pd.Series) -> dict[str, float | int]:
 
 
 def validation_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per split (dev, test, all) and check (role, leak, repeat, any): the scores of
+    """Per split (dev, test, all) and check (role, leak, repeat, empty, any): the scores of
     :func:`check_scores`."""
     rows = []
     for split in SPLITS:

@@ -35,9 +35,11 @@ import numpy as np
 from medpref.contracts import SPCase, Turn
 from medpref.echo import (
     DoctorSentence,
+    about_alcohol,
     content_units,
     disease_words,
     doctor_sentences,
+    fluid_intake_item,
     is_chinese,
     item_parts,
     lists_too_many,
@@ -212,8 +214,11 @@ class EchoAwareGrader:
     def _matches(self, item: str, sents: Sequence[DoctorSentence],
                  cos: np.ndarray | None) -> list[int]:
         wants = [u for u in (content_units(x) for x in item_parts(item)) if u]
+        fluid = fluid_intake_item(item)
         hits = []
         for k, s in enumerate(sents):
+            if fluid and about_alcohol(s.text):   # drinking alcohol is not thirst
+                continue
             have = content_units(s.text)
             lexical = max((len(w & have) / len(w) for w in wants), default=0.0)
             if lexical >= self.lexical or (cos is not None and cos[k] >= self.match):

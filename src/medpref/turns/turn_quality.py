@@ -13,12 +13,24 @@ checks per turn, pure functions (no model calls):
   prompt files (:func:`prompt_markers`), a speaker label inside the turn ("Doctor:",
   "A:"), a note's section heading ("Subjective:") or a checklist annotation ("joint pain
   (absent)").
-- ``repeat``: a sentence of at least :data:`~medpref.notechat.turns.REPEAT_MIN_WORDS`
+- ``repeat``: a sentence of at least :data:`~medpref.turns.text.REPEAT_MIN_WORDS`
   words said twice in the turn, or one of at least :data:`COPIED_MIN_WORDS` words copied
   from an earlier turn of the dialogue (at least :data:`COPIED_MIN_SHARE` of its word
   pairs in one earlier turn, by ``copied_share``).
 
-A turn passes when it has none of the three.
+- ``empty``: a doctor turn that is only an acknowledgement ("Yes.", "Alright, no
+  problem."), any turn that is only a name or title ("Dr. Alex, the doctor.") or is cut
+  off after a greeting ("Good morning,"), a patient's small talk about the doctor's day:
+  it neither asks, explains nor answers anything about the visit.
+
+``role`` also flags a speaker who talks as someone else than the two people in the
+room: a doctor who speaks of "the patient" in the third person to the patient ("tell me
+about the patient's situation"), greets or addresses another doctor ("Hello Dr. Smith."),
+or narrates itself ("the doctor says"); a patient who speaks of "the patient", plays the
+host ("I'm glad to have you here") or narrates itself. ``leak`` also flags a stage
+direction in brackets ("(The patient nods").
+
+A turn passes when it has none of the four.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ import pandas as pd
 
 from medpref.turns.text import REPEAT_MIN_WORDS, copied_share, normalise, sentences
 
-CHECKS = ("role", "leak", "repeat")
+CHECKS = ("role", "leak", "repeat", "empty")
 #: The NoteChat prompt files whose headings and instructions a turn must not contain.
 NOTECHAT_PROMPTS = ("notechat_doctor", "notechat_patient", "notechat_planning",
                     "notechat_polish", "notechat_single_prompt")
@@ -66,6 +78,56 @@ _ANNOTATION = re.compile(r"\w\s*\((?:absent|present|negated)\)", re.IGNORECASE)
 #: A heading line of a prompt ("Conversation so far:"; its slot already removed).
 _HEADING = re.compile(r"\s*([A-Za-z][^:\n]{2,60}):\s*$")
 _APOSTROPHES = str.maketrans({"’": "'", "‘": "'"})
+#: "the patient" spoken of in the third person (by a doctor: followed by what the patient
+#: is, has or does; "the patient portal" is no person). A patient never says it of itself.
+_THE_PATIENT_THIRD = re.compile(
+    r"\bthe\s+patient(?:'s|s'|\s+(?:who|is|was|has|had|feels|felt|seems|says|said|will"
+    r"|would|should|needs|wants|in|with|here|there)\b)", re.IGNORECASE)
+_THE_PATIENT = re.compile(r"\bthe\s+patient\b(?!\s+portal)", re.IGNORECASE)
+#: A doctor greeting or addressing another doctor: "Hello Dr. Smith.", "Dr. Johnson, ..."
+#: at a sentence start ("Hello, I'm Dr. Smith" introduces the speaker and passes).
+_ADDRESSES_DOCTOR = re.compile(
+    r"(?:^|(?<=[.!?])\s+)(?:(?:hello|hi|dear|good\s+(?:morning|afternoon|evening)|thanks"
+    r"|thank\s+you)[,!]?\s+dr\b\.?\s+[a-z]+\s*[,.!]|dr\b\.?\s+[a-z]+\s*,)", re.IGNORECASE)
+#: A speaker narrating itself in the third person ("the doctor says", "the patient asks").
+_NARRATES = {role: re.compile(rf"\bthe\s+{role}\s+(?:says|asks|replies|answers|nods|smiles"
+                              r"|pauses|continues|explains)\b", re.IGNORECASE)
+             for role in ("doctor", "patient")}
+#: A patient playing the host of the visit.
+_HOSTS = re.compile(r"\b(?:glad|happy|pleased|nice)\s+to\s+have\s+you\b|\bhow\s+can\s+i\s+help"
+                    r"\s+you\b|\bwhat\s+brings\s+you\b|\bthank(?:s|\s+you)\s+for\s+coming\b",
+                    re.IGNORECASE)
+#: A doctor who speaks as if not the doctor: tells the patient "you are a doctor", asks
+#: "your medical specialty", goes to "find a doctor", or is anxious or confused himself.
+_DOCTOR_NOT_DOCTOR = re.compile(
+    r"\byou(?:'re|\s+are)\s+(?:a|the)\s+(?:doctor|physician)\b|\byour\s+(?:medical\s+)?specialty\b"
+    r"|\b(?:find|take\s+\w+\s+to|go\s+to|gone\s+to)\s+(?:a|the)\s+doctor\b"
+    r"|\bi(?:'m|\s+am)\s+(?:(?:a\s+)?little\s+(?:bit\s+)?|so\s+|very\s+|really\s+)?"
+    r"(?:anxious|confused|nervous|scared)\b", re.IGNORECASE)
+#: A patient who speaks as the clinician: "your child's ear", or asks the doctor about
+#: their symptoms ("did you feel any pain").
+_PATIENT_AS_CLINICIAN = re.compile(
+    r"\byour\s+(?:child|son|daughter|baby|kid)\b|\b(?:did|do|have|are)\s+you\s+(?:feel|felt|had"
+    r"|have|experienced?|noticed?)\s+any\s+(?:pain|symptoms?|fever|nausea)\b"
+    r"(?!\s*(?:medicine|killers?|relief|pills?|tablets?))", re.IGNORECASE)
+#: A self-introduction's name ("I'm Dr. John Smith" -> {"john", "smith"}).
+_INTRO_NAME = re.compile(r"\b(?i:i'm|i\s+am|my\s+name\s+is)\s+(?i:dr\b\.?\s+)?"
+                         r"([A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)")
+#: A stage direction in brackets: "(The patient nods", "(pauses)", "(Dr. Smith smiles".
+_STAGE_DIRECTION = re.compile(r"\(\s*(?:the\s+)?(?:patient|doctor|physician|dr\b|he\b|she\b"
+                              r"|pauses?|smiles?|nods?|laughs?|sighs?)", re.IGNORECASE)
+#: A turn cut off after a greeting or a title ("Good morning,", "Hey, Alex,", "I'm Dr.").
+_CUT_OFF = re.compile(r",\s*$|^\W*(?:i'm|i\s+am)\s+dr\b\.?\W*$", re.IGNORECASE)
+#: A patient's small talk about the doctor's day: "How are your day going, Doctor?"
+_SMALL_TALK = re.compile(r"\bhow(?:'s|\s+is|\s+are|\s+was)?\s+your\s+day\b"
+                         r"|\bwhat\s+your\s+experience\s+is\s+like\b", re.IGNORECASE)
+#: Words that only acknowledge: a doctor turn of these alone says nothing.
+_ACK_WORDS = frozenset("""yes yeah yep ok okay alright all right sure no problem fine good
+great thanks thank you i see understood of course mm hmm uh huh well then got it""".split())
+ACK_MAX_WORDS = 5
+#: A turn that is only a name or title: "Dr. Alex, the doctor."
+_ONLY_NAME = re.compile(r"^\W*(?:(?:dr\b\.?\s+[a-z]+|(?:the\s+)?doctor|(?:the\s+)?patient)\W*)+$",
+                        re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -73,10 +135,11 @@ class TurnFlags:
     role: bool = False
     leak: bool = False
     repeat: bool = False
+    empty: bool = False
 
     @property
     def passes(self) -> bool:
-        return not (self.role or self.leak or self.repeat)
+        return not (self.role or self.leak or self.repeat or self.empty)
 
 
 def markers_from_template(user: str) -> tuple[list[str], list[str]]:
@@ -119,6 +182,42 @@ def claims_other_role(text: str, role: str) -> bool:
     return bool((_CLAIMS_DOCTOR if role == "patient" else _CLAIMS_OTHER).search(text))
 
 
+def speaks_out_of_role(text: str, role: str) -> bool:
+    """The speaker is not one of the two people in the room talking to the other: it
+    claims the other role, narrates itself ("the doctor says"), and as a doctor speaks of
+    "the patient" in the third person or addresses another doctor, as a patient speaks of
+    "the patient" or plays the host."""
+    text = text.translate(_APOSTROPHES)
+    if claims_other_role(text, role) or _NARRATES[role].search(text) or two_names(text):
+        return True
+    if role == "doctor":
+        return bool(_THE_PATIENT_THIRD.search(text) or _ADDRESSES_DOCTOR.search(text)
+                    or _DOCTOR_NOT_DOCTOR.search(text))
+    return bool(_THE_PATIENT.search(text) or _HOSTS.search(text)
+                or _PATIENT_AS_CLINICIAN.search(text))
+
+
+def two_names(text: str) -> bool:
+    """The speaker introduces itself by two names that share no word ("I'm Dr. Smith. ...
+    I'm Dr. Johnson")."""
+    names = [frozenset(m.lower().split()) for m in _INTRO_NAME.findall(text)]
+    return any(not a & b for i, a in enumerate(names) for b in names[i + 1:])
+
+
+def says_nothing(text: str, role: str) -> bool:
+    """A doctor turn that only acknowledges ("Yes.", "Alright, no problem."), or any turn
+    that is only a name or title ("Dr. Alex, the doctor."), is cut off after a greeting
+    ("Good morning,", "I'm Dr."), or is a patient's small talk about the doctor's day ("How
+    are your day going, Doctor?"; a doctor's "How's your day?" may open a visit)."""
+    text = text.translate(_APOSTROPHES)
+    if _ONLY_NAME.match(text.strip()) or _CUT_OFF.search(text):
+        return True
+    if role == "patient" and _SMALL_TALK.search(text):   # a doctor may open with it
+        return True
+    words = normalise(text).split()
+    return role == "doctor" and 0 < len(words) <= ACK_MAX_WORDS and set(words) <= _ACK_WORDS
+
+
 def leaks_prompt(text: str, markers: tuple[Sequence[str], Sequence[str]] | None = None) -> bool:
     """Prompt headings or instructions, a speaker label or a checklist annotation."""
     headings, instructions = markers if markers is not None else prompt_markers()
@@ -128,7 +227,8 @@ def leaks_prompt(text: str, markers: tuple[Sequence[str], Sequence[str]] | None 
     words = f" {normalise(text)} "
     if any(f" {i} " in words for i in instructions):
         return True
-    return bool(_LABEL.search(text) or _NOTE_HEADING.search(text) or _ANNOTATION.search(text))
+    return bool(_LABEL.search(text) or _NOTE_HEADING.search(text) or _ANNOTATION.search(text)
+                or _STAGE_DIRECTION.search(text))
 
 
 def _long(sentence: str) -> str | None:
@@ -147,9 +247,9 @@ def repeats_sentence(text: str, previous: Sequence[str] = ()) -> bool:
 
 def check_turn(text: str, role: str, previous: Sequence[str] = (),
                markers: tuple[Sequence[str], Sequence[str]] | None = None) -> TurnFlags:
-    """The three checks of one turn; ``previous`` are the dialogue's earlier turns."""
-    return TurnFlags(role=claims_other_role(text, role), leak=leaks_prompt(text, markers),
-                     repeat=repeats_sentence(text, previous))
+    """The four checks of one turn; ``previous`` are the dialogue's earlier turns."""
+    return TurnFlags(role=speaks_out_of_role(text, role), leak=leaks_prompt(text, markers),
+                     repeat=repeats_sentence(text, previous), empty=says_nothing(text, role))
 
 
 def check_dialogue(turns: Iterable, markers=None) -> list[TurnFlags]:
@@ -178,7 +278,7 @@ def quality_per_dialogue(systems: dict[str, dict[str, list]]) -> pd.DataFrame:
 
 def quality_per_system(per_dialogue: pd.DataFrame) -> pd.DataFrame:
     """Per system: dialogues, turns, and the share (%) of turns each check flags and of
-    turns that pass all three."""
+    turns that pass every check."""
     rows = []
     for system, part in per_dialogue.groupby("system", sort=False):
         turns = int(part["turns"].sum())
@@ -194,7 +294,9 @@ def table3_block(per_system: pd.DataFrame) -> pd.DataFrame:
     return per_system.drop(columns=["dialogues"]).rename(columns={"system": "Turn quality"})
 
 
-TABLE3_NOTE = ("Turn quality (medpref.notechat.turn_quality): % of turns where the speaker "
-               "claims the other role, prompt scaffolding or checklist annotations leak in, or "
-               "a sentence repeats; `passing %` has none. Table 3's other blocks reward keyword "
-               "presence alone and do not see these.")
+TABLE3_NOTE = ("Turn quality (medpref.turns.turn_quality): % of turns where the speaker "
+               "speaks out of role (claims the other role, talks of the patient in the third "
+               "person, addresses another doctor), prompt scaffolding, stage directions or "
+               "checklist annotations leak in, a sentence repeats, or a doctor turn only "
+               "acknowledges (`empty`); `passing %` has none. Table 3's other blocks reward "
+               "keyword presence alone and do not see these.")
