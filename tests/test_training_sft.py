@@ -155,7 +155,8 @@ def test_hardware_files_validate(tmp_path):
         load_hardware(str(bad))
     old = tmp_path / "old.yaml"  # the flat file of before: one trainer's batch, no sections
     old.write_text("device: cpu\nper_device_batch_size: 4\nbf16: false\n")
-    with pytest.raises(ValueError, match="'per_device_batch_size' belongs in a section"):
+    with pytest.raises(ValueError, match="'per_device_batch_size' belongs in a section, "
+                                         "under trl's name: 'rem.per_device_train_batch_size'"):
         load_hardware(str(old))
     with pytest.raises(FileNotFoundError, match="known"):
         load_hardware("tpu")

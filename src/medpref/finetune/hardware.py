@@ -1,7 +1,7 @@
 """Hardware (``configs/hardware/<name>.yaml``): where and how fast a recipe trains.
 
 The vocabulary, one name each: a **recipe** says what is trained (LoRA, learning rate,
-epochs, lengths: ``rem.train`` and ``training.recipes.<name>`` in params.yaml); a
+epochs, lengths: ``rem.train.recipe`` and ``training.recipes.<name>`` in params.yaml); a
 **hardware** file says where and how fast (device, threads, precision, per-device batch
 × accumulation, gradient checkpointing, checkpoint cadence); an **overlay**
 (``configs/overlays/``) is a set of params overrides. As in the alignment-handbook,
@@ -10,7 +10,10 @@ the same recipe runs on a 2-core CPU or a GPU by switching one param
 are an accelerate config under ``configs/hardware/accelerate/``, chosen at launch.
 
 A hardware file has the machine's settings and one section per trainer: ``rem`` (stage
-03's REM LoRA) and ``policy`` (stage 05's SFT and DPO), which batch differently.
+03's REM LoRA) and ``policy`` (stage 05's SFT and DPO), which batch differently. A
+section's keys are trainer arguments in trl's own names, laid over the recipe's as they
+are (:func:`medpref.finetune.recipe.trainer_arguments`), but ``compact_lm_head`` and the
+REM's ``max_steps_cap``, which medpref reads itself.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from pydantic import Field, ValidationError, model_validator
 from medpref.params import StrictModel, repo_path
 
 #: keys of the old flat hardware file (the REM's) → where they live now
-_MOVED_FLAT_KEYS = {key: f"rem.{key}" for key in (
-    "per_device_batch_size", "grad_accumulation", "gradient_checkpointing", "max_steps",
-    "group_by_length")}
+_MOVED_FLAT_KEYS = {"per_device_batch_size": "rem.per_device_train_batch_size",
+                    "grad_accumulation": "rem.gradient_accumulation_steps",
+                    "gradient_checkpointing": "rem.gradient_checkpointing",
+                    "max_steps": "rem.max_steps_cap",
+                    "group_by_length": "rem.train_sampling_strategy"}
 #: keys of a section before they took trl's names → the trainer argument now
 _OLD_SECTION_KEYS = {"per_device_batch_size": "per_device_train_batch_size (and "
                      "per_device_eval_batch_size)",
@@ -107,9 +112,9 @@ class Hardware(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _no_flat_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, _MOVED_FLAT_KEYS, "'{key}' belongs in a section "
-                                 "('rem' for stage 03, 'policy' for stage 05), under "
-                                 "trl's name: a hardware file has a section per trainer")
+        return refuse_moved_keys(data, _MOVED_FLAT_KEYS, "'{key}' belongs in a section, "
+                                 "under trl's name: '{new}' (or its 'policy' twin for "
+                                 "stage 05): a hardware file has a section per trainer")
 
 
 def hardware_path(name: str) -> Path:
