@@ -35,7 +35,6 @@ from medpref.contracts import Dialogue, read_jsonl
 from medpref.finetune.hardware import load_hardware
 from medpref.finetune.sft import load_base, save_adapter, with_lora
 from medpref.params import load_params
-from medpref.training.arguments import lora_settings
 from medpref.training.dpo import train_dpo
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
@@ -75,7 +74,7 @@ def small_model(folder: Path) -> Path:
 def start_adapter(model_path: Path, recipe, hardware, folder: Path) -> Path:
     """A fresh LoRA adapter saved like the SFT adapter the stage starts DPO from."""
     _, base = load_base(model_path, hardware, device="cpu")
-    save_adapter(with_lora(base, lora_settings(recipe, base.config.model_type)), folder)
+    save_adapter(with_lora(base, recipe.lora(base.config.model_type)), folder)
     return folder
 
 
@@ -89,7 +88,7 @@ def throughput(logs: list[dict]) -> tuple[float, float, float]:
 def run_stage(model_path, adapter, data, recipe, hardware, work: Path) -> dict:
     t0 = time.process_time()
     run = train_dpo(model_path, adapter, data, work / "out", work / "ckpt", recipe, hardware,
-                    beta=0.1, loss_type="sigmoid", seed=0, eval_pairs=1)
+                    seed=0, eval_pairs=1)
     tokens, secs, rate = throughput(run.fit.log_history)
     return {"tokens": tokens, "train_s": secs, "tokens_per_s": rate,
             "cpu_s": time.process_time() - t0}
@@ -107,17 +106,17 @@ def run_plain(model_path, data, recipe, hardware, work: Path) -> dict:
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    lora = lora_settings(recipe, model.config.model_type)
-    args = DPOConfig(output_dir=str(work / "plain"), max_steps=recipe.dpo_max_steps,
-                     per_device_train_batch_size=hardware.policy.per_device_batch_size,
-                     gradient_accumulation_steps=hardware.policy.grad_accumulation,
+    lora = recipe.lora(model.config.model_type)
+    args = DPOConfig(output_dir=str(work / "plain"), max_steps=recipe.max_steps,
+                     per_device_train_batch_size=hardware.policy.per_device_train_batch_size,
+                     gradient_accumulation_steps=hardware.policy.gradient_accumulation_steps,
                      learning_rate=recipe.learning_rate, max_length=recipe.max_length,
                      bf16=False, gradient_checkpointing=False, save_strategy="no",
                      report_to=[], logging_steps=1, use_cpu=not torch.cuda.is_available())
     trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
                          processing_class=tok,
-                         peft_config=LoraConfig(r=lora.r, lora_alpha=lora.alpha,
-                                                lora_dropout=lora.dropout,
+                         peft_config=LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha,
+                                                lora_dropout=lora.lora_dropout,
                                                 target_modules=list(lora.target_modules),
                                                 task_type="CAUSAL_LM"))
     trainer.train()
@@ -140,12 +139,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     a = ap.parse_args()
-    recipe = load_params().training.recipes["tiny"].model_copy(update={
-        "dpo_max_steps": a.steps, "dpo_epochs": 100, "max_length": a.max_length})
+    recipe = load_params().training.recipes["tiny"].dpo.model_copy(update={
+        "max_steps": a.steps, "num_train_epochs": 100, "max_length": a.max_length})
     cpu = load_hardware("cpu")
     hardware = cpu.model_copy(update={"device": "auto", "bf16": "auto", "policy": cpu.policy
-                                      .model_copy(update={"per_device_batch_size": a.batch,
-                                                          "grad_accumulation": 1,
+                                      .model_copy(update={"per_device_train_batch_size": a.batch,
+                                                          "gradient_accumulation_steps": 1,
                                                           "save_steps": a.save_steps,
                                                           "logging_steps": 1})})
     data = bench_pairs(a.pairs)

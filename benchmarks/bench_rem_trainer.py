@@ -67,7 +67,6 @@ def hardware_with_compact_head(name: str, on: bool, work: Path) -> Path:
 def rem_trainer(params, work: Path):
     """The REM's trainer as stage 03 builds it (real model, data and hardware), one step."""
     from medpref.finetune.sft import (
-        LoraSettings,
         build_sft_trainer,
         drop_too_long,
         load_base,
@@ -80,9 +79,10 @@ def rem_trainer(params, work: Path):
     examples = b03.sft_examples(inputs.split("train"), inputs.flowchart, p.prompt,
                                 t.rule_detail, t.answer_order)
     tok, base = load_base(repo_path(params.shared.llm.roles[p.role].model), hw, "cpu")
-    data, dropped = drop_too_long(tok, examples, t.max_length, ("completion",))
-    model = with_lora(base, LoraSettings(r=t.lora_r, alpha=t.lora_alpha, dropout=0.0,
-                                         target_modules=tuple(t.target_modules)))
+    data, dropped = drop_too_long(tok, examples, t.recipe.max_length, ("completion",))
+    # dropout 0: a timing without dropout's randomness
+    recipe = t.recipe.model_copy(update={"lora_dropout": 0.0})
+    model = with_lora(base, recipe.lora(base.config.model_type))
     trainer = build_sft_trainer(model, tok, data, b03.rem_sft_config(
         t, hw, work, params.shared.seed, 1))
     return trainer, model, hw, len(examples), dropped
@@ -100,7 +100,7 @@ def lengths_report(params) -> None:
     answer = np.array([sum(1 for x in r["labels"] if x != -100) for r in ds])
     q = [0, 10, 25, 50, 75, 90, 100]
     print(f"{len(ds)} of {n_all} training examples fit max_length "
-          f"{params.rem.train.max_length} ({dropped} dropped)")
+          f"{params.rem.train.recipe.max_length} ({dropped} dropped)")
     print("tokens per example, percentiles " + ", ".join(f"p{x}" for x in q) + ": "
           + ", ".join(f"{v:.0f}" for v in np.percentile(full, q)))
     print("answer (learned) tokens, percentiles: "
@@ -111,8 +111,8 @@ def lengths_report(params) -> None:
         batches += 1
         padded += batch["input_ids"].numel()
         real += int(batch["attention_mask"].sum())
-    print(f"one epoch: {batches} batches of {hw.rem.per_device_batch_size} "
-          f"(accumulation {hw.rem.grad_accumulation}); {real} real tokens in {padded} "
+    print(f"one epoch: {batches} batches of {hw.rem.per_device_train_batch_size} "
+          f"(accumulation {hw.rem.gradient_accumulation_steps}); {real} real tokens in {padded} "
           f"padded positions: padding is {1 - real / padded:.1%} of the work packing could "
           "remove")
     shutil.rmtree(work, ignore_errors=True)
@@ -132,7 +132,7 @@ def ab_compact_head(params, n_batches: int, repeats: int) -> None:
         if len(batches) == n_batches:
             break
     sizes = [(int(b["input_ids"].shape[1]), int((b["labels"] != -100).sum())) for b in batches]
-    print(f"{len(batches)} batches of {hw.rem.per_device_batch_size}: (padded length, "
+    print(f"{len(batches)} batches of {hw.rem.per_device_train_batch_size}: (padded length, "
           f"answer tokens) {sizes}", flush=True)
     model.train()
     wall = {"every position": [], "compact": []}

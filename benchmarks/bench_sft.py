@@ -25,7 +25,6 @@ from medpref.data.split import load_split
 from medpref.finetune.sft import build_sft_trainer, drop_too_long, load_base, with_lora
 from medpref.params import load_params, repo_path
 from medpref.prompts import load_prompt
-from medpref.training.arguments import lora_settings
 from medpref.training.dialogue_sft import (
     load_dialogues,
     sft_config,
@@ -36,7 +35,8 @@ from medpref.training.dialogue_sft import (
 
 def hardware_for(hardware, batch: int, padding_free: bool):
     policy = hardware.policy.model_copy(update={
-        "per_device_batch_size": batch, "grad_accumulation": 1, "padding_free": padding_free,
+        "per_device_train_batch_size": batch, "per_device_eval_batch_size": batch,
+        "gradient_accumulation_steps": 1, "padding_free": padding_free,
         "save_steps": 10_000, "logging_steps": 1})
     return hardware.model_copy(update={"policy": policy})
 
@@ -61,7 +61,7 @@ def main() -> None:
                          recipe.history_max_turns, p.sft.turn_quality)
     base_path = repo_path(params.shared.llm.roles[p.base_role].model)
     tok, _ = load_base(base_path, hardware, device="cpu")
-    every, _ = drop_too_long(tok, every, recipe.max_length, ("completion",))
+    every, _ = drop_too_long(tok, every, recipe.sft.max_length, ("completion",))
     data = every[:args.examples]
 
     def tokens(ex) -> int:
@@ -76,8 +76,8 @@ def main() -> None:
         batch, mode = setting.split(":")
         hw = hardware_for(hardware, int(batch), mode == "free")
         _, base = load_base(base_path, hw, device="cpu")
-        model = with_lora(base, lora_settings(recipe, base.config.model_type))
-        cfg = sft_config(recipe.model_copy(update={"sft_epochs": 1, "sft_max_steps": None}),
+        model = with_lora(base, recipe.sft.lora(base.config.model_type))
+        cfg = sft_config(recipe.sft.model_copy(update={"num_train_epochs": 1, "max_steps": None}),
                          hw, f"{args.out}/{batch}-{mode}", params.shared.seed)
         cfg.disable_tqdm = True
         trainer = build_sft_trainer(model, tok, data, cfg)

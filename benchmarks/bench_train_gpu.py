@@ -109,8 +109,11 @@ def main() -> None:
     hardware = hardware.model_copy(update={
         "policy": hardware.policy.model_copy(update={"save_steps": 10**6})})
     if a.max_length:
-        recipe = recipe.model_copy(update={"max_length": a.max_length})
-    per_step = hardware.policy.per_device_batch_size * hardware.policy.grad_accumulation
+        recipe = recipe.model_copy(update={
+            kind: getattr(recipe, kind).model_copy(update={"max_length": a.max_length})
+            for kind in ("sft", "dpo")})
+    per_step = (hardware.policy.per_device_train_batch_size
+                * hardware.policy.gradient_accumulation_steps)
     dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)
     sft_data = sft_examples(dialogues, SYSTEM, None, seed=0,
                             history_max_turns=recipe.history_max_turns)
@@ -120,9 +123,10 @@ def main() -> None:
     summary: dict = {"device": device, "recipe": a.recipe, "hardware": a.hardware,
                      "bf16": resolve_bf16(hardware),
                      "gradient_checkpointing": hardware.policy.gradient_checkpointing,
-                     "lora_r": recipe.lora_r, "batch": hardware.policy.per_device_batch_size,
-                     "accumulation": hardware.policy.grad_accumulation,
-                     "max_length": recipe.max_length}
+                     "lora_r": recipe.sft.r,
+                     "batch": hardware.policy.per_device_train_batch_size,
+                     "accumulation": hardware.policy.gradient_accumulation_steps,
+                     "max_length": recipe.sft.max_length}
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         tmp = Path(tmp)
         t0 = time.perf_counter()
@@ -134,14 +138,14 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             t0 = time.perf_counter()
             if part == "sft":
-                short = recipe.model_copy(update={"sft_max_steps": a.sft_steps})
+                short = recipe.sft.model_copy(update={"max_steps": a.sft_steps})
                 run = train_dialogue_sft(model, sft_data, tmp / "sft", tmp / "ck_sft", short,
                                          hardware, seed=0)
                 n = run.n_examples
             else:
-                short = recipe.model_copy(update={"dpo_max_steps": a.dpo_steps})
+                short = recipe.dpo.model_copy(update={"max_steps": a.dpo_steps})
                 run = train_dpo(model, tmp / "sft", pairs, tmp / "dpo", tmp / "ck_dpo", short,
-                                hardware, beta=0.1, loss_type="sigmoid", seed=0, eval_pairs=4)
+                                hardware, seed=0, eval_pairs=4)
                 n = run.n_pairs
                 summary["dpo_lora_shift_vs_sft"] = lora_shift(tmp / "sft", tmp / "dpo")
                 summary["dpo_reward_accuracy_eval"] = run.evaluation.get("rewards/accuracies")

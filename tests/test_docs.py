@@ -463,7 +463,7 @@ def test_a_stale_block_is_rewritten_and_an_unknown_one_refused(tmp_path):
     text = ("<!-- BEGIN GENERATED file:configs/hardware/cpu.yaml -->\nold\n"
             "<!-- END GENERATED file:configs/hardware/cpu.yaml -->\n")
     fresh = includes.refresh(text, REPO_ROOT, page)
-    assert "old" not in fresh and "per_device_batch_size" in fresh
+    assert "old" not in fresh and "per_device_train_batch_size" in fresh
     assert includes.refresh(fresh, REPO_ROOT, page) == fresh
     with pytest.raises(ValueError, match="unknown generated block 'nope'"):
         includes.refresh("<!-- BEGIN GENERATED nope -->\n<!-- END GENERATED nope -->",

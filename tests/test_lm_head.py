@@ -44,8 +44,10 @@ def trainer(model_dir, out, compact: bool, steps: int = 1):
     hw = load_hardware("cpu")
     set_seed(0)
     tok, base = load_base(model_dir, hw, device="cpu")
-    model = with_lora(base, LoraSettings(r=4, alpha=8, dropout=0.0))
-    train = load_params().rem.train.model_copy(update={"learning_rate": 1e-2})
+    model = with_lora(base, LoraSettings(r=4, lora_alpha=8, lora_dropout=0.0))
+    train = load_params().rem.train
+    train = train.model_copy(update={"recipe": train.recipe.model_copy(
+        update={"learning_rate": 1e-2})})
     args = rem_sft_config(train, hw, out, 0, steps=steps)
     return build_sft_trainer(model, tok, DATA, args, compact_lm_head=compact)
 

@@ -67,7 +67,7 @@ SIZE_AND_HARDWARE: dict[str, object] = {
     "notechat.doctor_max_new_tokens": 16, "notechat.patient_max_new_tokens": 16,
     "notechat.polish_max_new_tokens": 24, "notechat.baseline_max_new_tokens": 24,
     # 03: the REM on CPU (paper: gpu), one step, a balanced item per rule, short answers
-    "rem.train.hardware": "cpu", "rem.train.max_steps": 1, "rem.eval_per_rule": 1,
+    "rem.train.hardware": "cpu", "rem.train.recipe.max_steps": 1, "rem.eval_per_rule": 1,
     "rem.compliance_n": 1, "rem.scorers.sampled.k": 1,
     "rem.scorers.sampled.max_new_tokens": 16, "rem.scorers.expected.max_new_tokens": 16,
     "rem.scorers.finetuned.max_new_tokens": 16,
@@ -78,8 +78,9 @@ SIZE_AND_HARDWARE: dict[str, object] = {
     # 05: the paper's LoRA on CPU: one optimizer step each, short sequences
     # (the paper recipe on cpu hardware: batch 1 x 1, no checkpointing, 2 threads)
     "training.hardware": "cpu",
-    "training.recipes.paper.sft_max_steps": 1, "training.recipes.paper.dpo_max_steps": 1,
-    "training.recipes.paper.max_length": 256, "training.recipes.paper.history_max_turns": 2,
+    "training.recipes.paper.sft.max_steps": 1, "training.recipes.paper.dpo.max_steps": 1,
+    "training.recipes.paper.sft.max_length": 256, "training.recipes.paper.dpo.max_length": 256,
+    "training.recipes.paper.history_max_turns": 2,
     "training.sft.max_examples": 4,
     "training.dpo.heldout_folds": 0,
     # 06: one SP case (paper: all), two rounds, one next-turn dialogue, two held-out states

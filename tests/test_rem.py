@@ -371,8 +371,9 @@ def test_rem_params_reject_unknown_keys_and_bad_values():
     raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["rem"]
     with pytest.raises(ParamsError, match="unknown key 'rem.kk'"):
         parse_params({"rem": {**raw, "kk": 3}})
-    with pytest.raises(ParamsError, match="'rem.train.lora_r'"):
-        parse_params({"rem": {**raw, "train": {"lora_r": 0}}})
+    with pytest.raises(ParamsError, match="'rem.train.recipe.r'"):
+        parse_params({"rem": {**raw, "train": {**raw["train"], "recipe": {
+            **raw["train"]["recipe"], "r": 0}}}})
     with pytest.raises(ParamsError, match="'rem.scorers.finetuned'"):  # the card decides
         parse_params({"rem": {**raw, "scorers": {**raw["scorers"], "finetuned": {
             "mode": "finetuned", "detail": "full"}}}})

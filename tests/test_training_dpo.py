@@ -46,12 +46,19 @@ def _with_policy(hardware, **update):
     return hardware.model_copy(update={"policy": hardware.policy.model_copy(update=update)})
 
 
+def _tuned(policy, sft: dict | None = None, dpo: dict | None = None, **both):
+    """A policy recipe with fields of its SFT and DPO recipes changed (``both``: in each)."""
+    return policy.model_copy(update={
+        "sft": policy.sft.model_copy(update={**both, **(sft or {})}),
+        "dpo": policy.dpo.model_copy(update={**both, **(dpo or {})})})
+
+
 @pytest.fixture(scope="module")
 def recipe():
     """The tiny recipe with short, fast, lively settings for a model built from a config."""
-    return load_params().training.recipes["tiny"].model_copy(update={
-        "sft_max_steps": 2, "dpo_max_steps": 4, "dpo_epochs": 10, "learning_rate": 5e-3,
-        "max_length": 256})
+    return _tuned(load_params().training.recipes["tiny"], sft={"max_steps": 2},
+                  dpo={"max_steps": 4, "num_train_epochs": 10}, learning_rate=5e-3,
+                  max_length=256)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +81,7 @@ def sft_adapter(tiny_model_dir, recipe, hardware, tmp_path_factory):
     work = tmp_path_factory.mktemp("sft")
     dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)[:3]
     run = train_dialogue_sft(tiny_model_dir, sft_examples(dialogues, SYSTEM, 6, 0),
-                             work / "adapter", work / "ckpt", recipe, hardware, seed=0)
+                             work / "adapter", work / "ckpt", recipe.sft, hardware, seed=0)
     assert run.fit.steps == 2 and (work / "adapter" / "adapter_model.safetensors").exists()
     assert not (work / "ckpt").exists()  # keep_checkpoints false: removed when done
     return work / "adapter"
@@ -114,8 +121,8 @@ def test_pair_becomes_conversational_with_the_chat_template_applied_once(
     assert not any("<|im_start|>" in m["content"] for m in ex["prompt"] + ex["chosen"])
     # what trl tokenizes: one system block, the template's markers once per message
     tok, model = policy_model(tiny_model_dir, None, hardware)
-    args = dpo_config(recipe, hardware, tmp_path / "ckpt", 0, 0.1, "sigmoid")
-    trainer = build_dpo_trainer(model, tok, [ex], [], args, recipe)
+    args = dpo_config(recipe.dpo, hardware, tmp_path / "ckpt", 0)
+    trainer = build_dpo_trainer(model, tok, [ex], [], args, recipe.dpo)
     row = trainer.train_dataset[0]
     prompt_text = tok.decode(row["prompt_ids"])
     assert prompt_text.count("<|im_start|>system") == 1
@@ -129,7 +136,7 @@ def test_dpo_steps_move_every_lora_weight_and_raise_the_margin(
         tiny_model_dir, sft_adapter, recipe, hardware, tmp_path):
     examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(4)]
     run = train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "dpo", tmp_path / "ckpt",
-                    recipe, hardware, beta=0.1, loss_type="sigmoid", seed=0)
+                    recipe.dpo, hardware, seed=0)
     assert run.fit.steps == 4 and run.n_pairs == 4
     before, after = _adapter_weights(sft_adapter), _adapter_weights(tmp_path / "dpo")
     assert before.keys() == after.keys() and len(after) > 0
@@ -161,18 +168,18 @@ def test_killed_run_resumes_from_its_last_checkpoint(tiny_model_dir, sft_adapter
                 raise _Killed("killed at step 3")
 
     examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(4)]
-    kw = {"beta": 0.1, "loss_type": "sigmoid", "seed": 0}
+    kw = {"seed": 0}
     with pytest.raises(_Killed):
         train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "a", tmp_path / "ckpt",
-                  recipe, hardware, callbacks=(KillAfter(),), **kw)
+                  recipe.dpo, hardware, callbacks=(KillAfter(),), **kw)
     assert (tmp_path / "ckpt" / "checkpoint-2").exists() and not (tmp_path / "a").exists()
     resumed = train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "a",
-                        tmp_path / "ckpt", recipe, hardware, **kw)
+                        tmp_path / "ckpt", recipe.dpo, hardware, **kw)
     assert resumed.fit.resumed_from == 2 and resumed.fit.steps == 4
     logged = [h["step"] for h in resumed.fit.train_logs()]
     assert logged[0] <= 2 and logged[-1] == 4  # history carried over from the checkpoint
     straight = train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "b",
-                         tmp_path / "ckpt-b", recipe, hardware, **kw)
+                         tmp_path / "ckpt-b", recipe.dpo, hardware, **kw)
     assert straight.fit.resumed_from is None
     a, b = _adapter_weights(tmp_path / "a"), _adapter_weights(tmp_path / "b")
     assert all(float((a[k] - b[k]).abs().max()) < 1e-5 for k in a)
@@ -270,7 +277,7 @@ def test_identical_pairs_files_train_once_and_share_the_adapter(
             "c": str(tmp_path / "a.jsonl")}
     stage, training_stage = _stage(tmp_path, runs)
     p = stage.p
-    p.recipes[p.recipe] = recipe  # 4 steps (its dpo_max_steps override)
+    p.recipes[p.recipe] = recipe.model_copy(deep=True)  # 4 steps (its dpo.max_steps)
     (tmp_path / "hardware.yaml").write_text(yaml.safe_dump(hardware.model_dump()))
     p.hardware = str(tmp_path / "hardware.yaml")  # a path works as well as a name
     p.warn_below_steps = 5
@@ -324,10 +331,10 @@ def test_identical_pairs_files_train_once_and_share_the_adapter(
     assert sorted(rows_a["pair"]) == [0, 1, 2, 3] and set(rows_a["fold"]) == {0, 1}
     assert (logs / "b" / "heldout.csv").read_text() == (logs / "a" / "heldout.csv").read_text()
     # the same pairs with another beta is another training; so is a tampered adapter
-    p.dpo.beta = 0.2
+    p.recipes[p.recipe].dpo.beta = 0.2
     with pytest.raises(AssertionError, match="trained"):
         training_stage.run(training_stage.open_part(stage, "dpo", "c"))
-    p.dpo.beta = 0.1
+    p.recipes[p.recipe].dpo.beta = 0.1
     (dpo / "a" / "adapter" / "adapter_model.safetensors").write_bytes(b"tampered")
     (dpo / "b" / "run.json").unlink()
     with pytest.raises(AssertionError, match="trained"):
@@ -367,18 +374,19 @@ def test_unknown_run_or_part_fails_with_the_known_names():
 
 def test_paper_recipe_on_gpu_hardware_is_plpf_appendix_c():
     paper, gpu = load_params().training.recipes["paper"], load_hardware("gpu")
-    assert (paper.lora_r, paper.lora_alpha, paper.learning_rate) == (64, 16, 1e-4)
-    assert (gpu.policy.per_device_batch_size, gpu.policy.grad_accumulation) == (2, 16)
+    for recipe in (paper.sft, paper.dpo):
+        assert (recipe.r, recipe.lora_alpha, recipe.learning_rate) == (64, 16, 1e-4)
+        assert recipe.target_modules["baichuan"] == ["W_pack", "o_proj"]
+        assert recipe.target_modules["qwen"] == ["c_attn", "c_proj", "w1", "w2"]
+    assert (gpu.policy.per_device_train_batch_size,
+            gpu.policy.gradient_accumulation_steps) == (2, 16)
     assert gpu.policy.gradient_checkpointing is True and gpu.bf16 == "auto"
-    assert paper.target_modules["baichuan"] == ["W_pack", "o_proj"]
-    assert paper.target_modules["qwen"] == ["c_attn", "c_proj", "w1", "w2"]
 
 
 def test_the_default_reaches_trl_and_peft_with_the_committed_values(tmp_path):
     """What the embedded default (the tiny recipe on the cpu hardware) hands trl and peft:
     the values the pipeline trained with before recipe and hardware were split (issue 23;
     resolved field by field against f369f24's tiny profile, the same)."""
-    from medpref.training.arguments import lora_settings
     from medpref.training.dialogue_sft import sft_config
 
     params = load_params().training
@@ -390,19 +398,18 @@ def test_the_default_reaches_trl_and_peft_with_the_committed_values(tmp_path):
               "max_length": 256, "bf16": False, "fp16": False, "gradient_checkpointing": False,
               "use_cpu": True, "seed": 13, "data_seed": 13, "logging_steps": 1,
               "save_steps": 10, "save_total_limit": 1}
-    sft_args = sft_config(recipe, hardware, tmp_path, 13).to_dict()
-    dpo_args = dpo_config(recipe, hardware, tmp_path, 13, params.dpo.beta,
-                          params.dpo.loss_type).to_dict()
+    sft_args = sft_config(recipe.sft, hardware, tmp_path, 13).to_dict()
+    dpo_args = dpo_config(recipe.dpo, hardware, tmp_path, 13).to_dict()
     for args in (sft_args, dpo_args):
         assert {k: args[k] for k in common} == common
     # SFT: at most 2 epochs, the development loss picks one; DPO: one epoch over the pairs
     assert (sft_args["num_train_epochs"], dpo_args["num_train_epochs"]) == (2, 1)
     assert (dpo_args["beta"], dpo_args["loss_type"], dpo_args["precompute_ref_log_probs"]) == (
         0.1, ["sigmoid"], False)
-    assert lora_settings(recipe, "llama") == lora_settings(recipe, "other")
-    lora = lora_settings(recipe, "llama")
-    assert (lora.r, lora.alpha, lora.dropout, lora.target_modules) == (8, 16, 0.0,
-                                                                       ("q_proj", "v_proj"))
+    assert recipe.sft.lora("llama") == recipe.sft.lora("other") == recipe.dpo.lora("llama")
+    lora = recipe.sft.lora("llama")
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules) == (
+        8, 16, 0.0, ("q_proj", "v_proj"))
     assert (hardware.device, hardware.num_threads) == ("cpu", 2)
 
 
@@ -414,13 +421,13 @@ def test_any_recipe_runs_on_any_hardware(tmp_path):
 
     recipes = load_params().training.recipes
     cpu, gpu = load_hardware("cpu"), load_hardware("gpu")
-    paper_cpu = dpo_config(recipes["paper"], cpu, tmp_path, 0, 0.1, "sigmoid")
+    paper_cpu = dpo_config(recipes["paper"].dpo, cpu, tmp_path, 0)
     assert (paper_cpu.learning_rate, paper_cpu.warmup_steps, paper_cpu.max_length) == (
         1e-4, 0.03, 2048)
     assert (paper_cpu.per_device_train_batch_size, paper_cpu.gradient_accumulation_steps,
             paper_cpu.save_steps) == (1, 1, 10)
     assert paper_cpu.use_cpu and not paper_cpu.bf16 and not paper_cpu.gradient_checkpointing
-    tiny_gpu = sft_config(recipes["tiny"], gpu, tmp_path, 0)
+    tiny_gpu = sft_config(recipes["tiny"].sft, gpu, tmp_path, 0)
     assert (tiny_gpu.learning_rate, tiny_gpu.num_train_epochs, tiny_gpu.max_length) == (
         5e-4, 2, 256)
     assert (tiny_gpu.per_device_train_batch_size, tiny_gpu.gradient_accumulation_steps,
@@ -442,10 +449,10 @@ def test_old_profile_keys_fail_naming_the_new_ones():
     with pytest.raises(ParamsError, match=r"'training.profiles' is gone: use 'training.recipes'"):
         parsed_with(profiles=raw["training"]["recipes"])
     tiny = raw["training"]["recipes"]["tiny"]
-    for key, new in (("per_device_batch_size", "policy.per_device_batch_size"),
+    for key, new in (("per_device_batch_size", "policy.per_device_train_batch_size"),
                      ("save_steps", "policy.save_steps"), ("bf16", "bf16")):
-        with pytest.raises(ParamsError, match=f"'{key}' is hardware, not recipe: set '{new}' "
-                                              r"in configs/hardware/<training.hardware>.yaml"):
+        with pytest.raises(ParamsError, match=f"'{key}' is now {new} in "
+                                              r"configs/hardware/<training.hardware>.yaml"):
             parsed_with(recipes={"tiny": {**tiny, key: 1}})
     with pytest.raises(ValueError, match="training.recipe 'paperr' is not in training.recipes"):
         parsed_with(recipe="paperr").training.active_recipe()
@@ -457,34 +464,31 @@ def test_hardware_sets_precision_checkpointing_and_progress(tmp_path):
     import torch
 
     from medpref.finetune.hardware import resolve_bf16
-    from medpref.training.arguments import target_modules
-
-    tiny, cpu = load_params().training.recipes["tiny"], load_hardware("cpu")
-    args = dpo_config(tiny, cpu, tmp_path, 0, 0.1, "sigmoid")
+    tiny, cpu = load_params().training.recipes["tiny"].dpo, load_hardware("cpu")
+    args = dpo_config(tiny, cpu, tmp_path, 0)
     gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     assert args.bf16 is False and args.use_cpu  # trl's default (True) is overridden
     assert args.gradient_checkpointing is False and args.disable_tqdm is False
     assert args.padding_free is False and args.precompute_ref_log_probs is False
     # whole epochs, counted by the Trainer; a recipe's max_steps is an explicit override
-    assert args.num_train_epochs == tiny.dpo_epochs and tiny.dpo_max_steps is None
+    assert args.num_train_epochs == tiny.num_train_epochs and tiny.max_steps is None
     assert args.max_steps == -1 and args.save_steps == cpu.policy.save_steps
-    capped = dpo_config(tiny.model_copy(update={"dpo_max_steps": 3}), cpu, tmp_path, 0, 0.1,
-                        "sigmoid")
+    capped = dpo_config(tiny.model_copy(update={"max_steps": 3}), cpu, tmp_path, 0)
     assert capped.max_steps == 3
     auto = cpu.model_copy(update={"bf16": "auto", "device": "auto"})
-    assert dpo_config(tiny, auto, tmp_path, 0, 0.1, "sigmoid").bf16 is gpu_bf16
+    assert dpo_config(tiny, auto, tmp_path, 0).bf16 is gpu_bf16
     if not gpu_bf16:
         with pytest.raises(ValueError, match="bf16"):
             resolve_bf16(cpu.model_copy(update={"bf16": True}))
-    assert target_modules(tiny, "llama") == ("q_proj", "v_proj")
-    assert target_modules(tiny, "mistral") == tuple(tiny.target_modules["default"])
+    assert tiny.modules_for("llama") == ("q_proj", "v_proj")
+    assert tiny.modules_for("mistral") == tuple(tiny.target_modules["default"])
 
 
 def test_steps_follow_epochs_and_the_override():
     from medpref.training.arguments import optimizer_steps
 
-    hw = _with_policy(load_hardware("cpu"), per_device_batch_size=2,
-                      grad_accumulation=3)  # 6 pairs a step
+    hw = _with_policy(load_hardware("cpu"), per_device_train_batch_size=2,
+                      gradient_accumulation_steps=3)  # 6 pairs a step
     assert optimizer_steps(7, hw, 1, None) == 2
     assert optimizer_steps(7, hw, 2, None) == 4
     assert optimizer_steps(100, hw, 1, 5) == 5
@@ -500,18 +504,18 @@ def test_epochs_are_whole_passes_with_the_trainers_step_count(tiny_model_dir, sf
     epoch over 5 examples at batch 2 is ceil(5/2) = 3 steps."""
     from medpref.training.arguments import optimizer_steps
 
-    whole = recipe.model_copy(update={"sft_max_steps": None, "sft_epochs": 1,
-                                      "dpo_max_steps": None, "dpo_epochs": 2})
-    hw = _with_policy(hardware, per_device_batch_size=1, grad_accumulation=2)
+    whole = _tuned(recipe, sft={"max_steps": None, "num_train_epochs": 1},
+                   dpo={"max_steps": None, "num_train_epochs": 2})
+    hw = _with_policy(hardware, per_device_train_batch_size=1, gradient_accumulation_steps=2)
     examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(5)]
     run = train_dpo(tiny_model_dir, sft_adapter, examples, tmp_path / "dpo", tmp_path / "ck",
-                    whole, hw, beta=0.1, loss_type="sigmoid", seed=0)
+                    whole.dpo, hw, seed=0)
     assert run.n_pairs == 5 and run.fit.steps == 6 == optimizer_steps(5, hw, 2, None)
     assert run.fit.log_history[-1]["epoch"] == pytest.approx(2.0) and run.card["epochs"] == 2
     dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)[:3]
-    sft_hw = _with_policy(hw, per_device_batch_size=2, grad_accumulation=1)
+    sft_hw = _with_policy(hw, per_device_train_batch_size=2, gradient_accumulation_steps=1)
     sft = train_dialogue_sft(tiny_model_dir, sft_examples(dialogues, SYSTEM, 5, 0, 2),
-                             tmp_path / "sft", tmp_path / "ck-sft", whole, sft_hw, seed=0)
+                             tmp_path / "sft", tmp_path / "ck-sft", whole.sft, sft_hw, seed=0)
     assert sft.n_examples == 5 and sft.fit.steps == 3 == optimizer_steps(5, sft_hw, 1, None)
     assert sft.fit.log_history[-1]["epoch"] == pytest.approx(1.0)
 
@@ -524,14 +528,12 @@ def test_paper_recipe_on_a_small_pairs_file_is_flagged_with_its_step_count():
     params = load_params().training
     paper, tiny = params.recipes["paper"], params.recipes["tiny"]
     gpu, cpu = load_hardware("gpu"), load_hardware("cpu")
-    message = few_steps_warning("DPO", 21, gpu, paper.dpo_epochs, paper.dpo_max_steps,
-                                params.warn_below_steps)
+    message = few_steps_warning("DPO", 21, gpu, paper.dpo, params.warn_below_steps)
     assert message.startswith(f"DPO: 1 optimizer step < warn_below_steps {params.warn_below_steps}")
     assert "batch 2 × accumulation 16" in message and "ceil(21 / 32)" in message
-    assert few_steps_warning("DPO", 32 * 10, gpu, paper.dpo_epochs, None, 10) == ""
+    assert few_steps_warning("DPO", 32 * 10, gpu, paper.dpo, 10) == ""
     # the tiny default (batch 1): the smallest committed pairs file (7 pairs) passes
-    assert few_steps_warning("DPO", 7, cpu, tiny.dpo_epochs, tiny.dpo_max_steps,
-                             params.warn_below_steps) == ""
+    assert few_steps_warning("DPO", 7, cpu, tiny.dpo, params.warn_below_steps) == ""
 
 
 # -- the real model --------------------------------------------------------------------------
@@ -539,15 +541,15 @@ def test_paper_recipe_on_a_small_pairs_file_is_flagged_with_its_step_count():
 @pytest.mark.slow
 def test_dpo_on_the_embedded_model_moves_every_weight_and_raises_the_margin(tmp_path):
     base = REPO_ROOT / "models" / "smollm2-135m-instruct"
-    recipe = load_params().training.recipes["tiny"].model_copy(update={
-        "sft_max_steps": 1, "dpo_max_steps": 3, "dpo_epochs": 10, "max_length": 256})
+    recipe = _tuned(load_params().training.recipes["tiny"], sft={"max_steps": 1},
+                    dpo={"max_steps": 3, "num_train_epochs": 10}, max_length=256)
     cpu = load_hardware("cpu")
     dialogues = read_jsonl(REPO_ROOT / "data/embedded/dialogues.jsonl", Dialogue)[:2]
     sft = train_dialogue_sft(base, sft_examples(dialogues, SYSTEM, 2, 0, 2), tmp_path / "sft",
-                             tmp_path / "ck1", recipe, cpu, seed=0)
+                             tmp_path / "ck1", recipe.sft, cpu, seed=0)
     examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(2)]
-    run = train_dpo(base, sft.adapter_dir, examples, tmp_path / "dpo", tmp_path / "ck2", recipe,
-                    cpu, beta=0.1, loss_type="sigmoid", seed=0)
+    run = train_dpo(base, sft.adapter_dir, examples, tmp_path / "dpo", tmp_path / "ck2",
+                    recipe.dpo, cpu, seed=0)
     before, after = _adapter_weights(tmp_path / "sft"), _adapter_weights(tmp_path / "dpo")
     assert not [k for k in after if (after[k] - before[k]).abs().max() == 0]
     sft_model, tok = _load_policy(base, tmp_path / "sft")
@@ -560,7 +562,6 @@ def test_dpo_on_the_embedded_model_moves_every_weight_and_raises_the_margin(tmp_
 
 def test_sft_learns_only_the_doctor_turn(tiny_model_dir, recipe, hardware, tmp_path):
     from medpref.finetune.sft import load_base, with_lora
-    from medpref.training.arguments import lora_settings
     from medpref.training.dialogue_sft import build_sft_trainer, sft_config
 
     dialogue = Dialogue(id="d", turns=[Turn(role="patient", text="My knee hurts."),
@@ -571,8 +572,9 @@ def test_sft_learns_only_the_doctor_turn(tiny_model_dir, recipe, hardware, tmp_p
     assert [ex["completion"][0]["content"] for ex in examples] == ["Since when?", "Did you fall?"]
     assert [m["role"] for m in examples[1]["prompt"]] == ["system", "assistant", "user"]
     tok, base = load_base(tiny_model_dir, hardware, device="cpu")
-    model = with_lora(base, lora_settings(recipe, "llama"))
-    trainer = build_sft_trainer(model, tok, examples, sft_config(recipe, hardware, tmp_path, 0))
+    model = with_lora(base, recipe.sft.lora("llama"))
+    trainer = build_sft_trainer(model, tok, examples,
+                                sft_config(recipe.sft, hardware, tmp_path, 0))
     row = trainer.train_dataset[1]
     batch = trainer.data_collator([row])  # what the loss sees: -100 outside the answer
     ids, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
@@ -638,10 +640,10 @@ def test_crossfit_finds_a_learnable_preference_and_not_shuffled_labels(
                 {**ex, "chosen": ex["rejected"], "rejected": ex["chosen"]} for ex in learnable]
     sources = ["sampled" if i % 2 else "generated" for i in range(12)]
     results = {}
-    lively = recipe.model_copy(update={"dpo_max_steps": 8})
+    lively = recipe.dpo.model_copy(update={"max_steps": 8})
     for label, examples in (("learnable", learnable), ("shuffled", shuffled)):
         rows = crossfit(tiny_model_dir, sft_adapter, examples, sources, tmp_path / label,
-                        lively, hardware, folds=3, beta=0.1, loss_type="sigmoid", seed=0)
+                        lively, hardware, folds=3, seed=0)
         assert sorted(r["pair"] for r in rows) == list(range(12))   # each pair scored once
         assert {r["fold"] for r in rows} == {0, 1, 2}
         assert not (tmp_path / label).exists()                    # fold policies removed

@@ -52,8 +52,9 @@ def _with_rem(hardware, **update):
 
 
 def _rem_train(**update):
-    p = load_params().rem
-    return p.train.model_copy(update=update)
+    """The committed ``rem.train`` with some fields of its recipe changed."""
+    train = load_params().rem.train
+    return train.model_copy(update={"recipe": train.recipe.model_copy(update=update)})
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def rem_trainer(tiny_model_dir, tmp_path_factory):
     ``rem`` section) on two examples, one with a short answer."""
     hw = load_hardware("cpu")
     tok, base = load_base(tiny_model_dir, hw, device="cpu")
-    model = with_lora(base, LoraSettings(r=4, alpha=8, dropout=0.0))
+    model = with_lora(base, LoraSettings(r=4, lora_alpha=8, lora_dropout=0.0))
     args = rem_sft_config(_rem_train(), hw, tmp_path_factory.mktemp("ckpt"), 0, steps=1)
     return build_sft_trainer(model, tok, [example(), example("Score: 1")], args)
 
@@ -78,7 +79,7 @@ def test_the_rem_trains_with_sft_trainer_on_the_hardware_settings(rem_trainer):
     assert args.bf16 is False and args.gradient_checkpointing is False
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 2)
     assert args.train_sampling_strategy == "group_by_length"
-    p = load_params().rem.train
+    p = load_params().rem.train.recipe
     assert (args.learning_rate, args.warmup_steps, args.max_length) == (
         p.learning_rate, p.warmup_steps, p.max_length)
     assert (args.logging_steps, args.save_steps, args.max_steps) == (1, 10, 1)
@@ -129,13 +130,14 @@ def test_too_long_examples_are_dropped_not_truncated(tokenizer):
 
 
 def test_rem_steps_hand_computed():
-    hw = _with_rem(load_hardware("cpu"), per_device_batch_size=4, grad_accumulation=2,
-                   max_steps=40)
+    hw = _with_rem(load_hardware("cpu"), per_device_train_batch_size=4,
+                   gradient_accumulation_steps=2, max_steps_cap=40)
     # 186 examples / 8 per step = 23.25 → 24 steps an epoch
-    assert rem_steps(186, _rem_train(epochs=1.0), hw) == 24
-    assert rem_steps(186, _rem_train(epochs=2.0), hw) == 40        # capped by the hardware
-    assert rem_steps(186, _rem_train(epochs=2.0, max_steps=45), hw) == 45  # explicit wins
-    assert rem_steps(186, _rem_train(epochs=2.0), _with_rem(hw, max_steps=None)) == 48
+    assert rem_steps(186, _rem_train(num_train_epochs=1.0), hw) == 24
+    assert rem_steps(186, _rem_train(num_train_epochs=2.0), hw) == 40   # capped by the hardware
+    assert rem_steps(186, _rem_train(num_train_epochs=2.0, max_steps=45), hw) == 45  # exact
+    assert rem_steps(186, _rem_train(num_train_epochs=2.0),
+                     _with_rem(hw, max_steps_cap=None)) == 48
     # the committed REM: 182 examples that fit, 2 epochs of ceil(182 / 8) = 23
     assert rem_steps(182, _rem_train(), load_hardware("cpu")) == 46
 
@@ -143,18 +145,18 @@ def test_rem_steps_hand_computed():
 def test_hardware_files_validate(tmp_path):
     cpu, gpu = load_hardware("cpu"), load_hardware("gpu")
     assert cpu.bf16 is False and cpu.rem.gradient_checkpointing is False and cpu.device == "cpu"
-    assert (cpu.rem.per_device_batch_size, cpu.rem.grad_accumulation, cpu.rem.max_steps) == (
-        4, 2, 60)
-    assert gpu.bf16 == "auto" and gpu.device == "cuda" and gpu.rem.max_steps is None
+    assert (cpu.rem.per_device_train_batch_size, cpu.rem.gradient_accumulation_steps,
+            cpu.rem.max_steps_cap) == (4, 2, 60)
+    assert gpu.bf16 == "auto" and gpu.device == "cuda" and gpu.rem.max_steps_cap is None
     bad = tmp_path / "bad.yaml"
     bad.write_text((REPO_ROOT / "configs/hardware/cpu.yaml").read_text().replace(
-        "  max_steps: 60", "  max_steps: 60\n  batch: 4"))
+        "  max_steps_cap: 60", "  max_steps_cap: 60\n  batch: 4"))
     with pytest.raises(ValueError, match="'rem.batch': Extra inputs"):
         load_hardware(str(bad))
     old = tmp_path / "old.yaml"  # the flat file of before: one trainer's batch, no sections
     old.write_text("device: cpu\nper_device_batch_size: 4\nbf16: false\n")
-    with pytest.raises(ValueError, match="'per_device_batch_size' is now "
-                                         "'rem.per_device_batch_size'"):
+    with pytest.raises(ValueError, match="'per_device_batch_size' belongs in a section, "
+                                         "under trl's name: 'rem.per_device_train_batch_size'"):
         load_hardware(str(old))
     with pytest.raises(FileNotFoundError, match="known"):
         load_hardware("tpu")
@@ -180,8 +182,10 @@ def test_a_few_rem_steps_change_a_loadable_adapter(tiny_model_dir, tmp_path, mon
     params = load_params().rem
     out, ckpt = tmp_path / "rem_lora", tmp_path / "ckpt"
     p = params.model_copy(update={"train": params.train.model_copy(update={
-        "adapter_dir": str(out), "checkpoints_dir": str(ckpt), "max_steps": 3,
-        "learning_rate": 1e-2, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0})})
+        "adapter_dir": str(out), "checkpoints_dir": str(ckpt),
+        "recipe": params.train.recipe.model_copy(update={
+            "max_steps": 3, "learning_rate": 1e-2, "r": 4, "lora_alpha": 8,
+            "lora_dropout": 0.0})})})
     inputs = build_rem.load_inputs(p)
     few = build_rem.RemInputs(inputs.flowchart, inputs.split("train")[:6], [])
     result = build_rem.train_rem(p, few, str(tiny_model_dir), seed=0)

@@ -168,11 +168,12 @@ def test_the_saved_adapter_is_the_epoch_with_the_lowest_development_loss(tiny_mo
     dev = [_dialogue("v", "My knee hurts.", "I will prescribe a cream for it.")]
     examples = sft_examples(train, "You are a doctor.", None, 0, history_max_turns=2)
     dev_examples = sft_examples(dev, "You are a doctor.", None, 0, history_max_turns=2)
-    recipe = load_params().training.recipes["tiny"].model_copy(update={
-        "sft_epochs": 12, "sft_max_steps": None, "learning_rate": 3e-2, "lora_r": 8})
+    recipe = load_params().training.recipes["tiny"].sft.model_copy(update={
+        "num_train_epochs": 12, "max_steps": None, "learning_rate": 3e-2, "r": 8})
     hw = load_hardware("cpu")
     hw = hw.model_copy(update={"policy": hw.policy.model_copy(update={
-        "per_device_batch_size": 2, "save_steps": 3, "logging_steps": 1})})
+        "per_device_train_batch_size": 2, "per_device_eval_batch_size": 2, "save_steps": 3,
+        "logging_steps": 1})})
     run = train_dialogue_sft(tiny_model_dir, examples, tmp_path / "adapter", tmp_path / "ckpt",
                              recipe, hw, seed=0, dev_examples=dev_examples, patience=1)
     curve = run.curve

@@ -34,7 +34,8 @@ stage.p.active_recipe(), stage.p.active_hardware().policy
 # NoteChat's, and `training.sft.real`'s) are its examples, the dev dialogues' doctor turns
 # its development loss, the eval dialogues nothing. After each epoch it measures the
 # development loss; it stops once that has not fallen for `training.sft.patience` epochs
-# (at most the recipe's `sft_epochs`) and keeps the adapter of the epoch with the lowest.
+# (at most the SFT recipe's `num_train_epochs`) and keeps the adapter of the epoch with the
+# lowest.
 # A DPO run trains one per annotation strategy, plus `control_process`: a control whose
 # planted pairs (the real turn that takes the history over a premature diagnosis) show
 # whether the recipe can move the policy at all; the summary marks it (`control`).

@@ -1,7 +1,7 @@
 """Hardware (``configs/hardware/<name>.yaml``): where and how fast a recipe trains.
 
 The vocabulary, one name each: a **recipe** says what is trained (LoRA, learning rate,
-epochs, lengths: ``rem.train`` and ``training.recipes.<name>`` in params.yaml); a
+epochs, lengths: ``rem.train.recipe`` and ``training.recipes.<name>`` in params.yaml); a
 **hardware** file says where and how fast (device, threads, precision, per-device batch
 × accumulation, gradient checkpointing, checkpoint cadence); an **overlay**
 (``configs/overlays/``) is a set of params overrides. As in the alignment-handbook,
@@ -10,7 +10,10 @@ the same recipe runs on a 2-core CPU or a GPU by switching one param
 are an accelerate config under ``configs/hardware/accelerate/``, chosen at launch.
 
 A hardware file has the machine's settings and one section per trainer: ``rem`` (stage
-03's REM LoRA) and ``policy`` (stage 05's SFT and DPO), which batch differently.
+03's REM LoRA) and ``policy`` (stage 05's SFT and DPO), which batch differently. A
+section's keys are trainer arguments in trl's own names, laid over the recipe's as they
+are (:func:`medpref.finetune.recipe.trainer_arguments`), but ``compact_lm_head`` and the
+REM's ``max_steps_cap``, which medpref reads itself.
 """
 
 from __future__ import annotations
@@ -27,9 +30,19 @@ from pydantic import Field, ValidationError, model_validator
 from medpref.params import StrictModel, repo_path
 
 #: keys of the old flat hardware file (the REM's) → where they live now
-_MOVED_FLAT_KEYS = {key: f"rem.{key}" for key in (
-    "per_device_batch_size", "grad_accumulation", "gradient_checkpointing", "max_steps",
-    "group_by_length")}
+_MOVED_FLAT_KEYS = {"per_device_batch_size": "rem.per_device_train_batch_size",
+                    "grad_accumulation": "rem.gradient_accumulation_steps",
+                    "gradient_checkpointing": "rem.gradient_checkpointing",
+                    "max_steps": "rem.max_steps_cap",
+                    "group_by_length": "rem.train_sampling_strategy"}
+#: keys of a section before they took trl's names → the trainer argument now
+_OLD_SECTION_KEYS = {"per_device_batch_size": "per_device_train_batch_size (and "
+                     "per_device_eval_batch_size)",
+                     "grad_accumulation": "gradient_accumulation_steps",
+                     "group_by_length": "train_sampling_strategy: group_by_length",
+                     "max_steps": "max_steps_cap (a cap, not trl's exact max_steps)"}
+#: section keys that are no trainer argument (read by medpref itself)
+_NOT_TRAINER = ("compact_lm_head", "max_steps_cap")
 
 
 def refuse_moved_keys(data: Any, moved: dict[str, str], message: str) -> Any:
@@ -43,10 +56,12 @@ def refuse_moved_keys(data: Any, moved: dict[str, str], message: str) -> Any:
 
 
 class TrainerHardware(StrictModel):
-    """How one trainer batches on this hardware (every field set in the file)."""
+    """How one trainer batches on this hardware: trainer arguments (trl's names) laid over
+    the recipe, and ``compact_lm_head``. Every field is set in the file."""
 
-    per_device_batch_size: int = Field(ge=1, le=1024)
-    grad_accumulation: int = Field(ge=1, le=1024)
+    per_device_train_batch_size: int = Field(ge=1, le=1024)
+    per_device_eval_batch_size: int = Field(ge=1, le=1024)
+    gradient_accumulation_steps: int = Field(ge=1, le=1024)
     gradient_checkpointing: bool          # on: less memory, more time (off on a CPU)
     logging_steps: int = Field(ge=1)
     save_steps: int = Field(ge=1)         # checkpoint every N steps (the resume point)
@@ -55,16 +70,29 @@ class TrainerHardware(StrictModel):
     #: so on CUDA/XPU whatever this says): medpref.training.lm_head
     compact_lm_head: bool
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_old_keys(cls, data: Any) -> Any:
+        return refuse_moved_keys(data, _OLD_SECTION_KEYS, "'{key}' is now '{new}': a "
+                                 "hardware section takes trl's own argument names")
+
+    def trainer_fields(self) -> dict[str, Any]:
+        """The section's trainer arguments (what is laid over the recipe)."""
+        return self.model_dump(exclude=set(_NOT_TRAINER))
+
 
 class RemHardware(TrainerHardware):
     """Stage 03's REM LoRA (``medpref.rem.build_rem.train_rem``)."""
 
-    max_steps: int | None = Field(ge=1)   # cap on optimizer steps on slow hardware (null: none)
-    group_by_length: bool                 # batches of similar length: less padding
+    # cap on the optimizer steps the epochs give, on slow hardware (null: none); a cap,
+    # so not trl's max_steps (which is exact): medpref.rem.build_rem.rem_steps
+    max_steps_cap: int | None = Field(ge=1)
+    # group_by_length: batches of similar length, less padding
+    train_sampling_strategy: Literal["group_by_length", "random"]
 
 
 class PolicyHardware(TrainerHardware):
-    """Stage 05's SFT and DPO of the policy (``medpref.training.arguments``)."""
+    """Stage 05's SFT and DPO of the policy (``medpref.training``)."""
 
     precompute_ref_log_probs: bool        # DPO: reference log-probs once, up front
     # SFT: a batch's examples flattened into one sequence, no padding (transformers keeps
@@ -84,9 +112,9 @@ class Hardware(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _no_flat_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, _MOVED_FLAT_KEYS, "'{key}' is now '{new}' (or "
-                                 "'policy.{key}' for stage 05): a hardware file has a "
-                                 "section per trainer")
+        return refuse_moved_keys(data, _MOVED_FLAT_KEYS, "'{key}' belongs in a section, "
+                                 "under trl's name: '{new}' (or its 'policy' twin for "
+                                 "stage 05): a hardware file has a section per trainer")
 
 
 def hardware_path(name: str) -> Path:
@@ -207,34 +235,3 @@ def train_with_compact_head(trainer, enabled: bool):
     trainer.train = compact_train
     trainer.compact_lm_head = True
     return trainer
-
-
-def hardware_kwargs(section: TrainerHardware, hardware: Hardware, output_dir: str | Path,
-                    seed: int) -> dict[str, Any]:
-    """Trainer arguments a hardware section decides, shared by every run (the REM's and
-    the policy's): device, batch × accumulation, precision, checkpointing, logging.
-
-    ``use_cpu`` on CPU hardware and where no GPU exists: a CPU launch with several
-    processes (torchrun) then runs DDP over gloo, the same code path as on GPUs.
-    Checkpoints every ``save_steps`` into ``output_dir`` (the resume point); the progress
-    bar stays on (``disable_tqdm`` False) so a long run shows its rate and remaining time.
-    """
-    import torch
-
-    return {
-        "output_dir": str(output_dir),
-        "use_cpu": hardware.device == "cpu" or not torch.cuda.is_available(),
-        "per_device_train_batch_size": section.per_device_batch_size,
-        "per_device_eval_batch_size": section.per_device_batch_size,
-        "gradient_accumulation_steps": section.grad_accumulation,
-        "bf16": resolve_bf16(hardware), "fp16": False,
-        # transformers 5 renamed it; trl reads the old name, which mirrors the new one
-        "activation_checkpointing": section.gradient_checkpointing,
-        "gradient_checkpointing": section.gradient_checkpointing,
-        "logging_steps": section.logging_steps, "logging_first_step": True,
-        "save_strategy": "steps", "save_steps": section.save_steps,
-        "save_total_limit": section.save_total_limit, "save_only_model": False,
-        "report_to": [], "seed": seed, "data_seed": seed, "dataloader_num_workers": 0,
-        "disable_tqdm": False, "dataset_num_proc": None,
-        # DDP + LoRA: frozen base weights get no gradient; without this DDP waits for them
-        "ddp_find_unused_parameters": False}

@@ -20,14 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from medpref.finetune.hardware import Hardware
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.05
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+from medpref.finetune.recipe import LoraSettings
 
 
 @dataclass
@@ -44,7 +37,7 @@ def with_lora(model, lora: LoraSettings):
     """Wrap a causal LM in a fresh LoRA adapter (only the adapter is trainable)."""
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+    config = LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
                         target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
     return get_peft_model(model, config)
 

@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from medpref.contracts import Dialogue, RemAnnotation, read_jsonl
-from medpref.finetune.hardware import Hardware, hardware_kwargs, load_hardware
+from medpref.finetune.hardware import Hardware, load_hardware
+from medpref.finetune.recipe import trainer_arguments
 from medpref.finetune.runs import (
     FIT_RECORD,
     finish_checkpoints,
@@ -26,7 +27,6 @@ from medpref.finetune.runs import (
     write_json,
 )
 from medpref.finetune.sft import (
-    LoraSettings,
     TrainResult,
     build_sft_trainer,
     drop_too_long,
@@ -100,31 +100,28 @@ def sft_examples(annotations: Sequence[RemAnnotation], flowchart: Flowchart,
 
 
 def rem_steps(n_train: int, t: RemTrainParams, hardware: Hardware) -> int:
-    """Optimizer steps of the REM's run: an explicit ``rem.train.max_steps`` wins;
-    otherwise ``epochs`` over ``n_train`` examples, capped by the hardware's
-    ``rem.max_steps``."""
-    if t.max_steps is not None:
-        return t.max_steps
+    """Optimizer steps of the REM's run: an explicit ``rem.train.recipe.max_steps`` wins;
+    otherwise ``num_train_epochs`` over ``n_train`` examples, capped by the hardware's
+    ``rem.max_steps_cap``."""
+    if t.recipe.max_steps is not None:
+        return t.recipe.max_steps
     rem = hardware.rem
-    per_epoch = math.ceil(n_train / (rem.per_device_batch_size * rem.grad_accumulation))
-    steps = max(1, math.ceil(t.epochs * per_epoch))
-    return min(steps, rem.max_steps) if rem.max_steps is not None else steps
+    per_epoch = math.ceil(n_train / (rem.per_device_train_batch_size
+                                     * rem.gradient_accumulation_steps))
+    steps = max(1, math.ceil(t.recipe.num_train_epochs * per_epoch))
+    return min(steps, rem.max_steps_cap) if rem.max_steps_cap is not None else steps
 
 
 def rem_sft_config(t: RemTrainParams, hardware: Hardware, ckpt_dir: str | Path, seed: int,
                    steps: int):
-    """The REM's ``SFTConfig``: the hardware's ``rem`` section (batch, accumulation,
-    precision, checkpoints, length grouping) and the ``rem.train`` recipe; the loss on
-    the answer (the completion) only."""
+    """The REM's ``SFTConfig``: the ``rem.train.recipe`` with the hardware's ``rem``
+    section laid over it, run for ``steps`` (:func:`rem_steps`); the loss on the answer
+    (the completion) only."""
     from trl import SFTConfig
 
-    return SFTConfig(**hardware_kwargs(hardware.rem, hardware, ckpt_dir, seed),
-                     max_steps=steps, learning_rate=t.learning_rate,
-                     warmup_steps=t.warmup_steps, lr_scheduler_type="linear",
-                     max_length=t.max_length, packing=False, completion_only_loss=True,
-                     # batches of similar length pad little (the collator pads to the longest)
-                     train_sampling_strategy="group_by_length" if hardware.rem.group_by_length
-                     else "random")
+    return SFTConfig(**trainer_arguments(t.recipe, hardware.rem, hardware, ckpt_dir, seed,
+                                         SFTConfig) | {"max_steps": steps},
+                     packing=False, completion_only_loss=True)
 
 
 def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> TrainResult:
@@ -138,11 +135,11 @@ def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> Tr
                             t.answer_order)
     set_seed(seed)
     tok, base = load_base(base_path, hardware, device="cpu")
-    data, dropped = drop_too_long(tok, examples, t.max_length, ("completion",))
+    data, dropped = drop_too_long(tok, examples, t.recipe.max_length, ("completion",))
     if not data:
-        raise ValueError(f"no REM training example fits rem.train.max_length={t.max_length}")
-    model = with_lora(base, LoraSettings(r=t.lora_r, alpha=t.lora_alpha, dropout=t.lora_dropout,
-                                         target_modules=tuple(t.target_modules)))
+        raise ValueError("no REM training example fits rem.train.recipe.max_length="
+                         f"{t.recipe.max_length}")
+    model = with_lora(base, t.recipe.lora(base.config.model_type))
     ckpt_dir, card = repo_path(t.checkpoints_dir), rem_task_card(p)
     trainer = build_sft_trainer(model, tok, data, rem_sft_config(
         t, hardware, ckpt_dir, seed, rem_steps(len(data), t, hardware)),

@@ -8,37 +8,49 @@ Table 5, and stage 04 scores its candidates with one of them by name
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from medpref.finetune.recipe import Recipe, refuse_moved_keys, require_kind
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
 from medpref.stagekit import GuardParams
 
+#: keys of ``rem.train`` that are the recipe's now (trl's and peft's names)
+_OLD_TRAIN_KEYS = {
+    **{key: f"recipe.{key}" for key in ("max_steps", "learning_rate", "warmup_steps",
+                                        "lora_alpha", "lora_dropout", "target_modules",
+                                        "max_length")},
+    "epochs": "recipe.num_train_epochs", "lora_r": "recipe.r"}
+
 
 class RemTrainParams(StrictModel):
-    """The REM's LoRA recipe (PLPF: 2 epochs on 1,800 examples; here the train split) and
-    the hardware it trains on."""
+    """The REM's recipe (PLPF: 2 epochs on 1,800 examples; here the train split), the
+    hardware it trains on and how its task is written."""
 
     hardware: str = "cpu"              # configs/hardware/<name>.yaml (its `rem` section)
-    epochs: float = Field(2.0, gt=0.0, le=50.0)
-    max_steps: int | None = Field(None, ge=1)   # overrides epochs; None: the hardware's cap
-    learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
-    warmup_steps: int = Field(2, ge=0)
-    lora_r: int = Field(16, ge=1, le=256)
-    lora_alpha: int = Field(32, ge=1, le=512)
-    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: [
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    max_length: int = Field(512, ge=64, le=32768)
+    # an SFT recipe in trl's and peft's names (max_steps: exact; null: the epochs,
+    # capped by the hardware's rem.max_steps_cap)
+    recipe: Recipe
     rule_detail: Literal["full", "short"] = "short"
     # comment_first: "Comment: … Score: N" as in PLPF (scoring writes a comment first);
     # score_first: "Score: N Comment: …" (scoring reads the score token in one pass)
     answer_order: Literal["comment_first", "score_first"] = "score_first"
     adapter_dir: str = "data/03_rem/rem_lora"
     checkpoints_dir: str = "data/03_rem/checkpoints"  # a killed run resumes here (removed after)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_old_keys(cls, data: Any) -> Any:
+        return refuse_moved_keys(data, _OLD_TRAIN_KEYS, "'rem.train.{key}' is now "
+                                 "'rem.train.{new}': the REM's recipe takes trl's names")
+
+    @model_validator(mode="after")
+    def _sft_recipe(self) -> RemTrainParams:
+        require_kind(self.recipe, "rem.train.recipe", dpo=False)
+        return self
 
 
 class RemScorerSettings(StrictModel):
@@ -93,7 +105,7 @@ class RemParams(StrictModel):
     eval_per_rule: int | None = Field(None, ge=1)  # per rule, every score first; None: all
     scorers: dict[str, RemScorerSettings]          # Table 5's rows, by name
     near_constant_share: float = Field(0.9, gt=0.0, le=1.0)  # flag: one label on > this share
-    train: RemTrainParams = Field(default_factory=RemTrainParams)
+    train: RemTrainParams
     compliance_dialogues: str = "data/embedded/dialogues.jsonl"
     compliance_n: int = Field(3, ge=1, le=10_000)  # dialogues, each cut at its last doctor turn
     compliance_scorers: list[str]                  # names in `scorers`

@@ -1,11 +1,12 @@
 """The ``training`` params section (stage 05): recipes, hardware, the SFT data, the DPO runs.
 
 A **recipe** (``training.recipes.<name>``, chosen by ``training.recipe``) says what is
-trained: LoRA rank, α, dropout and modules, learning rate and warm-up, epochs, lengths.
-``paper`` is PLPF's Appendix C setting, ``tiny`` the CPU default that trains in minutes.
-The **hardware** (``training.hardware``: ``configs/hardware/<name>.yaml``, its ``policy``
-section) says where and how fast: device, threads, bf16, per-device batch × accumulation,
-gradient checkpointing, checkpoint cadence. Any recipe runs on any hardware. How many
+trained: one :class:`~medpref.finetune.recipe.Recipe` for the SFT and one for every DPO
+run, each in trl's and peft's own field names (the REM's recipe is the same type), and
+how many context turns an example keeps. ``paper`` is PLPF's Appendix C setting, ``tiny``
+the CPU default that trains in minutes. The **hardware** (``training.hardware``:
+``configs/hardware/<name>.yaml``, its ``policy`` section) says where and how fast: its
+trainer arguments are laid over the recipe's. Any recipe runs on any hardware. How many
 processes (one, DDP, DeepSpeed) is an accelerate config under
 ``configs/hardware/accelerate/``, chosen at launch.
 """
@@ -16,55 +17,48 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from medpref.finetune.hardware import Hardware, load_hardware, refuse_moved_keys
+from medpref.finetune.hardware import Hardware, load_hardware
+from medpref.finetune.recipe import Recipe, refuse_moved_keys, require_kind
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
 
-#: fields of the old ``training.profiles.<name>`` that are hardware now
-HARDWARE_KEYS = ("per_device_batch_size", "grad_accumulation", "gradient_checkpointing",
-                 "precompute_ref_log_probs", "logging_steps", "save_steps", "save_total_limit")
-MACHINE_KEYS = ("bf16", "num_threads")
+#: keys of a policy recipe before it held one trl recipe per trainer → their home now
+_OLD_RECIPE_KEYS = {
+    **{key: f"sft.{new} and dpo.{new}" for key, new in (
+        ("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_dropout", "lora_dropout"),
+        ("target_modules", "target_modules"), ("learning_rate", "learning_rate"),
+        ("warmup_ratio", "warmup_steps"), ("max_length", "max_length"))},
+    "sft_epochs": "sft.num_train_epochs", "sft_max_steps": "sft.max_steps",
+    "dpo_epochs": "dpo.num_train_epochs", "dpo_max_steps": "dpo.max_steps",
+    **{key: f"policy.{new} in configs/hardware/<training.hardware>.yaml (hardware)"
+       for key, new in (("per_device_batch_size", "per_device_train_batch_size"),
+                        ("grad_accumulation", "gradient_accumulation_steps"),
+                        *((key, key) for key in (
+                            "gradient_checkpointing", "precompute_ref_log_probs",
+                            "logging_steps", "save_steps", "save_total_limit")))},
+    **{key: f"{key} in configs/hardware/<training.hardware>.yaml (hardware)"
+       for key in ("bf16", "num_threads")}}
 
 
-#: each hardware field → its key in configs/hardware/<name>.yaml
-_HARDWARE_HOME = ({key: f"policy.{key}" for key in HARDWARE_KEYS}
-                  | {key: key for key in MACHINE_KEYS})
+class PolicyRecipe(StrictModel):
+    """What stage 05 trains: the SFT's recipe, the DPO runs' recipe (``beta`` and
+    ``loss_type`` in it), and the context an example keeps."""
 
-
-class TrainingRecipe(StrictModel):
-    """What a run trains. Every field is set in params.yaml (no defaults here)."""
-
-    lora_r: int = Field(ge=1, le=1024)
-    lora_alpha: int = Field(ge=1, le=4096)
-    lora_dropout: float = Field(ge=0.0, lt=1.0)
-    # model_type (config.json) → modules LoRA wraps; "default" for any other architecture
-    target_modules: dict[str, list[str]]
-    learning_rate: float = Field(gt=0.0, le=1.0)
-    warmup_ratio: float = Field(ge=0.0, lt=1.0)       # share of steps with a rising lr
-    # whole passes over the data: SFT over the doctor-turn examples it keeps (at most: the
-    # development loss picks the epoch, training.sft.patience stops it), DPO over a run's
-    # pairs; a step count is then epochs × ceil(examples / (batch × accumulation)), batch
-    # and accumulation being the hardware's
-    sft_epochs: int = Field(ge=1, le=100)
-    sft_max_steps: int | None = Field(ge=1)       # explicit step override (null: the epochs)
-    dpo_epochs: int = Field(ge=1, le=100)
-    dpo_max_steps: int | None = Field(ge=1)       # explicit step override (null: the epochs)
-    max_length: int = Field(ge=16, le=131072)     # tokens of prompt + answer
+    sft: Recipe
+    dpo: Recipe
     history_max_turns: int | None = Field(ge=1)   # context turns kept before an answer (null: all)
 
     @model_validator(mode="before")
     @classmethod
-    def _no_hardware_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, _HARDWARE_HOME, "'{key}' is hardware, not recipe: set "
-                                 "'{new}' in configs/hardware/<training.hardware>.yaml")
+    def _no_old_keys(cls, data: Any) -> Any:
+        return refuse_moved_keys(data, _OLD_RECIPE_KEYS, "'{key}' is now {new}: a recipe "
+                                 "is one trl recipe per trainer, in trl's and peft's names")
 
-    @field_validator("target_modules")
-    @classmethod
-    def _has_default(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
-        if "default" not in value or not all(value.values()):
-            raise ValueError("target_modules needs a non-empty `default` list "
-                             "(and non-empty lists per architecture)")
-        return value
+    @model_validator(mode="after")
+    def _kinds(self) -> PolicyRecipe:
+        require_kind(self.sft, "sft", dpo=False)
+        require_kind(self.dpo, "dpo", dpo=True)
+        return self
 
 
 class RealDialogues(StrictModel):
@@ -84,7 +78,7 @@ class SFTParams(StrictModel):
     system_prompt: str                 # configs/prompts/<name>.yaml: the policy's system text
     max_examples: int | None = Field(ge=1)  # seeded subset of doctor-turn examples (null: all)
     # stop once the development loss has not fallen for this many epochs (the adapter of
-    # the epoch with the lowest one is kept; at most the recipe's sft_epochs)
+    # the epoch with the lowest one is kept; at most the recipe's sft.num_train_epochs)
     patience: int = Field(ge=1, le=100)
     output_dir: str                    # the SFT adapter
     # only doctor turns that pass medpref.turns.turn_quality are targets (failing ones
@@ -92,13 +86,16 @@ class SFTParams(StrictModel):
     turn_quality: bool = True
 
 
+#: DPO keys that moved into the recipe
+_DPO_MOVED = {"beta": "training.recipes.<name>.dpo.beta",
+              "loss_type": "training.recipes.<name>.dpo.loss_type"}
+
+
 class DPOParams(StrictModel):
     # the runs besides one per annotation strategy (those come from annotation.strategies,
     # first; medpref.finetune.policies.dpo_runs): run name → pairs file (contract "Labeled
     # preference pair"), e.g. the Table 3 grid cells; dvc.yaml's training_dpo_grid reads it
     runs: dict[str, str]
-    beta: float = Field(gt=0.0, le=10.0)   # λ of PLPF Eq. 5
-    loss_type: Literal["sigmoid", "ipo", "hinge", "robust"]
     min_pairs: int = Field(ge=1)           # fewer pairs: the run is skipped, with its reason
     max_pairs: int | None = Field(ge=1)    # seeded subset (null: all)
     eval_pairs: int | None = Field(ge=1)   # reward metrics after training on the first N
@@ -108,6 +105,12 @@ class DPOParams(StrictModel):
     # each annotation strategy's run; null: all)
     heldout_folds: int = Field(0, ge=0, le=20)
     heldout_runs: Literal["strategies"] | list[str] | None = "strategies"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_moved_keys(cls, data: Any) -> Any:
+        return refuse_moved_keys(data, _DPO_MOVED, "'training.dpo.{key}' is now '{new}': "
+                                 "beta and the loss are the DPO recipe's")
 
     @model_validator(mode="after")
     def _heldout_folds(self) -> DPOParams:
@@ -127,7 +130,7 @@ _RENAMED = {"profile": "'training.recipe' (what is trained) and 'training.hardwa
 class TrainingParams(StrictModel):
     recipe: str                        # a name in ``recipes``
     hardware: str                      # configs/hardware/<name>.yaml (or a path to a YAML file)
-    recipes: dict[str, TrainingRecipe]
+    recipes: dict[str, PolicyRecipe]
     base_role: str                     # shared.llm.roles entry whose model is trained
     sft: SFTParams
     dpo: DPOParams
@@ -146,12 +149,12 @@ class TrainingParams(StrictModel):
 
     @field_validator("recipes")
     @classmethod
-    def _some_recipe(cls, value: dict[str, TrainingRecipe]) -> dict[str, TrainingRecipe]:
+    def _some_recipe(cls, value: dict[str, PolicyRecipe]) -> dict[str, PolicyRecipe]:
         if not value:
             raise ValueError("at least one recipe is needed")
         return value
 
-    def active_recipe(self) -> TrainingRecipe:
+    def active_recipe(self) -> PolicyRecipe:
         """``training.recipes[training.recipe]``; an unknown name is an error."""
         if self.recipe not in self.recipes:
             raise ValueError(f"training.recipe '{self.recipe}' is not in training.recipes "

@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         if state.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
             tiny_model(out / "model")
-    recipe = load_params().training.recipes["tiny"].model_copy(update={
-        "dpo_max_steps": args.steps, "dpo_epochs": 50, "learning_rate": 5e-3})
+    recipe = load_params().training.recipes["tiny"].dpo.model_copy(update={
+        "max_steps": args.steps, "num_train_epochs": 50, "learning_rate": 5e-3})
     cpu = load_hardware("cpu")  # its batch 1 × 1, on whatever devices the launcher gives
     hardware = cpu.model_copy(update={
         "device": "auto", "bf16": "auto", "num_threads": 1,
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                              if "lora_" in k and ".default." in k})
 
     train_dpo(out / "model", None, pairs(8 * state.num_processes), out / "adapter",
-              out / "ckpt", recipe, hardware, beta=0.1, loss_type="sigmoid", seed=0,
+              out / "ckpt", recipe, hardware, seed=0,
               callbacks=(Capture(),))
     save_file(captured, str(out / f"rank{state.process_index}.safetensors"))
     state.wait_for_everyone()

@@ -14,7 +14,7 @@ does not cover at all (NoteChat's dialogues, generated from notes; a licensed se
 trains whole; a source the split covers in part is an error, so a new dialogue cannot
 slip into training unlisted (:func:`split_corpus`).
 
-How long: up to the recipe's ``sft_epochs``; after each epoch the development loss
+How long: up to the SFT recipe's ``num_train_epochs``; after each epoch the development loss
 (completion-only, as the training loss) is measured, training stops once it has not
 fallen for ``patience`` epochs, and the adapter of the epoch with the lowest development
 loss is the one saved (:func:`chosen_epoch`, :class:`DevLossEpochs`).
@@ -34,6 +34,7 @@ from typing import Any
 from medpref.contracts import Dialogue, read_jsonl
 from medpref.data.split import DialogueSplit
 from medpref.finetune.hardware import Hardware
+from medpref.finetune.recipe import Recipe, trainer_arguments
 from medpref.finetune.runs import (
     FitResult,
     finish_checkpoints,
@@ -50,8 +51,8 @@ from medpref.finetune.sft import (
 )
 from medpref.identity import content_id
 from medpref.params import repo_path
-from medpref.training.arguments import few_steps_warning, lora_settings, trainer_kwargs
-from medpref.training.config import SFTParams, TrainingRecipe
+from medpref.training.arguments import few_steps_warning
+from medpref.training.config import SFTParams
 from medpref.training.sft_data import dialogues_to_sft_examples, split_target
 
 _log = logging.getLogger(__name__)
@@ -321,26 +322,23 @@ class SFTRun:
     curve: EpochCurve | None = None
 
 
-def sft_config(recipe: TrainingRecipe, hardware: Hardware, ckpt_dir: str | Path, seed: int,
+def sft_config(recipe: Recipe, hardware: Hardware, ckpt_dir: str | Path, seed: int,
                evaluate: bool = False):
-    """At most ``recipe.sft_epochs`` whole epochs (or the ``sft_max_steps`` override);
+    """At most the SFT recipe's ``num_train_epochs`` whole epochs (or its ``max_steps``);
     with ``evaluate``, the development loss after every epoch. Batches are padded, or
     flattened into one sequence per batch when the hardware sets ``padding_free``
     (transformers keeps the examples apart by their position ids)."""
     from trl import SFTConfig
 
-    padding_free = hardware.policy.padding_free
-    kwargs = trainer_kwargs(recipe, hardware, ckpt_dir, seed, recipe.sft_epochs,
-                            recipe.sft_max_steps)
-    if padding_free:  # trl refuses padding-free with a max_length it would not enforce;
-        kwargs["max_length"] = None  # examples above it are dropped anyway (drop_too_long)
-    return SFTConfig(**kwargs, packing=False, padding_free=padding_free,
-                     eval_strategy="epoch" if evaluate else "no",
+    kwargs = trainer_arguments(recipe, hardware.policy, hardware, ckpt_dir, seed, SFTConfig)
+    if kwargs["padding_free"]:  # trl refuses padding-free with a max_length it would not
+        kwargs["max_length"] = None  # enforce; examples above it are dropped (drop_too_long)
+    return SFTConfig(**kwargs, packing=False, eval_strategy="epoch" if evaluate else "no",
                      completion_only_loss=True)  # loss on the doctor turn (the completion)
 
 
 def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
-                       out_dir: str | Path, ckpt_dir: str | Path, recipe: TrainingRecipe,
+                       out_dir: str | Path, ckpt_dir: str | Path, recipe: Recipe,
                        hardware: Hardware, seed: int, keep_checkpoints: bool = False,
                        task_card: dict[str, Any] | None = None,
                        callbacks: tuple = (), check_yield=None,
@@ -349,7 +347,7 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
                        patience: int = 1) -> SFTRun:
     """LoRA SFT with ``SFTTrainer`` (completion-only loss) over the examples that fit;
     the adapter goes to ``out_dir``. With ``dev_examples`` it trains at most
-    ``recipe.sft_epochs`` epochs, stops when the development loss has not fallen for
+    ``recipe.num_train_epochs`` epochs, stops when the development loss has not fallen for
     ``patience`` epochs and saves the adapter of the epoch with the lowest development
     loss; without them, every epoch, the last one saved. A killed run resumes from its
     last checkpoint in ``ckpt_dir``. A run planned with fewer than ``warn_below_steps``
@@ -364,13 +362,13 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
     if not data:
         raise ValueError(f"no SFT example fits max_length={recipe.max_length}")
     dev = drop_too_long(tok, dev_examples or [], recipe.max_length, ("completion",))[0]
-    model = with_lora(base, lora_settings(recipe, base.config.model_type))
+    model = with_lora(base, recipe.lora(base.config.model_type))
     trainer = build_sft_trainer(model, tok, data, sft_config(recipe, hardware, ckpt_dir, seed,
                                                              evaluate=bool(dev)),
                                 callbacks, eval_data=dev,
                                 compact_lm_head=hardware.policy.compact_lm_head)
-    warning = few_steps_warning("SFT", len(data), hardware, recipe.sft_epochs,
-                                recipe.sft_max_steps, warn_below_steps, trainer.args.world_size)
+    warning = few_steps_warning("SFT", len(data), hardware, recipe, warn_below_steps,
+                                trainer.args.world_size)
     if warning:
         _log.warning(warning)
     key = run_key(kind="sft", recipe=recipe.model_dump(),
@@ -398,7 +396,7 @@ def train_dialogue_sft(base_path: str | Path, examples: list[dict[str, Any]],
                            selection.wall_s, chosen, len(dev))
     model.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     card = {"kind": "policy_sft", "examples": len(data), "dropped_too_long": dropped,
-            "max_epochs": recipe.sft_epochs, "epochs_run": epochs_run,
+            "max_epochs": recipe.num_train_epochs, "epochs_run": epochs_run,
             "chosen_epoch": chosen, "dev_examples": len(dev),
             "dev_loss": None if chosen is None else selection.losses[chosen - 1],
             "steps": result.steps, **(task_card or {})}

@@ -22,6 +22,7 @@ from typing import Any
 
 from medpref.contracts import PreferencePair, read_jsonl
 from medpref.finetune.hardware import Hardware
+from medpref.finetune.recipe import Recipe, trainer_arguments
 from medpref.finetune.runs import (
     FitResult,
     finish_checkpoints,
@@ -32,8 +33,7 @@ from medpref.finetune.runs import (
 )
 from medpref.finetune.sft import drop_too_long, load_base, portable_path
 from medpref.identity import content_id
-from medpref.training.arguments import few_steps_warning, lora_settings, trainer_kwargs
-from medpref.training.config import TrainingRecipe
+from medpref.training.arguments import few_steps_warning
 from medpref.training.dialogue_sft import clip_history
 from medpref.training.sft_data import turns_to_chat
 
@@ -96,29 +96,27 @@ def policy_model(base_path: str | Path, sft_adapter: str | Path | None, hardware
     return tok, PeftModel.from_pretrained(base, str(sft_adapter), is_trainable=True)
 
 
-def dpo_config(recipe: TrainingRecipe, hardware: Hardware, ckpt_dir: str | Path, seed: int,
-               beta: float, loss_type: str):
-    """``recipe.dpo_epochs`` whole epochs over the pairs (or the ``dpo_max_steps``
-    override)."""
+def dpo_config(recipe: Recipe, hardware: Hardware, ckpt_dir: str | Path, seed: int):
+    """The DPO recipe (``beta``, ``loss_type``, ``num_train_epochs`` whole epochs over the
+    pairs or its ``max_steps``) under the hardware's ``policy`` section."""
     from trl import DPOConfig
 
-    return DPOConfig(**trainer_kwargs(recipe, hardware, ckpt_dir, seed, recipe.dpo_epochs,
-                                      recipe.dpo_max_steps), beta=beta,
-                     loss_type=[loss_type],
-                     precompute_ref_log_probs=hardware.policy.precompute_ref_log_probs,
-                     padding_free=False)  # trl 1.16 turns it off for DPO anyway
+    return DPOConfig(**trainer_arguments(recipe, hardware.policy, hardware, ckpt_dir, seed,
+                                         DPOConfig)
+                     | {"padding_free": False})  # trl 1.16 turns it off for DPO anyway
 
 
 def build_dpo_trainer(model, tok, data: list[dict[str, Any]], eval_data: list[dict[str, Any]],
-                      args, recipe: TrainingRecipe, callbacks: tuple = ()):
+                      args, recipe: Recipe, callbacks: tuple = ()):
     from datasets import Dataset
     from peft import LoraConfig, PeftModel
     from trl import DPOTrainer
 
     peft_config = None
     if not isinstance(model, PeftModel):
-        lora = lora_settings(recipe, model.config.model_type)
-        peft_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+        lora = recipe.lora(model.config.model_type)
+        peft_config = LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha,
+                                 lora_dropout=lora.lora_dropout,
                                  target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
     return DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(data),
                       eval_dataset=Dataset.from_list(eval_data) if eval_data else None,
@@ -128,13 +126,12 @@ def build_dpo_trainer(model, tok, data: list[dict[str, Any]], eval_data: list[di
 
 def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
               examples: list[dict[str, Any]], out_dir: str | Path, ckpt_dir: str | Path,
-              recipe: TrainingRecipe, hardware: Hardware, *, beta: float, loss_type: str,
-              seed: int,
+              recipe: Recipe, hardware: Hardware, *, seed: int,
               eval_pairs: int | None = None, keep_checkpoints: bool = False,
               task_card: dict[str, Any] | None = None, callbacks: tuple = (),
               check_yield=None, warn_below_steps: int = 1) -> DPORun:
-    """Train one DPO policy for ``recipe.dpo_epochs`` whole epochs over conversational
-    ``examples`` and save its adapter to ``out_dir``; resumes from the last checkpoint in
+    """Train one DPO policy with the DPO ``recipe`` (its epochs over conversational
+    ``examples``) and save its adapter to ``out_dir``; resumes from the last checkpoint in
     ``ckpt_dir`` of the same run. A run planned with fewer than ``warn_below_steps``
     optimizer steps logs a warning (and returns it)."""
     from transformers import set_seed
@@ -147,15 +144,14 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
     if not data:
         raise ValueError(f"no pair fits max_length={recipe.max_length}")
     eval_data = data[:eval_pairs] if eval_pairs is not None else data
-    args = dpo_config(recipe, hardware, ckpt_dir, seed, beta, loss_type)
+    args = dpo_config(recipe, hardware, ckpt_dir, seed)
     trainer = build_dpo_trainer(model, tok, data, eval_data, args, recipe, callbacks)
-    warning = few_steps_warning("DPO", len(data), hardware, recipe.dpo_epochs,
-                                recipe.dpo_max_steps, warn_below_steps, args.world_size)
+    warning = few_steps_warning("DPO", len(data), hardware, recipe, warn_below_steps,
+                                args.world_size)
     if warning:
         _log.warning(warning)
     key = run_key(kind="dpo", recipe=recipe.model_dump(),
-                  hardware=hardware.model_dump(exclude={"rem"}), seed=seed, beta=beta,
-                  loss_type=loss_type, data=data,
+                  hardware=hardware.model_dump(exclude={"rem"}), seed=seed, data=data,
                   base=content_id(base_path),
                   sft=content_id(sft_adapter) if sft_adapter else None)
     result = fit(trainer, ckpt_dir, key)
@@ -167,8 +163,8 @@ def train_dpo(base_path: str | Path, sft_adapter: str | Path | None,
         policy.delete_adapter("ref")  # the frozen SFT copy is not part of the policy
     policy.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     card = {"kind": "policy_dpo", "pairs": len(data), "dropped_too_long": dropped,
-            "epochs": recipe.dpo_epochs, "steps": result.steps, "beta": beta,
-            "loss_type": loss_type,
+            "epochs": recipe.num_train_epochs, "steps": result.steps, "beta": recipe.beta,
+            "loss_type": recipe.loss_type,
             "sft_adapter": portable_path(sft_adapter) if sft_adapter else None,
             **(task_card or {})}
     save_trained_adapter(trainer, policy, out_dir, card)

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from medpref.finetune.hardware import Hardware
+from medpref.finetune.recipe import Recipe
 from medpref.metrics.intervals import bootstrap_ci
-from medpref.training.config import TrainingRecipe
 
 #: the per-pair rows of a cross-fitted run, beside its adapter
 HELDOUT_ROWS = "heldout.jsonl"
@@ -90,10 +90,11 @@ def _load(base_path: str | Path, adapter: str | Path, hardware: Hardware):
 
 def crossfit(base_path: str | Path, sft_adapter: str | Path,
              examples: Sequence[dict[str, Any]], sources: Sequence[str | None],
-             workdir: str | Path, recipe: TrainingRecipe, hardware: Hardware, *, folds: int,
-             beta: float, loss_type: str, seed: int) -> list[dict[str, Any]]:
-    """One row per pair that fits ``recipe.max_length``: its fold, the chosen answer's
-    source and its held-out margin. Fold policies train in ``workdir`` (removed after)."""
+             workdir: str | Path, recipe: Recipe, hardware: Hardware, *, folds: int,
+             seed: int) -> list[dict[str, Any]]:
+    """With the DPO ``recipe``, one row per pair that fits ``recipe.max_length``: its
+    fold, the chosen answer's source and its held-out margin. Fold policies train in
+    ``workdir`` (removed after)."""
     from medpref.finetune.sft import drop_too_long
     from medpref.training.dpo import train_dpo
 
@@ -112,11 +113,11 @@ def crossfit(base_path: str | Path, sft_adapter: str | Path,
                     if f == fold]
             out = workdir / f"fold{fold}"
             train_dpo(base_path, sft_adapter, train, out / "adapter", out / "ckpt", recipe,
-                      hardware, beta=beta, loss_type=loss_type, seed=seed, eval_pairs=1)
+                      hardware, seed=seed, eval_pairs=1)
             tok, policy = _load(base_path, out / "adapter", hardware)
             held = [ex for _, ex, _ in test]
             for (i, _, src), m in zip(test, margins(pair_logps(policy, tok, held),
-                                                    pair_logps(ref, tok_ref, held), beta),
+                                                    pair_logps(ref, tok_ref, held), recipe.beta),
                                       strict=True):
                 rows.append({"pair": i, "fold": fold, "chosen_source": src or "unknown",
                              "margin": m, "correct": int(m > 0)})

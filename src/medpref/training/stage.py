@@ -146,7 +146,7 @@ def run_sft(stage: RunStage) -> TrainingOutputs:
     with stage.step("train"):
         result = train_dialogue_sft(
             repo_path(_base_model(stage)), examples, out_dir / "adapter",
-            repo_path(p.checkpoints_dir) / "sft", recipe, p.active_hardware(),
+            repo_path(p.checkpoints_dir) / "sft", recipe.sft, p.active_hardware(),
             stage.seed, p.keep_checkpoints, task_card=_task_card(prompt),
             check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="SFT examples"),
             warn_below_steps=p.warn_below_steps, dev_examples=dev_examples,
@@ -270,9 +270,8 @@ def _heldout(stage: RunStage, name: str, pairs, examples: list[dict[str, Any]],
             rows = heldout.crossfit(
                 repo_path(_base_model(stage)), sft_adapter, examples,
                 [pair.chosen_source for pair in pairs],
-                repo_path(p.checkpoints_dir) / "heldout" / name, p.active_recipe(),
-                p.active_hardware(), folds=k, beta=p.dpo.beta, loss_type=p.dpo.loss_type,
-                seed=stage.seed)
+                repo_path(p.checkpoints_dir) / "heldout" / name, p.active_recipe().dpo,
+                p.active_hardware(), folds=k, seed=stage.seed)
     _write_heldout(stage, name, rows)
     return heldout.summarise(rows, seed=stage.seed) if rows else None
 
@@ -305,9 +304,8 @@ def _share_key(stage: RunStage, examples: list[dict[str, Any]], sft_adapter: Pat
     p: TrainingParams = stage.p
     return reuse.share_key(kind="dpo", recipe=p.active_recipe().model_dump(),
                            hardware=p.active_hardware().model_dump(exclude={"rem"}),
-                           seed=stage.seed, beta=p.dpo.beta, loss_type=p.dpo.loss_type,
-                           eval_pairs=p.dpo.eval_pairs, warn_below_steps=p.warn_below_steps,
-                           examples=examples,
+                           seed=stage.seed, eval_pairs=p.dpo.eval_pairs,
+                           warn_below_steps=p.warn_below_steps, examples=examples,
                            base=content_id(repo_path(_base_model(stage))),
                            sft=content_id(sft_adapter))
 
@@ -319,13 +317,13 @@ def _train_run(stage: RunStage, name: str, examples: list[dict[str, Any]], sft_a
     result = train_dpo(
         repo_path(_base_model(stage)), sft_adapter, examples,
         policies.run_dir(stage.params, name) / "adapter",
-        repo_path(p.checkpoints_dir) / "dpo" / name, p.active_recipe(), p.active_hardware(),
-        beta=p.dpo.beta, loss_type=p.dpo.loss_type, seed=stage.seed,
+        repo_path(p.checkpoints_dir) / "dpo" / name, p.active_recipe().dpo,
+        p.active_hardware(), seed=stage.seed,
         eval_pairs=p.dpo.eval_pairs, keep_checkpoints=p.keep_checkpoints, task_card=task_card,
         check_yield=lambda kept, asked: stage.check_yield(kept, asked, what="pairs"),
         warn_below_steps=p.warn_below_steps)
     card = {"pairs": result.n_pairs, "dropped_too_long": result.n_dropped,
-            "epochs": p.active_recipe().dpo_epochs, "steps": result.fit.steps,
+            "epochs": p.active_recipe().dpo.num_train_epochs, "steps": result.fit.steps,
             "steps_warning": result.warning, "resumed_from": result.fit.resumed_from,
             "runtime_s": round(result.fit.runtime_s, 1), "reused_from": None}
     fit_record = {"log_history": result.fit.log_history, "final": result.final,
