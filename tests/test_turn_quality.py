@@ -256,14 +256,22 @@ def test_a_bad_labels_file_names_line_and_field(tmp_path, edit, field, message):
 
 
 def test_stage_writes_the_validation_page_and_its_test_half_metrics(tmp_path):
-    from medpref.notechat.stage import output_paths, write_turn_quality_validation
+    from types import SimpleNamespace
 
-    stem = output_paths(tmp_path / "data", tmp_path / "reports")["turn_quality_validation"]
-    stats = write_turn_quality_validation(_write_labels(tmp_path / "l.jsonl", LABELLED), stem)
+    from medpref.notechat import outputs
+    from medpref.notechat.stage import turn_quality_validation_metrics
+
+    labels = _write_labels(tmp_path / "l.jsonl", LABELLED)
+    stats = turn_quality_validation_metrics(labels)
     assert stats == {"turn_quality_test_recall": 0.0, "turn_quality_test_precision": 0.0}
-    page = stem.with_suffix(".md").read_text()
+    # the pages are declared outputs, built from the labels file the params name
+    params = SimpleNamespace(notechat=SimpleNamespace(turn_quality_labels=str(labels)))
+    page = outputs.validation_md({}, params)
     assert "| all     | any     |" in page and "0.50 [0.15, 0.85]" in page
-    assert stem.with_suffix(".csv").read_text().startswith("split,check,turns")
+    assert outputs.validation_csv({}, params).startswith("split,check,turns")
+    off = SimpleNamespace(notechat=SimpleNamespace(turn_quality_labels=None))
+    assert "not measured" in outputs.validation_md({}, off)
+    assert outputs.validation_csv({}, off) == ""
 
 
 def test_the_committed_hand_labels_measure_the_checks():

@@ -38,7 +38,7 @@ STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, NOTECHAT, REM,
 #: committed-tables test skips them and the dvc contract does not ask for their record
 #: files. A stage leaves this set in the commit of its first records (a stage in it with
 #: any record committed fails the test).
-AWAITING_RECORDS: frozenset[str] = frozenset({"02_notechat"})
+AWAITING_RECORDS: frozenset[str] = frozenset()
 
 
 def stages_with_records(root: Path, names: list[str] | None = None) -> list[StageOutputs]:

@@ -146,7 +146,7 @@ class NoteChatParams(StrictModel):
     self_bleu_sample: int | None = Field(None, ge=2)
     #: hand-labelled generated turns (turn_quality_validation.LabelledTurn lines) to
     #: measure the turn-quality checks against; None: no validation table
-    turn_quality_labels: str | None = None
+    turn_quality_labels: str | None = "data/embedded/turn_quality_labels.jsonl"
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @property

@@ -31,7 +31,9 @@ from typing import Any
 import pandas as pd
 
 from medpref.notechat import evaluate, tables
+from medpref.notechat.turn_quality_validation import validation_markdown, validation_report
 from medpref.outputs import Figure, Page, Records, StageOutputs, Table
+from medpref.params import repo_path
 from medpref.reports import no_negative_zero
 from medpref.turns.turn_quality import CHECKS, TABLE3_NOTE, quality_per_system, table3_block
 
@@ -153,6 +155,32 @@ def coverage_figure(records: Rows, params):
     return evaluate.coverage_figure(coverage_table(records), params.notechat.max_rounds)
 
 
+def _validation(params):
+    """``(scores, label counts, file name)`` of the checks on the hand-labelled turns that
+    ``notechat.turn_quality_labels`` names (a committed data file: these pages' records),
+    or None when it is null."""
+    labels = getattr(params.notechat, "turn_quality_labels", None)
+    if not labels:
+        return None
+    path = repo_path(labels)
+    scores, counts = validation_report(path)
+    return scores, counts, path.name
+
+
+def validation_csv(records: Rows, params) -> str:
+    """``turn_quality_validation.csv``: each check's recall and precision per half."""
+    v = _validation(params)
+    return "" if v is None else no_negative_zero(v[0]).to_csv(index=False)
+
+
+def validation_md(records: Rows, params) -> str:
+    """``turn_quality_validation.md``: the label counts, the checks' scores, the note."""
+    v = _validation(params)
+    if v is None:
+        return "No `notechat.turn_quality_labels`: the checks were not measured.\n"
+    return validation_markdown(*v)
+
+
 OUTPUTS = StageOutputs("02_notechat", (
     Records("dialogues", "each generated dialogue (NoteChat's, each baseline's) per note",
             key=("system", "note_id", "turns")),
@@ -178,4 +206,7 @@ OUTPUTS = StageOutputs("02_notechat", (
     Page("malformed", malformed_page, suffix=".jsonl"),
     Table("coverage", coverage_table),
     Figure("coverage_by_round", coverage_figure),
+    Page("turn_quality_validation_csv", validation_csv, suffix=".csv",
+         file="turn_quality_validation"),
+    Page("turn_quality_validation", validation_md, suffix=".md"),
 ))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.contracts import ClinicalNote, atomic_write_text, read_jsonl, write_jsonl
+from medpref.contracts import ClinicalNote, read_jsonl, write_jsonl
 from medpref.llm.client import LLMClient
 from medpref.notechat import outputs
 from medpref.notechat.calls import CallLog
@@ -40,10 +40,9 @@ from medpref.notechat.tables import (
     notechat_summary,
     notes_overview,
 )
-from medpref.notechat.turn_quality_validation import validation_markdown, validation_report
+from medpref.notechat.turn_quality_validation import validation_report
 from medpref.params import repo_path
 from medpref.prompts import PromptTemplate
-from medpref.reports import write_table
 from medpref.turns.turn_quality import (
     quality_per_dialogue,
     quality_per_system,
@@ -117,8 +116,7 @@ def write_outputs(run: StageRun, clients: dict[str, LLMClient],
                   params)
     stats = headline_metrics(run, blocks, events)
     if p.turn_quality_labels:
-        stats.update(write_turn_quality_validation(repo_path(p.turn_quality_labels),
-                                                   paths["turn_quality_validation"]))
+        stats.update(turn_quality_validation_metrics(repo_path(p.turn_quality_labels)))
     return stats
 
 
@@ -131,12 +129,10 @@ def write_reports(reports: Path, records: dict[str, list[dict]], params) -> dict
     return built
 
 
-def write_turn_quality_validation(labels: Path, stem: Path) -> dict[str, Any]:
-    """The checks' recall and precision on the hand-labelled turns (``<stem>.csv`` and
-    ``.md``); returns the overall decision's scores on the test half for the metrics."""
-    scores, counts = validation_report(labels)
-    write_table(scores, stem)
-    atomic_write_text(stem.with_suffix(".md"), validation_markdown(scores, counts, labels.name))
+def turn_quality_validation_metrics(labels: Path) -> dict[str, Any]:
+    """The overall decision's recall and precision on the test half of the hand-labelled
+    turns, for the metrics (the pages are written with the other outputs)."""
+    scores, _ = validation_report(labels)
     test = scores[(scores["split"] == "test") & (scores["check"] == "any")].iloc[0]
     return {"turn_quality_test_recall": round(float(test["recall"]), 3),
             "turn_quality_test_precision": round(float(test["precision"]), 3)}
