@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from medpref import REPO_ROOT
 from medpref.contracts import SPCase, write_jsonl
 from medpref.params import load_params, parse_params
 from medpref.remscore.base import RuleJudgement
@@ -57,7 +58,7 @@ def run_stage(root, monkeypatch, grid_cases=0, heavy=True):
         "doctors": [{"name": "base", "role": "policy"}, {"name": "sft", "role": "sft"},
                     {"name": "grid_avg_1", "role": "sft"}, {"name": "grid_dep_1",
                                                             "role": "policy"}]})
-    # heavy: the 558 hand-graded items, graded twice (seconds)
+    # heavy: every hand-graded item (data/embedded/sp_graded.jsonl), graded twice (seconds)
     raw["simulation"]["grader"].update(bootstrap_rounds=200,
                                        **({} if heavy else {"graded_items": None}))
     raw["simulation"]["next_turn"].update(enabled=heavy, n_dialogues=3)
@@ -127,7 +128,8 @@ def test_every_declared_record_is_written_one_row_per_item_with_its_key(committe
     # 4 models predicted 3 items each; the REM judged the spoken transcripts per rule
     assert sizes["next_turn_predictions"] == 4 * 3 and sizes["next_turn_items"] == 3
     assert {r["doctor"] for r in records["compliance_judgements"]} == {"base", "sft"}
-    assert len(records["grader_verdicts"]) == 558 and set(
+    graded = (REPO_ROOT / "data/embedded/sp_graded.jsonl").read_text().splitlines()
+    assert len(records["grader_verdicts"]) == len([g for g in graded if g.strip()]) and set(
         records["grader_verdicts"][0]["graders"]) == {"echo_aware", "embedding"}
     assert out.records == records
 
