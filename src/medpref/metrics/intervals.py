@@ -1,7 +1,7 @@
 """The project's statistics: intervals, paired comparisons, power and agreement.
 
 Every number in a report that carries uncertainty comes from here, so the choices are made
-once (see ``/work/shared/EVALUATION.md``):
+once (see the house evaluation guide, ``EVALUATION.md`` beside the repository):
 
 - a mean over items gets a t interval (``mean_ci``) or a seeded percentile bootstrap
   (``bootstrap_ci``); items that share a unit (a case, a dialogue) are resampled by that
