@@ -24,7 +24,7 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from medpref.contracts import ContractError, Role, read_jsonl
+from medpref.contracts import ContractError, Role, Turn, read_jsonl
 from medpref.metrics.intervals import proportion_ci
 from medpref.turns.turn_quality import CHECKS, check_dialogue
 
@@ -53,6 +53,10 @@ class LabelledTurn(BaseModel):
     split: Literal["dev", "test"]
     note_id: str | None = None
     system: str | None = None
+    #: the dialogue's turns as the generator saw them before this one, not labelled here:
+    #: a raw answer that a stage dropped or repaired is labelled as a dialogue of one turn
+    #: after them (``docs/turn_quality_rubric.md``); the checks read them as earlier turns
+    context: list[Turn] = Field(default_factory=list)
 
 
 def load_labels(path: str | os.PathLike) -> list[LabelledTurn]:
@@ -66,6 +70,9 @@ def load_labels(path: str | os.PathLike) -> list[LabelledTurn]:
         if t.index != len(earlier):
             raise ContractError(path, line, "index", f"dialogue {t.dialogue!r}: expected turn "
                                 f"{len(earlier)} next, got {t.index}")
+        if t.context and t.index:
+            raise ContractError(path, line, "context", f"dialogue {t.dialogue!r}: only its "
+                                "first turn (index 0) may carry a context")
         if earlier and t.split != earlier[0].split:
             raise ContractError(path, line, "split", f"dialogue {t.dialogue!r} is in "
                                 f"{earlier[0].split!r}; a dialogue lies in one split")
@@ -83,7 +90,9 @@ def flag_labelled(turns: Sequence[LabelledTurn]) -> pd.DataFrame:
         by_dialogue.setdefault(t.dialogue, []).append(t)
     rows = []
     for dialogue, items in by_dialogue.items():
-        flags = check_dialogue([{"role": t.role, "text": t.text} for t in items])
+        context = [{"role": c.role, "text": c.text} for c in items[0].context]
+        flags = check_dialogue(context + [{"role": t.role, "text": t.text} for t in items])
+        flags = flags[len(context):]
         for t, f in zip(items, flags, strict=True):
             row = {"id": t.id, "dialogue": dialogue, "index": t.index, "split": t.split,
                    "role_of_speaker": t.role, "text": t.text, "why": t.why,
