@@ -247,9 +247,50 @@ def test_the_built_in_rem_scorer_modes_are_registered_builders():
     from medpref.remscore import scorers
 
     assert registry.REM_SCORERS.names() == ["expected", "finetuned", "sampled"]
-    assert {fn.__module__ for fn in registry.REM_SCORERS.values()} == {scorers.__name__}
-    src = (SRC / "remscore" / "scorers.py").read_text(encoding="utf-8")
-    assert "if mode ==" not in src
+    assert {m.build.__module__ for m in registry.REM_SCORERS.values()} == {scorers.__name__}
+    # the code around the modes asks the registered mode, never which mode it is
+    for path in ("remscore/scorers.py", "rem/config.py", "rem/build_rem.py"):
+        src = (SRC / path).read_text(encoding="utf-8")
+        assert "mode ==" not in src and "mode !=" not in src, path
+    assert [n for n, m in registry.REM_SCORERS.items() if m.adapter] == ["finetuned"]
+
+
+def test_a_rem_mode_describes_itself_and_checks_its_settings(throwaway):
+    from medpref.registry import register_rem_scorer
+    from medpref.rem.config import RemScorerSettings
+    from medpref.remscore.scorers import describe_settings
+
+    def never_two(settings):
+        if settings.k == 2:
+            raise ValueError("registry_test_checked: k must not be 2")
+
+    @register_rem_scorer("registry_test_plain")
+    def plain(client, flowchart, examples, template, **_):
+        """Reads the first score it sees.
+
+        More text that Table 5 does not show."""
+    throwaway.append((registry.REM_SCORERS, "registry_test_plain"))
+
+    @register_rem_scorer("registry_test_checked", describe=lambda s, card: f"k={s.k}",
+                         check=never_two)
+    def checked(client, flowchart, examples, template, **_):
+        return None
+    throwaway.append((registry.REM_SCORERS, "registry_test_checked"))
+
+    assert describe_settings(RemScorerSettings(mode="registry_test_plain")) == \
+        "mode registry_test_plain: Reads the first score it sees"
+    assert describe_settings(RemScorerSettings(mode="registry_test_checked", k=3)) == "k=3"
+    with pytest.raises(ValueError, match="k must not be 2"):
+        RemScorerSettings(mode="registry_test_checked", k=2)
+    # the built-in checks moved into their modes and still hold
+    with pytest.raises(ValueError, match="k applies to sampled scorers only"):
+        RemScorerSettings(mode="expected", k=2)
+    with pytest.raises(ValueError, match="reads its adapter's task card"):
+        RemScorerSettings(mode="finetuned", n_examples=2)
+    with pytest.raises(ValueError, match="leave state_value 'expected'"):
+        RemScorerSettings(mode="sampled", k=2, state_value="label")
+    # a builder registered again under its own name is the same registration
+    register_rem_scorer("registry_test_plain")(plain)
 
 
 # -- stage pieces ---------------------------------------------------------------------------
@@ -272,3 +313,32 @@ def test_a_user_piece_opener_registers_and_opens(throwaway):
         register_piece("99_registry_test")(lambda stage: stage)
     with pytest.raises(RegistryError, match=r"open_stage: no stage piece opener '01_sampling'"):
         registry.PIECES.get("01_sampling")
+
+
+# -- LLM backends ---------------------------------------------------------------------------
+
+def test_a_user_backend_registers_and_a_role_names_it(throwaway):
+    from medpref.llm import LLMSession
+    from medpref.llm.errors import BackendConfigError
+    from medpref.llm.replay import ReplayBackend
+    from medpref.params import SharedParams
+
+    assert {"hf", "openai", "replay"} <= set(registry.BACKENDS.names())
+    built = []
+
+    @registry.register_backend("registry_test_backend")
+    def echo_backend(cfg, shared):
+        built.append(cfg.model)
+        return ReplayBackend({"backend": "hf", "model": cfg.model})
+    throwaway.append((registry.BACKENDS, "registry_test_backend"))
+
+    shared = SharedParams(llm={"roles": {"judge": {"backend": "registry_test_backend",
+                                                   "model": "my-model"}}})
+    session = LLMSession("00_test", shared)
+    session.backend_for(shared.llm.roles["judge"])
+    assert built == ["my-model"]
+    bad = SharedParams(llm={"roles": {"judge": {"backend": "opnai", "model": "gpt-4o"}}})
+    with pytest.raises(BackendConfigError,
+                       match=r"shared.llm.roles.judge.backend: no LLM backend 'opnai' "
+                             r"\(known: hf, openai, registry_test_backend, replay\)"):
+        LLMSession("00_test", bad)

@@ -368,8 +368,11 @@ def test_the_change_record_names_the_labels_each_change_saw():
 
     turns = load_labels(REPO_ROOT / "data/embedded/turn_quality_labels.jsonl")
     split = {t.id: t.split for t in turns}
-    batch = {t.id: ("stage02-embedded" if int(t.id.split("-")[1]) <= 69 else "baselines-tqn")
-             for t in turns}
+    def batch_of(n: int) -> str:
+        return ("stage02-embedded" if n <= 69 else "baselines-tqn" if n <= 120
+                else "notechat-raw")
+
+    batch = {t.id: batch_of(int(t.id.split("-")[1])) for t in turns}
     now = Counter((batch[i], split[i]) for i in split)
     entries = yaml.safe_load((REPO_ROOT / "data/embedded/turn_quality_changes.yaml")
                              .read_text(encoding="utf-8"))["changes"]
@@ -381,3 +384,122 @@ def test_the_change_record_names_the_labels_each_change_saw():
                 assert 0 < n <= now[(b, part)], (e["id"], b, part)
         assert all(split[i] == "dev" for i in e["motivated_by"]), e["id"]
     assert len({e["id"] for e in entries}) == len(entries)
+
+
+# -- third round (issue 31): both parts, instructions, loops, run-ons, the note read aloud ----
+
+@pytest.mark.parametrize(("text", "role", "both"), [
+    ("A: I'm Dr. Alex, the doctor. B: How is it going today?", "doctor", True),
+    ("Dr. Alex, the doctor.\nDr. Alex: Good morning, and thanks for your visit.", "patient", True),
+    ("How are you? Patient: I'm fine.", "doctor", True),
+    ("I told her: take it twice a day.", "doctor", False),
+    ("My daughter asked: is it serious? I said no.", "patient", False),
+])
+def test_a_turn_that_writes_both_parts_is_out_of_role(text, role, both):
+    from medpref.turns.turn_quality import speaks_both_parts, speaks_out_of_role
+
+    assert speaks_both_parts(text, role) is both
+    assert speaks_out_of_role(text, role) is both
+
+
+@pytest.mark.parametrize(("text", "leaks"), [
+    ("I'm glad to have you here today.\n\nPlease tell the patient about symptoms", True),
+    ("I'm your best friend. Please, do not provide a detailed diagnosis. You", True),
+    ("Tell me more. You: You're here to relax.", True),
+    ("Don't stop the aspirin without talking to us.", False),
+    ("Did you tell your wife about the pain?", False),
+    ("Thank you. You look well today.", False),
+])
+def test_a_writing_instruction_or_a_you_label_leaks(text, leaks):
+    assert leaks_prompt(text) is leaks
+
+
+@pytest.mark.parametrize(("text", "repeats"), [
+    ("Cardiovascular disease Cardiovascular disease Cardiovascular disease", True),
+    ("Thank you for having me. I'm glad to have you here. I'm glad to have you here today.",
+     True),
+    ("Yes, however I'm not sure of the details. Yes, about your blog, however I'm not sure of "
+     "the details.", True),
+    ("No, no, no, it is not like that.", False),          # one word thrice: speech
+    ("It hurts here. It hurts a bit less at night.", False),
+])
+def test_loops_and_near_repeats_within_a_turn(text, repeats):
+    assert repeats_sentence(text) is repeats
+
+
+def test_a_turn_copied_from_an_earlier_one_with_a_new_opening_is_flagged():
+    earlier = ["We just got home from the hospital, so we decided to take a little bit of "
+               "time to relax and talk."]
+    assert repeats_sentence("Yes, it's an amazing day, we just got home from the hospital, so "
+                            "we decided to take a little bit of time to relax and talk.", earlier)
+    assert not repeats_sentence("We got home yesterday and the wheezing is worse at night.",
+                                earlier)
+
+
+def test_a_long_run_without_punctuation_says_nothing():
+    from medpref.turns.turn_quality import RUN_MAX_WORDS, runs_on, says_nothing
+
+    keywords = " ".join(["High blood pressure Hypertension HDL-C angina"] * 10)
+    assert runs_on(keywords) and says_nothing(keywords, "patient")
+    speech = ("I've been getting a pressure in the middle of my chest when I walk uphill or "
+              "take the stairs, and it goes away after a few minutes of rest, mostly in the "
+              "mornings. It started about two months ago, and it has not got worse since then.")
+    assert not runs_on(speech) and not says_nothing(speech, "patient")
+    assert not runs_on(" ".join(["word"] * (RUN_MAX_WORDS - 1)))
+
+
+NOTE = ("Subjective: 52-year-old woman with type 2 diabetes mellitus diagnosed 4 years ago. "
+        "Denies blurred vision, numbness or tingling in the feet, chest pain, or symptoms of "
+        "hypoglycemia. Plan: Aspirin 81 mg daily and ticagrelor 90 mg twice a day for twelve "
+        "months.")
+
+
+@pytest.mark.parametrize(("text", "reads"), [
+    ("Okay. Denies blurred vision, numbness or tingling in the feet, chest pain, or symptoms "
+     "of hypoglycemia.", True),
+    # a human doctor's plan in the note's words (9 of them), and a patient's own facts
+    ("Take aspirin 81 mg daily and ticagrelor 90 mg twice, and don't stop them.", False),
+    ("I've had type 2 diabetes for 4 years now, and no blurred vision.", False),
+])
+def test_a_turn_that_reads_the_note_aloud_leaks(text, reads):
+    from medpref.turns.turn_quality import check_turn, reads_note
+
+    assert reads_note(text, NOTE) is reads
+    assert check_turn(text, "doctor", note=NOTE).leak is reads
+    assert not reads_note(text, None)          # without the note the rule cannot run
+
+
+def test_labelled_context_is_read_as_earlier_turns(tmp_path):
+    from medpref.contracts import ContractError
+    from medpref.notechat.turn_quality_validation import flag_labelled, load_labels
+
+    base = {"dialogue": "raw-1", "index": 0, "role": "patient", "role_ok": True,
+            "leak": False, "repetition": True, "usable": False, "split": "dev"}
+    text = ("Please, just a little while ago, I met you a little while ago, we met in a small "
+            "town, I don't remember the name.")
+    ctx = [{"role": "doctor", "text": "Hello."}, {"role": "patient", "text": text[8:]}]
+    labels = _write_labels(tmp_path / "l.jsonl", [{**base, "id": "x1", "text": text,
+                                                   "context": ctx}])
+    flagged = flag_labelled(load_labels(labels))
+    assert len(flagged) == 1 and flagged.loc[0, "repeat"]          # the context is read
+    alone = _write_labels(tmp_path / "m.jsonl", [{**base, "id": "x1", "text": text}])
+    assert not flag_labelled(load_labels(alone)).loc[0, "repeat"]  # and only it
+    bad = [{**base, "id": "a", "text": "Hi."},
+           {**base, "id": "b", "index": 1, "text": "Hello.", "context": ctx}]
+    with pytest.raises(ContractError, match="context"):
+        load_labels(_write_labels(tmp_path / "n.jsonl", bad))
+
+
+def test_human_reference_turns_pass_every_check():
+    """The human reference dialogues of the embedded notes (read with their notes): a check
+    that flags a human turn is wrong."""
+    from medpref import REPO_ROOT
+    from medpref.contracts import ClinicalNote, read_jsonl
+
+    notes = read_jsonl(REPO_ROOT / "data/embedded/notes.jsonl", ClinicalNote)
+    turns = 0
+    for n in notes:
+        for t, f in zip(n.reference_dialogue, check_dialogue(n.reference_dialogue, note=n.note)):
+            assert f.passes, (n.id, t.text)
+            turns += 1
+    assert turns > 200

@@ -35,7 +35,7 @@ class RoleConfig(StrictModel):
     section of the stage that makes the call (one home per knob), and reaches the client
     in that call's :class:`medpref.llm.types.CallSpec`."""
 
-    backend: Literal["hf", "openai", "replay"] = "hf"
+    backend: str = "hf"              # a name in medpref.registry.BACKENDS (LLMSession checks it)
     model: str = "models/smollm2-135m-instruct"
     adapter: str | None = None
     server: str = "openai"

@@ -16,6 +16,8 @@ the name is unknown).
   ``medpref.simulation.controls``.
 - :data:`REM_SCORERS` (``rem.scorers.<name>.mode``): ``register_rem_scorer``; built-ins
   in ``medpref.remscore.scorers``.
+- :data:`BACKENDS` (``shared.llm.roles.<role>.backend``): ``register_backend``; built-ins
+  in ``medpref.llm.session``.
 - :data:`PIECES` (``open_stage(name, **piece)``): ``register_piece``; built-ins in
   ``medpref.annotation.grid`` and ``medpref.training.stage``.
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -83,7 +86,7 @@ class Registry(Generic[T]):
 
         def deco(entry: T) -> T:
             held = self._entries.get(name)
-            if held is not None and held is not entry:
+            if held is not None and held is not entry and held != entry:
                 raise ValueError(f"{self.kind} '{name}' is registered twice: "
                                  f"{_where(held)} and {_where(entry)} ({self.key} names "
                                  "one entry; rename one of them)")
@@ -117,6 +120,11 @@ class Registry(Generic[T]):
 
     def __getitem__(self, name: str) -> T:
         return self.get(name)
+
+    def __setitem__(self, name: str, entry: T) -> None:
+        """Replace (or add) entry ``name`` without the twice-registered check: a test that
+        stands a fake in for a built-in (``monkeypatch.setitem``)."""
+        self._entries[name] = entry
 
     def __delitem__(self, name: str) -> None:
         self.unregister(name)
@@ -173,6 +181,24 @@ def import_strategy_modules() -> None:
 
 
 # -- the registries -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RemMode:
+    """A REM scorer mode: its builder and what the code around it must know without
+    asking which mode it is (see :func:`register_rem_scorer`)."""
+
+    build: Callable[..., Any]
+    adapter: bool = False
+    describe: Callable[..., str] | None = None
+    check: Callable[[Any], None] | None = None
+
+    def method(self, name: str, settings: Any, adapter_card: dict | None = None) -> str:
+        """Table 5's ``method`` text for settings of this mode."""
+        if self.describe is not None:
+            return self.describe(settings, adapter_card)
+        doc = (self.build.__doc__ or "").strip().splitlines()
+        return f"mode {name}" + (f": {doc[0].rstrip('.')}" if doc else "")
+
+
 #: stage 04's annotation strategies: ``fn(inputs) -> [written result, *shown-only results]``
 #: (``medpref.annotation.strategies``)
 STRATEGIES: Registry[Callable[[Any], Any]] = Registry(
@@ -186,10 +212,14 @@ PATIENTS: Registry[type] = Registry("patient", "simulation.patient.kind", name_a
 #: ``polarity``
 CONTROL_DOCTORS: Registry[type] = Registry("control doctor", "simulation.controls",
                                            name_attr="name")
-#: how a REM scorer reads the model: ``fn(client, flowchart, examples, template, *, call,
-#: k, seed, n_examples, temperature, comment, detail, state_value) -> scorer``
-REM_SCORERS: Registry[Callable[..., Any]] = Registry("REM scorer mode",
-                                                     "rem.scorers.<name>.mode")
+#: how a REM scorer reads the model: a :class:`RemMode` (its ``build``, what it reads,
+#: how Table 5 describes it and which settings it accepts), added by
+#: :func:`register_rem_scorer` on the builder function
+REM_SCORERS: Registry[RemMode] = Registry("REM scorer mode", "rem.scorers.<name>.mode")
+#: the model backends a role names (``shared.llm.roles.<role>.backend``):
+#: ``fn(RoleConfig, SharedParams) -> Backend``; built-ins in ``medpref.llm.session``
+BACKENDS: Registry[Callable[..., Any]] = Registry("LLM backend",
+                                                  "shared.llm.roles.<role>.backend")
 #: the stages opened for one piece of their work (a grid cell, a training part): stage
 #: name → ``fn(stage, **keywords) -> Stage`` (``medpref.stagekit.open_stage``)
 PIECES: Registry[Callable[..., Any]] = Registry("stage piece opener", "open_stage")
@@ -198,5 +228,25 @@ PIECES: Registry[Callable[..., Any]] = Registry("stage piece opener", "open_stag
 register_grader = GRADERS.register
 register_patient = PATIENTS.register
 register_control = CONTROL_DOCTORS.register
-register_rem_scorer = REM_SCORERS.register
 register_piece = PIECES.register
+register_backend = BACKENDS.register
+
+
+def register_rem_scorer(name: str, *, adapter: bool = False,
+                        describe: Callable[..., str] | None = None,
+                        check: Callable[[Any], None] | None = None
+                        ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator on a REM scorer mode's builder: registers ``RemMode(build, adapter,
+    describe, check)`` as mode ``name`` and returns the builder unchanged.
+
+    ``build(client, flowchart, examples, template, *, call, k, seed, n_examples,
+    temperature, comment, detail, state_value) -> scorer`` (take the keywords you use,
+    ``**_`` for the rest). ``adapter``: the mode reads stage 03's LoRA REM
+    (``rem.train.adapter_dir``, its task card's ``comment``/``detail``) instead of
+    in-context examples. ``describe(settings, adapter_card) -> str``: Table 5's ``method``
+    column (default: the mode's name and its builder's first docstring line).
+    ``check(settings)``: raises ``ValueError`` on settings the mode cannot honour."""
+    def deco(build: Callable[..., Any]) -> Callable[..., Any]:
+        REM_SCORERS.register(name)(RemMode(build, adapter, describe, check))
+        return build
+    return deco

@@ -5,7 +5,9 @@
     ...
     llm.write_ledger("reports/01_sampling/ledger.json")
 
-Backends are built by name from :data:`BACKENDS` (``register_backend`` adds one); roles
+Backends are built by name from :data:`medpref.registry.BACKENDS` (``@register_backend(name)``
+on a factory ``fn(RoleConfig, SharedParams) -> Backend`` adds one; a role names it in
+``shared.llm.roles.<role>.backend``); roles
 that name the same model share one backend, so a model is loaded once per stage.
 """
 
@@ -24,6 +26,7 @@ from medpref.llm.errors import BackendConfigError, UnpricedModelError
 from medpref.llm.ledger import Ledger, Price
 from medpref.llm.types import GenerationParams
 from medpref.params import RoleConfig, SharedParams, repo_path
+from medpref.registry import BACKENDS, register_backend
 
 _log = logging.getLogger(__name__)
 
@@ -36,6 +39,7 @@ TRACKED_MODELS_DIR = "models"
 _told_untracked: set[str] = set()
 
 
+@register_backend("hf")
 def _hf(cfg: RoleConfig, shared: SharedParams) -> Backend:
     from medpref.llm.hf import HFBackend
 
@@ -55,6 +59,7 @@ def _hf(cfg: RoleConfig, shared: SharedParams) -> Backend:
                      model_name=Path(cfg.model).name)
 
 
+@register_backend("openai")
 def _openai(cfg: RoleConfig, shared: SharedParams) -> Backend:
     from medpref.llm.openai_backend import OpenAIBackend
 
@@ -77,17 +82,11 @@ def _openai(cfg: RoleConfig, shared: SharedParams) -> Backend:
     return backend
 
 
+@register_backend("replay")
 def _replay(cfg: RoleConfig, shared: SharedParams) -> Backend:
     from medpref.llm.replay import ReplayBackend
 
     return ReplayBackend(cfg.replays or {})
-
-
-BACKENDS: dict[str, BackendFactory] = {"hf": _hf, "openai": _openai, "replay": _replay}
-
-
-def register_backend(name: str, factory: BackendFactory) -> None:
-    BACKENDS[name] = factory
 
 
 def generation_defaults(cfg: RoleConfig) -> GenerationParams:
@@ -97,6 +96,11 @@ def generation_defaults(cfg: RoleConfig) -> GenerationParams:
 class LLMSession:
     def __init__(self, stage: str, shared: SharedParams, cache: ResponseCache | None = None,
                  ledger: Ledger | None = None):
+        for role, cfg in shared.llm.roles.items():   # a misspelt backend fails at the start
+            try:
+                BACKENDS.get(cfg.backend, key=f"shared.llm.roles.{role}.backend")
+            except KeyError as exc:
+                raise BackendConfigError(str(exc)) from None
         self.stage = stage
         self.shared = shared
         self.cache = cache
@@ -124,10 +128,11 @@ class LLMSession:
                                         "device", "dtype", "batch_size"})
         key = json.dumps(ident, sort_keys=True)
         if key not in self._backends:
-            if cfg.backend not in BACKENDS:
-                raise BackendConfigError(f"unknown backend '{cfg.backend}' "
-                                         f"(known: {sorted(BACKENDS)})")
-            self._backends[key] = BACKENDS[cfg.backend](cfg, self.shared)
+            try:
+                factory = BACKENDS.get(cfg.backend)
+            except KeyError as exc:
+                raise BackendConfigError(str(exc)) from None
+            self._backends[key] = factory(cfg, self.shared)
         return self._backends[key]
 
     def role(self, name: str, **overrides: Any) -> LLMClient:

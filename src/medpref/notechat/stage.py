@@ -106,7 +106,7 @@ def write_outputs(run: StageRun, clients: dict[str, LLMClient],
     params = params if params is not None else SimpleNamespace(notechat=p)
     blocks = ev.blocks(run)
     events = all_events(run)
-    quality = quality_per_dialogue(systems(run))
+    quality = quality_per_dialogue(systems(run), {n.id: n.note for n in run.notes})
     per_system = quality_per_system(quality)
     blocks["Turn quality"] = table3_block(per_system)  # beside Table 3's keyword metrics
     write_jsonl(paths["dialogues"], notechat_dialogues(run, clients, templates))

@@ -24,7 +24,7 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from medpref.contracts import ContractError, Role, read_jsonl
+from medpref.contracts import ClinicalNote, ContractError, Role, Turn, read_jsonl
 from medpref.metrics.intervals import proportion_ci
 from medpref.turns.turn_quality import CHECKS, check_dialogue
 
@@ -32,6 +32,9 @@ from medpref.turns.turn_quality import CHECKS, check_dialogue
 GOLD = {"role": ("role_ok", False), "leak": ("leak", True), "repeat": ("repetition", True),
         "empty": ("usable", False), "any": ("usable", False)}
 SPLITS = ("dev", "test", "all")
+#: The notes the labelled turns were made from (``note_id``): the checks read them to see a
+#: note read aloud.
+LABEL_NOTES = ("data/embedded/notes.jsonl", "data/embedded/turn_quality_notes.jsonl")
 
 
 class LabelledTurn(BaseModel):
@@ -53,6 +56,10 @@ class LabelledTurn(BaseModel):
     split: Literal["dev", "test"]
     note_id: str | None = None
     system: str | None = None
+    #: the dialogue's turns as the generator saw them before this one, not labelled here:
+    #: a raw answer that a stage dropped or repaired is labelled as a dialogue of one turn
+    #: after them (``docs/turn_quality_rubric.md``); the checks read them as earlier turns
+    context: list[Turn] = Field(default_factory=list)
 
 
 def load_labels(path: str | os.PathLike) -> list[LabelledTurn]:
@@ -66,6 +73,9 @@ def load_labels(path: str | os.PathLike) -> list[LabelledTurn]:
         if t.index != len(earlier):
             raise ContractError(path, line, "index", f"dialogue {t.dialogue!r}: expected turn "
                                 f"{len(earlier)} next, got {t.index}")
+        if t.context and t.index:
+            raise ContractError(path, line, "context", f"dialogue {t.dialogue!r}: only its "
+                                "first turn (index 0) may carry a context")
         if earlier and t.split != earlier[0].split:
             raise ContractError(path, line, "split", f"dialogue {t.dialogue!r} is in "
                                 f"{earlier[0].split!r}; a dialogue lies in one split")
@@ -75,15 +85,20 @@ def load_labels(path: str | os.PathLike) -> list[LabelledTurn]:
     return turns
 
 
-def flag_labelled(turns: Sequence[LabelledTurn]) -> pd.DataFrame:
+def flag_labelled(turns: Sequence[LabelledTurn],
+                  notes: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per turn: the checks' flags (``role``, ``leak``, ``repeat``, ``any``) next
-    to the labels turned into "bad" (``gold_role``, ...), with ``split`` and the text."""
+    to the labels turned into "bad" (``gold_role``, ...), with ``split`` and the text;
+    ``notes`` (note id -> text) are the source notes the checks may read."""
     by_dialogue: dict[str, list[LabelledTurn]] = {}
     for t in turns:
         by_dialogue.setdefault(t.dialogue, []).append(t)
     rows = []
     for dialogue, items in by_dialogue.items():
-        flags = check_dialogue([{"role": t.role, "text": t.text} for t in items])
+        context = [{"role": c.role, "text": c.text} for c in items[0].context]
+        flags = check_dialogue(context + [{"role": t.role, "text": t.text} for t in items],
+                               note=(notes or {}).get(items[0].note_id or ""))
+        flags = flags[len(context):]
         for t, f in zip(items, flags, strict=True):
             row = {"id": t.id, "dialogue": dialogue, "index": t.index, "split": t.split,
                    "role_of_speaker": t.role, "text": t.text, "why": t.why,
@@ -169,7 +184,21 @@ def validation_markdown(scores: pd.DataFrame, counts: pd.DataFrame, source: str)
             f"- {VALIDATION_NOTE}\n")
 
 
-def validation_report(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(scores, label counts)`` of the checks on a labels file."""
+def label_notes(paths: Sequence[str | os.PathLike] = LABEL_NOTES) -> dict[str, str]:
+    """Note id -> note text of the notes files (relative paths from the repository)."""
+    from medpref.params import repo_path
+
+    return {n.id: n.note for p in paths for n in read_jsonl(repo_path(p), ClinicalNote)}
+
+
+def validation_report(path: str | os.PathLike, notes: dict[str, str] | None = None
+                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(scores, label counts)`` of the checks on a labels file; ``notes`` default to
+    :data:`LABEL_NOTES`, and every labelled turn's note must be there."""
     turns = load_labels(path)
-    return validation_table(flag_labelled(turns)), label_counts(turns)
+    notes = label_notes() if notes is None else notes
+    for line, t in enumerate(turns, start=1):
+        if t.note_id and t.note_id not in notes:
+            raise ContractError(Path(path), line, "note_id", f"no note {t.note_id!r} in "
+                                f"{', '.join(LABEL_NOTES)}")
+    return validation_table(flag_labelled(turns, notes)), label_counts(turns)

@@ -75,23 +75,12 @@ class RemScorerSettings(StrictModel):
     state_value: Literal["expected", "label"] = "expected"
 
     @model_validator(mode="after")
-    def _known_mode(self) -> RemScorerSettings:
+    def _fits_the_mode(self) -> RemScorerSettings:
         from medpref.remscore.scorers import REM_SCORERS
 
-        REM_SCORERS.get(self.mode)    # an unknown mode: the key and the known modes
-        return self
-
-    @model_validator(mode="after")
-    def _fits_the_mode(self) -> RemScorerSettings:
-        if self.mode == "sampled" and self.state_value != "expected":
-            raise ValueError("a sampled scorer's v is the mean of its k samples: "
-                             "leave state_value 'expected'")
-        if self.mode == "finetuned" and (self.n_examples or self.detail or
-                                         self.comment is not None):
-            raise ValueError("a finetuned scorer reads its adapter's task card: leave "
-                             "n_examples 0 and detail/comment null")
-        if self.mode != "sampled" and self.k != 1:
-            raise ValueError(f"k applies to sampled scorers only (mode {self.mode})")
+        mode = REM_SCORERS.get(self.mode)   # an unknown mode: the key and the known modes
+        if mode.check is not None:
+            mode.check(self)
         return self
 
 

@@ -209,7 +209,53 @@ def finetuned_settings(adapter_dir) -> dict[str, object]:
 # A builder gets the client, the rules, the in-context examples and the loaded prompt, and
 # every setting of build_scorer as a keyword (each takes what it uses); it returns a scorer.
 
-@register_rem_scorer("sampled")
+def _shots(settings) -> str:
+    shots = f"{settings.n_examples}-shot" if settings.n_examples else "zero-shot"
+    return f"in-context ({shots}, {settings.detail or 'full'} rule)"
+
+
+def _value_text(settings) -> str:
+    return "v = label" if settings.state_value == "label" else "v = Σ s·p(s)"
+
+
+def _describe_sampled(settings, adapter_card: dict | None = None) -> str:
+    return (f"{_shots(settings)}, k={settings.k} samples at T={settings.temperature:g}; "
+            "label = rounded mean")
+
+
+def _describe_expected(settings, adapter_card: dict | None = None) -> str:
+    return (f"{_shots(settings)}, one pass"
+            + (" after a greedy comment" if settings.comment else "")
+            + "; label = argmax p(s); " + _value_text(settings))
+
+
+def _describe_finetuned(settings, adapter_card: dict | None = None) -> str:
+    card = adapter_card or {}
+    order = card.get("answer_order", "comment_first")
+    return (f"LoRA REM, zero-shot, {card.get('rule_detail', 'short')} rule, "
+            + ("greedy comment, then" if order == "comment_first" else "score first, one pass;")
+            + " label = argmax p(s); " + _value_text(settings))
+
+
+def _one_pass(settings) -> None:
+    if settings.k != 1:
+        raise ValueError(f"k applies to sampled scorers only (mode {settings.mode})")
+
+
+def _check_sampled(settings) -> None:
+    if settings.state_value != "expected":
+        raise ValueError("a sampled scorer's v is the mean of its k samples: "
+                         "leave state_value 'expected'")
+
+
+def _check_finetuned(settings) -> None:
+    if settings.n_examples or settings.detail or settings.comment is not None:
+        raise ValueError("a finetuned scorer reads its adapter's task card: leave "
+                         "n_examples 0 and detail/comment null")
+    _one_pass(settings)
+
+
+@register_rem_scorer("sampled", describe=_describe_sampled, check=_check_sampled)
 def sampled_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
                    template: PromptTemplate, *, call: CallSpec, k: int, seed: int,
                    n_examples: int, temperature: float, detail: RuleDetail | None,
@@ -219,7 +265,7 @@ def sampled_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[E
                          "comment_first", call, k=k, seed=seed, temperature=temperature)
 
 
-@register_rem_scorer("expected")
+@register_rem_scorer("expected", describe=_describe_expected, check=_one_pass)
 def expected_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
                     template: PromptTemplate, *, call: CallSpec, n_examples: int,
                     comment: bool | None, detail: RuleDetail | None,
@@ -231,7 +277,8 @@ def expected_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[
                           comment=with_comment, state_value=state_value)
 
 
-@register_rem_scorer("finetuned")
+@register_rem_scorer("finetuned", adapter=True, describe=_describe_finetuned,
+                     check=_check_finetuned)
 def finetuned_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
                      template: PromptTemplate, *, call: CallSpec, comment: bool | None,
                      detail: RuleDetail | None, state_value: StateValue,
@@ -281,7 +328,7 @@ def build_scorer(mode: str, client: LLMClient, flowchart: Flowchart,
     registered in :data:`medpref.registry.REM_SCORERS` (an unknown one is an error naming
     the known modes).
     """
-    builder = REM_SCORERS.get(mode)
+    builder = REM_SCORERS.get(mode).build
     return builder(client, flowchart, icl_examples, load_prompt(call.prompt), call=call,
                    k=k, seed=seed, n_examples=n_examples, temperature=temperature,
                    comment=comment, detail=detail, state_value=state_value)
@@ -301,13 +348,13 @@ def scorer_from_settings(name: str, settings, llm, rem, flowchart: Flowchart,
     from medpref.params import repo_path
 
     call = rem.scorer_call(settings)
-    if settings.mode == "finetuned":
+    if REM_SCORERS.get(settings.mode).adapter:   # the LoRA REM, read as its task card says
         adapter = repo_path(rem.train.adapter_dir)
         if not adapter.exists():
             raise FileNotFoundError(f"REM scorer '{name}': no adapter at {adapter} "
                                     f"(stage 03 trains it: dvc repro rem)")
-        client = llm.role(call.role, adapter=rem.train.adapter_dir)
-        scorer = build_scorer("finetuned", client, flowchart, [], seed=seed, call=call,
+        scorer = build_scorer(settings.mode, llm.role(call.role, adapter=rem.train.adapter_dir),
+                              flowchart, [], seed=seed, call=call,
                               state_value=settings.state_value, **finetuned_settings(adapter))
     else:
         examples = (read_jsonl(repo_path(rem.icl_examples), RemAnnotation)
@@ -322,22 +369,6 @@ def scorer_from_settings(name: str, settings, llm, rem, flowchart: Flowchart,
 
 
 def describe_settings(settings, adapter_card: dict | None = None) -> str:
-    """One line on how a scorer reads the model (Table 5's ``method`` column)."""
-    if settings.mode == "finetuned":
-        card = adapter_card or {}
-        order = card.get("answer_order", "comment_first")
-        return (f"LoRA REM, zero-shot, {card.get('rule_detail', 'short')} rule, "
-                + ("greedy comment, then" if order == "comment_first" else "score first, one pass;")
-                + " label = argmax p(s); " + _value_text(settings))
-    shots = f"{settings.n_examples}-shot" if settings.n_examples else "zero-shot"
-    detail = settings.detail or "full"
-    if settings.mode == "sampled":
-        return (f"in-context ({shots}, {detail} rule), k={settings.k} samples at "
-                f"T={settings.temperature:g}; label = rounded mean")
-    return (f"in-context ({shots}, {detail} rule), one pass"
-            + (" after a greedy comment" if settings.comment else "") + "; label = argmax p(s); "
-            + _value_text(settings))
-
-
-def _value_text(settings) -> str:
-    return "v = label" if settings.state_value == "label" else "v = Σ s·p(s)"
+    """One line on how a scorer reads the model (Table 5's ``method`` column): its mode's
+    ``describe`` (:class:`medpref.registry.RemMode`)."""
+    return REM_SCORERS.get(settings.mode).method(settings.mode, settings, adapter_card)

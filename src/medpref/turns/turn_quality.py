@@ -54,6 +54,21 @@ COPIED_MIN_SHARE = 0.8
 COPIED_MIN_WORDS = 8
 #: Instruction sentences of the prompts are matched on their first words.
 INSTRUCTION_WORDS = 6
+#: A turn with this share of its word pairs in one earlier turn copies it (stage 02's own
+#: echo threshold, ``notechat.max_copied_share``), counted from as many words as a copied
+#: sentence.
+TURN_COPIED_MIN_SHARE = 0.6
+TURN_COPIED_MIN_WORDS = COPIED_MIN_WORDS   # short stock phrases recur
+#: A phrase of 2 to 4 words said this many times in a row is a loop ("cardiovascular
+#: disease cardiovascular disease cardiovascular disease").
+LOOP_MIN_TIMES = 3
+#: A run of this many words with no punctuation mark is not speech (a keyword list, word
+#: salad); the longest such run of a human reference turn of the embedded notes is 25.
+RUN_MAX_WORDS = 40
+#: A span of this many words copied verbatim from the source note is the note read aloud;
+#: a human doctor explaining the plan repeats up to 9 of the note's words ("aspirin 81 mg
+#: daily and ticagrelor 90 mg twice"), so the span is longer than the rubric's "about 8".
+NOTE_SPAN_WORDS = 12
 
 _I_AM = r"\b(?:i\s*am|i'm|im|i\s*will\s+be|i'll\s+be|my\s+name\s+is)\s+"
 #: A first-person claim to be a doctor (said by a patient).
@@ -67,8 +82,12 @@ _CLAIMS_OTHER = re.compile(
     r"|writer|author|editor|student|personal\s+trainer|trainer|blogger)\b", re.IGNORECASE)
 #: A speaker label inside a turn: "Doctor:", "Patient:", "Dr. Smith:", "A:" (at the turn
 #: start or after a sentence end).
-_LABEL = re.compile(r"(?:^|(?<=[.!?\"'])\s+)(?:\*\*)?(?:the\s+)?(?:doctor|physician|patient"
-                    r"|dr\.?\s+[a-z]+|[a-e])(?:\*\*)?\s*:\s", re.IGNORECASE)
+_LABEL = re.compile(r"(?:^|(?<=[.!?\"'])\s+)(?:\*\*)?(?:the\s+)?(doctor|physician|patient"
+                    r"|dr\.?\s+[a-z]+|[a-e]|you)(?:\*\*)?\s*:\s", re.IGNORECASE)
+#: A writing instruction spoken as a turn: "Please tell the patient about symptoms", "do
+#: not provide a detailed diagnosis" (nobody in the room says either to the other).
+_INSTRUCTION = re.compile(r"\b(?:tell|ask)\s+the\s+patient\b|\b(?:do\s+not|don't)\s+(?:provide"
+                          r"|write)\b", re.IGNORECASE)
 #: A clinical note's section heading spoken as a turn ("Subjective: ...").
 _NOTE_HEADING = re.compile(r"(?:^|(?<=[.!?])\s+)(?:subjective|objective|assessment|plan|hpi"
                            r"|chief\s+complaint|history\s+of\s+present\s+illness|premise\s*\d*)"
@@ -190,11 +209,24 @@ def speaks_out_of_role(text: str, role: str) -> bool:
     text = text.translate(_APOSTROPHES)
     if claims_other_role(text, role) or _NARRATES[role].search(text) or two_names(text):
         return True
+    if speaks_both_parts(text, role):
+        return True
     if role == "doctor":
         return bool(_THE_PATIENT_THIRD.search(text) or _ADDRESSES_DOCTOR.search(text)
                     or _DOCTOR_NOT_DOCTOR.search(text))
     return bool(_THE_PATIENT.search(text) or _HOSTS.search(text)
                 or _PATIENT_AS_CLINICIAN.search(text))
+
+
+def speaks_both_parts(text: str, role: str) -> bool:
+    """The turn writes both parts of a dialogue: speaker labels of two speakers ("A: ...
+    B: ...", "E: ... A: ...") or a label of the other role ("Dr. Alex: ..." in a patient's
+    turn, "Patient: ..." in a doctor's)."""
+    labels = {re.sub(r"\W+", " ", m.lower()).strip() for m in _LABEL.findall(text)}
+    if len(labels) >= 2:
+        return True
+    other = {"patient"} if role == "doctor" else {"doctor", "physician"}
+    return any(lab in other or (role == "patient" and lab.startswith("dr ")) for lab in labels)
 
 
 def two_names(text: str) -> bool:
@@ -210,7 +242,7 @@ def says_nothing(text: str, role: str) -> bool:
     ("Good morning,", "I'm Dr."), or is a patient's small talk about the doctor's day ("How
     are your day going, Doctor?"; a doctor's "How's your day?" may open a visit)."""
     text = text.translate(_APOSTROPHES)
-    if _ONLY_NAME.match(text.strip()) or _CUT_OFF.search(text):
+    if _ONLY_NAME.match(text.strip()) or _CUT_OFF.search(text) or runs_on(text):
         return True
     if role == "patient" and _SMALL_TALK.search(text):   # a doctor may open with it
         return True
@@ -218,8 +250,29 @@ def says_nothing(text: str, role: str) -> bool:
     return role == "doctor" and 0 < len(words) <= ACK_MAX_WORDS and set(words) <= _ACK_WORDS
 
 
+def runs_on(text: str) -> bool:
+    """A run of at least :data:`RUN_MAX_WORDS` words with no punctuation mark (``, ; : .
+    ! ?``): a keyword list or word salad, not speech."""
+    return any(len(normalise(run).split()) >= RUN_MAX_WORDS
+               for run in re.split(r"[,;:.!?]", text))
+
+
+def reads_note(text: str, note: str | None) -> bool:
+    """The turn copies a span of :data:`NOTE_SPAN_WORDS` words verbatim from the source
+    note (the note read aloud)."""
+    if not note:
+        return False
+    words = normalise(text).split()
+    if len(words) < NOTE_SPAN_WORDS:
+        return False
+    source = f" {normalise(note)} "
+    return any(f" {' '.join(words[i:i + NOTE_SPAN_WORDS])} " in source
+               for i in range(len(words) - NOTE_SPAN_WORDS + 1))
+
+
 def leaks_prompt(text: str, markers: tuple[Sequence[str], Sequence[str]] | None = None) -> bool:
-    """Prompt headings or instructions, a speaker label or a checklist annotation."""
+    """Prompt headings or instructions, a writing instruction, a speaker label, a note
+    heading, a checklist annotation or a stage direction."""
     headings, instructions = markers if markers is not None else prompt_markers()
     lowered = text.translate(_APOSTROPHES).lower()
     if any(h in lowered for h in headings):
@@ -228,7 +281,7 @@ def leaks_prompt(text: str, markers: tuple[Sequence[str], Sequence[str]] | None 
     if any(f" {i} " in words for i in instructions):
         return True
     return bool(_LABEL.search(text) or _NOTE_HEADING.search(text) or _ANNOTATION.search(text)
-                or _STAGE_DIRECTION.search(text))
+                or _STAGE_DIRECTION.search(text) or _INSTRUCTION.search(text))
 
 
 def _long(sentence: str) -> str | None:
@@ -236,40 +289,64 @@ def _long(sentence: str) -> str | None:
     return key if len(key.split()) >= REPEAT_MIN_WORDS else None
 
 
+def _clauses(text: str) -> list[str]:
+    return [k for k in (_long(c) for c in re.split(r"[,;:.!?]", text)) if k]
+
+
+def loops(text: str) -> bool:
+    """A phrase of two to four words said :data:`LOOP_MIN_TIMES` times in a row."""
+    return bool(re.search(rf"\b(\w+(?: \w+){{1,3}})(?: \1\b){{{LOOP_MIN_TIMES - 1},}}",
+                          normalise(text)))
+
+
 def repeats_sentence(text: str, previous: Sequence[str] = ()) -> bool:
-    """A long enough sentence twice in the turn, or copied from one earlier turn."""
+    """A long enough sentence or clause twice in the turn (or a sentence whose word pairs
+    another one of the turn holds), a loop of a short phrase, a sentence copied from one
+    earlier turn, or the whole turn copied from one (:data:`TURN_COPIED_MIN_SHARE`)."""
     keys = [k for k in (_long(s) for s in sentences(text)) if k]
-    if len(keys) != len(set(keys)):
+    clauses = _clauses(text)
+    if len(keys) != len(set(keys)) or len(clauses) != len(set(clauses)) or loops(text):
+        return True
+    if any(copied_share(a, [b]) >= COPIED_MIN_SHARE for i, a in enumerate(keys)
+           for b in keys[i + 1:] + keys[:i]):
+        return True
+    if len(normalise(text).split()) >= TURN_COPIED_MIN_WORDS and \
+            copied_share(normalise(text), list(previous)) >= TURN_COPIED_MIN_SHARE:
         return True
     return any(copied_share(k, list(previous)) >= COPIED_MIN_SHARE for k in keys
                if len(k.split()) >= COPIED_MIN_WORDS)
 
 
 def check_turn(text: str, role: str, previous: Sequence[str] = (),
-               markers: tuple[Sequence[str], Sequence[str]] | None = None) -> TurnFlags:
-    """The four checks of one turn; ``previous`` are the dialogue's earlier turns."""
-    return TurnFlags(role=speaks_out_of_role(text, role), leak=leaks_prompt(text, markers),
+               markers: tuple[Sequence[str], Sequence[str]] | None = None,
+               note: str | None = None) -> TurnFlags:
+    """The four checks of one turn; ``previous`` are the dialogue's earlier turns, ``note``
+    the source note (when given, a turn that reads a span of it aloud leaks)."""
+    return TurnFlags(role=speaks_out_of_role(text, role),
+                     leak=leaks_prompt(text, markers) or reads_note(text, note),
                      repeat=repeats_sentence(text, previous), empty=says_nothing(text, role))
 
 
-def check_dialogue(turns: Iterable, markers=None) -> list[TurnFlags]:
+def check_dialogue(turns: Iterable, markers=None, note: str | None = None) -> list[TurnFlags]:
     """Flags of each turn (objects or dicts with ``role`` and ``text``), in order."""
     flags, seen = [], []
     for t in turns:
         role, text = (t["role"], t["text"]) if isinstance(t, dict) else (t.role, t.text)
-        flags.append(check_turn(text, role, seen, markers))
+        flags.append(check_turn(text, role, seen, markers, note))
         seen.append(text)
     return flags
 
 
 # -- stage 02's report -----------------------------------------------------------------------
 
-def quality_per_dialogue(systems: dict[str, dict[str, list]]) -> pd.DataFrame:
-    """One row per (system, note): turns, turns flagged by each check, turns passing."""
+def quality_per_dialogue(systems: dict[str, dict[str, list]],
+                         notes: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per (system, note): turns, turns flagged by each check, turns passing;
+    ``notes`` (note id -> text) lets the checks see a note read aloud."""
     rows = []
     for system, dialogues in systems.items():
         for note_id, turns in dialogues.items():
-            flags = check_dialogue(turns)
+            flags = check_dialogue(turns, note=(notes or {}).get(note_id))
             rows.append({"system": system, "note_id": note_id, "turns": len(flags),
                          **{c: sum(getattr(f, c) for f in flags) for c in CHECKS},
                          "passing": sum(f.passes for f in flags)})
