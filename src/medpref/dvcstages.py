@@ -91,6 +91,8 @@ STAGES = [
                        "notechat_polish", "notechat_single_prompt"),
               "configs/notechat", "data/embedded/notes.jsonl",
               Dep("data/embedded/turn_quality_labels.jsonl", "notechat.turn_quality_labels"),
+              Dep("data/embedded/turn_quality_notes.jsonl",
+                  "the labels' notes (the note read aloud)"),
               "data/02_notechat/quickumls_index", MODELS],
         params=["shared.seed", "shared.llm.roles.planner", "shared.llm.roles.doctor",
                 "shared.llm.roles.patient", "shared.llm.roles.rethinker", "notechat"]),
