@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup env models kernel repro tables test test-fast bench clean-outputs lint \
+.PHONY: setup env models kernel repro dvc-yaml tables test test-fast bench clean-outputs lint \
         notebooks-sync notebooks-check plots
 
 # Without this machine's wheelhouse, take the CPU build of torch from PyTorch's index:
@@ -32,6 +32,9 @@ kernel: env  ## the Jupyter kernel the notebooks (and papermill) use
 
 repro:  ## the whole pipeline on the embedded default, offline
 	$(BIN)/dvc repro
+
+dvc-yaml:  ## write dvc.yaml from each stage's declaration (src/medpref/dvcstages.py); `medpref dvc-yaml --check` diffs
+	$(BIN)/medpref dvc-yaml
 
 tables:  ## every table and figure rebuilt from the committed per-item records (no model call)
 	$(BIN)/medpref tables

@@ -142,8 +142,8 @@ TODAY_PAIRS = {**{s: f"data/04_annotation/pairs/{s}.jsonl" for s in DEFAULT},
 def dpo_outs(run: str) -> list[str]:
     return [f"data/05_training/dpo/{run}", f"reports/notebooks/05_training/dpo_{run}.ipynb",
             *(f"reports/05_training/dpo/{run}/{f}" for f in (
-                "log_history.json", "provenance.json", "timings.json", "metrics.json",
-                "heldout.csv", "log_history.csv"))]
+                "log_history.json", "heldout.csv", "provenance.json", "timings.json",
+                "metrics.json", "log_history.csv"))]
 
 
 @pytest.fixture(scope="module")

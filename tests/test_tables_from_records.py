@@ -1,20 +1,16 @@
 """Every table a stage declares rebuilds, byte for byte, from its committed records alone
 (``medpref tables --check``): no model call, no training. Stage 09's paper tables rebuild
-from the stages' committed tables the same way; and dvc.yaml declares what each stage's
-list declares, no more and no less."""
+from the stages' committed tables the same way. (dvc.yaml's outputs are generated from the
+same lists: tests/test_dvc_generated.py.)"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import pytest
-import yaml
 
 from medpref import REPO_ROOT
 from medpref.params import load_params
 from medpref.pipeline import AWAITING_RECORDS, STAGES
-from medpref.stagekit import stage_key
 
 
 @pytest.mark.parametrize("name", list(STAGES))
@@ -57,46 +53,6 @@ def test_the_cli_check_names_a_differing_table(tmp_path, capsys):
         assert main(["--root", str(tmp_path), "tables", "--check", "99_toy"]) == 0
     finally:
         del pipeline.STAGES["99_toy"]
-
-
-# -- declared once: dvc.yaml's outputs are the list's --------------------------------------
-
-#: what a stage's run writes besides its declared outputs (stagekit's files)
-RUN_FILES = {"provenance.json", "ledger.json", "timings.json", "metrics.json"}
-
-
-def _dvc_outs(name: str) -> dict[str, dict]:
-    stage = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))[
-        "stages"][stage_key(name)]
-    outs = {}
-    for entry in stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", []):
-        path, props = next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
-        outs[path] = props or {}
-    return outs
-
-
-def _declared(name: str) -> dict[str, bool]:
-    """Every path the stage's list declares → whether DVC caches it (records, tables,
-    figures and assembled folders are committed to git: ``cache: false``)."""
-    outputs = STAGES[name]
-    reports = outputs.reports_dir(Path("."))
-    paths = [r.path(reports) for r in outputs.records]
-    paths += [f for o in outputs.built for f in o.files(reports)]
-    paths += [a.folder(reports) for a in outputs.assembled]
-    return {**{p.as_posix(): False for p in paths}, **{d.path: True for d in outputs.data}}
-
-
-@pytest.mark.parametrize("name", list(STAGES))
-def test_dvc_yaml_declares_what_the_stage_lists_and_nothing_else(name):
-    outs, declared = _dvc_outs(name), _declared(name)
-    missing = sorted(p for p in declared if p not in outs)
-    cached = sorted(p for p, c in declared.items()
-                    if p in outs and outs[p].get("cache", True) != c)
-    extra = sorted(p for p in outs if p.startswith(f"reports/{name}/") and p not in declared
-                   and Path(p).name not in RUN_FILES)
-    assert not missing, f"{name}: listed but not in dvc.yaml's outs: {missing}"
-    assert not cached, f"{name}: dvc.yaml caches (or commits) these against the list: {cached}"
-    assert not extra, f"{name}: dvc.yaml declares report outputs the list lacks: {extra}"
 
 
 # -- an assembled folder (stage 09): rebuilt from other stages' tables, compared whole ------

@@ -3,6 +3,7 @@
     medpref run 03_rem                 # = dvc repro rem (upstream stages only if changed)
     medpref run --overlay paper tables # = dvc exp run -S ... (configs/overlays/paper.yaml)
     medpref tables [--check] [STAGE]   # every table and figure, rebuilt from the committed records
+    medpref dvc-yaml [--check]         # write dvc.yaml from src/medpref/dvcstages.py (or diff)
     medpref cache export [PATH]        # every stage's LLM cache as one .tar.gz + manifest
     medpref cache import PATH          # restore them: dvc repro then replays every call
     medpref cache rekey [--model DIR]  # carry a cache keyed by model names to content ids
@@ -92,6 +93,24 @@ def cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dvc_yaml(args: argparse.Namespace) -> int:
+    from medpref import dvcgen
+    from medpref.dvcstages import PIPELINE
+
+    if not args.check:
+        print(f"medpref dvc-yaml: wrote {dvcgen.write(PIPELINE, args.root)}")
+        return 0
+    diff = dvcgen.differences(PIPELINE, args.root)
+    if diff:
+        sys.stdout.writelines(diff)
+        print("medpref dvc-yaml: dvc.yaml differs from its declaration (src/medpref/"
+              "dvcstages.py); run `medpref dvc-yaml` (make dvc-yaml) and commit it",
+              file=sys.stderr)
+        return 1
+    print("medpref dvc-yaml: dvc.yaml is as generated")
+    return 0
+
+
 def cmd_cache_export(args: argparse.Namespace) -> int:
     from medpref.provenance import git_commit
 
@@ -163,6 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="compare with the committed tables instead of writing; exit 1 "
                         "on any difference")
     tables.set_defaults(func=cmd_tables)
+
+    dvcy = sub.add_parser("dvc-yaml", help="write dvc.yaml from each stage's declaration "
+                          "(src/medpref/dvcstages.py) and the import closure of its code")
+    dvcy.add_argument("--check", action="store_true",
+                      help="compare with dvc.yaml instead of writing; print a unified diff "
+                      "and exit 1 on any difference")
+    dvcy.set_defaults(func=cmd_dvc_yaml)
 
     cache = sub.add_parser("cache", help="export or import the LLM caches as one archive")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True)

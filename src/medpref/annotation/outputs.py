@@ -30,7 +30,7 @@ import pandas as pd
 
 from medpref.annotation import analysis
 from medpref.annotation.pairs import Decision
-from medpref.outputs import Figure, Page, Records, StageOutputs, Table
+from medpref.outputs import Data, Figure, Page, Records, StageOutputs, Table
 
 Rows = Mapping[str, list[dict[str, Any]]]
 DECISION_FIELDS = ("item_id", "outcome", "margin", "winner_source", "detail")
@@ -168,11 +168,17 @@ OUTPUTS = StageOutputs("04_annotation", (
     Records("state_scores", "the REM's per-rule score of every state of every candidate",
             key=("item_id", "candidate", "state", "state_key", "rule_scores")),
     Records("answers", "every raw model answer of the written strategies, parsed or not"),
+    Page("unparsable", unparsable_page, suffix=".jsonl"),
     Table("summary", summary_table),
     Table("source_preferences", preferences_table),
     Figure("source_preferences_figure", preferences_figure, file="source_preferences"),
     Table("margins", margins_table),
     Figure("margins_figure", margins_figure, file="margins"),
     Table("threshold_sweep", sweep_table),
-    Page("unparsable", unparsable_page, suffix=".jsonl"),
+    Data("data/04_annotation/pairs", doc="pairs/<name>.jsonl per annotation.strategies entry "
+         "(templating cannot splice a list into outs; tests/test_annotation_strategies.py "
+         "checks dvc expands the folder to exactly those)"),
+    Data("data/04_annotation/decisions.jsonl"),
+    Data("data/04_annotation/raw_answers.jsonl"),
+    Data("data/04_annotation/state_scores.jsonl"),
 ))

@@ -32,7 +32,7 @@ import pandas as pd
 
 from medpref.notechat import evaluate, tables
 from medpref.notechat.turn_quality_validation import validation_markdown, validation_report
-from medpref.outputs import Figure, Page, Records, StageOutputs, Table
+from medpref.outputs import Data, Figure, Page, Records, StageOutputs, Table
 from medpref.params import repo_path
 from medpref.reports import no_negative_zero
 from medpref.turns.turn_quality import CHECKS, TABLE3_NOTE, quality_per_system, table3_block
@@ -209,4 +209,8 @@ OUTPUTS = StageOutputs("02_notechat", (
     Page("turn_quality_validation_csv", validation_csv, suffix=".csv",
          file="turn_quality_validation"),
     Page("turn_quality_validation", validation_md, suffix=".md"),
+    Data("data/02_notechat/dialogues.jsonl", doc="NoteChat's dialogues (stage 05's SFT "
+         "reads them)"),
+    Data("data/02_notechat/baseline_dialogues.jsonl", doc="the baselines' dialogues"),
+    Data("data/02_notechat/trace.jsonl", doc="the run's generation trace"),
 ))

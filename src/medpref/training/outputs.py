@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from medpref.finetune.runs import log_history_csv
-from medpref.outputs import Figure, Page, Records, StageOutputs, Table
+from medpref.outputs import Data, Figure, Page, Records, StageOutputs, Table
 from medpref.training import heldout
 
 Rows = Mapping[str, list[dict[str, Any]]]
@@ -132,6 +132,7 @@ SFT_OUTPUTS = StageOutputs("05_training_sft", (
     Figure("dev_loss", dev_loss_figure),
     Page("log_history", log_history_json, suffix=".json"),
     Page("log_history_csv", log_history_steps_csv, suffix=".csv", file="log_history"),
+    Data("data/05_training/sft", doc="the SFT adapter (the DPO runs and stage 06 read it)"),
 ), folder="05_training/sft")
 
 
