@@ -143,8 +143,7 @@ def run(stage) -> MedQAOutputs:
             "unparsable_verdicts": battles.judged.unparsable + battles.skipped,
         }, stage.params)
     model_ids = {r: c.model_id for r, c in clients.items()}
-    prompt_names = [p.distill_prompt, p.distill_tools_prompt, p.read_prompt,
-                    p.closed_book_prompt, p.judge_prompt]
+    prompt_names = [p.call(name).prompt for name in p.CALLS]
     return MedQAOutputs(
         tree, items, cached, distilled, distill_summary(distilled), built["malformed_reasons"],
         results, built["table3_retrieval"], built["hr_at_k"], subset, answers, battles,

@@ -74,7 +74,7 @@ def load_extractor(p: NoteChatParams) -> ConceptExtractor:
 
 def make_clients(session, p: NoteChatParams) -> dict[str, LLMClient]:
     """NoteChat's four agents and one client per baseline row (by its name)."""
-    clients = {agent: session.role(role) for agent, role in p.roles.model_dump().items()}
+    clients = {agent: session.role(role) for agent, role in p.agent_roles.items()}
     for b in p.baselines:
         clients[b.name] = session.role(b.role, **b.overrides)
     return clients

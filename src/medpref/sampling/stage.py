@@ -56,8 +56,8 @@ def run(stage: Stage) -> SamplingOutputs:
         split = load_split(repo_path(stage.params.shared.split))
         dialogues = load_source_dialogues(p, split)
         pool = load_exemplar_pool(p, split)
-    annotator = stage.role(p.continuation_call.role)
-    speakers = {speaker: stage.role(call.role) for speaker, call in p.rounds.calls.items()}
+    annotator = stage.role(p.call("continuation").role)
+    speakers = {speaker: stage.role(call.role) for speaker, call in p.round_calls.items()}
     with stage.step("generate"):
         result = build_unlabeled(p, annotator, stage.seed, dialogues, pool, speakers)
     stage.check_yield(len(result.items), p.n_items)
