@@ -579,7 +579,7 @@ def test_run_in_the_stage_shape_with_scripted_models(tmp_path, monkeypatch, inde
     assert (tmp_path / "data/02_notechat/dialogues.jsonl").exists()
     assert "Combine step" in out.table3_markdown and "rule-based" in out.table3_markdown
     assert set(out.turn_quality["system"]) >= {"NoteChat", "Human"}
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     saved = json.loads((tmp_path / "reports/02_notechat/metrics.json").read_text())
     assert saved == json.loads(json.dumps(out.metrics))
     assert "generate" in json.loads((tmp_path / "reports/02_notechat/timings.json")

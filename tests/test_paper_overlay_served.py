@@ -233,7 +233,7 @@ def _s01(params, root):
 
     stage = Stage(name="01_sampling", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     unlabeled = root / "data" / "01_sampling" / "unlabeled.jsonl"
     assert len(unlabeled.read_text().splitlines()) == out.metrics["items_written"] >= 1
 
@@ -246,8 +246,7 @@ def _s02(params, root):
     build_index(REPO_ROOT / "data" / "embedded" / "lexicon", Path(params.notechat.index))
     stage = Stage(name="02_notechat", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts,
-                 quickumls_index=out.p.index_dir())
+    stage.finish(out.metrics, quickumls_index=out.p.index_dir())
     assert (root / "data" / "02_notechat" / "dialogues.jsonl").exists()
 
 
@@ -256,8 +255,7 @@ def _s03(params, root):
 
     stage = Stage(name="03_rem", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts,
-                 rules=str(stage.p.rules), hardware=stage.p.train.hardware)
+    stage.finish(out.metrics, rules=str(stage.p.rules), hardware=stage.p.train.hardware)
     assert (root / "data" / "03_rem" / "rem_lora" / "adapter_config.json").exists()
     assert (root / "reports" / "03_rem" / "table5.csv").exists()
 
@@ -268,7 +266,7 @@ def _s04(params, root):
 
     stage = Stage(name="04_annotation", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",),
+    stage.finish(out.metrics, sections=("rem",),
                  rem_scorer=stage.p.rem_scorer)
     for name in params.annotation.strategies:
         assert (root / "data" / "04_annotation" / "pairs" / f"{name}.jsonl").exists(), name
@@ -280,7 +278,7 @@ def _s05(part: str, run: str = ""):
 
         stage = s.open_part(Stage(name="05_training", params=params), part, run)
         out = s.run(stage)
-        stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("shared",))
+        stage.finish(out.metrics, sections=("shared",))
         data = root / "data" / "05_training"
         if part == "sft":       # trained on stage 02's dialogues (and the embedded ones)
             assert json.loads((data / "sft" / "run.json").read_text())["status"] == "trained"
@@ -298,7 +296,7 @@ def _s06(params, root):
 
     stage = Stage(name="06_simulation", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.model_ids, prompts=out.prompts)
+    stage.finish(out.metrics)
     assert {"base", "sft"} <= set(out.model_ids), out.model_ids   # the DPO run: skipped
     assert (root / "reports" / "06_simulation" / "table2.csv").exists()
 
@@ -325,7 +323,7 @@ def _s08(params, root):
 
     stage = Stage(name="08_medqa", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     assert (root / "reports" / "08_medqa" / "table2_models.csv").exists()
 
 

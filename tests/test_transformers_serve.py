@@ -41,7 +41,7 @@ def test_stage01_against_transformers_serve(tmp_path, monkeypatch, served_model)
                               max_new_tokens=48, max_concurrency=1, timeout_s=600.0,
                               max_retries=1)
     out = run_stage01(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     lines = (tmp_path / "data" / "unlabeled.jsonl").read_text().splitlines()
     assert len(lines) == out.metrics["items_written"] >= 1
     for line in lines:
@@ -88,7 +88,7 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
     stage = served_stage("06_simulation", tmp_path, monkeypatch, served_model,
                          ["served_doctor", "patient", "judge"], section=section)
     out = sim_stage.run(stage)
-    stage.finish(out.metrics, models=out.model_ids, prompts=out.prompts)
+    stage.finish(out.metrics)
 
     (consult,) = out.consultations
     assert consult.error is None and len(consult.turns) >= 3
@@ -161,7 +161,7 @@ def test_stage08_reader_and_pairwise_judge_served(tmp_path, monkeypatch, served_
     stage = served_stage("08_medqa", tmp_path, monkeypatch, served_model,
                          ["policy", "judge"], section=p)
     out = s08.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     roles = ledger_roles(tmp_path)
     assert roles["policy"]["calls"] >= 3 + 2 * 2 and roles["policy"]["failures"] == 0
     assert roles["judge"]["calls"] >= 2 and roles["judge"]["failures"] == 0
@@ -190,7 +190,7 @@ def test_stage07_imap_extraction_and_relations_served(tmp_path, monkeypatch, ser
     stage = served_stage("07_imapscore", tmp_path, monkeypatch, served_model, ["judge"],
                          section=p)
     out = s07.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     judge = ledger_roles(tmp_path)["judge"]
     assert judge["calls"] >= 3 and judge["failures"] == 0
 
@@ -225,7 +225,7 @@ def test_stage02_notechat_with_planner_doctor_patient_and_polisher_served(
     served = ["planner", "doctor", "patient", "rethinker"]
     stage = served_stage("02_notechat", tmp_path, monkeypatch, served_model, served, section=p)
     out = s02.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
 
     roles = ledger_roles(tmp_path)
     print("\nstage 02 served roles:", json.dumps(roles))
@@ -315,7 +315,7 @@ def test_stage04_annotation_with_judge_agents_and_a_sampled_rem_served(tmp_path,
     scorers["sampled"] = scorers["sampled"].model_copy(
         update={"k": 1, "max_new_tokens": 24, "n_examples": 1})
     out = s04.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",))
+    stage.finish(out.metrics, sections=("rem",))
 
     roles = ledger_roles(tmp_path)
     print("\nstage 04 served roles:", json.dumps(roles))

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from medpref.llm.calls import CallSlot, SectionCalls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.scoring.formulas import DepSettings
@@ -152,6 +152,16 @@ class AnnotationParams(SectionCalls):
     CALLS: ClassVar[dict[str, CallSlot]] = {
         "judge": CallSlot(), "long_plan": CallSlot(), "short_plan": CallSlot(),
         "rank": CallSlot(), "need": CallSlot(), "rethink": CallSlot(answer_prefix="Doctor:")}
+    calls: dict[str, CallParams] = default_calls(
+        judge=dict(role="judge", prompt="annotation_judge", max_new_tokens=24,
+                   answer_prefix="Answer:"),
+        long_plan=dict(role="planner", prompt="annotation_long_plan", max_new_tokens=96),
+        short_plan=dict(role="planner", prompt="annotation_short_plan", max_new_tokens=64),
+        rank=dict(role="ranker", prompt="annotation_agent_rank", max_new_tokens=24,
+                  answer_prefix="Answer:"),
+        need=dict(role="rethinker", prompt="annotation_rethink_need", max_new_tokens=8,
+                  answer_prefix="Answer:"),
+        rethink=dict(role="rethinker", prompt="annotation_rethink", max_new_tokens=96))
 
     # the strategies stage 04 runs, in order (medpref.annotation.strategies): each writes
     # <output_dir>/pairs/<name>.jsonl and gets the DPO run <name> (dvc.yaml reads the list)

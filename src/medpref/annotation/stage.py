@@ -274,6 +274,7 @@ def run(stage: Stage) -> AnnotationOutputs:
     out.metrics = stage_metrics(out, len(scored.judgements))
     out.prompts = {k: v for r in results.values() for k, v in r.prompts.items()}
     out.prompts[inputs.scorer.prompt.name] = inputs.scorer.prompt.sha
+    stage.note_provenance(models=out.models, prompts=out.prompts)
     return out
 
 

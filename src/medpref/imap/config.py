@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from medpref.llm.calls import CallSlot, SectionCalls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
 
@@ -39,6 +39,10 @@ class ImapParams(SectionCalls):
         "question": CallSlot(answer_prefix="Query-"),
         "answer": CallSlot(answer_prefix="Inform-"),
         "relation": CallSlot()}
+    calls: dict[str, CallParams] = default_calls(
+        question=dict(role="judge", prompt="imap_question", max_new_tokens=48),
+        answer=dict(role="judge", prompt="imap_answer", max_new_tokens=48),
+        relation=dict(role="judge", prompt="imap_relation", max_new_tokens=6))
 
     # -- data: the contract "Medical QA with human scores" ------------------------------
     source: Literal["embedded", "mts_correlation"] = "embedded"

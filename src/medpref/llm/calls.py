@@ -116,6 +116,12 @@ class SectionCalls(StrictModel):
         return spec.but(**changes) if changes else spec
 
 
+def default_calls(**calls: dict[str, Any]) -> Any:
+    """A section's ``calls`` field whose code default is the committed calls (a section
+    built in code runs as ``dvc repro`` does)."""
+    return Field(default_factory=lambda: {n: CallParams(**c) for n, c in calls.items()})
+
+
 def moved_to_calls(data: Any, moved: dict[str, str], where: str) -> Any:
     """A before-validator for keys that became a field of a ``calls`` entry: the first
     found is a ValueError naming its new home (``moved``: old key → ``calls.<name>.<f>``)."""

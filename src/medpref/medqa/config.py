@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from medpref.llm.calls import CallSlot, SectionCalls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
@@ -55,6 +55,12 @@ class MedQAParams(SectionCalls):
         "read": CallSlot(role_from=_PER_MODEL),
         "read_closed_book": CallSlot(role_from=_PER_MODEL),
         "judge": CallSlot(answer_prefix="Verdict:")}
+    calls: dict[str, CallParams] = default_calls(
+        distill=dict(prompt="medqa_distill_text", max_new_tokens=32, answer_prefix=""),
+        distill_tools=dict(prompt="medqa_distill_tools", max_new_tokens=32, answer_prefix=""),
+        read=dict(prompt="medqa_read", max_new_tokens=96),
+        read_closed_book=dict(prompt="medqa_read_closed", max_new_tokens=96),
+        judge=dict(role="judge", prompt="medqa_judge", max_new_tokens=4))
 
     # data and the database tree
     medicines: str = "data/embedded/medicines.jsonl"

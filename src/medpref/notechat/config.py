@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from medpref.data.aci_bench import ACI_SPLITS
 from medpref.data.mts_dialog import MTS_SPLITS
-from medpref.llm.calls import CallSlot, SectionCalls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import RoleConfig, StrictModel
 from medpref.stagekit import GuardParams
@@ -94,6 +94,12 @@ class NoteChatParams(SectionCalls):
         "polish": CallSlot(prefix_from="the window's first speaker (Doctor: or Patient:)"),
         "baseline": CallSlot(role_from="notechat.baselines[].role",
                              answer_prefix=TURN_PREFIX["doctor"])}
+    calls: dict[str, CallParams] = default_calls(
+        planning=dict(role="planner", prompt="notechat_planning", max_new_tokens=128),
+        doctor_turn=dict(role="doctor", prompt="notechat_doctor", max_new_tokens=48),
+        patient_turn=dict(role="patient", prompt="notechat_patient", max_new_tokens=40),
+        polish=dict(role="rethinker", prompt="notechat_polish", max_new_tokens=128),
+        baseline=dict(prompt="notechat_single_prompt", max_new_tokens=192))
 
     # -- notes ---------------------------------------------------------------------------
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"

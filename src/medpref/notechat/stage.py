@@ -229,7 +229,9 @@ def run(stage) -> NoteChatOutputs:
     paths = output_paths(stage.data_dir, stage.reports_dir)
     stats = write_outputs(gen, clients, templates, ev, p, paths, stage.params)
     rubric = load_rubric(repo_path(p.rubric))
-    return NoteChatOutputs(p, gen, extractor, ev, paths, stats,
-                           {name: c.model_id for name, c in clients.items()},
-                           {**{name: t.sha for name, t in templates.items()},
-                            "polish_rules": rubric.sha})
+    out = NoteChatOutputs(p, gen, extractor, ev, paths, stats,
+                          {name: c.model_id for name, c in clients.items()},
+                          {**{name: t.sha for name, t in templates.items()},
+                           "polish_rules": rubric.sha})
+    stage.note_provenance(models=out.models, prompts=out.prompts)
+    return out

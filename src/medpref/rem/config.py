@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from medpref.finetune.recipe import Recipe, refuse_moved_keys, require_kind
-from medpref.llm.calls import CallSlot, SectionCalls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.params import StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
 from medpref.stagekit import GuardParams
@@ -107,6 +107,8 @@ class RemParams(SectionCalls):
 
     SECTION: ClassVar[str] = "rem"
     CALLS: ClassVar[dict[str, CallSlot]] = {"score": CallSlot(answer_prefix=COMMENT_PREFIX)}
+    calls: dict[str, CallParams] = default_calls(
+        score=dict(role="rem", prompt="rem_judge", max_new_tokens=80))
 
     rules: str = "configs/rules/plpf_flowchart.yaml"
     annotations: str = "data/embedded/rem/annotations.jsonl"

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from medpref.llm.calls import CallSlot, SectionCalls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.sampling.rounds import PREFIX
@@ -39,6 +39,10 @@ class SamplingParams(SectionCalls):
         "continuation": CallSlot(answer_prefix="Doctor:"),
         "patient_turn": CallSlot(answer_prefix=PREFIX["patient"]),
         "doctor_turn": CallSlot(answer_prefix=PREFIX["doctor"])}
+    calls: dict[str, CallParams] = default_calls(
+        continuation=dict(role="annotator", prompt="trajectory_continuation", max_new_tokens=160),
+        patient_turn=dict(role="patient", prompt="trajectory_patient", max_new_tokens=64),
+        doctor_turn=dict(role="doctor", prompt="trajectory_doctor", max_new_tokens=64))
 
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
     dialogues: str = "data/embedded/dialogues.jsonl"

@@ -5,7 +5,7 @@ The notebook ``notebooks/01_sampling.ipynb`` is::
     stage = open_stage("01_sampling", params_path)
     out = sampling_stage.run(stage)
     ...                                   # show out.summary, an item, out.rejected
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ def run(stage: Stage) -> SamplingOutputs:
         built = OUTPUTS.write(stage.reports_dir, {
             "candidates": candidate_records(result.items), "rejected": result.rejected,
         }, stage.params)
-    return SamplingOutputs(result.items, result.rejected, built["summary"],
-                           metrics(result, p.n_items, p.future_rounds),
-                           built["future_rounds"], built["short_futures"],
-                           prompts=result.prompt_shas,
-                           n_dialogues=len(dialogues), n_exemplars=len(pool))
+    out = SamplingOutputs(result.items, result.rejected, built["summary"],
+                          metrics(result, p.n_items, p.future_rounds),
+                          built["future_rounds"], built["short_futures"],
+                          prompts=result.prompt_shas,
+                          n_dialogues=len(dialogues), n_exemplars=len(pool))
+    stage.note_provenance(models=out.models, prompts=out.prompts)
+    return out

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from medpref.llm.calls import CallSlot, SectionCalls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
@@ -245,6 +245,14 @@ class SimulationParams(SectionCalls):
                            answer_prefix=ANSWER_PREFIX),
         "gpd": CallSlot(answer_prefix=ANSWER_PREFIX),
         "rem_comment": CallSlot(answer_prefix=COMMENT_PREFIX)}
+    calls: dict[str, CallParams] = default_calls(
+        consult=dict(prompt="policy_doctor", max_new_tokens=48),
+        next_turn=dict(prompt="policy_doctor", max_new_tokens=64),
+        heldout_turn=dict(prompt="policy_doctor", max_new_tokens=64),
+        patient=dict(role="patient", prompt="sp_patient", max_new_tokens=48),
+        grader=dict(role="judge", max_new_tokens=8),
+        gpd=dict(role="judge", prompt="sp_gpt_distance", max_new_tokens=8),
+        rem_comment=dict(role="rem", prompt="rem_judge", max_new_tokens=64))
 
     cases: str = "data/embedded/sp_cases.jsonl"       # contract "SP case" (source embedded)
     source: Literal["embedded", "agentclinic", "cspt"] = "embedded"

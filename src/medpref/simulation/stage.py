@@ -417,6 +417,7 @@ def run(stage) -> SimulationOutputs:
                         **nextturn.gpd_check_metrics(out.gpd_check),
                         **questions.metrics_of(out.question_share)})
     out.metrics["cases_skipped_malformed"] = len(h.skipped_rows)   # AgentClinic rows
+    stage.note_provenance(models=out.model_ids, prompts=out.prompts)
     return out
 
 
