@@ -252,7 +252,7 @@ def test_stage_04_scores_with_stage_03s_finetuned_rem_on_every_item(
     judge = [r for b in scripted_models for r in b.requests
              if "reviewing an online consultation" in r.messages[0]["content"]]
     assert judge, "no judge request was sent"   # gpt4_rank and the agent's re-rank
-    spec = raw_params["annotation"]["judge"]
+    spec = raw_params["annotation"]["calls"]["judge"]
     assert {(r.params.max_new_tokens, r.prefix) for r in judge} == \
         {(spec["max_new_tokens"], spec["answer_prefix"])}
 

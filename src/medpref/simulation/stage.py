@@ -260,7 +260,7 @@ def build_harness(stage, p: SimulationParams) -> Harness:
                   p.grader.count_prompt, p.call("gpd").prompt]}
     patient = build_patient(p.patient.kind, PatientContext(
         p.patient, {c.id: c for c in cases}, kbs, encode, templates[p.call("patient").prompt],
-        lambda: stage.role(p.call("patient").role)))
+        lambda: stage.role(p.call("patient").role), p.call("patient")))
     dd = p.doctor_decoding
     setup = consult.SimulationSetup(
         patient=patient, doctor_template=templates[p.doctor_prompt], rounds=p.rounds,
