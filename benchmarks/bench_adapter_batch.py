@@ -60,7 +60,7 @@ def requests(params, rounds: int) -> list[ChatRequest]:
     sim = params.simulation
     template = load_prompt(sim.doctor_prompt)
     dec = sim.doctor_decoding
-    gen = GenerationParams(max_new_tokens=dec.max_new_tokens, temperature=0.0,
+    gen = GenerationParams(max_new_tokens=sim.call("consult").max_new_tokens, temperature=0.0,
                            repetition_penalty=dec.repetition_penalty,
                            no_repeat_ngram_size=dec.no_repeat_ngram_size)
     out = []

@@ -57,8 +57,9 @@ def rem_requests(rule: str, n: int) -> list[ChatRequest]:
     scorer = build_rem.make_scorer("sampled", LLMSession("bench", params.shared), p, inputs,
                                    params.shared.seed)
     states = [a for a in inputs.split(p.eval_split) if a.rule == rule][:n]
-    gp = GenerationParams(max_new_tokens=p.max_new_tokens, temperature=p.temperature,
-                          seed=params.shared.seed)
+    sampled = p.scorers["sampled"]
+    gp = GenerationParams(max_new_tokens=p.call("score").max_new_tokens,
+                          temperature=sampled.temperature, seed=params.shared.seed)
     return [ChatRequest.of(scorer.messages_for(a.history, inputs.flowchart[rule]), gp,
                            prefix=COMMENT_PREFIX) for a in states]
 

@@ -72,14 +72,15 @@ def main() -> None:
     common = {}  # rem.scorers' sampled and expected settings, changed alike
     if args.n_examples is not None:
         common["n_examples"] = args.n_examples
+    calls = dict(params.rem.calls)   # the REM's one call: every scorer's budget
     if args.max_new_tokens is not None:
-        common["max_new_tokens"] = args.max_new_tokens
+        calls["score"] = calls["score"].model_copy(update={"max_new_tokens": args.max_new_tokens})
     scorers = dict(params.rem.scorers)
     scorers["sampled"] = scorers["sampled"].model_copy(update={**common, "k": args.k})
     scorers["expected"] = scorers["expected"].model_copy(update=common)
-    p = params.rem.model_copy(update={"scorers": scorers})
+    p = params.rem.model_copy(update={"scorers": scorers, "calls": calls})
     k = args.k
-    n_examples, max_new = scorers["sampled"].n_examples, scorers["sampled"].max_new_tokens
+    n_examples, max_new = scorers["sampled"].n_examples, p.call("score").max_new_tokens
     seed = params.shared.seed
     inputs = load_inputs(p)
     pairs = candidate_pairs(inputs, args.pairs_per_rule, seed)

@@ -80,7 +80,7 @@ def main() -> None:
                         batch_size=role.batch_size, device="cpu")
     client = LLMClient(rem.role, backend, GenerationParams())  # no cache: every call runs
     settings = rem.scorers["finetuned"]
-    scorer = build_scorer("finetuned", client, flowchart, [], call=rem.scorer_call(settings),
+    scorer = build_scorer("finetuned", client, flowchart, [], call=rem.call("score"),
                           comment=False, detail="short", state_value=settings.state_value)
     full = [[[*hist, Turn(role="doctor", text=c)] for hist, cands in cases for c in [cands[k]]]
             for k in range(args.candidates)]                   # full[k]: policy k's states

@@ -148,7 +148,7 @@ def main() -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--adapter", action="append", default=[], metavar="NAME=FOLDER")
     ap.add_argument("--tokens", type=int, nargs="+", default=None,
-                    help="token budgets (default: simulation.doctor_decoding.max_new_tokens)")
+                    help="token budgets (default: simulation.calls.consult.max_new_tokens)")
     ap.add_argument("--part", default="eval", choices=["train", "dev", "eval"])
     ap.add_argument("--sets", nargs="+", default=["states", "openings"])
     ap.add_argument("--vs", nargs="+", default=["base"],
@@ -184,7 +184,7 @@ def main() -> None:
     for name, adapter in doctors.items() if not args.from_jsonl else []:
         backend = HFBackend(str(model), str(repo_path(adapter)) if adapter else None,
                             batch_size=args.batch_size)
-        for tokens in args.tokens or [decoding.max_new_tokens]:
+        for tokens in args.tokens or [sim.call("consult").max_new_tokens]:
             t0 = time.perf_counter()
             raws = generate(backend, template, items, decoding, tokens)
             print(f"{name} @ {tokens} tokens: {len(items)} turns in "

@@ -55,6 +55,19 @@ def embedded_llm_path():
     return EMBEDDED_LLM
 
 
+def with_budgets(section, **budgets: int):
+    """``section`` (a params section with a ``calls`` mapping) with these calls' token
+    budgets; a call the section does not make is a KeyError, so a stale name cannot pass
+    silently (``model_copy`` does not validate)."""
+    unknown = sorted(set(budgets) - set(section.calls))
+    if unknown:
+        raise KeyError(f"{type(section).__name__} makes no call {unknown} "
+                       f"(its calls: {sorted(section.calls)})")
+    calls = {name: c.model_copy(update={"max_new_tokens": budgets[name]}) if name in budgets
+             else c for name, c in section.calls.items()}
+    return section.model_copy(update={"calls": calls})
+
+
 def stage01_on_server(tmp_path, monkeypatch, model: str, url_env: str, key_env: str,
                       n_items: int = 4, guard=None, max_new_tokens: int = 64, **server_kw):
     """Stage 01 with its annotator on an OpenAI-compatible server, folders under tmp_path."""
@@ -68,10 +81,11 @@ def stage01_on_server(tmp_path, monkeypatch, model: str, url_env: str, key_env: 
     llm = params.shared.llm
     llm.servers["test"] = ServerConfig(base_url_env=url_env, api_key_env=key_env, **server_kw)
     llm.roles["annotator"] = RoleConfig(backend="openai", model=model, server="test")
-    update = {"n_items": n_items, "future_rounds": 2, "max_new_tokens": max_new_tokens}
+    update = {"n_items": n_items, "future_rounds": 2}
     if guard is not None:
         update["guard"] = guard
-    params._sections["sampling"] = params.sampling.model_copy(update=update)
+    params._sections["sampling"] = with_budgets(params.sampling.model_copy(update=update),
+                                                continuation=max_new_tokens)
     stage = Stage(name="01_sampling", params=params)
     stage._llm = LLMSession("01_sampling", params.shared,
                             cache=ResponseCache(tmp_path / "cache" / "01_sampling.sqlite"))

@@ -27,3 +27,17 @@ def scripted_stage(name: str, tmp_path: Path, monkeypatch, responder, *, section
     stage = Stage(name=name, params=params)
     stage._llm = LLMSession(name, params.shared, cache=None)
     return stage
+
+
+def provenance_as_before(stage: Stage, models: dict, prompts: dict,
+                         sections: tuple[str, ...] = (), **extra) -> dict:
+    """What ``finish`` recorded before it took the run's models and prompts itself: the
+    notebook passed the run's ``models`` and ``prompts``, laid over the session's weights
+    and the loaded prompts. Call it before ``finish`` (which closes the session)."""
+    from medpref.prompts import loaded_prompts
+    from medpref.provenance import provenance
+
+    return provenance(stage.params, (stage.key, *sections),
+                      models={**stage._llm.model_contents(), **models},
+                      prompts={**loaded_prompts(), **prompts}, seed=stage.seed,
+                      stage=stage.key, roles=stage._llm.role_models(), **extra)

@@ -105,7 +105,7 @@ def test_single_order_gpt4_rank_asks_once_and_drops_equal(scripted_client):
     items = [make_item(f"u-{i}", "Take rest." if i % 2 else "Drink water.", "Any fever?")
              for i in range(12)]
     judged = judge_items(items, client, JUDGE, 8, "gpt4_rank", reading="one", seed=5,
-                         call=P.judge.call)
+                         call=P.call("judge"))
     assert set(judged) == {"one"}
     one = judged["one"]
     assert len(one.records) == len(items)  # one call per item
@@ -125,7 +125,7 @@ def test_both_readings_share_one_batch_of_answers(scripted_client):
     client = scripted_client(lambda r: "Response 1, clearly.")  # a position-biased judge
     items = [make_item(f"u-{i}", "Any fever?", "Take rest.") for i in range(6)]
     judged = judge_items(items, client, JUDGE, 8, "gpt4_rank", reading="one", seed=5,
-                         call=P.judge.call,
+                         call=P.call("judge"),
                          also=["both"])
     assert len(judged["one"].records) == 2 * len(items) and judged["both"].records == []
     assert all(d.outcome == "tie" for d in judged["both"].decisions)  # ours: bias → tie
@@ -136,7 +136,7 @@ def test_position_bias_becomes_a_tie(scripted_client):
     """A judge that always answers 'Response 1' disagrees with itself across orders."""
     client = scripted_client(lambda r: "Response 1, clearly.")
     items = [make_item("u-1", "Any fever?", "Take rest.")]
-    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", P.judge.call)
+    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", P.call("judge"))
     assert [d.outcome for d in judged.decisions] == ["tie"]
     assert {r["order"] for r in judged.records} == {"ab", "ba"}
 
@@ -148,7 +148,7 @@ def test_consistent_judge_gives_a_preference(scripted_client):
         return "Response 1" if "fever" in first else "Response 2"
     client = scripted_client(prefers_fever)
     items = [make_item("u-1", "Take rest.", "Any fever or chills?")]
-    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", P.judge.call)
+    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", P.call("judge"))
     d = judged.decisions[0]
     assert d.outcome == "2" and d.winner_source == "generated"
 
@@ -158,7 +158,7 @@ def test_unparsable_judge_answers_are_recorded_and_skipped(scripted_client):
     client = scripted_client(lambda r: next(answers))
     from medpref.annotation.judging import gpt4_rank_pairs
     items = [make_item("u-1", "Any fever?", "Take rest.")]
-    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", P.judge.call)
+    judged = judge_both_orders(items, client, JUDGE, 8, "gpt4_rank", P.call("judge"))
     assert judged.decisions[0].outcome == "unparsable"
     assert [r["parsed"] for r in judged.records] == ["1", None]
     assert judged.records[1]["raw"] == "I am not sure what you mean."
@@ -258,10 +258,8 @@ def agent_responder(rank_answer: str, rerank_answer: str = "Response 1",
 def _agent_setup(scripted_client, responder, rerank=True, reading="both"):
     base = scripted_client(responder)
     clients = agent_mod.AgentClients(base, base, base, base)
-    a = P.agent
-    prompts = agent_mod.AgentPrompts(*(load_prompt(n) for n in (
-        a.long_plan_prompt, a.short_plan_prompt, a.rank_prompt, a.need_prompt,
-        a.rethink_prompt, "annotation_judge")))
+    prompts = agent_mod.AgentPrompts(*(load_prompt(P.call(n).prompt) for n in (
+        "long_plan", "short_plan", "rank", "need", "rethink", "judge")))
     settings = agent_mod.AgentSettings(history_max_turns=8, calls=P.agent_calls,
                                        rerank=rerank, judge_reading=reading, seed=3)
     return clients, prompts, settings

@@ -613,7 +613,9 @@ def test_embedded_judge_extracts_and_the_parse_never_raises(embedded_llm_path, c
     from medpref.llm.hf import HFBackend
     from medpref.llm.types import GenerationParams
 
-    p = ImapParams(max_new_tokens_question=24, max_new_tokens_answer=24)
+    calls = ImapParams().calls
+    p = ImapParams(calls={**calls, **{n: calls[n].model_copy(update={"max_new_tokens": 24})
+                                      for n in ("question", "answer")}})
     client = LLMClient("judge", HFBackend(str(embedded_llm_path), batch_size=2),
                        GenerationParams(), cache=cache)
     items = ev.load_scored_qa(p)[:1]

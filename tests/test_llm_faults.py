@@ -103,7 +103,7 @@ def test_echoed_key_reaches_no_file_the_run_writes(tmp_path, monkeypatch, caplog
         stage = _stage01(tmp_path, monkeypatch, server, max_concurrency=1,
                          guard=GuardParams(min_yield=0.0, max_failure_rate=1.0))
         out = run_stage01(stage)
-        stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+        stage.finish(out.metrics)
     rejected = (tmp_path / "reports" / "records" / "rejected.jsonl").read_text()
     assert rejected.count("***") == 3 and "stub error 400" in rejected
     files = [f for f in tmp_path.rglob("*") if f.is_file()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 import numpy as np
@@ -227,8 +228,14 @@ def test_run_writes_the_stage_outputs_with_scripted_models(tmp_path, monkeypatch
     (reports / "ratings.csv").write_text("edited by hand\n")
     assert OUTPUTS.differences(reports, stage.params, tmp_path / "rebuilt2") == [
         f"{reports / 'ratings.csv'}: differs from its rebuild from the records"]
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    # finish records what the notebook passed it by hand before (the run notes it now)
+    from scripted_stage import provenance_as_before
+
+    before = provenance_as_before(stage, out.models, out.prompts)
+    assert "embeddings" in before["models"] and "medqa_judge" in before["prompts"]
+    stage.finish(out.metrics)
     assert (tmp_path / "reports/08_medqa/timings.json").exists()
+    assert json.loads((reports / "provenance.json").read_text()) == before
 
 
 def test_run_fails_before_writing_when_no_answer_comes_out(tmp_path, monkeypatch, params):

@@ -433,6 +433,13 @@ def test_sft_examples_from_dialogues_hand_example():
 # ------------------------------------------------------------------ the stage
 
 
+def _budgets(**budgets: int) -> dict:
+    """NoteChat's committed calls with some budgets changed."""
+    calls = NoteChatParams().calls
+    return {**calls, **{n: calls[n].model_copy(update={"max_new_tokens": t})
+                        for n, t in budgets.items()}}
+
+
 def _stage_params(tmp_path, index_dir, **update):
     return NoteChatParams(index=str(index_dir), **update)
 
@@ -554,8 +561,7 @@ def test_stage_with_the_embedded_llm_on_one_note(tmp_path, index_dir, extractor,
 
     params = load_params()
     p = _stage_params(tmp_path, index_dir, n_notes=1, max_rounds=1, polish_iterations=1,
-                      planner_max_new_tokens=24, doctor_max_new_tokens=16,
-                      patient_max_new_tokens=16, polish_max_new_tokens=24,
+                      calls=_budgets(planning=24, doctor_turn=16, patient_turn=16, polish=24),
                       baselines=[], turn_attempts=1)  # baselines: covered by scripted tests
     session = LLMSession("02_test", params.shared,
                          cache=ResponseCache(tmp_path / "cache" / "02.sqlite"))
@@ -579,7 +585,7 @@ def test_run_in_the_stage_shape_with_scripted_models(tmp_path, monkeypatch, inde
     assert (tmp_path / "data/02_notechat/dialogues.jsonl").exists()
     assert "Combine step" in out.table3_markdown and "rule-based" in out.table3_markdown
     assert set(out.turn_quality["system"]) >= {"NoteChat", "Human"}
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     saved = json.loads((tmp_path / "reports/02_notechat/metrics.json").read_text())
     assert saved == json.loads(json.dumps(out.metrics))
     assert "generate" in json.loads((tmp_path / "reports/02_notechat/timings.json")

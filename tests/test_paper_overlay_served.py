@@ -60,21 +60,23 @@ URL_ENV, KEY_ENV = "MEDPREF_PAPER_SERVE_URL", "MEDPREF_PAPER_SERVE_KEY"
 #: the paper overlay's sizes cut to a handful, on CPU (dotted keys, as `dvc exp run -S`)
 SIZE_AND_HARDWARE: dict[str, object] = {
     # 01: 3 items (paper: 2,000), the paper's 3-round futures, short turns
-    "sampling.n_items": 3, "sampling.max_new_tokens": 24,
-    "sampling.rounds.max_new_tokens": 12,
+    "sampling.n_items": 3, "sampling.calls.continuation.max_new_tokens": 24,
+    "sampling.calls.patient_turn.max_new_tokens": 12,
+    "sampling.calls.doctor_turn.max_new_tokens": 12,
     # 02: one note (paper: 87), two rounds, short turns
-    "notechat.n_notes": 1, "notechat.max_rounds": 2, "notechat.planner_max_new_tokens": 24,
-    "notechat.doctor_max_new_tokens": 16, "notechat.patient_max_new_tokens": 16,
-    "notechat.polish_max_new_tokens": 24, "notechat.baseline_max_new_tokens": 24,
+    "notechat.n_notes": 1, "notechat.max_rounds": 2, "notechat.calls.planning.max_new_tokens": 24,
+    "notechat.calls.doctor_turn.max_new_tokens": 16,
+    "notechat.calls.patient_turn.max_new_tokens": 16,
+    "notechat.calls.polish.max_new_tokens": 24, "notechat.calls.baseline.max_new_tokens": 24,
     # 03: the REM on CPU (paper: gpu), one step, a balanced item per rule, short answers
     "rem.train.hardware": "cpu", "rem.train.recipe.max_steps": 1, "rem.eval_per_rule": 1,
     "rem.compliance_n": 1, "rem.scorers.sampled.k": 1,
-    "rem.scorers.sampled.max_new_tokens": 16, "rem.scorers.expected.max_new_tokens": 16,
-    "rem.scorers.finetuned.max_new_tokens": 16,
+    "rem.calls.score.max_new_tokens": 16,
     # 04: the paper's trajectory of 3 states, short judge and agent answers
-    "annotation.judge.max_new_tokens": 8, "annotation.agent.plan_tokens": 16,
-    "annotation.agent.objective_tokens": 16, "annotation.agent.rank_tokens": 8,
-    "annotation.agent.need_tokens": 4, "annotation.agent.rethink_tokens": 16,
+    "annotation.calls.judge.max_new_tokens": 8, "annotation.calls.long_plan.max_new_tokens": 16,
+    "annotation.calls.short_plan.max_new_tokens": 16,
+    "annotation.calls.rank.max_new_tokens": 8, "annotation.calls.need.max_new_tokens": 4,
+    "annotation.calls.rethink.max_new_tokens": 16,
     # 05: the paper's LoRA on CPU: one optimizer step each, short sequences
     # (the paper recipe on cpu hardware: batch 1 x 1, no checkpointing, 2 threads)
     "training.hardware": "cpu",
@@ -85,20 +87,21 @@ SIZE_AND_HARDWARE: dict[str, object] = {
     "training.dpo.heldout_folds": 0,
     # 06: one SP case (paper: all), two rounds, one next-turn dialogue, two held-out states
     "simulation.n_cases": 1, "simulation.rounds": 2, "simulation.grid_cases": 1,
-    "simulation.doctor_decoding.max_new_tokens": 12, "simulation.grader.max_new_tokens": 4,
+    "simulation.calls.consult.max_new_tokens": 12, "simulation.calls.grader.max_new_tokens": 4,
     "simulation.grader.bootstrap_rounds": 100, "simulation.next_turn.n_dialogues": 1,
-    "simulation.next_turn.max_new_tokens": 12, "simulation.heldout.n_states": 2,
-    "simulation.heldout.states_per_dialogue": 2, "simulation.heldout.max_new_tokens": 12,
+    "simulation.calls.next_turn.max_new_tokens": 12, "simulation.heldout.n_states": 2,
+    "simulation.heldout.states_per_dialogue": 2, "simulation.calls.heldout_turn.max_new_tokens": 12,
     "simulation.torch_threads": 2,
     # no control doctors: on the tiny model's gibberish the judge's verdicts on them are
     # noise and their gate would stop the chain (the controls: test_sp_controls.py)
     "simulation.controls": [],
     # 07: short imaps (the item subset: `data`, written by the test)
-    "imapscore.max_new_tokens_question": 16, "imapscore.max_new_tokens_answer": 16,
-    "imapscore.max_new_tokens_relation": 4,
+    "imapscore.calls.question.max_new_tokens": 16, "imapscore.calls.answer.max_new_tokens": 16,
+    "imapscore.calls.relation.max_new_tokens": 4,
     # 08: 3 distilled, 2 read items (paper: 300), short answers, fewer resamples
-    "medqa.n_distill_items": 3, "medqa.n_read_items": 2, "medqa.distill_max_new_tokens": 16,
-    "medqa.read_max_new_tokens": 16, "medqa.judge_max_new_tokens": 4,
+    "medqa.n_distill_items": 3, "medqa.n_read_items": 2, "medqa.calls.distill.max_new_tokens": 16,
+    "medqa.calls.distill_tools.max_new_tokens": 16, "medqa.calls.read.max_new_tokens": 16,
+    "medqa.calls.read_closed_book.max_new_tokens": 16, "medqa.calls.judge.max_new_tokens": 4,
     "medqa.elo_shuffles": 50, "medqa.bootstrap": 50,
 }
 
@@ -233,7 +236,7 @@ def _s01(params, root):
 
     stage = Stage(name="01_sampling", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     unlabeled = root / "data" / "01_sampling" / "unlabeled.jsonl"
     assert len(unlabeled.read_text().splitlines()) == out.metrics["items_written"] >= 1
 
@@ -246,8 +249,7 @@ def _s02(params, root):
     build_index(REPO_ROOT / "data" / "embedded" / "lexicon", Path(params.notechat.index))
     stage = Stage(name="02_notechat", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts,
-                 quickumls_index=out.p.index_dir())
+    stage.finish(out.metrics, quickumls_index=out.p.index_dir())
     assert (root / "data" / "02_notechat" / "dialogues.jsonl").exists()
 
 
@@ -256,8 +258,7 @@ def _s03(params, root):
 
     stage = Stage(name="03_rem", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts,
-                 rules=str(stage.p.rules), hardware=stage.p.train.hardware)
+    stage.finish(out.metrics, rules=str(stage.p.rules), hardware=stage.p.train.hardware)
     assert (root / "data" / "03_rem" / "rem_lora" / "adapter_config.json").exists()
     assert (root / "reports" / "03_rem" / "table5.csv").exists()
 
@@ -268,7 +269,7 @@ def _s04(params, root):
 
     stage = Stage(name="04_annotation", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",),
+    stage.finish(out.metrics, sections=("rem",),
                  rem_scorer=stage.p.rem_scorer)
     for name in params.annotation.strategies:
         assert (root / "data" / "04_annotation" / "pairs" / f"{name}.jsonl").exists(), name
@@ -280,7 +281,7 @@ def _s05(part: str, run: str = ""):
 
         stage = s.open_part(Stage(name="05_training", params=params), part, run)
         out = s.run(stage)
-        stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("shared",))
+        stage.finish(out.metrics, sections=("shared",))
         data = root / "data" / "05_training"
         if part == "sft":       # trained on stage 02's dialogues (and the embedded ones)
             assert json.loads((data / "sft" / "run.json").read_text())["status"] == "trained"
@@ -298,7 +299,7 @@ def _s06(params, root):
 
     stage = Stage(name="06_simulation", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.model_ids, prompts=out.prompts)
+    stage.finish(out.metrics)
     assert {"base", "sft"} <= set(out.model_ids), out.model_ids   # the DPO run: skipped
     assert (root / "reports" / "06_simulation" / "table2.csv").exists()
 
@@ -325,7 +326,7 @@ def _s08(params, root):
 
     stage = Stage(name="08_medqa", params=params)
     out = s.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     assert (root / "reports" / "08_medqa" / "table2_models.csv").exists()
 
 

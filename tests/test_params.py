@@ -63,7 +63,7 @@ def test_a_role_has_no_token_budget(raw):
     (which every call overrode) is refused with where to put it."""
     bad = copy.deepcopy(raw)
     bad["shared"]["llm"]["roles"]["judge"]["max_new_tokens"] = 128
-    where = r"shared\.llm\.roles\.judge.*annotation\.judge\.max_new_tokens"
+    where = r"shared\.llm\.roles\.judge.*annotation\.calls\.judge\.max_new_tokens"
     with pytest.raises(ParamsError, match=where):
         parse_params(bad)
 
@@ -125,26 +125,17 @@ def every_call(params) -> dict[str, CallSpec]:
     an, sa, mq, im, nc, rem, sim = (params.annotation, params.sampling, params.medqa,
                                     params.imapscore, params.notechat, params.rem,
                                     params.simulation)
-    calls = {"annotation.judge": an.judge.call,
-             **{f"annotation.agent.{k}": c for k, c in vars(an.agent_calls).items()},
-             "sampling.continuation": sa.continuation_call,
-             **{f"sampling.rounds.{k}": c for k, c in sa.rounds.calls.items()},
-             "medqa.judge": mq.judge_call,
-             "imapscore.question": im.question_call, "imapscore.answer": im.answer_call,
-             "imapscore.relation": im.relation_call,
-             "notechat.planning": nc.planning_call,
-             **{f"notechat.{k}": c for k, c in nc.turn_calls.items()},
-             **{f"notechat.polish.{k}": c for k, c in nc.polish_calls.items()},
-             "simulation.patient": sim.patient.call, "simulation.grader": sim.grader_call,
-             "simulation.gpd": sim.gpd_call, "simulation.rem": sim.rem_call}
+    calls = {f"{section}.{name}": sec.call(name)
+             for section, sec in (("annotation", an), ("sampling", sa), ("medqa", mq),
+                                  ("imapscore", im), ("notechat", nc), ("rem", rem),
+                                  ("simulation", sim))
+             for name, slot in type(sec).CALLS.items() if slot.role_from is None}
     for m in mq.models:
         calls[f"medqa.read.{m.name}"] = mq.read_call(m)
         for native in (False, True):
             calls[f"medqa.distill.{m.name}.{native}"] = mq.distill_call(m.role, native)
     for b in nc.baselines:
         calls[f"notechat.baseline.{b.name}"] = nc.baseline_call(b)
-    for name, settings in rem.scorers.items():
-        calls[f"rem.scorers.{name}"] = rem.scorer_call(settings)
     for d in sim.doctors:
         for kind, call in (("sp", sim.doctor_call(d)), ("next_turn", sim.next_turn_call(d)),
                            ("heldout", sim.heldout_call(d))):
@@ -160,7 +151,7 @@ def test_every_call_names_a_role_and_a_prompt_that_exist():
         assert call.role in params.shared.llm.roles, f"{name}: no role '{call.role}'"
         if call.prompt:  # "" where the call site picks among several its params name
             load_prompt(call.prompt)
-    assert params.annotation.judge.call == CallSpec("judge", "annotation_judge", 24, "Answer:")
+    assert params.annotation.call("judge") == CallSpec("judge", "annotation_judge", 24, "Answer:")
 
 
 def test_a_call_needs_a_positive_budget():

@@ -286,7 +286,7 @@ def test_stage_writes_the_items_and_reports(tmp_path, monkeypatch, scripted_clie
     assert out.metrics["items_with_full_futures"] == 0 and len(out.short) == 4
     assert (out.short["source"] == "generated").all()
     assert out.short["failure"].str.contains("no readable").all()
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     assert (tmp_path / "reports" / "timings.json").exists()
     assert "wall_s" not in (tmp_path / "reports" / "metrics.json").read_text()
 

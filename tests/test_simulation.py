@@ -16,6 +16,7 @@ from medpref.llm.scripted import ScriptedBackend
 from medpref.llm.types import CallSpec, GenerationParams
 from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, nextturn, tables
+from medpref.simulation.config import SimulationParams
 from medpref.simulation.knowledge import (
     build_chunks,
     build_knowledge_bases,
@@ -169,10 +170,10 @@ def make_setup(patient, rounds=5):
     cases = [case("sp-a"), case("sp-b"), case("sp-c")]
     kbs = build_knowledge_bases(cases, toy_encode, 128)
     params = PatientParams(kind="llm", top_k=4, query_rounds=2, end_marker=END,
-                           max_sentences=2, max_new_tokens=32)
+                           max_sentences=2)
     llm_patient = build_patient("llm", PatientContext(
         params, {c.id: c for c in cases}, kbs, toy_encode, load_prompt("sp_patient"),
-        lambda: patient))
+        lambda: patient, SimulationParams().call("patient", max_new_tokens=32)))
     return cases, consult.SimulationSetup(
         patient=llm_patient, doctor_template=load_prompt("policy_doctor"), rounds=rounds)
 

@@ -14,7 +14,7 @@ from medpref.llm.scripted import ScriptedBackend
 from medpref.llm.types import CallSpec, Completion, GenerationParams
 from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, tables
-from medpref.simulation.config import GraderParams, PatientParams
+from medpref.simulation.config import GraderParams, PatientParams, SimulationParams
 from medpref.simulation.graders import GRADERS, GraderContext, build_grader, without_echoes
 from medpref.simulation.knowledge import build_knowledge_bases
 from medpref.simulation.patient import patient_fidelity
@@ -223,7 +223,7 @@ def test_the_llm_patient_speaks_as_the_cases_family_informant():
         kbs = build_knowledge_bases([c], toy_encode, 128)
         patient = build_patient("llm", PatientContext(
             PatientParams(kind="llm"), {c.id: c}, kbs, toy_encode, load_prompt("sp_patient"),
-            lambda: client(responder, "patient")))
+            lambda: client(responder, "patient"), SimulationParams().call("patient")))
         turns = [Turn(role="patient", text=c.chief_complaint),
                  Turn(role="doctor", text="Does she have a fever?")]
         consults.append(consult.Consultation(c.id, c.department, c.lang, "doc", "m", turns))

@@ -117,7 +117,11 @@ def test_stage_03_runs_every_scorer_and_writes_table5(raw_params, tmp_path, monk
     assert {"fuzzy02_%", "near_constant", "top_label_share"} <= set(out.table5.columns)
     assert out.table5["n"].tolist() == [18, 18, 18]
     assert "score first" in out.table5.set_index("scorer").loc["finetuned", "method"]
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    from scripted_stage import provenance_as_before
+
+    before = provenance_as_before(stage, out.models, out.prompts)   # what the notebook passed
+    stage.finish(out.metrics)
+    assert json.loads((tmp_path / "reports/03_rem/provenance.json").read_text()) == before
     metrics = json.loads((tmp_path / "reports/03_rem/metrics.json").read_text())
     assert set(metrics["finetuned"]) == {"exact_%", "fuzzy_%", "fuzzy02_%", "coverage_%",
                                          "mae", "top_label_share", "near_constant"}
@@ -234,7 +238,11 @@ def test_stage_04_scores_with_stage_03s_finetuned_rem_on_every_item(
     assert len(records["pairs"]) == sum(len(r.pairs) for r in res.values())
     assert len(records["decisions"]) == sum(len(r.decisions) for r in out.shown)
     assert OUTPUTS.differences(stage.reports_dir, stage.params, tmp_path / "rebuilt") == []
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",))
+    from scripted_stage import provenance_as_before
+
+    before = provenance_as_before(stage, out.models, out.prompts, ("rem",))
+    stage.finish(out.metrics, sections=("rem",))
+    assert json.loads((tmp_path / "reports/04_annotation/provenance.json").read_text()) == before
     metrics = json.loads((tmp_path / "reports/04_annotation/metrics.json").read_text())
     assert metrics["cai_dep"]["pairs"] == 5 and metrics["rem"]["scorer"] == "finetuned"
     assert metrics["gpt4_rank"]["pairs"] == 5 and "gpt4_rank_both_orders" in metrics
@@ -244,7 +252,7 @@ def test_stage_04_scores_with_stage_03s_finetuned_rem_on_every_item(
     judge = [r for b in scripted_models for r in b.requests
              if "reviewing an online consultation" in r.messages[0]["content"]]
     assert judge, "no judge request was sent"   # gpt4_rank and the agent's re-rank
-    spec = raw_params["annotation"]["judge"]
+    spec = raw_params["annotation"]["calls"]["judge"]
     assert {(r.params.max_new_tokens, r.prefix) for r in judge} == \
         {(spec["max_new_tokens"], spec["answer_prefix"])}
 

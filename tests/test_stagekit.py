@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from pydantic import ValidationError
 
+from medpref import REPO_ROOT
 from medpref.llm.ledger import Ledger, Price
 from medpref.llm.types import CallSpec, Completion
 from medpref.params import load_params
@@ -77,7 +79,8 @@ def test_finish_writes_scores_timings_ledger_and_provenance_apart(tmp_path, monk
     stage = _stage(tmp_path, monkeypatch)
     with stage.step("work"):
         pass
-    out = stage.finish({"items": 3}, models={"annotator": "hf:x"})
+    stage.note_provenance(models={"annotator": "hf:x"})
+    out = stage.finish({"items": 3})
     folder = tmp_path / "01_sampling"
     assert json.loads((folder / "metrics.json").read_text()) == {"items": 3}
     timings = json.loads((folder / "timings.json").read_text())
@@ -97,7 +100,8 @@ def test_provenance_names_the_roles_that_called_and_the_prompts_loaded(tmp_path,
     stage.role("annotator").chat([{"role": "user", "content": "hello"}], CALL)
     stage.role("annotator", batch_size=4).chat([{"role": "user", "content": "again"}], CALL)
     stage.role("judge")   # made but never called: not the provenance's business
-    stage.finish({"items": 1}, models={"embedding": "minilm"}, prompts={"extra": "abc"})
+    stage.note_provenance(models={"embedding": "minilm"}, prompts={"extra": "abc"})
+    stage.finish({"items": 1})
     folder = tmp_path / "reports" / "01_sampling"
     prov = json.loads((folder / "provenance.json").read_text())
     ledger = json.loads((folder / "ledger.json").read_text())
@@ -106,6 +110,17 @@ def test_provenance_names_the_roles_that_called_and_the_prompts_loaded(tmp_path,
     assert prov["models"] == {"embedding": "minilm"}
     assert prov["prompts"]["extra"] == "abc"
     assert prov["prompts"]["trajectory_doctor"] == load_prompt("trajectory_doctor").sha
+
+
+def test_finish_takes_no_models_or_prompts_from_its_caller(tmp_path, monkeypatch):
+    """The run notes them (Stage.note_provenance); a notebook passes none."""
+    stage = _stage(tmp_path, monkeypatch)
+    with pytest.raises(TypeError, match="models"):
+        stage.finish({"items": 1}, models={"x": "y"})   # the old call, refused
+    notebooks = sorted((REPO_ROOT / "notebooks" / "py").glob("*.py"))
+    passing = [nb.name for nb in notebooks
+               if re.search(r"\.finish\([^)]*\b(models|prompts)=", nb.read_text())]
+    assert notebooks and not passing
 
 
 def test_a_ledger_role_without_a_client_of_the_session_is_an_error():

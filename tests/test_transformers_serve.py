@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import run_stage01, serving, stage01_on_server
+from conftest import run_stage01, serving, stage01_on_server, with_budgets
 from medpref import REPO_ROOT
 from medpref.llm.cache import ResponseCache
 
@@ -41,7 +41,7 @@ def test_stage01_against_transformers_serve(tmp_path, monkeypatch, served_model)
                               max_new_tokens=48, max_concurrency=1, timeout_s=600.0,
                               max_retries=1)
     out = run_stage01(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     lines = (tmp_path / "data" / "unlabeled.jsonl").read_text().splitlines()
     assert len(lines) == out.metrics["items_written"] >= 1
     for line in lines:
@@ -74,21 +74,20 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
         "doctors": [DoctorConfig(name="served", role="served_doctor")],
         # the default loop controls stay on: the server's `loop_controls: false` leaves them
         # out of the requests (it answers 422 to them); the turn still ends at its question
-        "doctor_decoding": p.doctor_decoding.model_copy(update={"max_new_tokens": 32}),
+        "calls": with_budgets(p, consult=32, patient=32, next_turn=24).calls,
         # the 135M patient invents facts: record that, do not stop the run on it here
-        "patient": p.patient.model_copy(update={"kind": "llm", "max_new_tokens": 32,
-                                                "max_unsupported_share": 1.0}),
+        "patient": p.patient.model_copy(update={"kind": "llm", "max_unsupported_share": 1.0}),
         # the judge grades the transcript; its 229-item validation is a long run of its own
         "grader": p.grader.model_copy(update={"mode": "generate", "compare": [],
                                               "graded_items": None}),
-        "next_turn": p.next_turn.model_copy(update={"n_dialogues": 1, "max_new_tokens": 24}),
+        "next_turn": p.next_turn.model_copy(update={"n_dialogues": 1}),
         # no control doctors: they would cost served patient and judge calls, and a 135M
         # judge's verdicts on them would trip their gate (test_sp_controls.py)
         "controls": []})
     stage = served_stage("06_simulation", tmp_path, monkeypatch, served_model,
                          ["served_doctor", "patient", "judge"], section=section)
     out = sim_stage.run(stage)
-    stage.finish(out.metrics, models=out.model_ids, prompts=out.prompts)
+    stage.finish(out.metrics)
 
     (consult,) = out.consultations
     assert consult.error is None and len(consult.turns) >= 3
@@ -154,14 +153,15 @@ def test_stage08_reader_and_pairwise_judge_served(tmp_path, monkeypatch, served_
     from medpref.medqa.config import MedQAParams
 
     p = MedQAParams(n_distill_items=3, n_read_items=2, elo_shuffles=50, bootstrap=50,
-                    distill_max_new_tokens=24, read_max_new_tokens=32,
+                    calls=with_budgets(MedQAParams(), distill=24, distill_tools=24, read=32,
+                                       read_closed_book=32).calls,
                     embeddings_cache=str(tmp_path / "emb.npz"),
                     models=[{"name": "distilled", "role": "policy", "retrieval": "distilled"},
                             {"name": "closed_book", "role": "policy", "retrieval": "none"}])
     stage = served_stage("08_medqa", tmp_path, monkeypatch, served_model,
                          ["policy", "judge"], section=p)
     out = s08.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     roles = ledger_roles(tmp_path)
     assert roles["policy"]["calls"] >= 3 + 2 * 2 and roles["policy"]["failures"] == 0
     assert roles["judge"]["calls"] >= 2 and roles["judge"]["failures"] == 0
@@ -185,12 +185,12 @@ def test_stage07_imap_extraction_and_relations_served(tmp_path, monkeypatch, ser
     data = tmp_path / "qa.jsonl"        # one question, its three systems' answers
     rows = (REPO_ROOT / "data/embedded/qa_human_scores.jsonl").read_text().splitlines()
     data.write_text("\n".join(rows[:3]) + "\n")
-    p = ImapParams(data=str(data), relation_mode="generate", max_new_tokens_question=32,
-                   max_new_tokens_answer=32, link_min_similarity=None)
+    p = ImapParams(data=str(data), relation_mode="generate", link_min_similarity=None,
+                   calls=with_budgets(ImapParams(), question=32, answer=32).calls)
     stage = served_stage("07_imapscore", tmp_path, monkeypatch, served_model, ["judge"],
                          section=p)
     out = s07.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
     judge = ledger_roles(tmp_path)["judge"]
     assert judge["calls"] >= 3 and judge["failures"] == 0
 
@@ -217,15 +217,13 @@ def test_stage02_notechat_with_planner_doctor_patient_and_polisher_served(
     from medpref.notechat import stage as s02
     from medpref.params import load_params
 
-    p = load_params().notechat.model_copy(update={
-        "index": str(notechat_index), "n_notes": 1, "max_rounds": 2,
-        "planner_max_new_tokens": 48, "doctor_max_new_tokens": 32,
-        "patient_max_new_tokens": 24, "polish_max_new_tokens": 64,
-        "baseline_max_new_tokens": 64})
+    p = with_budgets(load_params().notechat.model_copy(update={
+        "index": str(notechat_index), "n_notes": 1, "max_rounds": 2}),
+        planning=48, doctor_turn=32, patient_turn=24, polish=64, baseline=64)
     served = ["planner", "doctor", "patient", "rethinker"]
     stage = served_stage("02_notechat", tmp_path, monkeypatch, served_model, served, section=p)
     out = s02.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
 
     roles = ledger_roles(tmp_path)
     print("\nstage 02 served roles:", json.dumps(roles))
@@ -302,20 +300,18 @@ def test_stage04_annotation_with_judge_agents_and_a_sampled_rem_served(tmp_path,
     p = _annotation_section(tmp_path, rem_scorer="sampled", max_items=n)
     p = p.model_copy(update={
         "cai": p.cai.model_copy(update={"trajectory": 1}),
-        "judge": p.judge.model_copy(update={"max_new_tokens": 8}),
-        "agent": p.agent.model_copy(update={"plan_tokens": 32, "objective_tokens": 24,
-                                            "rank_tokens": 8, "need_tokens": 4,
-                                            "rethink_tokens": 24}),
+        "calls": with_budgets(p, judge=8, long_plan=32, short_plan=24, rank=8, need=4,
+                              rethink=24).calls,
         # the 135M REM may leave a state unscored: recorded below, no reason to stop here
         "guard": p.guard.model_copy(update={"min_yield": 0.0, "max_failure_rate": 0.0})})
     served = ["judge", "planner", "ranker", "rethinker", "rem"]
     stage = served_stage("04_annotation", tmp_path, monkeypatch, served_model, served,
                          section=p)
-    scorers = stage.params.rem.scorers
-    scorers["sampled"] = scorers["sampled"].model_copy(
-        update={"k": 1, "max_new_tokens": 24, "n_examples": 1})
+    rem = stage.params.rem
+    rem.scorers["sampled"] = rem.scorers["sampled"].model_copy(update={"k": 1, "n_examples": 1})
+    stage.params._sections["rem"] = with_budgets(rem, score=24)
     out = s04.run(stage)
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",))
+    stage.finish(out.metrics, sections=("rem",))
 
     roles = ledger_roles(tmp_path)
     print("\nstage 04 served roles:", json.dumps(roles))

@@ -83,4 +83,4 @@ pd.DataFrame(out.rejected, columns=["dialogue_id", "attempt", "reason", "raw"]).
 # ## Model use and provenance
 
 # %%
-stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+stage.finish(out.metrics)

@@ -104,5 +104,4 @@ out.calls
 # ## Metrics, model use and provenance
 
 # %%
-stage.finish(out.metrics, models=out.models, prompts=out.prompts,
-             quickumls_index=out.p.index_dir())
+stage.finish(out.metrics, quickumls_index=out.p.index_dir())

@@ -102,5 +102,4 @@ out.compliance
 # ## Metrics (scores only), model use, timings and provenance
 
 # %%
-stage.finish(out.metrics, models=out.models, prompts=out.prompts,
-             rules=str(stage.p.rules), hardware=stage.p.train.hardware)
+stage.finish(out.metrics, rules=str(stage.p.rules), hardware=stage.p.train.hardware)

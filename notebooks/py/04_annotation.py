@@ -97,5 +97,5 @@ print("\n".join(out.examples))
 # ## Metrics (scores only), model use, timings and provenance
 
 # %%
-stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",),
+stage.finish(out.metrics, sections=("rem",),
              rem_scorer=stage.p.rem_scorer)

@@ -30,5 +30,5 @@ out.row
 out.coverage["shortened_items"]
 
 # %%
-stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("rem",),
+stage.finish(out.metrics, sections=("rem",),
              cell={"weighting": weighting, "trajectory": trajectory})

@@ -75,4 +75,4 @@ out.extra.get("dev_loss")
 out.figure
 
 # %%
-stage.finish(out.metrics, models=out.models, prompts=out.prompts, sections=("shared",))
+stage.finish(out.metrics, sections=("shared",))

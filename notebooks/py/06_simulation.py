@@ -203,4 +203,4 @@ out.question_share
 # ## Metrics, model use and provenance
 
 # %%
-stage.finish(out.metrics, models=out.model_ids, prompts=out.prompts)
+stage.finish(out.metrics)

@@ -68,4 +68,4 @@ out.heatmap
 # ## Metrics, model use and provenance
 
 # %%
-stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+stage.finish(out.metrics)

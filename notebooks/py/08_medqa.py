@@ -89,4 +89,4 @@ out.table2
 # ## Metrics, model use and provenance
 
 # %%
-stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+stage.finish(out.metrics)

@@ -32,7 +32,7 @@ def prompts(*names: str) -> list[str]:
 
 
 # -- stage 04: the REM's settings it scores with, the parts the grid cells share ----------------
-REM_SCORING_PARAMS = ["rem.scorers", "rem.prompt", "rem.role", "rem.icl_examples",
+REM_SCORING_PARAMS = ["rem.scorers", "rem.calls", "rem.icl_examples",
                       "rem.train.adapter_dir"]
 ANNOTATION_READS = [*prompts("rem_judge"), RULES, "data/01_sampling/unlabeled.jsonl",
                     Dep(SPLIT, "shared.split: items of dev/eval dialogues are refused"),
@@ -118,7 +118,7 @@ STAGES = [
                 "annotation.input", "annotation.rules", "annotation.max_items",
                 "annotation.history_max_turns", "annotation.output_dir",
                 "annotation.reports", "annotation.rem_scorer", "annotation.rem_table5",
-                "annotation.scoring", "annotation.cai", "annotation.judge",
+                "annotation.scoring", "annotation.cai", "annotation.calls", "annotation.judge",
                 "annotation.agent", "annotation.control", "annotation.guard"]),
     DvcStage(
         "annotation_grid", comment=(

@@ -53,7 +53,7 @@ class RoleConfig(StrictModel):
     def _no_role_budget(cls, data):
         if isinstance(data, dict) and "max_new_tokens" in data:
             raise ValueError("a role has no max_new_tokens: set the budget of each call in "
-                             "its stage's section (e.g. annotation.judge.max_new_tokens)")
+                             "its stage's calls (e.g. annotation.calls.judge.max_new_tokens)")
         return data
 
     @model_validator(mode="after")

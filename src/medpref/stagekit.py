@@ -6,7 +6,7 @@ every one of them does around that call, so a notebook needs two lines::
     stage = open_stage("01_sampling", params_path)    # params, section, LLM session, timer
     out = sampling_stage.run(stage)                    # the domain's work, returns outputs
     ...                                                # cells that show out's tables
-    stage.finish(out.metrics, models=..., prompts=...) # ledger, guard, metrics, provenance
+    stage.finish(out.metrics)                          # ledger, guard, metrics, provenance
 
 One name per stage: ``01_sampling`` is the notebook, ``data/01_sampling`` and
 ``reports/01_sampling`` its folders, ``sampling`` (the name without its number) its dvc
@@ -69,6 +69,9 @@ class Stage:
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
     _llm: Any = None
+    #: what the run adds to its provenance beyond its LLM session and the prompt loader
+    _noted: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {"models": {}, "prompts": {}})
 
     def __post_init__(self) -> None:
         from medpref.prompts import forget_loaded_prompts
@@ -163,19 +166,32 @@ class Stage:
                 worst = (role, failures, calls, self._llm.ledger.first_error(role))
         return worst
 
+    # -- provenance -----------------------------------------------------------------------
+    def note_provenance(self, *, models: dict[str, str] | None = None,
+                        prompts: dict[str, str] | None = None) -> None:
+        """Add what the LLM session and the prompt loader cannot see to this run's
+        provenance (which doctor or agent ran which model, an embedding model, a rubric's
+        hash). The domain's ``run`` notes it, so a notebook passes :meth:`finish` none of it."""
+        self._noted["models"].update(models or {})
+        self._noted["prompts"].update(prompts or {})
+
     # -- closing ------------------------------------------------------------------------
-    def finish(self, metrics: dict[str, Any], *, models: dict[str, str] | None = None,
-               prompts: dict[str, str] | None = None, sections: tuple[str, ...] = (),
+    def finish(self, metrics: dict[str, Any], *, sections: tuple[str, ...] = (),
                **extra: Any) -> dict[str, Any]:
         """Write the ledger, metrics (scores only), timings and provenance; close models.
 
         The provenance's ``roles`` (role → model id), ``models`` (model id → content
         identity of its weights) and ``prompts`` (every template the stage loaded) come from
-        the stage's LLM session and the prompt loader; ``models`` and ``prompts`` passed
-        here add what those cannot see (e.g. which doctor ran which adapter, an embedding
-        model)."""
+        the stage's LLM session and the prompt loader, with what the run noted
+        (:meth:`note_provenance`); ``sections`` are params sections hashed beside the
+        stage's own, ``extra`` further provenance fields."""
         from medpref.prompts import loaded_prompts
 
+        passed = sorted({"models", "prompts"} & set(extra))
+        if passed:
+            raise TypeError(f"finish() takes no {passed}: the session records the roles' "
+                            "models and the loaded prompts, and the run notes the rest "
+                            "(Stage.note_provenance)")
         ledger = self._llm.write_ledger(self.report("ledger.json")) if self._llm else None
         roles = self._llm.role_models() if self._llm else {}
         weights = self._llm.model_contents() if self._llm else {}
@@ -184,8 +200,8 @@ class Stage:
                        "steps_s": {k: round(v, 1) for k, v in self.timings.items()}},
                       self.report("timings.json"))
         write_provenance(self.report("provenance.json"), provenance(
-            self.params, (self.key, *sections), models={**weights, **(models or {})},
-            prompts={**loaded_prompts(), **(prompts or {})}, seed=self.seed, stage=self.key,
+            self.params, (self.key, *sections), models={**weights, **self._noted["models"]},
+            prompts={**loaded_prompts(), **self._noted["prompts"]}, seed=self.seed, stage=self.key,
             roles=roles, **extra))
         self.close()
         return {"metrics": metrics, "ledger": ledger["total"] if ledger else None,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.scoring.formulas import DepSettings
@@ -53,7 +54,7 @@ class CaiConfig(StrictModel):
 
 
 class JudgeConfig(StrictModel):
-    """gpt4_rank: a judge picks response 1, response 2 or equal.
+    """gpt4_rank: a judge (``calls.judge``) picks response 1, response 2 or equal.
 
     ``orders: one`` is the follow-up's GPT-4 Ranking: one question per item (candidates
     shown in a seeded order), "equal" answers dropped. ``both`` is this project's addition:
@@ -61,41 +62,49 @@ class JudgeConfig(StrictModel):
     (disagreement = tie). ``report_both``: also run the other one and show it in the
     summary (its pairs are not written)."""
 
-    role: str = "judge"
     orders: Literal["one", "both"] = "one"
     report_both: bool = True
-    prompt: str = "annotation_judge"
-    max_new_tokens: int = Field(24, ge=1, le=1024)
-    answer_prefix: str = "Answer:"
 
-    @property
-    def call(self) -> CallSpec:
-        return CallSpec(self.role, self.prompt, self.max_new_tokens, self.answer_prefix)
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {k: f"annotation.calls.judge.{k}" for k in (
+            "role", "prompt", "max_new_tokens", "answer_prefix")}, "annotation.judge")
+
+
+#: agent keys that became fields of ``annotation.calls`` entries
+_OLD_AGENT_KEYS = {
+    "planner_role": "annotation.calls.<long_plan|short_plan>.role",
+    "ranker_role": "annotation.calls.rank.role",
+    "rethinker_role": "annotation.calls.<need|rethink>.role",
+    "long_plan_prompt": "annotation.calls.long_plan.prompt",
+    "short_plan_prompt": "annotation.calls.short_plan.prompt",
+    "rank_prompt": "annotation.calls.rank.prompt",
+    "need_prompt": "annotation.calls.need.prompt",
+    "rethink_prompt": "annotation.calls.rethink.prompt",
+    "plan_tokens": "annotation.calls.long_plan.max_new_tokens",
+    "objective_tokens": "annotation.calls.short_plan.max_new_tokens",
+    "rank_tokens": "annotation.calls.rank.max_new_tokens",
+    "need_tokens": "annotation.calls.need.max_new_tokens",
+    "rethink_tokens": "annotation.calls.rethink.max_new_tokens"}
 
 
 class AgentConfig(StrictModel):
-    """Multiple Agent Ranking: planner, ranker, rethinker (+ the judge's re-rank)."""
+    """Multiple Agent Ranking: planner, ranker, rethinker (+ the judge's re-rank); their
+    calls are ``annotation.calls`` long_plan, short_plan, rank, need and rethink."""
 
-    planner_role: str = "planner"
-    ranker_role: str = "ranker"
-    rethinker_role: str = "rethinker"
-    long_plan_prompt: str = "annotation_long_plan"
-    short_plan_prompt: str = "annotation_short_plan"
-    rank_prompt: str = "annotation_agent_rank"
-    need_prompt: str = "annotation_rethink_need"  # Rethinker: is a better reply needed?
-    rethink_prompt: str = "annotation_rethink"
-    plan_tokens: int = Field(96, ge=8, le=2048)
-    objective_tokens: int = Field(64, ge=8, le=2048)
-    rank_tokens: int = Field(24, ge=1, le=1024)
-    need_tokens: int = Field(8, ge=1, le=1024)
-    rethink_tokens: int = Field(96, ge=8, le=2048)
     rerank: bool = True  # re-rank c1 vs c2 with gpt4_rank on ties (off: Table 6 "Rethinker")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, _OLD_AGENT_KEYS, "annotation.agent")
 
 
 @dataclass(frozen=True)
 class AgentCalls:
-    """The agent strategy's calls, one per step; the Ranker and the Rethinker's Yes/No
-    answer after the judge's prefix, the Rethinker's reply after "Doctor:"."""
+    """The agent strategy's calls, one per step (``annotation.calls``); the Rethinker's
+    reply starts with "Doctor:"."""
 
     long_plan: CallSpec
     short_plan: CallSpec
@@ -137,7 +146,23 @@ class ControlConfig(StrictModel):
     max_pairs: int | None = Field(80, ge=1)           # seeded subset (None: all)
 
 
-class AnnotationParams(StrictModel):
+class AnnotationParams(SectionCalls):
+    SECTION: ClassVar[str] = "annotation"
+    #: gpt4_rank's judge (also the agent's re-rank of a tie) and the agent's five steps
+    CALLS: ClassVar[dict[str, CallSlot]] = {
+        "judge": CallSlot(), "long_plan": CallSlot(), "short_plan": CallSlot(),
+        "rank": CallSlot(), "need": CallSlot(), "rethink": CallSlot(answer_prefix="Doctor:")}
+    calls: dict[str, CallParams] = default_calls(
+        judge=dict(role="judge", prompt="annotation_judge", max_new_tokens=24,
+                   answer_prefix="Answer:"),
+        long_plan=dict(role="planner", prompt="annotation_long_plan", max_new_tokens=96),
+        short_plan=dict(role="planner", prompt="annotation_short_plan", max_new_tokens=64),
+        rank=dict(role="ranker", prompt="annotation_agent_rank", max_new_tokens=24,
+                  answer_prefix="Answer:"),
+        need=dict(role="rethinker", prompt="annotation_rethink_need", max_new_tokens=8,
+                  answer_prefix="Answer:"),
+        rethink=dict(role="rethinker", prompt="annotation_rethink", max_new_tokens=96))
+
     # the strategies stage 04 runs, in order (medpref.annotation.strategies): each writes
     # <output_dir>/pairs/<name>.jsonl and gets the DPO run <name> (dvc.yaml reads the list)
     strategies: list[str] = Field(default_factory=lambda: [*DEFAULT_STRATEGIES,
@@ -170,14 +195,8 @@ class AnnotationParams(StrictModel):
 
     @property
     def agent_calls(self) -> AgentCalls:
-        a, answer = self.agent, self.judge.answer_prefix
-        return AgentCalls(
-            long_plan=CallSpec(a.planner_role, a.long_plan_prompt, a.plan_tokens),
-            short_plan=CallSpec(a.planner_role, a.short_plan_prompt, a.objective_tokens),
-            rank=CallSpec(a.ranker_role, a.rank_prompt, a.rank_tokens, answer),
-            need=CallSpec(a.rethinker_role, a.need_prompt, a.need_tokens, answer),
-            rethink=CallSpec(a.rethinker_role, a.rethink_prompt, a.rethink_tokens, "Doctor:"),
-            judge=self.judge.call)
+        return AgentCalls(**{step: self.call(step) for step in (
+            "long_plan", "short_plan", "rank", "need", "rethink", "judge")})
 
     def pairs_file(self, strategy: str) -> str:
         """Where stage 04 writes a strategy's pairs (and its DPO run reads them)."""

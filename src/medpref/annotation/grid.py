@@ -125,9 +125,11 @@ def run_cell(stage: GridStage, weighting: str, trajectory: int) -> CellOutputs:
            "full_length_share": coverage["full_length_share"]}
     write_jsonl(stage.data("pairs.jsonl"), result.pairs)
     write_jsonl(stage.data("decisions.jsonl"), [d.to_record() for d in result.decisions])
-    return CellOutputs(weighting, trajectory, row, coverage, metrics=dict(row),
-                       models={"rem": scorer.client.model_id},
-                       prompts={scorer.prompt.name: scorer.prompt.sha})
+    out = CellOutputs(weighting, trajectory, row, coverage, metrics=dict(row),
+                      models={"rem": scorer.client.model_id},
+                      prompts={scorer.prompt.name: scorer.prompt.sha})
+    stage.note_provenance(models=out.models, prompts=out.prompts)
+    return out
 
 
 def cell_reports(p: AnnotationParams, weighting: str, trajectory: int) -> Path:

@@ -83,7 +83,7 @@ def run_gpt4_rank(stage: Stage, items: Sequence[UnlabeledItem]) -> list[Strategy
     """gpt4_rank in ``judge.orders``'s reading (pairs written), and with ``report_both``
     the other reading from the same batch of answers (shown, not written)."""
     p: AnnotationParams = stage.p
-    call = p.judge.call
+    call = p.call("judge")
     template = load_prompt(call.prompt)
     client = stage.role(call.role)
     other = [r for r in READINGS if r != p.judge.orders] if p.judge.report_both else []
@@ -274,6 +274,7 @@ def run(stage: Stage) -> AnnotationOutputs:
     out.metrics = stage_metrics(out, len(scored.judgements))
     out.prompts = {k: v for r in results.values() for k, v in r.prompts.items()}
     out.prompts[inputs.scorer.prompt.name] = inputs.scorer.prompt.sha
+    stage.note_provenance(models=out.models, prompts=out.prompts)
     return out
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from medpref.llm.types import CallSpec
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
 
@@ -23,8 +23,26 @@ class ExtractionParams(StrictModel):
     force_query_term: bool = True
 
 
-class ImapParams(StrictModel):
-    """Where the scored QA triples come from, how imaps are extracted and linked."""
+_CALLS = ("question", "answer", "relation")
+
+
+class ImapParams(SectionCalls):
+    """Where the scored QA triples come from, how imaps are extracted and linked.
+
+    Its calls (one judge role asks all three): a question's imap, written after "Query-";
+    an answer's imap, after "Inform-" (and, with ``extraction.force_query_term``, after
+    the question's first Query term: "Inform-<term>-"); a value pair's relation, one word
+    (generate mode; options mode reads the next token after ``relations.OPTION_PREFIX``)."""
+
+    SECTION: ClassVar[str] = "imapscore"
+    CALLS: ClassVar[dict[str, CallSlot]] = {
+        "question": CallSlot(answer_prefix="Query-"),
+        "answer": CallSlot(answer_prefix="Inform-"),
+        "relation": CallSlot()}
+    calls: dict[str, CallParams] = default_calls(
+        question=dict(role="judge", prompt="imap_question", max_new_tokens=48),
+        answer=dict(role="judge", prompt="imap_answer", max_new_tokens=48),
+        relation=dict(role="judge", prompt="imap_relation", max_new_tokens=6))
 
     # -- data: the contract "Medical QA with human scores" ------------------------------
     source: Literal["embedded", "mts_correlation"] = "embedded"
@@ -32,8 +50,7 @@ class ImapParams(StrictModel):
     #: MTS-Dialog correlation study: the first N validation dialogues, all 4 systems each.
     mts_max_dialogues: int = Field(10, ge=1, le=100)
 
-    # -- the judge: imap extraction and LLM value relations ------------------------------
-    role: str = "judge"
+    # -- the judge (calls): imap extraction and LLM value relations ----------------------
     #: greedy | sampled (the paper: 3 samples at T = 0.9, keep pairs in >= 2) | auto
     #: (sampled when the judge is a served openai-backend model, else greedy).
     extraction: ExtractionParams = Field(default_factory=ExtractionParams)
@@ -41,12 +58,6 @@ class ImapParams(StrictModel):
     judge_relations: bool = True
     #: options: p(word) of the next token (hf backend); generate: a parsed completion.
     relation_mode: Literal["options", "generate"] = "options"
-    question_prompt: str = "imap_question"
-    answer_prompt: str = "imap_answer"
-    relation_prompt: str = "imap_relation"
-    max_new_tokens_question: int = Field(48, ge=8, le=2048)
-    max_new_tokens_answer: int = Field(48, ge=8, le=2048)
-    max_new_tokens_relation: int = Field(6, ge=1, le=2048)
     #: Long inputs (MTS dialogues) are cut to this many words before prompting.
     question_max_words: int = Field(300, ge=10, le=20_000)
     answer_max_words: int = Field(200, ge=10, le=20_000)
@@ -78,22 +89,26 @@ class ImapParams(StrictModel):
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @property
-    def question_call(self) -> CallSpec:
-        """A question's imap, written after "Query-"."""
-        return CallSpec(self.role, self.question_prompt, self.max_new_tokens_question,
-                        "Query-")
+    def judge_role(self) -> str:
+        """The role that extracts the imaps and judges the relations."""
+        return self.calls["question"].role or ""
 
-    @property
-    def answer_call(self) -> CallSpec:
-        """An answer's imap, written after "Inform-" (and, with ``force_query_term``,
-        after the question's first Query term: "Inform-<term>-")."""
-        return CallSpec(self.role, self.answer_prompt, self.max_new_tokens_answer, "Inform-")
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {
+            "role": "imapscore.calls.<question|answer|relation>.role",
+            **{f"{c}_prompt": f"imapscore.calls.{c}.prompt" for c in _CALLS},
+            **{f"max_new_tokens_{c}": f"imapscore.calls.{c}.max_new_tokens" for c in _CALLS}},
+            "imapscore")
 
-    @property
-    def relation_call(self) -> CallSpec:
-        """A value pair's relation, one word (generate mode; options mode reads the next
-        token after ``relations.OPTION_PREFIX`` instead)."""
-        return CallSpec(self.role, self.relation_prompt, self.max_new_tokens_relation)
+    @model_validator(mode="after")
+    def _one_judge(self) -> ImapParams:
+        roles = {name: c.role for name, c in self.calls.items()}
+        if len(set(roles.values())) > 1:
+            raise ValueError(f"imapscore.calls: one judge asks every call; give them one "
+                             f"role (got {roles})")
+        return self
 
     @model_validator(mode="after")
     def _sabs_need_umls(self) -> ImapParams:

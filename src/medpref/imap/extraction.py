@@ -167,7 +167,7 @@ def _extract(client: LLMClient, jobs: dict[str, Job], allowed: Sequence[str],
 def extract_question_imaps(p: ImapParams, client: LLMClient, items: Sequence[ScoredQA],
                            seed: int = 0) -> dict[str, Extraction]:
     """Query + Constraint of every distinct question, keyed by :func:`text_key`."""
-    call = p.question_call
+    call = p.call("question")
     template = load_prompt(call.prompt)
     jobs: dict[str, Job] = {}
     for item in items:
@@ -192,7 +192,7 @@ def extract_answer_imaps(p: ImapParams, client: LLMClient, items: Sequence[Score
                          ) -> dict[str, Extraction]:
     """Inform pairs of every distinct reference (:func:`reference_id`) and response
     (:func:`response_id`)."""
-    call = p.answer_call
+    call = p.call("answer")
     template = load_prompt(call.prompt)
     jobs: dict[str, Job] = {}
     for item in items:

@@ -131,7 +131,7 @@ def relate_by_judge(p: ImapParams, client: LLMClient, imaps: Sequence[ItemImaps]
     kept when it repeats ``min_agree`` times (the paper's rule for relations too)."""
     if not p.judge_relations:
         return None
-    call = p.relation_call
+    call = p.call("relation")
     template = load_prompt(call.prompt)
     jobs = [k for k in relation_pairs(imaps) if not same_text(k[2], k[3])]
     msgs = [template.render(term=t, label_value=lv, response_value=rv) for _, t, lv, rv in jobs]
@@ -158,7 +158,7 @@ def _parse_comp(comp) -> tuple[Relation | None, str | None]:
 def _sampled_relations(p: ImapParams, client: LLMClient, jobs: list[PairKey], msgs: list,
                        seed: int) -> dict[PairKey, RelationJudgement]:
     ep = p.extraction
-    samples = [client.chat_many(msgs, p.relation_call, temperature=ep.temperature,
+    samples = [client.chat_many(msgs, p.call("relation"), temperature=ep.temperature,
                                 top_p=ep.top_p, seed=seed + k)
                for k in range(ep.samples)]
     out = {}

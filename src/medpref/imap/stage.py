@@ -106,7 +106,7 @@ def run(stage) -> ImapOutputs:
     (:data:`medpref.imap.outputs.OUTPUTS`); not the metrics."""
     p: ImapParams = stage.p
     items = load_scored_qa(p)
-    judge = stage.role(p.role)
+    judge = stage.role(p.judge_role)
     questions, answers = _extract_all(stage, p, judge, items)
     imaps = assemble_imaps(p, items, questions, answers)
     extractions = [*questions.values(), *answers.values()]
@@ -131,10 +131,11 @@ def run(stage) -> ImapOutputs:
     metrics = run_metrics(imaps, extractions, judged, links, built["scores"])
     metrics["table2_ave_rho"] = {r["Metric"]: (None if pd.isna(r["AVE ρ"]) else r["AVE ρ"])
                                  for r in wide.to_dict("records")}
-    return ImapOutputs(
+    out = ImapOutputs(
         items, human_summary(items), mode, imaps, extractions, built["parse_summary"],
         built["links"], judged, built["scores"], built["correlations_long"], wide,
         table_caption(p, len(items), mode), built["correlation_heatmap"], metrics,
-        {p.role: judge.model_id, "embedding": p.embedding_model},
-        {n: load_prompt(n).sha for n in (p.question_prompt, p.answer_prompt,
-                                         p.relation_prompt)})
+        {p.judge_role: judge.model_id, "embedding": p.embedding_model},
+        {c.prompt: load_prompt(c.prompt).sha for c in map(p.call, p.CALLS)})
+    stage.note_provenance(models=out.models, prompts=out.prompts)
+    return out

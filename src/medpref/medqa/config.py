@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
@@ -29,7 +30,38 @@ def _default_models() -> list[ModelConfig]:
             ModelConfig(name="closed_book", retrieval="none")]
 
 
-class MedQAParams(StrictModel):
+#: medqa keys that became fields of ``medqa.calls`` entries
+_OLD_CALL_KEYS = {
+    "distill_prompt": "medqa.calls.distill.prompt",
+    "distill_tools_prompt": "medqa.calls.distill_tools.prompt",
+    "distill_prefix": "medqa.calls.<distill|distill_tools>.answer_prefix",
+    "distill_max_new_tokens": "medqa.calls.<distill|distill_tools>.max_new_tokens",
+    "read_prompt": "medqa.calls.read.prompt",
+    "closed_book_prompt": "medqa.calls.read_closed_book.prompt",
+    "read_max_new_tokens": "medqa.calls.<read|read_closed_book>.max_new_tokens",
+    "judge_role": "medqa.calls.judge.role", "judge_prompt": "medqa.calls.judge.prompt",
+    "judge_max_new_tokens": "medqa.calls.judge.max_new_tokens"}
+_PER_MODEL = "medqa.models[].role"
+
+
+class MedQAParams(SectionCalls):
+    SECTION: ClassVar[str] = "medqa"
+    #: a distilling model's search_engine call, as text or as a native tool call; a
+    #: configuration's answer from its evidence or closed-book (each asked of the model's
+    #: own role); the judge's verdict, after "Verdict:"
+    CALLS: ClassVar[dict[str, CallSlot]] = {
+        "distill": CallSlot(role_from=_PER_MODEL),
+        "distill_tools": CallSlot(role_from=_PER_MODEL),
+        "read": CallSlot(role_from=_PER_MODEL),
+        "read_closed_book": CallSlot(role_from=_PER_MODEL),
+        "judge": CallSlot(answer_prefix="Verdict:")}
+    calls: dict[str, CallParams] = default_calls(
+        distill=dict(prompt="medqa_distill_text", max_new_tokens=32, answer_prefix=""),
+        distill_tools=dict(prompt="medqa_distill_tools", max_new_tokens=32, answer_prefix=""),
+        read=dict(prompt="medqa_read", max_new_tokens=96),
+        read_closed_book=dict(prompt="medqa_read_closed", max_new_tokens=96),
+        judge=dict(role="judge", prompt="medqa_judge", max_new_tokens=4))
+
     # data and the database tree
     medicines: str = "data/embedded/medicines.jsonl"
     questions: str = "data/embedded/medicineqa.jsonl"
@@ -41,10 +73,6 @@ class MedQAParams(StrictModel):
     # distill
     n_distill_items: int | None = Field(None, ge=1)
     tool_mode: Literal["auto", "text", "native"] = "auto"
-    distill_prompt: str = "medqa_distill_text"
-    distill_tools_prompt: str = "medqa_distill_tools"
-    distill_prefix: str = ""
-    distill_max_new_tokens: int = Field(32, ge=4, le=1024)
     distill_fallback: Literal["last_question", "history"] = "last_question"
     history_max_turns: int = Field(8, ge=1, le=200)
     # retrieval evaluation
@@ -55,13 +83,7 @@ class MedQAParams(StrictModel):
     models: list[ModelConfig] = Field(default_factory=_default_models)
     n_read_items: int = Field(20, ge=1)
     read_top_k: int = Field(3, ge=1, le=50)
-    read_prompt: str = "medqa_read"
-    closed_book_prompt: str = "medqa_read_closed"
-    read_max_new_tokens: int = Field(96, ge=8, le=4096)
-    # judge and ratings
-    judge_role: str = "judge"
-    judge_prompt: str = "medqa_judge"
-    judge_max_new_tokens: int = Field(4, ge=1, le=1024)
+    # ratings
     elo_k: float = Field(32.0, gt=0, le=400)
     elo_initial: float = 1000.0
     elo_shuffles: int = Field(1000, ge=1, le=100_000)
@@ -80,18 +102,20 @@ class MedQAParams(StrictModel):
 
     def distill_call(self, role: str, native: bool) -> CallSpec:
         """A distilling role's search_engine call (``native``: as a tool call)."""
-        return CallSpec(role, self.distill_tools_prompt if native else self.distill_prompt,
-                        self.distill_max_new_tokens, self.distill_prefix)
+        return self.call("distill_tools" if native else "distill", role=role)
 
     def read_call(self, m: ModelConfig) -> CallSpec:
         """A configuration's answer: from its evidence, or closed-book."""
-        return CallSpec(m.role, self.closed_book_prompt if m.retrieval == "none"
-                        else self.read_prompt, self.read_max_new_tokens)
+        return self.call("read_closed_book" if m.retrieval == "none" else "read", role=m.role)
 
     @property
     def judge_call(self) -> CallSpec:
-        return CallSpec(self.judge_role, self.judge_prompt, self.judge_max_new_tokens,
-                        "Verdict:")
+        return self.call("judge")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, _OLD_CALL_KEYS, "medqa")
 
     @field_validator("hr_ks")
     @classmethod

@@ -143,12 +143,13 @@ def run(stage) -> MedQAOutputs:
             "unparsable_verdicts": battles.judged.unparsable + battles.skipped,
         }, stage.params)
     model_ids = {r: c.model_id for r, c in clients.items()}
-    prompt_names = [p.distill_prompt, p.distill_tools_prompt, p.read_prompt,
-                    p.closed_book_prompt, p.judge_prompt]
-    return MedQAOutputs(
+    prompt_names = [p.call(name).prompt for name in p.CALLS]
+    out = MedQAOutputs(
         tree, items, cached, distilled, distill_summary(distilled), built["malformed_reasons"],
         results, built["table3_retrieval"], built["hr_at_k"], subset, answers, battles,
         built["ratings"], built["elo"], built["table2_models"],
         stage_metrics(tree, items, subset, distilled, battles, p.elo_game),
         {**model_ids, "embeddings": p.embedding_model},
         {n: load_prompt(n).sha for n in prompt_names})
+    stage.note_provenance(models=out.models, prompts=out.prompts)
+    return out

@@ -8,12 +8,13 @@ baselines that give Table 3 its comparison rows.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from medpref.data.aci_bench import ACI_SPLITS
 from medpref.data.mts_dialog import MTS_SPLITS
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import RoleConfig, StrictModel
 from medpref.stagekit import GuardParams
@@ -34,23 +35,22 @@ class QuickUMLSParams(StrictModel):
 TURN_PREFIX = {"doctor": "Doctor:", "patient": "Patient:"}
 
 
-class NoteChatRoles(StrictModel):
-    """Which ``shared.llm.roles`` entry plays each NoteChat agent."""
+#: the agent that makes each NoteChat call (its client is the call's role), and the
+#: prompt-template key each call's prompt is loaded under (medpref.notechat.dialogues)
+AGENT_OF = {"planning": "planner", "doctor_turn": "doctor", "patient_turn": "patient",
+            "polish": "polisher"}
+TEMPLATE_OF = {"planning": "planning", "doctor_turn": "doctor", "patient_turn": "patient",
+               "polish": "polish", "baseline": "single_prompt"}
 
-    planner: str = "planner"
-    doctor: str = "doctor"
-    patient: str = "patient"
-    polisher: str = "rethinker"
-
-
-class NoteChatPrompts(StrictModel):
-    """Prompt files (``configs/prompts/<name>.yaml``) of each step."""
-
-    planning: str = "notechat_planning"
-    doctor: str = "notechat_doctor"
-    patient: str = "notechat_patient"
-    polish: str = "notechat_polish"
-    single_prompt: str = "notechat_single_prompt"
+#: notechat keys that became fields of ``notechat.calls`` entries
+_OLD_CALL_KEYS = {
+    "roles": "notechat.calls.<planning|doctor_turn|patient_turn|polish>.role",
+    "prompts": "notechat.calls.<planning|doctor_turn|patient_turn|polish|baseline>.prompt",
+    "planner_max_new_tokens": "notechat.calls.planning.max_new_tokens",
+    "doctor_max_new_tokens": "notechat.calls.doctor_turn.max_new_tokens",
+    "patient_max_new_tokens": "notechat.calls.patient_turn.max_new_tokens",
+    "polish_max_new_tokens": "notechat.calls.polish.max_new_tokens",
+    "baseline_max_new_tokens": "notechat.calls.baseline.max_new_tokens"}
 
 
 class BaselineSpec(StrictModel):
@@ -82,7 +82,25 @@ def _default_baselines() -> list[BaselineSpec]:
             BaselineSpec(name="single_prompt_strong", role="planner")]
 
 
-class NoteChatParams(StrictModel):
+class NoteChatParams(SectionCalls):
+    SECTION: ClassVar[str] = "notechat"
+    #: the planner's draft dialogue, from the doctor's first line; each role-play
+    #: speaker's next turn; a window's rewrite, from the line of the speaker its first
+    #: turn has; a single-prompt baseline's whole dialogue (each row's own role)
+    CALLS: ClassVar[dict[str, CallSlot]] = {
+        "planning": CallSlot(answer_prefix=TURN_PREFIX["doctor"]),
+        "doctor_turn": CallSlot(answer_prefix=TURN_PREFIX["doctor"]),
+        "patient_turn": CallSlot(answer_prefix=TURN_PREFIX["patient"]),
+        "polish": CallSlot(prefix_from="the window's first speaker (Doctor: or Patient:)"),
+        "baseline": CallSlot(role_from="notechat.baselines[].role",
+                             answer_prefix=TURN_PREFIX["doctor"])}
+    calls: dict[str, CallParams] = default_calls(
+        planning=dict(role="planner", prompt="notechat_planning", max_new_tokens=128),
+        doctor_turn=dict(role="doctor", prompt="notechat_doctor", max_new_tokens=48),
+        patient_turn=dict(role="patient", prompt="notechat_patient", max_new_tokens=40),
+        polish=dict(role="rethinker", prompt="notechat_polish", max_new_tokens=128),
+        baseline=dict(prompt="notechat_single_prompt", max_new_tokens=192))
+
     # -- notes ---------------------------------------------------------------------------
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
     notes: str = "data/embedded/notes.jsonl"
@@ -105,15 +123,12 @@ class NoteChatParams(StrictModel):
     stopwords: str = "configs/notechat/stopwords.txt"
     quickumls: QuickUMLSParams = Field(default_factory=QuickUMLSParams)
     # -- generation ----------------------------------------------------------------------
-    roles: NoteChatRoles = Field(default_factory=NoteChatRoles)
-    prompts: NoteChatPrompts = Field(default_factory=NoteChatPrompts)
     rubric: str = "configs/notechat/polish_rules.yaml"
     soap_headings: str = "configs/notechat/soap_headings.yaml"
     #: decoding temperature of every generation call (the paper used 0.7); seeded
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     #: concept keywords listed in the planning prompt (the rest stay in the checklist)
     max_plan_keywords: int = Field(24, ge=1, le=500)
-    planner_max_new_tokens: int = Field(128, ge=16, le=8192)
     #: note concepts the draft never mentions are appended to the checklist
     checklist_keep_missing: bool = True
     max_rounds: int = Field(6, ge=1, le=100)
@@ -121,8 +136,6 @@ class NoteChatParams(StrictModel):
     min_rounds: int = Field(1, ge=0, le=100)
     keywords_per_turn: int = Field(2, ge=1, le=20)
     history_turns: int = Field(6, ge=0, le=200)
-    doctor_max_new_tokens: int = Field(48, ge=8, le=4096)
-    patient_max_new_tokens: int = Field(40, ge=8, le=4096)
     max_turn_words: int = Field(60, ge=5, le=1000)
     #: a turn (5+ words) that copies this share of an earlier turn's word pairs is
     #: dropped as an echo (1.0: exact repeats only)
@@ -132,7 +145,6 @@ class NoteChatParams(StrictModel):
     polish_iterations: int = Field(1, ge=0, le=10)
     #: turns rewritten per polish call (0: the whole dialogue in one call)
     polish_window_turns: int = Field(4, ge=0, le=400)
-    polish_max_new_tokens: int = Field(128, ge=16, le=8192)
     #: a polished window is kept only if it keeps this share of the window's turns
     polish_min_turn_ratio: float = Field(0.75, ge=0.0, le=2.0)
     #: notes longer than this (words) are split by SOAP section, generated per section
@@ -140,7 +152,6 @@ class NoteChatParams(StrictModel):
     long_note_words: int = Field(350, ge=0, le=100_000)
     # -- baselines -----------------------------------------------------------------------
     baselines: list[BaselineSpec] = Field(default_factory=_default_baselines)
-    baseline_max_new_tokens: int = Field(192, ge=16, le=8192)
     # -- evaluation ----------------------------------------------------------------------
     #: self-BLEU: hypotheses scored per corpus (seeded sample; None: every utterance)
     self_bleu_sample: int | None = Field(None, ge=2)
@@ -150,31 +161,35 @@ class NoteChatParams(StrictModel):
     guard: GuardParams = Field(default_factory=GuardParams)
 
     @property
-    def planning_call(self) -> CallSpec:
-        """The planner's draft dialogue, from the doctor's first line."""
-        return CallSpec(self.roles.planner, self.prompts.planning, self.planner_max_new_tokens,
-                        TURN_PREFIX["doctor"])
+    def agent_roles(self) -> dict[str, str]:
+        """NoteChat's four agents and the role each plays (its calls' role)."""
+        return {agent: self.call(name).role for name, agent in AGENT_OF.items()}
+
+    @property
+    def template_names(self) -> dict[str, str]:
+        """Each step's prompt template: key → name under configs/prompts."""
+        return {key: self.call(name).prompt for name, key in TEMPLATE_OF.items()}
 
     @property
     def turn_calls(self) -> dict[str, CallSpec]:
         """Each role-play speaker's next turn."""
-        return {"doctor": CallSpec(self.roles.doctor, self.prompts.doctor,
-                                   self.doctor_max_new_tokens, TURN_PREFIX["doctor"]),
-                "patient": CallSpec(self.roles.patient, self.prompts.patient,
-                                    self.patient_max_new_tokens, TURN_PREFIX["patient"])}
+        return {"doctor": self.call("doctor_turn"), "patient": self.call("patient_turn")}
 
     @property
     def polish_calls(self) -> dict[str, CallSpec]:
         """A window's rewrite, from the line of the speaker its first turn has (doctor
         first: a batch shares its answer prefix)."""
-        return {speaker: CallSpec(self.roles.polisher, self.prompts.polish,
-                                  self.polish_max_new_tokens, prefix)
+        return {speaker: self.call("polish", answer_prefix=prefix)
                 for speaker, prefix in TURN_PREFIX.items()}
 
     def baseline_call(self, b: BaselineSpec) -> CallSpec:
         """A single-prompt baseline's whole dialogue, from the doctor's first line."""
-        return CallSpec(b.role, self.prompts.single_prompt, self.baseline_max_new_tokens,
-                        TURN_PREFIX["doctor"])
+        return self.call("baseline", role=b.role)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, _OLD_CALL_KEYS, "notechat")
 
     @model_validator(mode="after")
     def _consistent(self) -> NoteChatParams:

@@ -45,7 +45,7 @@ def run_notechat(run: StageRun, clients: dict[str, LLMClient], p: NoteChatParams
 
 def run_baselines(run: StageRun, clients: dict[str, LLMClient], p: NoteChatParams,
                   seed: int) -> dict[str, list[BaselineResult]]:
-    template = load_prompt(p.prompts.single_prompt)
+    template = load_prompt(p.call("baseline").prompt)
     for b in p.baselines:
         with run.log.step(step_label(b.name)):
             run.baselines[b.name] = single_prompt_dialogues(
@@ -110,4 +110,4 @@ def all_events(run: StageRun) -> list[dict[str, Any]]:
 
 
 def load_templates(p: NoteChatParams) -> dict[str, PromptTemplate]:
-    return {step: load_prompt(name) for step, name in p.prompts.model_dump().items()}
+    return {step: load_prompt(name) for step, name in p.template_names.items()}

@@ -67,7 +67,7 @@ def plan_segments(segments: list[Segment], planner: LLMClient, template: PromptT
     keywords = [note_keywords(ms) for ms in extractor.mentions_many([s.text for s in segments])]
     messages = [template.render(note=s.text, keywords=keyword_list(kws, p.max_plan_keywords))
                 for s, kws in zip(segments, keywords)]
-    comps = log.chat_many(planner, METHOD, "planning", messages, p.planning_call,
+    comps = log.chat_many(planner, METHOD, "planning", messages, p.call("planning"),
                           temperature=p.temperature,
                           seed=step_seed(seed, "planning"))
     drafts = [f"Doctor: {c.text}" if c.ok else "" for c in comps]

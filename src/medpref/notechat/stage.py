@@ -74,7 +74,7 @@ def load_extractor(p: NoteChatParams) -> ConceptExtractor:
 
 def make_clients(session, p: NoteChatParams) -> dict[str, LLMClient]:
     """NoteChat's four agents and one client per baseline row (by its name)."""
-    clients = {agent: session.role(role) for agent, role in p.roles.model_dump().items()}
+    clients = {agent: session.role(role) for agent, role in p.agent_roles.items()}
     for b in p.baselines:
         clients[b.name] = session.role(b.role, **b.overrides)
     return clients
@@ -229,7 +229,9 @@ def run(stage) -> NoteChatOutputs:
     paths = output_paths(stage.data_dir, stage.reports_dir)
     stats = write_outputs(gen, clients, templates, ev, p, paths, stage.params)
     rubric = load_rubric(repo_path(p.rubric))
-    return NoteChatOutputs(p, gen, extractor, ev, paths, stats,
-                           {name: c.model_id for name, c in clients.items()},
-                           {**{name: t.sha for name, t in templates.items()},
-                            "polish_rules": rubric.sha})
+    out = NoteChatOutputs(p, gen, extractor, ev, paths, stats,
+                          {name: c.model_id for name, c in clients.items()},
+                          {**{name: t.sha for name, t in templates.items()},
+                           "polish_rules": rubric.sha})
+    stage.note_provenance(models=out.models, prompts=out.prompts)
+    return out

@@ -230,8 +230,10 @@ def _number(x) -> float | None:
 
 def judgement_key(settings, scorer: PromptedScorer, state, rule, row: dict[str, Any]) -> str:
     """A judgement's content key: the scorer's settings, the model, the exact messages it
-    was asked with (prompt, rule text, examples, state) and the row itself."""
-    return content_key(settings.model_dump(mode="json"), scorer.client.model_id,
+    was asked with (prompt, rule text, examples, state) and the row itself. The settings
+    carry the call's budget, as they did before it moved to ``rem.calls`` (same keys)."""
+    keyed = {**settings.model_dump(mode="json"), "max_new_tokens": scorer.call.max_new_tokens}
+    return content_key(keyed, scorer.client.model_id,
                        scorer.messages_for(state, rule), row)
 
 

@@ -8,12 +8,12 @@ Table 5, and stage 04 scores its candidates with one of them by name
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from medpref.finetune.recipe import Recipe, refuse_moved_keys, require_kind
-from medpref.llm.types import CallSpec
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.params import StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
 from medpref.stagekit import GuardParams
@@ -69,10 +69,15 @@ class RemScorerSettings(StrictModel):
     n_examples: int = Field(0, ge=0, le=20)         # in-context examples per rule
     detail: Literal["full", "short"] | None = None  # rule text; null: the mode's default
     comment: bool | None = None                     # expected: greedy comment first?
-    max_new_tokens: int = Field(80, ge=8, le=1024)  # a sampled answer / a greedy comment
     # what a state's rule score v is (expected/finetuned): Σ s·p(s), or the most probable
     # score (the score a greedy REM writes: Eq. 2 with k = 1); sampled: the mean of k samples
     state_value: Literal["expected", "label"] = "expected"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {"max_new_tokens": "rem.calls.score.max_new_tokens"},
+                              "rem.scorers.<name>")
 
     @model_validator(mode="after")
     def _fits_the_mode(self) -> RemScorerSettings:
@@ -84,12 +89,19 @@ class RemScorerSettings(StrictModel):
         return self
 
 
-class RemParams(StrictModel):
+class RemParams(SectionCalls):
+    """The REM's one call, ``calls.score``: its role is the REM's model (the base of the
+    LoRA REM too), its prompt the REM task (the fine-tuning examples' too), its budget
+    that of a sampled answer or of a greedy comment, written after "Comment:"."""
+
+    SECTION: ClassVar[str] = "rem"
+    CALLS: ClassVar[dict[str, CallSlot]] = {"score": CallSlot(answer_prefix=COMMENT_PREFIX)}
+    calls: dict[str, CallParams] = default_calls(
+        score=dict(role="rem", prompt="rem_judge", max_new_tokens=80))
+
     rules: str = "configs/rules/plpf_flowchart.yaml"
     annotations: str = "data/embedded/rem/annotations.jsonl"
     icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
-    prompt: str = "rem_judge"
-    role: str = "rem"
     eval_split: str = "test"
     eval_per_rule: int | None = Field(None, ge=1)  # per rule, every score first; None: all
     scorers: dict[str, RemScorerSettings]          # Table 5's rows, by name
@@ -100,10 +112,21 @@ class RemParams(StrictModel):
     compliance_scorers: list[str]                  # names in `scorers`
     guard: GuardParams = Field(default_factory=GuardParams)
 
-    def scorer_call(self, settings: RemScorerSettings) -> CallSpec:
-        """A scorer's written answer (a sampled one, or a greedy comment before the score
-        token is read), from "Comment:"."""
-        return CallSpec(self.role, self.prompt, settings.max_new_tokens, COMMENT_PREFIX)
+    @property
+    def role(self) -> str:
+        """The REM's role (``calls.score.role``)."""
+        return self.call("score").role
+
+    @property
+    def prompt(self) -> str:
+        """The REM task's prompt (``calls.score.prompt``)."""
+        return self.call("score").prompt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {k: f"rem.calls.score.{k}" for k in ("role", "prompt")},
+                              "rem")
 
     @field_validator("scorers")
     @classmethod

@@ -87,4 +87,5 @@ def run(stage: Stage) -> RemOutputs:
                  for name in ("flowchart", "confusion", "compliance_radar")})
     out.metrics = b03.stage_metrics(out.table5, len(eval_set), train, out.majority)
     out.prompts = {p.prompt: load_prompt(p.prompt).sha}
+    stage.note_provenance(models=out.models, prompts=out.prompts)
     return out

@@ -311,7 +311,7 @@ def build_scorer(mode: str, client: LLMClient, flowchart: Flowchart,
         icl_examples: annotated examples (``RemAnnotation``); up to ``n_examples`` per rule
             are shown, covering every score first.
         k, seed: samples per judgement and the first sampling seed (``sampled`` only).
-        call: the REM's call (:meth:`medpref.rem.config.RemParams.scorer_call`): its
+        call: the REM's call (``rem.calls.score``): its
             prompt (a name under configs/prompts), and the token budget and start
             ("Comment:") of a sampled answer or of a greedy comment.
         temperature: sampling temperature.
@@ -347,7 +347,7 @@ def scorer_from_settings(name: str, settings, llm, rem, flowchart: Flowchart,
     from medpref.contracts import RemAnnotation, read_jsonl
     from medpref.params import repo_path
 
-    call = rem.scorer_call(settings)
+    call = rem.call("score")
     if REM_SCORERS.get(settings.mode).adapter:   # the LoRA REM, read as its task card says
         adapter = repo_path(rem.train.adapter_dir)
         if not adapter.exists():

@@ -67,7 +67,7 @@ def build_unlabeled(p: SamplingParams, client: LLMClient, seed: int,
     """Every split gets a generated candidate, or is recorded as rejected and dropped;
     generated futures shorter than ``future_rounds`` are then continued round by round
     (``round_clients``: the patient and doctor roles; default: ``client`` plays both)."""
-    call = p.continuation_call
+    call = p.call("continuation")
     template = load_prompt(call.prompt)
     splits = sample_splits(dialogues, p.n_items, p.future_rounds, p.min_future_rounds, seed)
     pending: dict[int, Split] = dict(enumerate(splits))
@@ -124,7 +124,7 @@ def complete_futures(p: SamplingParams, accepted: dict[int, tuple], splits: list
                     for i, (cont, _, exemplar) in sorted(accepted.items())]
     out = CompletedFutures()
     if p.rounds.enabled:
-        calls = p.rounds.calls
+        calls = p.round_calls
         prompts = {role: load_prompt(call.prompt) for role, call in calls.items()}
         settings = RoundSettings(rounds=p.future_rounds, calls=calls,
                                  retries=p.rounds.retries,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.sampling.rounds import PREFIX
@@ -16,25 +17,33 @@ class RoundsParams(StrictModel):
     """Round-by-round completion of generated futures (:mod:`medpref.sampling.rounds`)."""
 
     enabled: bool = True            # false: the one-shot continuation only (short ones reported)
-    patient_role: str = "patient"
-    doctor_role: str = "doctor"
-    patient_prompt: str = "trajectory_patient"
-    doctor_prompt: str = "trajectory_doctor"
-    max_new_tokens: int = Field(64, ge=8, le=1024)
     retries: int = Field(3, ge=0, le=8)           # an unreadable turn is asked again, sampled
     retry_temperature: float = Field(1.0, gt=0.0, le=2.0)
     max_copied_share: float = Field(0.6, gt=0.0, le=1.0)  # echo of an earlier turn: unreadable
 
-    @property
-    def calls(self) -> dict[str, CallSpec]:
-        """Each speaker's next-turn call, patient first (the order a round asks them)."""
-        return {"patient": CallSpec(self.patient_role, self.patient_prompt,
-                                    self.max_new_tokens, PREFIX["patient"]),
-                "doctor": CallSpec(self.doctor_role, self.doctor_prompt, self.max_new_tokens,
-                                   PREFIX["doctor"])}
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {
+            **{f"{s}_{f}": f"sampling.calls.{s}_turn.{f}" for s in ("patient", "doctor")
+               for f in ("role", "prompt")},
+            "max_new_tokens": "sampling.calls.<patient_turn|doctor_turn>.max_new_tokens"},
+            "sampling.rounds")
 
 
-class SamplingParams(StrictModel):
+class SamplingParams(SectionCalls):
+    SECTION: ClassVar[str] = "sampling"
+    #: the one-shot continuation (the doctor's reply and the future, from "Doctor:") and
+    #: each speaker's next turn of round-by-round completion
+    CALLS: ClassVar[dict[str, CallSlot]] = {
+        "continuation": CallSlot(answer_prefix="Doctor:"),
+        "patient_turn": CallSlot(answer_prefix=PREFIX["patient"]),
+        "doctor_turn": CallSlot(answer_prefix=PREFIX["doctor"])}
+    calls: dict[str, CallParams] = default_calls(
+        continuation=dict(role="annotator", prompt="trajectory_continuation", max_new_tokens=160),
+        patient_turn=dict(role="patient", prompt="trajectory_patient", max_new_tokens=64),
+        doctor_turn=dict(role="doctor", prompt="trajectory_doctor", max_new_tokens=64))
+
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
     dialogues: str = "data/embedded/dialogues.jsonl"
     source_split: str = "train"
@@ -46,13 +55,16 @@ class SamplingParams(StrictModel):
     exemplar_max_turns: int = Field(8, ge=2, le=200)
     history_max_turns: int = Field(8, ge=1, le=400)
     max_attempts: int = Field(2, ge=1, le=5)
-    role: str = "annotator"
-    prompt: str = "trajectory_continuation"
-    max_new_tokens: int = Field(160, ge=16, le=4096)
     rounds: RoundsParams = Field(default_factory=RoundsParams)
     guard: GuardParams = Field(default_factory=GuardParams)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {k: f"sampling.calls.continuation.{k}"
+                                     for k in ("role", "prompt", "max_new_tokens")}, "sampling")
+
     @property
-    def continuation_call(self) -> CallSpec:
-        """The one-shot continuation: the doctor's reply and the future, from "Doctor:"."""
-        return CallSpec(self.role, self.prompt, self.max_new_tokens, "Doctor:")
+    def round_calls(self) -> dict[str, CallSpec]:
+        """Each speaker's next-turn call, patient first (the order a round asks them)."""
+        return {"patient": self.call("patient_turn"), "doctor": self.call("doctor_turn")}

@@ -5,7 +5,7 @@ The notebook ``notebooks/01_sampling.ipynb`` is::
     stage = open_stage("01_sampling", params_path)
     out = sampling_stage.run(stage)
     ...                                   # show out.summary, an item, out.rejected
-    stage.finish(out.metrics, models=out.models, prompts=out.prompts)
+    stage.finish(out.metrics)
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def run(stage: Stage) -> SamplingOutputs:
         split = load_split(repo_path(stage.params.shared.split))
         dialogues = load_source_dialogues(p, split)
         pool = load_exemplar_pool(p, split)
-    annotator = stage.role(p.continuation_call.role)
-    speakers = {speaker: stage.role(call.role) for speaker, call in p.rounds.calls.items()}
+    annotator = stage.role(p.call("continuation").role)
+    speakers = {speaker: stage.role(call.role) for speaker, call in p.round_calls.items()}
     with stage.step("generate"):
         result = build_unlabeled(p, annotator, stage.seed, dialogues, pool, speakers)
     stage.check_yield(len(result.items), p.n_items)
@@ -67,8 +67,10 @@ def run(stage: Stage) -> SamplingOutputs:
         built = OUTPUTS.write(stage.reports_dir, {
             "candidates": candidate_records(result.items), "rejected": result.rejected,
         }, stage.params)
-    return SamplingOutputs(result.items, result.rejected, built["summary"],
-                           metrics(result, p.n_items, p.future_rounds),
-                           built["future_rounds"], built["short_futures"],
-                           prompts=result.prompt_shas,
-                           n_dialogues=len(dialogues), n_exemplars=len(pool))
+    out = SamplingOutputs(result.items, result.rejected, built["summary"],
+                          metrics(result, p.n_items, p.future_rounds),
+                          built["future_rounds"], built["short_futures"],
+                          prompts=result.prompt_shas,
+                          n_dialogues=len(dialogues), n_exemplars=len(pool))
+    stage.note_provenance(models=out.models, prompts=out.prompts)
+    return out

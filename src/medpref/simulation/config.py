@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
@@ -49,12 +50,9 @@ class PatientParams(StrictModel):
     # sentence: a patient that asks "what do I have?" steers the doctor to a diagnosis)
     nothing_asked: dict[str, str] = Field(default_factory=lambda: {
         "en": "I'm not sure what else to tell you.", "zh": "我一时想不起还有别的要说的。"})
-    role: str = "patient"
-    prompt: str = "sp_patient"
     chunk_tokens: int = Field(128, ge=8, le=4096)     # a chunk's size cap (Han chars count 1 each)
     top_k: int = Field(4, ge=1, le=50)                # chunks retrieved per turn
     query_rounds: int = Field(2, ge=1, le=10)         # the query: the last N rounds
-    max_new_tokens: int = Field(48, ge=4, le=2048)
     max_sentences: int | None = Field(2, ge=1)        # answers cut to N sentences (None: raw)
     end_marker: str = "(End of Conversation)"
     # a sentence this close to a chunk is grounded ...
@@ -62,10 +60,11 @@ class PatientParams(StrictModel):
     # ... and this close to the question is asked-for
     relevance_threshold: float = Field(0.25, ge=-1.0, le=1.0)
 
-    @property
-    def call(self) -> CallSpec:
-        """The llm patient's reply."""
-        return CallSpec(self.role, self.prompt, self.max_new_tokens)
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {k: f"simulation.calls.patient.{k}" for k in (
+            "role", "prompt", "max_new_tokens")}, "simulation.patient")
 
     @model_validator(mode="after")
     def _nothing_asked_in_english(self) -> PatientParams:
@@ -83,9 +82,9 @@ class PatientParams(StrictModel):
 
 
 class GraderParams(StrictModel):
-    """Checklist grading (Eq. 6) by a registered grader (simulation.graders.GRADERS)."""
+    """Checklist grading (Eq. 6) by a registered grader (simulation.graders.GRADERS); the
+    judge modes ask ``simulation.calls.grader`` with ``prompts`` and ``count_prompt``."""
 
-    role: str = "judge"
     # echo_aware: the doctor's own sentences of the right act matched to the item |
     # options: judge p(yes) | generate: judge votes | embedding: MiniLM of whole turns
     mode: str = "echo_aware"
@@ -103,13 +102,18 @@ class GraderParams(StrictModel):
     count_prompt: str = "sp_count_diseases"
     k: int = Field(1, ge=1, le=20)                  # generate mode: samples per prompt
     temperature: float = Field(0.7, ge=0.0, le=2.0)  # generate mode with k > 1
-    max_new_tokens: int = Field(8, ge=1, le=256)
     pass_threshold: float = Field(0.5, ge=0.0, le=1.0)   # mean p(yes) / yes-vote share to pass
     # options mode: below this the judge did not answer
     min_mass: float = Field(0.05, ge=0.0, le=1.0)
     max_candidates: int = Field(4, ge=2, le=20)     # naming this many diseases at once fails Dis.
     embedding_threshold: float = Field(0.6, ge=-1.0, le=1.0)  # embedding: cosine to pass
     graded_items: str | None = "data/embedded/sp_graded.jsonl"  # hand-graded items (validation)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {k: f"simulation.calls.grader.{k}" for k in (
+            "role", "max_new_tokens")}, "simulation.grader")
 
     @model_validator(mode="after")
     def _known_graders(self) -> GraderParams:
@@ -133,13 +137,19 @@ class ControlsGateParams(StrictModel):
 
 
 class DoctorDecoding(StrictModel):
-    """How the doctors under test decode in the SP test (per call, so it lives here)."""
+    """How the doctors under test decode in the SP test (per call, so it lives here; the
+    budget is ``simulation.calls.consult.max_new_tokens``)."""
 
-    max_new_tokens: int = Field(48, ge=4, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
     repetition_penalty: float = Field(1.3, ge=1.0, le=3.0)   # 1.0: off
     no_repeat_ngram_size: int = Field(4, ge=0, le=20)        # 0: off
     stop_after_question: bool = True    # keep a doctor turn up to its first question
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {"max_new_tokens": "simulation.calls.consult.max_new_tokens"},
+                              "simulation.doctor_decoding")
 
 
 class NextTurnParams(StrictModel):
@@ -153,9 +163,14 @@ class NextTurnParams(StrictModel):
     n_dialogues: int = Field(18, ge=1)
     cuts_per_dialogue: int = Field(1, ge=1, le=50)  # seeded doctor turns predicted per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)
-    max_new_tokens: int = Field(64, ge=4, le=2048)
-    gpd_prompt: str = "sp_gpt_distance"
-    gpd_role: str = "judge"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {
+            "max_new_tokens": "simulation.calls.next_turn.max_new_tokens",
+            "gpd_prompt": "simulation.calls.gpd.prompt", "gpd_role": "simulation.calls.gpd.role"},
+            "simulation.next_turn")
 
 
 class HeldoutParams(StrictModel):
@@ -170,13 +185,19 @@ class HeldoutParams(StrictModel):
     states_per_dialogue: int = Field(4, ge=1, le=50)  # seeded cuts per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)   # turns the policy (and the REM) reads
     include_grid: bool = False        # also the PLPF Table 3 grid cells (grid_pattern)
-    max_new_tokens: int = Field(64, ge=4, le=2048)
     # the policies' turns are REM-scored only where the two controls show the REM can
     # tell a good turn from a bad one (controls first): "if_range_separates" scores them
     # when the range separates on at least one rule, "always" scores them regardless
     score_policies: Literal["if_range_separates", "always"] = "if_range_separates"
     # control_bad_turn of a dialogue without meta.diagnosis_turn: this, with {diagnosis}
     bad_turn_template: str = "This is {diagnosis}; I'll start treatment today."
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {"max_new_tokens":
+                                     "simulation.calls.heldout_turn.max_new_tokens"},
+                              "simulation.heldout")
 
     @field_validator("bad_turn_template")
     @classmethod
@@ -203,7 +224,36 @@ class SplitOverlapParams(StrictModel):
         return self
 
 
-class SimulationParams(StrictModel):
+_DOCTORS = "simulation.doctors[].role (and each trained policy's)"
+#: the doctors under test answer with the prompt they were trained with
+_DOCTOR_CALLS = ("consult", "next_turn", "heldout_turn")
+
+
+class SimulationParams(SectionCalls):
+    SECTION: ClassVar[str] = "simulation"
+    #: a doctor under test's turn in the SP consultations, its next turn on a held-out
+    #: dialogue (Tables 4 and 6) and on a held-out state (held-out compliance), each asked
+    #: of the doctor's own role; the llm patient's reply; the checklist judge's answer
+    #: (its prompts: grader.prompts and grader.count_prompt) and the next-turn
+    #: implication judge's, after "Answer:"; the fine-tuned REM's comment before its score
+    CALLS: ClassVar[dict[str, CallSlot]] = {
+        "consult": CallSlot(role_from=_DOCTORS),
+        "next_turn": CallSlot(role_from=_DOCTORS),
+        "heldout_turn": CallSlot(role_from=_DOCTORS),
+        "patient": CallSlot(),
+        "grader": CallSlot(prompt_from="simulation.grader.prompts and count_prompt",
+                           answer_prefix=ANSWER_PREFIX),
+        "gpd": CallSlot(answer_prefix=ANSWER_PREFIX),
+        "rem_comment": CallSlot(answer_prefix=COMMENT_PREFIX)}
+    calls: dict[str, CallParams] = default_calls(
+        consult=dict(prompt="policy_doctor", max_new_tokens=48),
+        next_turn=dict(prompt="policy_doctor", max_new_tokens=64),
+        heldout_turn=dict(prompt="policy_doctor", max_new_tokens=64),
+        patient=dict(role="patient", prompt="sp_patient", max_new_tokens=48),
+        grader=dict(role="judge", max_new_tokens=8),
+        gpd=dict(role="judge", prompt="sp_gpt_distance", max_new_tokens=8),
+        rem_comment=dict(role="rem", prompt="rem_judge", max_new_tokens=64))
+
     cases: str = "data/embedded/sp_cases.jsonl"       # contract "SP case" (source embedded)
     source: Literal["embedded", "agentclinic", "cspt"] = "embedded"
     source_root: str | None = None    # agentclinic: None = ../shared/data; cspt: archives' folder
@@ -216,7 +266,6 @@ class SimulationParams(StrictModel):
     # 0: the cells are not SP-tested, and table3_grid says why)
     grid_cases: int | None = Field(0, ge=0)
     rounds: int = Field(5, ge=1, le=50)               # paper: 5
-    doctor_prompt: str = "policy_doctor"                # the prompt the policies trained with
     doctor_decoding: DoctorDecoding = Field(default_factory=DoctorDecoding)
     doctors: list[DoctorConfig] = Field(default_factory=lambda: [DoctorConfig(name="base")])
     # control doctors (simulation.controls.CONTROLS) run on every case beside the models,
@@ -233,7 +282,6 @@ class SimulationParams(StrictModel):
     split_overlap: SplitOverlapParams = Field(default_factory=SplitOverlapParams)
     rem_radar: bool = True
     rem_adapter: str | None = "data/03_rem/rem_lora"   # finetuned REM; absent → in-context expected
-    rem_role: str = "rem"
     rules: str = "configs/rules/plpf_flowchart.yaml"
     rem_icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
     grid_pattern: str = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
@@ -244,35 +292,53 @@ class SimulationParams(StrictModel):
     torch_threads: int | None = Field(None, ge=1, le=256)
     guard: GuardParams = Field(default_factory=GuardParams)
 
+    @property
+    def doctor_prompt(self) -> str:
+        """The prompt the policies trained with: every doctor-under-test call's."""
+        return self.call("consult").prompt
+
     def doctor_call(self, d: DoctorConfig) -> CallSpec:
         """A doctor under test's turn in the SP consultations."""
-        return CallSpec(d.role, self.doctor_prompt, self.doctor_decoding.max_new_tokens)
+        return self.call("consult", role=d.role)
 
     def next_turn_call(self, d: DoctorConfig) -> CallSpec:
         """A doctor under test's next turn on a held-out dialogue (Tables 4 and 6)."""
-        return CallSpec(d.role, self.doctor_prompt, self.next_turn.max_new_tokens)
+        return self.call("next_turn", role=d.role)
 
     def heldout_call(self, d: DoctorConfig) -> CallSpec:
         """A compared policy's next turn on a held-out state (held-out compliance)."""
-        return CallSpec(d.role, self.doctor_prompt, self.heldout.max_new_tokens)
+        return self.call("heldout_turn", role=d.role)
 
-    @property
-    def grader_call(self) -> CallSpec:
-        """The checklist judge's answer (its prompts: ``grader.prompts`` and
-        ``grader.count_prompt``), after "Answer:"."""
-        return CallSpec(self.grader.role, "", self.grader.max_new_tokens, ANSWER_PREFIX)
+    def keyed_settings(self) -> dict[str, dict[str, Any]]:
+        """The patient, grader, held-out and decoding settings that stage 06 hashes into
+        its records' content keys, with the call fields they held before the calls
+        mapping (so records made before it keep their keys)."""
+        patient, grader = self.call("patient"), self.call("grader")
+        return {
+            "patient": {**self.patient.model_dump(mode="json"), "role": patient.role,
+                        "prompt": patient.prompt, "max_new_tokens": patient.max_new_tokens},
+            "grader": {**self.grader.model_dump(mode="json"), "role": grader.role,
+                       "max_new_tokens": grader.max_new_tokens},
+            "heldout": {**self.heldout.model_dump(mode="json"),
+                        "max_new_tokens": self.call("heldout_turn").max_new_tokens},
+            "decoding": {**self.doctor_decoding.model_dump(mode="json"),
+                         "max_new_tokens": self.call("consult").max_new_tokens}}
 
-    @property
-    def gpd_call(self) -> CallSpec:
-        """The next-turn implication judge's answer: decoded as the checklist judge is."""
-        return CallSpec(self.next_turn.gpd_role, self.next_turn.gpd_prompt,
-                        self.grader.max_new_tokens, ANSWER_PREFIX)
+    @model_validator(mode="before")
+    @classmethod
+    def _no_call_keys(cls, data: Any) -> Any:
+        return moved_to_calls(data, {
+            "doctor_prompt": "simulation.calls.<consult|next_turn|heldout_turn>.prompt",
+            "rem_role": "simulation.calls.rem_comment.role"}, "simulation")
 
-    @property
-    def rem_call(self) -> CallSpec:
-        """The REM's comment before its score (fine-tuned REM): stage 03's prompt and a
-        fixed budget of 64 tokens (no params key sets them here)."""
-        return CallSpec(self.rem_role, "rem_judge", 64, COMMENT_PREFIX)
+    @model_validator(mode="after")
+    def _one_doctor_prompt(self) -> SimulationParams:
+        prompts = {name: self.calls[name].prompt for name in _DOCTOR_CALLS}
+        if len(set(prompts.values())) > 1:
+            raise ValueError(f"simulation.calls: the doctors under test answer with the "
+                             f"prompt they were trained with; give {list(prompts)} one "
+                             f"prompt (got {prompts})")
+        return self
 
     @model_validator(mode="after")
     def _distinct_doctors(self) -> SimulationParams:

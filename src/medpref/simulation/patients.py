@@ -120,6 +120,7 @@ class PatientContext:
     encode: Encoder
     template: Any = None                 # the LLM patient's prompt
     make_client: Callable[[], Any] | None = None
+    call: Any = None                     # the LLM patient's CallSpec (simulation.calls.patient)
 
 
 def build_patient(name: str, ctx: PatientContext):
@@ -131,10 +132,11 @@ class LLMPatient:
     """PLPF's patient: retrieval over the last rounds, top chunks, the patient prompt."""
 
     def __init__(self, ctx: PatientContext):
-        if ctx.make_client is None or ctx.template is None:
-            raise ValueError("the llm patient needs a patient role and its prompt")
+        if ctx.make_client is None or ctx.template is None or ctx.call is None:
+            raise ValueError("the llm patient needs a patient role, its prompt and its call "
+                             "(simulation.calls.patient)")
         self.p, self.kbs, self.encode = ctx.params, ctx.kbs, ctx.encode
-        self.client, self.template = ctx.make_client(), ctx.template
+        self.client, self.template, self.call = ctx.make_client(), ctx.template, ctx.call
         self.informants = {cid: c.informant for cid, c in ctx.cases.items()}
 
     def reply(self, consults: Sequence[Any]) -> list[PatientReply]:
@@ -149,7 +151,7 @@ class LLMPatient:
                                                  c.turns[:-1], c.turns[-1].text, p.end_marker,
                                                  self.informants.get(c.case_id)))
         out = []
-        for comp, top, q in zip(self.client.chat_many(prompts, p.call),
+        for comp, top, q in zip(self.client.chat_many(prompts, self.call),
                                 retrieved, queries):
             if comp.error:
                 out.append(PatientReply("", error=comp.error))

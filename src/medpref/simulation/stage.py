@@ -199,7 +199,7 @@ def rem_scorer(stage, p: SimulationParams):
     from medpref.rules import load_rules
 
     flowchart = load_rules(repo_path(p.rules))
-    call = p.rem_call
+    call = p.call("rem_comment")
     if p.rem_adapter and (repo_path(p.rem_adapter) / "adapter_config.json").exists():
         client = stage.role(call.role, adapter=p.rem_adapter)
         return build_scorer("finetuned", client, flowchart, [], call=call,
@@ -256,11 +256,11 @@ def build_harness(stage, p: SimulationParams) -> Harness:
         encode = load_encoder(repo_path(p.embedding_model))
         kbs = build_knowledge_bases(cases, encode, p.patient.chunk_tokens)
     templates = {n: load_prompt(n) for n in
-                 [p.doctor_prompt, p.patient.prompt, *p.grader.prompts, p.grader.count_prompt,
-                  p.next_turn.gpd_prompt]}
+                 [p.doctor_prompt, p.call("patient").prompt, *p.grader.prompts,
+                  p.grader.count_prompt, p.call("gpd").prompt]}
     patient = build_patient(p.patient.kind, PatientContext(
-        p.patient, {c.id: c for c in cases}, kbs, encode, templates[p.patient.prompt],
-        lambda: stage.role(p.patient.call.role)))
+        p.patient, {c.id: c for c in cases}, kbs, encode, templates[p.call("patient").prompt],
+        lambda: stage.role(p.call("patient").role), p.call("patient")))
     dd = p.doctor_decoding
     setup = consult.SimulationSetup(
         patient=patient, doctor_template=templates[p.doctor_prompt], rounds=p.rounds,
@@ -272,7 +272,7 @@ def build_harness(stage, p: SimulationParams) -> Harness:
         count_template=templates[p.grader.count_prompt], encode=encode,
         pass_threshold=p.grader.pass_threshold, max_candidates=p.grader.max_candidates,
         embedding_threshold=p.grader.embedding_threshold)
-    ctx = GraderContext(p.grader, gsetup, lambda: make_judge(stage, p, p.grader_call))
+    ctx = GraderContext(p.grader, gsetup, lambda: make_judge(stage, p, p.call("grader")))
     graders = {name: build_grader(name, ctx) for name in dict.fromkeys([p.grader.mode,
                                                                          *p.grader.compare])}
     items = (nextturn.next_turn_items(held_out_dialogues(p, stage.params),
@@ -280,7 +280,7 @@ def build_harness(stage, p: SimulationParams) -> Harness:
                                       stage.seed, p.next_turn.history_max_turns)
              if p.next_turn.enabled else [])
     h = Harness(cases, encode, kbs, templates, setup, graders[p.grader.mode], graders,
-                make_judge(stage, p, p.gpd_call), items)
+                make_judge(stage, p, p.call("gpd")), items)
     if p.rem_radar:
         h.scorer, h.flowchart, h.rem_mode = rem_scorer(stage, p)
     h.skipped_rows = list(getattr(loaded, "skipped", []))
@@ -309,7 +309,7 @@ def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, cli
     nt = None
     if h.items:
         nt = nextturn.evaluate_next_turn(h.items, client, d.name, h.templates[p.doctor_prompt],
-                                         h.gpd_judge, h.templates[p.next_turn.gpd_prompt],
+                                         h.gpd_judge, h.templates[p.call("gpd").prompt],
                                          p.next_turn_call(d),
                                          p.grader.bootstrap_rounds, stage.seed).items
     comp = (compliance_rows(consults, h.scorer, h.flowchart, h.rem_mode)
@@ -417,6 +417,7 @@ def run(stage) -> SimulationOutputs:
                         **nextturn.gpd_check_metrics(out.gpd_check),
                         **questions.metrics_of(out.question_share)})
     out.metrics["cases_skipped_malformed"] = len(h.skipped_rows)   # AgentClinic rows
+    stage.note_provenance(models=out.model_ids, prompts=out.prompts)
     return out
 
 
@@ -426,24 +427,26 @@ def record_settings(stage, p: SimulationParams, h: Harness) -> dict[str, Any]:
     """What besides the doctor and the item determines a record: the settings each kind
     of record is keyed by (hashed into its content key)."""
     prompts = {n: t.sha for n, t in h.templates.items()}
+    keyed = p.keyed_settings()
     rem = {"mode": h.rem_mode, "rules": content_id(repo_path(p.rules)),
            "scorer": getattr(getattr(h.scorer, "client", None), "identity", None)}
     return {
         "consultation": {"rounds": p.rounds, "doctor_prompt": prompts[p.doctor_prompt],
-                         "decoding": p.doctor_decoding.model_dump(mode="json"),
-                         "patient": p.patient.model_dump(mode="json"),
+                         "decoding": keyed["decoding"],
+                         "patient": keyed["patient"],
                          "encoder": p.embedding_model, "seed": stage.seed},
-        "grade": {"grader": p.grader.model_dump(mode="json"), "encoder": p.embedding_model,
+        "grade": {"grader": keyed["grader"], "encoder": p.embedding_model,
                   "prompts": {n: prompts[n] for n in [*p.grader.prompts,
                                                       p.grader.count_prompt]}},
         "fidelity": {"support": p.patient.support_threshold,
                      "relevance": p.patient.relevance_threshold,
                      "encoder": p.embedding_model},
-        "next_turn": {"prompt": prompts[p.doctor_prompt], "max_new_tokens":
-                      p.next_turn.max_new_tokens, "gpd_prompt": prompts[p.next_turn.gpd_prompt],
+        "next_turn": {"prompt": prompts[p.doctor_prompt],
+                      "max_new_tokens": p.call("next_turn").max_new_tokens,
+                      "gpd_prompt": prompts[p.call("gpd").prompt],
                       "judge": h.gpd_judge.client.identity, "seed": stage.seed},
         "rem": rem,
-        "heldout": {"heldout": p.heldout.model_dump(mode="json"), "rem": rem,
+        "heldout": {"heldout": keyed["heldout"], "rem": rem,
                     "prompt": prompts[p.doctor_prompt], "seed": stage.seed,
                     "split": content_id(repo_path(stage.params.shared.split)),
                     "dialogues": content_id(repo_path(p.heldout.dialogues))},
@@ -511,7 +514,7 @@ def next_turn_items(stage, p: SimulationParams, h: Harness, settings: dict[str, 
     (:func:`nextturn.gpd_check`: is GPD valid with this judge?); none without items."""
     if not h.items:
         return []
-    check = nextturn.gpd_check(h.items, h.gpd_judge, h.templates[p.next_turn.gpd_prompt],
+    check = nextturn.gpd_check(h.items, h.gpd_judge, h.templates[p.call("gpd").prompt],
                                p.grader.bootstrap_rounds, stage.seed)
     rows = nextturn.item_records(h.items, check, h.gpd_judge.client.model_id)
     return [{"key": content_key("next-turn item", turns_of(it.history), row,
@@ -529,7 +532,7 @@ def grader_verdicts(p: SimulationParams, graders: dict, seed: int) -> list[dict]
         return []
     items = read_jsonl(path, SPGradedItem)
     dumps = {g.id: g.model_dump(mode="json") for g in items}
-    settings = {"grader": p.grader.model_dump(mode="json"), "encoder": p.embedding_model,
+    settings = {"grader": p.keyed_settings()["grader"], "encoder": p.embedding_model,
                 "seed": seed}
     grades = {name: grade_hand_items(items, g) for name, g in graders.items()}
     return [{"key": content_key("grader verdicts", dumps[r["id"]], settings), **r}

@@ -101,10 +101,13 @@ class TrainingOutputs:
 
 def run(stage: RunStage) -> TrainingOutputs:
     if stage.part_dir == "sft":
-        return run_sft(stage)
-    if stage.part_dir == "summary":
-        return run_summary(stage)
-    return run_dpo(stage, stage.part_dir.split("/", 1)[1])
+        out = run_sft(stage)
+    elif stage.part_dir == "summary":
+        out = run_summary(stage)
+    else:
+        out = run_dpo(stage, stage.part_dir.split("/", 1)[1])
+    stage.note_provenance(models=out.models, prompts=out.prompts)
+    return out
 
 
 def is_main_process() -> bool:
@@ -441,8 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     stage = open_stage("05_training", args.params, part=args.part, run=args.dpo_run)
     out = run(stage)
     if is_main_process():
-        print(stage.finish(out.metrics, models=out.models, prompts=out.prompts,
-                           sections=("shared",)))
+        print(stage.finish(out.metrics, sections=("shared",)))
     return 0
 
 
