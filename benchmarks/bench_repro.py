@@ -7,10 +7,11 @@ cache hits, tokens and model seconds. A warm rerun's ledger shows cache hits, no
 the cold cost is the one to read.
 
 With ``--run`` it first makes a cold run: ``git clone`` of this checkout's HEAD into a
-scratch folder (no LLM caches, no DVC outputs; ``models/`` linked), ``dvc repro --force``
-there under ``nice``, each stage's start time read from dvc's "Running stage" lines,
-and the CPU time of all its processes from ``getrusage``. Then the table is read from
-the scratch copy, with the measured per-stage wall times beside the reports' own.
+scratch folder (no LLM caches, no DVC outputs; ``models/`` prepared by its stage),
+``dvc repro --force`` there under ``nice``, each stage's start time read from dvc's
+"Running stage" lines, and the CPU time of all its processes from ``getrusage``. Then
+the table is read from the scratch copy, with the measured per-stage wall times beside
+the reports' own.
 
 ``--starts FILE --end EPOCH`` reads a run made in place instead (``dvc repro`` in this
 checkout, each "Running stage" line of its log stamped with the epoch second it appeared,
@@ -114,13 +115,14 @@ def print_table(rows: list[dict], measured: dict[str, float] | None = None) -> N
 
 
 def scratch_clone(scratch: Path) -> Path:
-    """A fresh clone of HEAD with the prepared models linked: what a reviewer gets."""
+    """A fresh clone of HEAD: what a reviewer gets. Its ``models/`` is written by the
+    pipeline's own ``models`` stage (from the installed model wheels), as on a fresh
+    clone; a link to this checkout's folder would not do: dvc refuses an output that
+    resolves outside the repository, and the stage would rewrite this checkout's models."""
     if scratch.exists():
         shutil.rmtree(scratch)
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(scratch)],
                    check=True)
-    models = (REPO / "models").resolve()
-    (scratch / "models").symlink_to(models, target_is_directory=True)
     return scratch
 
 

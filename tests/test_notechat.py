@@ -84,8 +84,9 @@ def make_clients(responder=agent_responder, names=("planner", "doctor", "patient
 
 
 def _templates():
-    p = NoteChatParams()
-    return {step: load_prompt(name) for step, name in p.prompts.model_dump().items()}
+    from medpref.notechat.dialogues import load_templates
+
+    return load_templates(NoteChatParams())
 
 
 # ------------------------------------------------------------------ concepts
