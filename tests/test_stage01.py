@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import with_budgets
 from medpref.contracts import Dialogue, read_jsonl, write_jsonl
 from medpref.llm import LLMSession
 from medpref.llm.cache import ResponseCache
@@ -15,12 +16,13 @@ pytestmark = pytest.mark.slow
 
 def _run(tmp_path, cache_name: str, out_name: str):
     params = load_params()
-    p = params.sampling.model_copy(update={"n_items": 3, "future_rounds": 2,
-                                           "max_new_tokens": 48})
+    p = with_budgets(params.sampling.model_copy(update={"n_items": 3, "future_rounds": 2}),
+                     continuation=48)
     session = LLMSession("01_test", params.shared,
                          cache=ResponseCache(tmp_path / cache_name / "01.sqlite"))
     dialogues = read_jsonl(repo_path(p.dialogues), Dialogue)
-    result = build_unlabeled(p, session.role(p.role), params.shared.seed, dialogues, dialogues)
+    result = build_unlabeled(p, session.role(p.call("continuation").role), params.shared.seed,
+                             dialogues, dialogues)
     out = tmp_path / out_name
     write_jsonl(out, result.items)
     write_jsonl(tmp_path / f"{out_name}.rejected", result.rejected)
