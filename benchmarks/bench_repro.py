@@ -30,7 +30,7 @@ with ``complete: false``.
 
 Usage:
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py [--root .]
-  PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --run [--scratch /tmp/repro]
+  PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --run [--scratch DIR]
       [--stage notechat] [--timings-dir benchmarks]
 """
 

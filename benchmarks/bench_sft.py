@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", default=["1:pad", "4:pad", "8:pad", "8:free"],
                     help="batch:pad or batch:free (padding-free)")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", default="/tmp/bench_sft")
+    ap.add_argument("--out", default="benchmarks/results/bench_sft")
     args = ap.parse_args()
     params = load_params()
     p = params.training

@@ -15,7 +15,7 @@ and prints, per split, batch and category: items, cases, κ, recall and precisio
 with). ``--out FILE.csv`` also writes the table. ``--dev-errors`` lists the dev items
 on which grader and hand grade differ: the only errors a rule change may be built from.
 
-    python scripts/select_grader.py --report --out /tmp/gv.csv
+    python scripts/select_grader.py --report --out benchmarks/results/gv.csv
     python scripts/select_grader.py --dev-errors
 """
 

@@ -117,9 +117,12 @@ def test_stage_03_runs_every_scorer_and_writes_table5(raw_params, tmp_path, monk
     assert {"fuzzy02_%", "near_constant", "top_label_share"} <= set(out.table5.columns)
     assert out.table5["n"].tolist() == [18, 18, 18]
     assert "score first" in out.table5.set_index("scorer").loc["finetuned", "method"]
+    from medpref.prompts import load_prompt
     from scripted_stage import provenance_as_before
 
-    before = provenance_as_before(stage, out.models, out.prompts)   # what the notebook passed
+    rem_prompt = stage.params.rem.prompt     # the notebook passed its prompt by hand
+    before = provenance_as_before(stage, out.models,
+                                  {rem_prompt: load_prompt(rem_prompt).sha})
     stage.finish(out.metrics)
     assert json.loads((tmp_path / "reports/03_rem/provenance.json").read_text()) == before
     metrics = json.loads((tmp_path / "reports/03_rem/metrics.json").read_text())

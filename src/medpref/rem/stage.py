@@ -15,7 +15,6 @@ from typing import Any
 import pandas as pd
 
 from medpref.finetune.sft import TrainResult
-from medpref.prompts import load_prompt
 from medpref.rem import build_rem as b03
 from medpref.rem.outputs import OUTPUTS
 from medpref.stagekit import Stage
@@ -37,7 +36,6 @@ class RemOutputs:
     figures: dict[str, Path] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
-    prompts: dict[str, str] = field(default_factory=dict)
 
 
 def rules_table(inputs: b03.RemInputs) -> pd.DataFrame:
@@ -86,6 +84,5 @@ def run(stage: Stage) -> RemOutputs:
         figures={name: stage.reports_dir / f"{name}.png"
                  for name in ("flowchart", "confusion", "compliance_radar")})
     out.metrics = b03.stage_metrics(out.table5, len(eval_set), train, out.majority)
-    out.prompts = {p.prompt: load_prompt(p.prompt).sha}
-    stage.note_provenance(models=out.models, prompts=out.prompts)
+    stage.note_provenance(models=out.models)   # its prompt: the loader records it
     return out

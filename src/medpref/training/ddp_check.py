@@ -3,7 +3,7 @@
 Run it under a launcher, one process per device::
 
     accelerate launch --config_file configs/hardware/accelerate/multi_gpu_ddp.yaml \\
-        --num_processes 2 -m medpref.training.ddp_check --out /tmp/ddp_check
+        --num_processes 2 -m medpref.training.ddp_check --out benchmarks/results/ddp_check
 
 Every process trains the same few DPO steps of a tiny model built from a config (through
 :func:`medpref.training.dpo.train_dpo`, the stage's own path) on its own shard of the
