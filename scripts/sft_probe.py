@@ -26,7 +26,8 @@ did, and undercounted every doctor's questions).
 
     nice -n 10 .venv/bin/python scripts/sft_probe.py --tokens 48 96 \\
         --adapter sft=data/05_training/sft/adapter \\
-        --adapter control=data/05_training/dpo/control_process/adapter --out benchmarks/results/probe.jsonl
+        --adapter control=data/05_training/dpo/control_process/adapter \\
+        --out benchmarks/results/probe.jsonl
 """
 
 from __future__ import annotations

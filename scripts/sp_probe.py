@@ -5,7 +5,8 @@ another case source) without touching the pipeline's outputs: params.yaml with
 ``--set`` overrides (dotted keys, YAML values), data and reports written under ``--out``.
 The model cache is the pipeline's, so a later ``dvc repro`` reuses the calls.
 
-    python scripts/sp_probe.py --out benchmarks/results/probe --set simulation.trained_policies=false \\
+    python scripts/sp_probe.py --out benchmarks/results/probe \\
+        --set simulation.trained_policies=false \\
         --set simulation.next_turn.enabled=false --set simulation.rem_radar=false \\
         --set simulation.source=agentclinic --set simulation.n_cases=8
 """
