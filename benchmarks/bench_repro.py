@@ -28,10 +28,14 @@ outputs: ``reports/`` holds only what a stage declares (tests/test_dvc_contract.
 ``benchmarks/results/`` is ignored by git. A run of one ``--stage`` writes them too,
 with ``complete: false``.
 
+``--compare REV`` sets the record committed at git revision ``REV`` beside the current
+``repro_timings.json`` (or the one this run just wrote), stage by stage: before, after,
+the difference and the ratio, written to ``benchmarks/repro_compare.md`` for the docs.
+
 Usage:
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py [--root .]
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --run [--scratch DIR]
-      [--stage notechat] [--timings-dir benchmarks]
+      [--stage notechat] [--timings-dir benchmarks] [--compare a4f554c]
 """
 
 from __future__ import annotations
@@ -211,6 +215,44 @@ def write_timings(out_dir: Path, record: dict) -> tuple[Path, Path]:
     return js, md
 
 
+def record_at(rev: str, rel: str = "benchmarks/repro_timings.json") -> dict:
+    """The cold-run record committed at git revision ``rev``."""
+    shown = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=REPO, text=True,
+                           capture_output=True)
+    if shown.returncode:
+        raise SystemExit(f"--compare {rev}: no {rel} at that revision ({shown.stderr.strip()})")
+    return json.loads(shown.stdout)
+
+
+def compare_markdown(before: dict, after: dict) -> str:
+    """Two cold-run records stage by stage (every stage either has, in the later run's
+    order, then the earlier run's others): wall seconds before and after, the saving,
+    the ratio; the totals last."""
+    b = {s["stage"]: s["wall_s"] for s in before["stages"]}
+    a = {s["stage"]: s["wall_s"] for s in after["stages"]}
+    names = list(a) + [n for n in b if n not in a]
+    lines = [f"Cold `dvc repro`, commit `{before['commit']}` ({before['date']}) against "
+             f"commit `{after['commit']}` ({after['date']}), wall seconds per dvc stage.",
+             "", f"| dvc stage | `{before['commit']}` | `{after['commit']}` | saved "
+                 "| after / before |",
+             "|---|---:|---:|---:|---:|"]
+
+    def cell(x):
+        return f"{x:,.1f}" if x is not None else "not run"
+
+    for n in names:
+        x, y = b.get(n), a.get(n)
+        saved = f"{x - y:,.1f}" if x is not None and y is not None else ""
+        ratio = f"{y / x:.2f}" if x and y is not None else ""
+        lines.append(f"| {n} | {cell(x)} | {cell(y)} | {saved} | {ratio} |")
+    tb, ta = before["total_wall_s"], after["total_wall_s"]
+    lines.append(f"| **total** | **{tb:,.1f}** | **{ta:,.1f}** | **{tb - ta:,.1f}** | "
+                 f"**{ta / tb:.2f}** |")
+    lines.append("")
+    lines.append(f"How, before: {before.get('how')}. After: {after.get('how')}.")
+    return "\n".join(lines) + "\n"
+
+
 def run_meta(root: Path, stage: str | None, load_before: float) -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
                             capture_output=True, check=True).stdout.strip()
@@ -254,6 +296,9 @@ def main() -> None:
                     help="with --starts: how the run was made, for the record")
     ap.add_argument("--load-before", type=float, default=float("nan"),
                     help="with --starts: the load average before the run")
+    ap.add_argument("--compare", metavar="REV",
+                    help="set the record committed at REV beside the current one "
+                         "(writes repro_compare.md beside repro_timings.json)")
     args = ap.parse_args()
 
     measured, total, cpu = None, None, None
@@ -279,6 +324,14 @@ def main() -> None:
         record = timings_record(measured, total, cpu, rows, meta)
         for path in write_timings(args.timings_dir, record):
             print(f"wrote {path}")
+    if args.compare:
+        current = args.timings_dir / "repro_timings.json"
+        if not current.exists():
+            raise SystemExit(f"--compare: {current} does not exist; make a run first")
+        table = compare_markdown(record_at(args.compare), read_json(current))
+        out = args.timings_dir / "repro_compare.md"
+        out.write_text(table, encoding="utf-8")
+        print(f"\n{table}wrote {out}")
     if args.json:
         args.json.write_text(json.dumps({"root": str(root), "stages": rows,
                                          "measured_s": measured, "total_wall_s": total,

@@ -68,3 +68,29 @@ def test_a_run_made_in_place_is_read_from_its_stamped_stage_starts(tmp_path):
     log.write_text("1000 Running stage 'sampling'\nsomething else\n")
     with pytest.raises(SystemExit, match="starts.log:2"):
         b.starts_of(log)
+
+
+def test_two_runs_are_set_side_by_side_stage_by_stage():
+    """``--compare``: every stage of either run, the later run's order first, with the
+    saving and the ratio; a stage one run lacks says so instead of a number."""
+    b = bench()
+    before = {"commit": "aaa1111", "date": "d1", "how": "in place", "total_wall_s": 1000.0,
+              "stages": [{"stage": "rem", "wall_s": 600.0}, {"stage": "old", "wall_s": 400.0}]}
+    after = {"commit": "bbb2222", "date": "d2", "how": "fresh clone", "total_wall_s": 500.0,
+             "stages": [{"stage": "models", "wall_s": 20.0}, {"stage": "rem", "wall_s": 480.0}]}
+    table = b.compare_markdown(before, after).splitlines()
+    rows = [line for line in table if line.startswith("| ") and "---" not in line][1:]
+    assert rows == ["| models | not run | 20.0 |  |  |",
+                    "| rem | 600.0 | 480.0 | 120.0 | 0.80 |",
+                    "| old | 400.0 | not run |  |  |",
+                    "| **total** | **1,000.0** | **500.0** | **500.0** | **0.50** |"]
+    assert "commit `aaa1111` (d1) against commit `bbb2222` (d2)" in table[0]
+    assert table[-1] == "How, before: in place. After: fresh clone."
+
+
+def test_a_comparison_with_a_revision_that_has_no_record_names_it():
+    import pytest
+
+    b = bench()
+    with pytest.raises(SystemExit, match="--compare 0000000: no benchmarks/repro_timings.json"):
+        b.record_at("0000000")
