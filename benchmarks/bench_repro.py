@@ -253,10 +253,11 @@ def compare_markdown(before: dict, after: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_meta(root: Path, stage: str | None, load_before: float) -> dict:
+def run_meta(root: Path, stage: str | None, load_before: float, started: float) -> dict:
+    """Where and when a run was made; ``date`` is its start (``started``, epoch s)."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
                             capture_output=True, check=True).stdout.strip()
-    return {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+    return {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
             "cores": os.cpu_count(), "load_before": round(load_before, 2),
             "load_after": round(os.getloadavg()[0], 2), "complete": stage is None,
             "target": stage, "how": "dvc repro --force in a fresh clone of HEAD"}
@@ -306,21 +307,20 @@ def main() -> None:
     if args.run:
         root = scratch_clone(args.scratch or Path(tempfile.mkdtemp(prefix="medpref-repro-")))
         print(f"cold run in {root}", flush=True)
-        load_before = os.getloadavg()[0]
+        load_before, started = os.getloadavg()[0], time.time()
         measured, total, cpu = run_repro(root, args.stage)
     if args.starts:
         if args.end is None:
             raise SystemExit("--starts needs --end (the epoch second the run ended)")
         measured, total = in_place(starts_of(args.starts), args.end)
-        meta = {**run_meta(root, None, args.load_before), "how": args.how}
-        first = starts_of(args.starts)[0][1]
-        meta["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(first))
+        meta = {**run_meta(root, None, args.load_before, starts_of(args.starts)[0][1]),
+                "how": args.how}
     rows = stage_rows(root)
     print_table(rows, measured)
     if total is not None:
         print(f"\ncold dvc repro: wall {total:.1f} s ({total / 60:.1f} min), "
               + (f"CPU {cpu:.1f} s, " if cpu is not None else "") + f"cores {os.cpu_count()}")
-        meta = meta if args.starts else run_meta(root, args.stage, load_before)
+        meta = meta if args.starts else run_meta(root, args.stage, load_before, started)
         record = timings_record(measured, total, cpu, rows, meta)
         for path in write_timings(args.timings_dir, record):
             print(f"wrote {path}")

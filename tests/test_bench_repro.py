@@ -94,3 +94,9 @@ def test_a_comparison_with_a_revision_that_has_no_record_names_it():
     b = bench()
     with pytest.raises(SystemExit, match="--compare 0000000: no benchmarks/repro_timings.json"):
         b.record_at("0000000")
+
+
+def test_a_run_is_dated_by_its_start():
+    """The record's date is when the run began, not when its record was written."""
+    meta = bench().run_meta(REPO_ROOT, None, 0.5, 0.0)
+    assert meta["date"] == "1970-01-01 00:00 UTC" and meta["complete"] is True
