@@ -19,7 +19,13 @@ from medpref.annotation.pairs import Decision, decision_for, pair_from_winner
 from medpref.contracts import PreferencePair, Turn, UnlabeledItem, turns_to_messages
 from medpref.remscore.base import RuleJudgement, RuleScorer
 from medpref.rules import Flowchart
-from medpref.scoring.formulas import Weighting, rule_weights, state_score, trajectory_score
+from medpref.scoring.formulas import (
+    Weighting,
+    gates_closed,
+    rule_weights,
+    state_score,
+    trajectory_score,
+)
 from medpref.scoring.selection import compare_scores, top_n_by_margin
 from medpref.scoring.trajectory import candidate_states, pair_length
 
@@ -163,5 +169,31 @@ def state_score_rows(item_states: Sequence[ItemStates], judgements: Judgements,
                     row[f"{w}_score"] = (None if scores is None else
                                          round(weighted_state_score(scores, flowchart,
                                                                     scoring, w), 6))
+                row["linear_score"] = (None if scores is None else round(
+                    weighted_state_score(scores, flowchart, scoring.linear(), "dep"), 6))
+                row["gates_closed"] = (None if scores is None else
+                                       gates_closed(flowchart, scores, scoring.dep_settings()))
                 rows.append(row)
     return rows
+
+
+def gating_summary(state_rows: Sequence[dict], dep: Sequence[Decision],
+                   linear: Sequence[Decision]) -> dict:
+    """Whether Eq. 4 acted: distinct states whose ``dep`` score differs from the linear sum
+    (a gate closed), how often each goal's gate closed, and the items whose ``cai_dep``
+    decision (winner, tie or margin) differs from the linear sum's."""
+    by_key = {r["state_key"]: r for r in state_rows if r["gates_closed"] is not None}
+    closed = [r for r in by_key.values() if r["gates_closed"]]
+    per_goal: dict[str, int] = {}
+    for r in closed:
+        for goal in r["gates_closed"]:
+            per_goal[goal] = per_goal.get(goal, 0) + 1
+    lin = {d.item_id: d for d in linear}
+    changed = [d.item_id for d in dep if d.item_id in lin and (
+        d.outcome != lin[d.item_id].outcome or d.margin != lin[d.item_id].margin)]
+    flipped = [d.item_id for d in dep if d.item_id in lin
+               and d.outcome != lin[d.item_id].outcome]
+    return {"states": len(by_key), "states_gated": len(closed),
+            "states_gated_share": round(len(closed) / len(by_key), 4) if by_key else None,
+            "gate_closed_per_goal": dict(sorted(per_goal.items())),
+            "items_score_changed": len(changed), "items_outcome_changed": len(flipped)}

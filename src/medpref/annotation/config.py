@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
 from medpref.llm.types import CallSpec
@@ -38,13 +38,36 @@ class ScoringConfig(StrictModel):
     discount: float = Field(gt=0.0, le=1.0)  # d of Eq. 1
     t1: float = Field(ge=0.0, le=2.0)  # "predecessor met" threshold
     t2: float = Field(ge=0.0, le=2.0)  # "constraint met" threshold
+    # where "met" is read: fixed (t1/t2 on the 0-2 score, PLPF App. C) or rem_dev (per rule,
+    # the REM's own cut calibrated on its dev split: stage 03's thresholds.csv)
+    met: Literal["fixed", "rem_dev"] = "fixed"
     predecessors: Literal["direct", "transitive"]  # which r' ≺ r Eq. 4 multiplies over
     tie_threshold: float = Field(ge=0.0)  # |s1 - s2| below this is a tie
     top_n: int | None = Field(ge=1)  # keep the N widest margins (None: all)
+    _calibrated: dict[str, float] = PrivateAttr(default_factory=dict)
+
+    def with_thresholds(self, thresholds: dict[str, float]) -> ScoringConfig:
+        """A copy whose Eq. 4 reads "met" at these per-rule values (``met: rem_dev``)."""
+        out = self.model_copy()
+        out._calibrated = dict(thresholds)
+        return out
+
+    @property
+    def thresholds(self) -> dict[str, float]:
+        """The per-rule thresholds in use (empty: t1/t2)."""
+        return dict(self._calibrated)
 
     def dep_settings(self) -> DepSettings:
         return DepSettings(alpha=self.alpha, beta=self.beta, gamma=self.gamma, t1=self.t1,
-                           t2=self.t2, predecessors=self.predecessors)
+                           t2=self.t2, predecessors=self.predecessors,
+                           thresholds=dict(self._calibrated))
+
+    def linear(self) -> ScoringConfig:
+        """Eq. 4 with every gate open (t1 = t2 = 0, no calibrated cut): the linear sum
+        Σ goals + γ Σ constraints that ``dep`` reduces to when no gate acts."""
+        out = self.model_copy(update={"t1": 0.0, "t2": 0.0, "met": "fixed"})
+        out._calibrated = {}
+        return out
 
 
 class CaiConfig(StrictModel):
@@ -175,6 +198,7 @@ class AnnotationParams(SectionCalls):
     reports: str = "reports/04_annotation"
     rem_scorer: str = "finetuned"  # a name in rem.scorers (a row of stage 03's Table 5)
     rem_table5: str = "reports/03_rem/table5.csv"  # where that row is read from
+    rem_thresholds: str = "reports/03_rem/thresholds.csv"  # scoring.met rem_dev reads its rows
     scoring: ScoringConfig
     cai: CaiConfig = Field(default_factory=CaiConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)

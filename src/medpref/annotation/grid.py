@@ -110,6 +110,7 @@ def run_cell(stage: GridStage, weighting: str, trajectory: int) -> CellOutputs:
     from medpref.annotation import stage as s04
 
     p: AnnotationParams = stage.p
+    s04.resolve_scoring(stage)
     items = s04.load_stage_items(stage)
     flowchart = load_rules(repo_path(p.rules))
     with stage.step("cai_states"):

@@ -28,6 +28,8 @@ from medpref.data.split import DialogueSplit, load_split
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.rules import Flowchart, load_rules
+from medpref.scoring.thresholds import describe as describe_thresholds
+from medpref.scoring.thresholds import load_thresholds
 from medpref.stagekit import Stage
 
 #: The summary row of the gpt4_rank reading whose pairs are not written, and its metrics key.
@@ -59,6 +61,18 @@ def load_items(p: AnnotationParams, split: DialogueSplit | None = None) -> list[
                                 f"dialogue {dialogue!r} is in the '{part}' part of "
                                 f"{split.path}: no preference item may come from it")
     return items[:p.max_items] if p.max_items else items
+
+
+def resolve_scoring(stage: Stage) -> None:
+    """``annotation.scoring`` as Eq. 4 reads it in this run: with ``met: rem_dev`` the
+    per-rule thresholds stage 03 calibrated for ``annotation.rem_scorer`` on the REM's dev
+    split (``annotation.rem_thresholds``); with ``fixed`` t1 and t2 as given."""
+    p: AnnotationParams = stage.p
+    if p.scoring.met == "rem_dev":
+        p.scoring = p.scoring.with_thresholds(
+            load_thresholds(repo_path(p.rem_thresholds), p.rem_scorer))
+    used = describe_thresholds(p.scoring.thresholds, p.scoring.t1, p.scoring.t2)
+    print(f"Eq. 4 'met' thresholds: {used}")
 
 
 def load_stage_items(stage: Stage) -> list[UnlabeledItem]:
@@ -245,6 +259,7 @@ def run(stage: Stage) -> AnnotationOutputs:
     too often (``annotation.guard``)."""
     p: AnnotationParams = stage.p
     strategy_plan(p.strategies)  # an unknown name fails here, before any work
+    resolve_scoring(stage)
     inputs = AnnotationInputs(stage, load_stage_items(stage), load_rules(repo_path(p.rules)))
     items, flowchart = inputs.items, inputs.flowchart
     rem_row = rem_table5_row(p)
@@ -272,6 +287,11 @@ def run(stage: Stage) -> AnnotationOutputs:
         figures={"preferences": stage.report("source_preferences.png"),
                  "margins": stage.report("margins.png")})
     out.metrics = stage_metrics(out, len(scored.judgements))
+    out.metrics["eq4_gating"] = {
+        "thresholds": describe_thresholds(p.scoring.thresholds, p.scoring.t1, p.scoring.t2),
+        **cai.gating_summary(state_rows, guarded_result(inputs, results).decisions,
+                             cai.cai_decisions(scored.item_states, scored.judgements, flowchart,
+                                               p.scoring.linear(), "dep", "linear"))}
     out.prompts = {k: v for r in results.values() for k, v in r.prompts.items()}
     out.prompts[inputs.scorer.prompt.name] = inputs.scorer.prompt.sha
     stage.note_provenance(models=out.models, prompts=out.prompts)

@@ -13,6 +13,12 @@
 * Eq. 1 — a candidate's score is v(h,c) + Σ_{i=1..n} d^i · v(h,c,…,u_i,a_i) over the states
   along its trajectory: :func:`trajectory_score`.
 
+"Met" is read on the scorer's own scale: ``t1`` and ``t2`` are the thresholds of PLPF's
+App. C on the 0–2 score, and :attr:`DepSettings.thresholds` may replace them per rule with
+thresholds calibrated on the REM's development split (:mod:`medpref.scoring.thresholds`),
+so that a scorer whose values never fall below 1 still gates. :func:`gates_closed` tells
+whether Eq. 4 changed a state's weights at all (the linear sum: every goal weighing 1).
+
 Everything here is deterministic arithmetic; the worked example of the issue is a test.
 α, β, γ, t1, t2 and the predecessor reading have no defaults here: their one home is the
 ``annotation.scoring`` section of params.yaml.
@@ -21,7 +27,7 @@ Everything here is deterministic arithmetic; the worked example of the issue is 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from medpref.rules import Flowchart
@@ -40,6 +46,14 @@ class DepSettings:
     t1: float           # a predecessor is met at v >= t1
     t2: float           # a constraint is met at v >= t2
     predecessors: Predecessors
+    # per rule, the value at which that rule counts as met on the scorer's own scale
+    # (calibrated on the REM's dev split); a rule not listed uses t1 or t2
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+
+    def met_at(self, rule_id: str, default: float) -> float:
+        """The threshold at which ``rule_id`` counts as met (its calibrated one, else
+        ``default``: t1 for a predecessor, t2 for a constraint)."""
+        return self.thresholds.get(rule_id, default)
 
 
 def step_value(x: float, threshold: float, below: float) -> float:
@@ -78,10 +92,17 @@ def goal_weight(flowchart: Flowchart, rule_id: str, scores: Mapping[str, float],
     """Eq. 4 for one goal rule: penalised by unmet predecessors (α) and constraints (β)."""
     weight = 1.0
     for pred in predecessors_of(flowchart, rule_id, s.predecessors):
-        weight *= step_value(scores[pred], s.t1, s.alpha)
+        weight *= step_value(scores[pred], s.met_at(pred, s.t1), s.alpha)
     for constraint in flowchart[rule_id].constrained_by:
-        weight *= step_value(scores[constraint], s.t2, s.beta)
+        weight *= step_value(scores[constraint], s.met_at(constraint, s.t2), s.beta)
     return weight
+
+
+def gates_closed(flowchart: Flowchart, scores: Mapping[str, float],
+                 s: DepSettings) -> list[str]:
+    """The goal rules whose Eq. 4 weight is below 1 for these scores (an unmet predecessor
+    or constraint): empty when ``dep`` is the linear sum Σ goals + γ Σ constraints."""
+    return [r.id for r in flowchart.goals if goal_weight(flowchart, r.id, scores, s) < 1.0]
 
 
 def rule_weights(flowchart: Flowchart, scores: Mapping[str, float], weighting: Weighting,
