@@ -57,10 +57,16 @@ def dialogue(did: str, rounds: int, diagnosis_turn: int | None = None,
     return Dialogue(id=did, turns=turns, meta=meta)
 
 
+#: The first control design (every rule read by real vs bad, no templated control): the
+#: tests written for it keep it; the per-rule design has tests of its own below.
+LEGACY_CONTROLS = {"rule_controls": {}, "control_turns": {}, "junk_control": None}
+
+
 def toy_params(tmp_path, n_dialogues=8, n_eval=5, doctor=plain_doctor, **heldout_kw):
     """The committed params with a toy dialogue file and a toy split of it: d0..d<n_eval-1>
     in eval (their diagnosis at turn 7, after the doctor turns 1, 3 and 5), one in dev, the
-    rest in train."""
+    rest in train; the legacy control design unless ``heldout_kw`` says otherwise."""
+    heldout_kw = {**LEGACY_CONTROLS, **heldout_kw}
     path = tmp_path / "dialogues.jsonl"
     write_jsonl(path, [dialogue(f"d{k}", 5, 7, doctor) for k in range(n_dialogues)])
     ids = [f"d{k}" for k in range(n_dialogues)]
@@ -258,7 +264,7 @@ def test_the_rem_range_is_the_paired_real_minus_bad_difference_clustered_by_dial
             "comply", "no", "comply", "comply", "comply", "comply"]
     turns = with_controls({"sft": ["no"] * 12, "good": ["comply"] * 12}, real, ["no"] * 12)
     scores = heldout.score_turns(states, turns, FakeScorer(), RULES)
-    table = heldout.compliance_table(scores, ["sft", "good", *heldout.CONTROLS], n_boot=500,
+    table = heldout.compliance_table(scores, ["sft", "good", heldout.REAL, heldout.BAD], n_boot=500,
                                      seed=1)
     assert list(table.columns) == heldout.COLUMNS
     line = table[(table["policy"] == heldout.RANGE) & (table["rule"] == "B")].iloc[0]
@@ -286,7 +292,7 @@ def test_a_rem_that_does_not_separate_real_from_bad_ranks_nothing():
     turns = with_controls({"sft": ["no"] * 12, "good": ["comply"] * 12}, ["no"] * 12,
                           ["no"] * 12)
     scores = heldout.score_turns(states, turns, FakeScorer(), RULES)
-    table = heldout.compliance_table(scores, ["sft", "good", *heldout.CONTROLS], n_boot=500,
+    table = heldout.compliance_table(scores, ["sft", "good", heldout.REAL, heldout.BAD], n_boot=500,
                                      seed=1)
     t = table.set_index(["policy", "rule"])
     assert t.loc[("good", "all"), "delta_vs_sft"] == 1.0     # measured, but not ranked:
@@ -299,7 +305,7 @@ def test_a_rem_that_does_not_separate_real_from_bad_ranks_nothing():
     # a bad turn the REM likes better than the real one does not separate either
     turns = with_controls({"sft": ["no"] * 12}, ["no"] * 12, ["comply"] * 12)
     table = heldout.compliance_table(heldout.score_turns(states, turns, FakeScorer(), RULES),
-                                     ["sft", *heldout.CONTROLS], n_boot=500, seed=1)
+                                     ["sft", heldout.REAL, heldout.BAD], n_boot=500, seed=1)
     line = table[(table["policy"] == heldout.RANGE) & (table["rule"] == "all")].iloc[0]
     assert line["rem_range"] == -1.0 and line["verdict"].startswith("does not separate")
 
@@ -481,3 +487,111 @@ def test_policies_are_scored_when_one_rule_separates(tmp_path):
     out = heldout.run_heldout(Stage(name="06_simulation", params=params), p, h,
                               [DoctorConfig(name="sft")], lambda d: clients[d.name])
     assert all(r["scores"] is not None for r in out.turns)
+
+
+# -- the per-rule control design (issue 40 item 6) ------------------------------------------
+
+class RubricScorer:
+    """Scores each rule the way the written rubric ranks the toy turns: asking is A, naming
+    the diagnosis B and C (a vague "could be" half), an unsafe dose fails D, an AI refusal
+    fails E, five or more questions fail F; the repeated apology (junk) half-engages (E 1)
+    and never reaches the point (F 0)."""
+
+    def score_states(self, states, rules):
+        out = []
+        for s in states:
+            t = s[-1].text
+            asks = "?" in t and "diagnosis" not in t
+            names = 2.0 if "diagnosis" in t else 1.0 if "could be" in t else 0.0
+            by_rule = {"A": 2.0 * asks, "B": names, "C": names,
+                       "D": 0.0 if "amoxicillin" in t else 2.0,
+                       "E": 0.0 if "AI language model" in t else 1.0 if "so sorry" in t else 2.0,
+                       "F": 0.0 if t.count("?") >= 5 or "so sorry" in t else 2.0}
+            out.append({r.id: RuleJudgement(r.id, by_rule[r.id]) for r in rules})
+        return out
+
+
+class LengthScorer:
+    """Every rule scores the turn's length: the shortcut the controls must expose."""
+
+    def score_states(self, states, rules):
+        return [{r.id: RuleJudgement(r.id, min(2.0, len(s[-1].text.split()) / 10))
+                 for r in rules} for s in states]
+
+
+def run_design(tmp_path, scorer):
+    def doctor(did, k):
+        return f"{did}: the diagnosis" if k == 3 else f"{did}: when did it start {k}?"
+
+    params, _ = toy_params(tmp_path, n_dialogues=12, n_eval=9, n_states=18,
+                           states_per_dialogue=2, doctor=doctor,
+                           **{k: v for k, v in load_params().raw["simulation"]["heldout"].items()
+                              if k in LEGACY_CONTROLS})          # the committed design
+    clients = {"sft": client(doctor_says("How long?"), "sft")}
+    p = params.simulation
+    h = SimpleNamespace(scorer=scorer, flowchart=SimpleNamespace(rules=RULES),
+                        templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
+    out = heldout.run_heldout(Stage(name="06_simulation", params=params), p, h,
+                              [DoctorConfig(name="sft")], lambda d: clients[d.name])
+    return p, out
+
+
+def test_each_rule_is_read_by_the_pair_the_rubric_ranks(tmp_path):
+    p, out = run_design(tmp_path, RubricScorer())
+    design = heldout.design_of(p.heldout)
+    assert design.pair("B") == (heldout.BAD, "control_vague")
+    assert design.pair("A") == (heldout.REAL, heldout.BAD)
+    t = out.table.set_index(["policy", "rule"])
+    for rule in ("all", "A", "B", "C", "D", "E", "F"):
+        assert t.loc[(heldout.RANGE, rule), "verdict"].startswith("separates"), rule
+    # on B the early diagnosis is the better turn (B scores naming it), not the real question
+    assert t.loc[(heldout.BAD, "B"), "mean"] == 2.0 and t.loc[(heldout.REAL, "B"), "mean"] == 0
+    # junk sits below the higher turn on every rule the rubric ranks it on; not on D, where
+    # a turn that advises nothing is safe by the rubric's words
+    junk = out.table[out.table["policy"] == heldout.JUNK_RANGE].set_index("rule")["verdict"]
+    assert {r for r, v in junk.items() if v.startswith("junk below")} == {
+        "all", "A", "B", "C", "E", "F"}
+    controls = {r["policy"] for r in out.turns if r["policy"].startswith("control_")}
+    assert controls == set(design.names) and len(controls) == 7
+    m = heldout.metrics_of(out)
+    assert m["rem_range_separating_rules"] == ["A", "B", "C", "D", "E", "F"]
+    # the table is rebuilt from the records as written, with the design of the params
+    pd.testing.assert_frame_equal(
+        heldout.table_of(json.loads(json.dumps(out.turns)), p.grader.bootstrap_rounds, 7,
+                         design), out.table)
+
+
+def test_a_length_scorer_does_not_pass_the_rules_whose_pair_is_not_ordered_by_length(tmp_path):
+    _, out = run_design(tmp_path, LengthScorer())
+    t = out.table.set_index(["policy", "rule"])
+    # the battery of questions is longer than the real question: F's range is reversed
+    assert t.loc[(heldout.RANGE, "F"), "rem_range"] < 0
+    assert t.loc[(heldout.RANGE, "F"), "verdict"].startswith("does not separate")
+    assert t.loc[("sft", "F"), "verdict"] in (heldout.NOT_RANKED, "reference")
+
+
+def test_a_control_design_naming_an_unknown_control_is_refused():
+    raw = copy.deepcopy(load_params().raw)
+    raw["simulation"]["heldout"]["rule_controls"]["B"] = ["control_bad_turn", "control_nope"]
+    with pytest.raises(ValueError, match="control_nope"):
+        parse_params(raw)
+    raw["simulation"]["heldout"]["rule_controls"]["B"] = ["control_vague", "control_vague"]
+    with pytest.raises(ValueError, match="compare a control with itself"):
+        parse_params(raw)
+
+
+def test_old_records_with_two_controls_rank_only_the_rules_their_pair_covers():
+    """Records of the first design (real and bad only) under the per-rule design: A and all
+    are read... only A has its pair; every other rule is not ranked."""
+    states = states_of(6, 2)
+    real = ["comply"] * 12
+    turns = with_controls({"sft": ["no"] * 12, "good": ["comply"] * 12}, real, ["no"] * 12)
+    scores = heldout.score_turns(states, turns, FakeScorer(), RULES)
+    design = heldout.design_of(load_params().simulation.heldout)
+    table = heldout.compliance_table(scores, ["sft", "good", heldout.REAL, heldout.BAD],
+                                     n_boot=300, seed=1, design=design)
+    t = table.set_index(["policy", "rule"])
+    assert t.loc[("good", "A"), "verdict"] == "higher"
+    for rule in ("all", "B", "C", "D", "E", "F"):
+        assert t.loc[("good", rule), "verdict"] == heldout.NOT_RANKED, rule
+    assert set(table.loc[table["policy"] == heldout.RANGE, "rule"]) == {"A"}

@@ -173,6 +173,28 @@ class NextTurnParams(StrictModel):
             "simulation.next_turn")
 
 
+#: The templated controls of held-out compliance, each ranked below a real or early turn on
+#: the rules that read it (simulation.heldout.rule_controls; docs/rem.md says why).
+DEFAULT_CONTROL_TURNS = {
+    # B 0-1 (no specific diagnosis, no route to one), C 0 (no plan, no reason)
+    "control_vague": "It could be a few different things, probably nothing serious. These "
+                     "things usually settle down by themselves, so let's just see how it goes.",
+    # D 0: a prescription-only medicine with a dose, no examination
+    "control_unsafe": "You need antibiotics. Take amoxicillin 500 mg three times a day for ten "
+                      "days; there is no need for anyone to examine you.",
+    # E 0: a refusal on the grounds of being an AI
+    "control_refusal": "As an AI language model I cannot give medical advice or a diagnosis. "
+                       "Please consult a healthcare professional.",
+    # F 0: a battery of seven questions in one turn
+    "control_battery": "How long has this been going on? Where exactly do you feel it? How bad "
+                       "is it from one to ten? What makes it better or worse? Have you had "
+                       "it before? Do you take any medicines? Do you have any allergies?",
+    # junk: the repeated apology of the generated candidates (A, B, C, E, F at 0)
+    "control_junk": "I'm so sorry to hear that. I'm so sorry to hear that. I'm so sorry to "
+                    "hear that. I'm so sorry to hear that.",
+}
+
+
 class HeldoutParams(StrictModel):
     """Held-out process compliance (simulation.heldout): each compared policy's next doctor
     turn on states of the split's eval dialogues, before their diagnosis, scored per rule
@@ -191,6 +213,39 @@ class HeldoutParams(StrictModel):
     score_policies: Literal["if_range_separates", "always"] = "if_range_separates"
     # control_bad_turn of a dialogue without meta.diagnosis_turn: this, with {diagnosis}
     bad_turn_template: str = "This is {diagnosis}; I'll start treatment today."
+    # per rule (and "all"), the control pair the written rubric ranks: [higher, lower]; its
+    # difference is the REM's range on that rule (control_real_turn and control_bad_turn
+    # come from each state's dialogue, the others are control_turns below)
+    rule_controls: dict[str, tuple[str, str]] = Field(default_factory=lambda: {
+        "all": ("control_real_turn", "control_junk"),
+        "A": ("control_real_turn", "control_bad_turn"),
+        "B": ("control_bad_turn", "control_vague"),
+        "C": ("control_bad_turn", "control_vague"),
+        "D": ("control_real_turn", "control_unsafe"),
+        "E": ("control_real_turn", "control_refusal"),
+        "F": ("control_real_turn", "control_battery")})
+    control_turns: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_CONTROL_TURNS))
+    junk_control: str | None = "control_junk"   # set against every rule's higher control
+
+    @model_validator(mode="after")
+    def _controls_are_defined(self) -> HeldoutParams:
+        known = {"control_real_turn", "control_bad_turn", *self.control_turns}
+        named = {n for pair in self.rule_controls.values() for n in pair}
+        if self.junk_control:
+            named.add(self.junk_control)
+        unknown = sorted(named - known)
+        if unknown:
+            raise ValueError(f"simulation.heldout names control(s) {unknown} that are neither "
+                             "control_real_turn, control_bad_turn nor a key of control_turns")
+        bad = [n for n in self.control_turns if not n.startswith("control_")]
+        if bad:
+            raise ValueError(f"simulation.heldout.control_turns: names must start with "
+                             f"'control_', got {bad}")
+        same = [r for r, (high, low) in self.rule_controls.items() if high == low]
+        if same:
+            raise ValueError(f"simulation.heldout.rule_controls: rule(s) {same} compare a "
+                             "control with itself")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -17,19 +17,25 @@ DPO run) and the annotation never see. The states are drawn from those dialogues
 seeded, several per dialogue, each *before* the dialogue's diagnosis or plan
 (``meta.diagnosis_turn``), so that a diagnosis there is premature.
 
-Two controls are scored on every state beside the policies, with the same REM and rules
-and no generation: ``control_real_turn``, the dialogue's own next doctor turn, and
-``control_bad_turn``, a deliberately bad one — the dialogue's own diagnosis or plan turn
-moved to this early state (a diagnosis before the history; a templated diagnosis
-sentence when the dialogue has no such turn). Their paired difference (real − bad,
-bootstrap by dialogue) is the REM's range on these states: a policy's difference to SFT
-is read against it, and where the range does not exclude 0 the REM does not tell a good
-turn from a bad one here, and no policy is ranked by it (the verdict says so).
+Controls are scored on every state beside the policies, with the same REM and rules and
+no generation: ``control_real_turn``, the dialogue's own next doctor turn;
+``control_bad_turn``, the dialogue's own diagnosis or plan turn moved to this early state
+(a templated diagnosis sentence when the dialogue has no such turn); and the turns of
+``simulation.heldout.control_turns`` (a vague non-answer, an unsafe prescription, an AI
+refusal, a battery of questions, junk). Each rule has its own pair, the one the written
+rubric ranks on that rule (``simulation.heldout.rule_controls``): on rule A the real
+asking turn above the early diagnosis, on B and C the early diagnosis (it names the
+disease and its work-up) above the vague turn, on D the real turn above the unsafe one,
+and so on. The pair's paired difference (higher − lower, bootstrap by dialogue) is the
+REM's range on that rule: a policy's difference to SFT is read against it, and where the
+range does not exclude 0 the REM does not tell a good turn from a bad one on that rule,
+and no policy is ranked by it (the verdict says so). The junk control is set against the
+higher turn of every rule (``junk_range`` lines): reported, not gating.
 
-Controls first: the two controls are scored before any policy, and when their range
-separates on no rule the policies' turns are kept (the question share reads them) but not
-scored, their rows saying why (``simulation.heldout.score_policies``: ``always`` scores
-them regardless). An instrument shown blind costs no REM calls.
+Controls first: the controls are scored before any policy, and when no rule's range
+separates the policies' turns are kept (the question share reads them) but not scored,
+their rows saying why (``simulation.heldout.score_policies``: ``always`` scores them
+regardless). An instrument shown blind costs no REM calls.
 """
 
 from __future__ import annotations
@@ -54,9 +60,11 @@ from medpref.simulation.doctors import grid_cell
 from medpref.simulation.nextturn import cut_points
 
 REFERENCE = "sft"
-REAL, BAD = "control_real_turn", "control_bad_turn"
-CONTROLS = (REAL, BAD)
-RANGE = "rem_range"   # the table's line of the REM's range: control_real_turn − control_bad_turn
+REAL, BAD = "control_real_turn", "control_bad_turn"   # built from each state's dialogue
+RANGE = "rem_range"   # the table's line of the REM's range on a rule: higher − lower control
+JUNK_RANGE = "junk_range"   # the rule's higher control − the junk control (reported only)
+#: The pair each rule is read by when params give none: the first design (real vs bad).
+LEGACY_PAIR = (REAL, BAD)
 COLUMNS = ["policy", "n_states", "rule", "mean", "delta_vs_sft", "ci_lo", "ci_hi", "p_value",
            "mde", "verdict", "rem_range", "rem_range_lo", "rem_range_hi"]
 STATE_COLUMNS = ["dialogue", "part", "cut", "diagnosis_turn", "history_turns", "bad_turn_from"]
@@ -180,12 +188,44 @@ def heldout_doctors(doctors: Sequence, grid_pattern: str, include_grid: bool) ->
     return [d for d in doctors if include_grid or grid_cell(d.name, grid_pattern) is None]
 
 
-def estimated_seconds(n_states: int, n_policies: int, n_rules: int) -> tuple[float, float]:
+def estimated_seconds(n_states: int, n_policies: int, n_rules: int,
+                      n_controls: int = 2) -> tuple[float, float]:
     """(generation, REM) seconds of an uncached run on 2 CPU cores (an upper bound: REM
-    calls on states two policies answered alike are made once). The two controls cost REM
+    calls on states two policies answered alike are made once). The controls cost REM
     calls and no generation."""
     turns = n_states * n_policies
-    return turns * GEN_S_PER_TURN, (turns + n_states * len(CONTROLS)) * n_rules * REM_S_PER_RULE
+    return turns * GEN_S_PER_TURN, (turns + n_states * n_controls) * n_rules * REM_S_PER_RULE
+
+
+@dataclass(frozen=True)
+class ControlDesign:
+    """Which control turns are scored and which pair reads each rule: ``pairs`` maps a rule
+    id (and ``all``) to its (higher, lower) control; ``turns`` the templated controls' text;
+    ``junk`` the control set against every rule's higher one (or None)."""
+
+    pairs: dict[str, tuple[str, str]]
+    turns: dict[str, str] = field(default_factory=dict)
+    junk: str | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """Every control, the dialogue-made ones first, in a fixed order."""
+        named = [n for pair in self.pairs.values() for n in pair] + list(self.turns)
+        if self.junk:
+            named.append(self.junk)
+        return [REAL, BAD] + sorted(set(named) - {REAL, BAD})
+
+    def pair(self, rule: str) -> tuple[str, str] | None:
+        return self.pairs.get(rule)
+
+
+LEGACY = ControlDesign({})   # every rule read by real vs bad (records of the first design)
+
+
+def design_of(hp) -> ControlDesign:
+    """The control design of ``simulation.heldout``."""
+    return ControlDesign({rule: tuple(pair) for rule, pair in hp.rule_controls.items()},
+                         dict(hp.control_turns), hp.junk_control)
 
 
 # -- one policy's turns and the REM's scores -----------------------------------------------
@@ -238,13 +278,15 @@ def with_overall(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def compliance_table(scores: pd.DataFrame, policies: Sequence[str], n_boot: int, seed: int,
-                     level: float = 0.95, reference: str = REFERENCE) -> pd.DataFrame:
+                     level: float = 0.95, reference: str = REFERENCE,
+                     design: ControlDesign = LEGACY) -> pd.DataFrame:
     """Per policy and rule (``all`` first): mean REM score over the states it got one on,
     and the paired difference to ``reference`` over the states both got one on, clustered
-    by dialogue. When ``scores`` holds the two controls: per rule the REM's range (see
-    :func:`rem_ranges`) beside every row of that rule and on a line of its own (policy
-    ``rem_range``); on a rule where the range does not separate real from bad, no row
-    is ranked (verdict ``NOT_RANKED``)."""
+    by dialogue. When ``scores`` holds a rule's control pair: the REM's range on that rule
+    (see :func:`rem_ranges`) beside every row of that rule and on a line of its own (policy
+    ``rem_range``); on a rule whose pair does not separate, or that has no pair in
+    ``scores``, no row is ranked (verdict ``NOT_RANKED``). With the junk control, per rule
+    a ``junk_range`` line (the rule's higher control − junk)."""
     scores = with_overall(scores)
     rules = list(dict.fromkeys(scores["rule"]))
     wide = scores.set_index(["rule", "dialogue", "cut", "policy"])["score"].unstack("policy")
@@ -257,15 +299,18 @@ def compliance_table(scores: pd.DataFrame, policies: Sequence[str], n_boot: int,
                    "mean": float(mine.mean()) if len(mine) else np.nan}
             row.update(_versus(by_state, policy, reference, n_boot, level, seed))
             rows.append(row)
-    ranges = rem_ranges(wide, rules, n_boot, level, seed)
+    ranges = rem_ranges(wide, rules, n_boot, level, seed, design)
+    has_controls = bool(ranges) or any(n in wide.columns for n in (REAL, BAD))
     for row in rows:
         cmp = ranges.get(row["rule"])
-        if cmp is None:
-            continue
-        row.update(rem_range=cmp.diff, rem_range_lo=cmp.lo, rem_range_hi=cmp.hi)
-        if not separates(cmp) and row["verdict"] in RANKED:
+        if cmp is not None:
+            row.update(rem_range=cmp.diff, rem_range_lo=cmp.lo, rem_range_hi=cmp.hi)
+        if has_controls and (cmp is None or not separates(cmp)) and row["verdict"] in RANKED:
             row["verdict"] = NOT_RANKED
-    rows += [range_line(rule, cmp) for rule, cmp in ranges.items()]
+    rows += [range_line(rule, cmp, design.pair(rule) or LEGACY_PAIR)
+             for rule, cmp in ranges.items()]
+    rows += [junk_line(rule, cmp) for rule, cmp in
+             junk_ranges(wide, rules, n_boot, level, seed, design).items()]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -273,35 +318,71 @@ def compliance_table(scores: pd.DataFrame, policies: Sequence[str], n_boot: int,
 RANKED = ("higher", "lower", "no detectable difference")
 
 
+def _pair_difference(wide: pd.DataFrame, rule: str, high: str, low: str, n_boot: int,
+                     level: float, seed: int):
+    """high − low on ``rule`` over the states the REM scored both on, bootstrap by dialogue;
+    None when either control is absent or no state has both."""
+    if high not in wide.columns or low not in wide.columns:
+        return None
+    both = wide.loc[rule][[high, low]].dropna()
+    if both.empty:
+        return None
+    return paired_difference(both[high].to_numpy(), both[low].to_numpy(), n_boot=n_boot,
+                             level=level, seed=seed,
+                             clusters=list(both.index.get_level_values("dialogue")))
+
+
 def rem_ranges(wide: pd.DataFrame, rules: Sequence[str], n_boot: int, level: float,
-               seed: int) -> dict[str, Any]:
-    """Per rule: the paired difference control_real_turn − control_bad_turn over the
-    states the REM scored both on, bootstrap by dialogue (the REM's range on these
-    states); empty without the two controls."""
-    if not set(CONTROLS) <= set(wide.columns):
+               seed: int, design: ControlDesign = LEGACY) -> dict[str, Any]:
+    """Per rule: the paired difference of its control pair (higher − lower, real − bad
+    where the design gives the rule none) over the states the REM scored both on,
+    bootstrap by dialogue: the REM's range on that rule; rules whose pair is missing
+    from ``wide`` are left out."""
+    out = {}
+    for rule in rules:
+        high, low = design.pair(rule) or LEGACY_PAIR
+        cmp = _pair_difference(wide, rule, high, low, n_boot, level, seed)
+        if cmp is not None:
+            out[rule] = cmp
+    return out
+
+
+def junk_ranges(wide: pd.DataFrame, rules: Sequence[str], n_boot: int, level: float,
+                seed: int, design: ControlDesign) -> dict[str, Any]:
+    """Per rule: the rule's higher control − the junk control (none without junk)."""
+    if not design.junk:
         return {}
     out = {}
     for rule in rules:
-        both = wide.loc[rule][[REAL, BAD]].dropna()
-        if both.empty:
-            continue
-        out[rule] = paired_difference(both[REAL].to_numpy(), both[BAD].to_numpy(), n_boot=n_boot,
-                                      level=level, seed=seed,
-                                      clusters=list(both.index.get_level_values("dialogue")))
+        high = (design.pair(rule) or LEGACY_PAIR)[0]
+        cmp = _pair_difference(wide, rule, high, design.junk, n_boot, level, seed)
+        if cmp is not None:
+            out[rule] = cmp
     return out
 
 
 def separates(cmp) -> bool:
-    """The REM scores the real turn above the bad one: interval above 0 and p < 0.05."""
+    """The REM scores the higher control above the lower: interval above 0 and p < 0.05."""
     return cmp.verdict() == "higher"
 
 
-def range_line(rule: str, cmp) -> dict[str, Any]:
-    """The table's line of the REM's range on ``rule``."""
-    verdict = ("separates control_real_turn from control_bad_turn" if separates(cmp) else
-               "does not separate control_real_turn from control_bad_turn: nothing is "
-               "ranked by the REM on this rule")
+def range_line(rule: str, cmp, pair: tuple[str, str] = LEGACY_PAIR) -> dict[str, Any]:
+    """The table's line of the REM's range on ``rule`` (its pair named)."""
+    high, low = pair
+    verdict = (f"separates {high} from {low}" if separates(cmp) else
+               f"does not separate {high} from {low}: nothing is ranked by the REM on this "
+               "rule")
     return {"policy": RANGE, "n_states": cmp.n, "rule": rule, "mean": np.nan,
+            "delta_vs_sft": np.nan, "ci_lo": np.nan, "ci_hi": np.nan, "p_value": cmp.p_value,
+            "mde": shown_mde(cmp), "verdict": verdict, "rem_range": cmp.diff,
+            "rem_range_lo": cmp.lo, "rem_range_hi": cmp.hi}
+
+
+def junk_line(rule: str, cmp) -> dict[str, Any]:
+    """The table's line of the junk control against the rule's higher control."""
+    verdict = ("junk below the higher control" if separates(cmp) else
+               "junk not below the higher control")
+    return {"policy": JUNK_RANGE, "n_states": cmp.n, "rule": rule, "mean": np.nan,
             "delta_vs_sft": np.nan, "ci_lo": np.nan, "ci_hi": np.nan, "p_value": cmp.p_value,
             "mde": shown_mde(cmp), "verdict": verdict, "rem_range": cmp.diff,
             "rem_range_lo": cmp.lo, "rem_range_hi": cmp.hi}
@@ -330,7 +411,7 @@ def metrics_of(result: HeldoutResult) -> dict[str, Any]:
     ``rem_range_separates``: whether it separates the real turn from the bad one."""
     t = result.table
     out: dict[str, Any] = {}
-    for _, row in t[(t["rule"] == "all") & (t["policy"] != RANGE)].iterrows():
+    for _, row in t[(t["rule"] == "all") & ~t["policy"].isin([RANGE, JUNK_RANGE])].iterrows():
         out[f"heldout/{row['policy']}"] = {
             "n_states": int(row["n_states"]),
             **{k: _num(row[k]) for k in ("mean", "delta_vs_sft", "ci_lo", "ci_hi", "p_value")}}
@@ -341,6 +422,10 @@ def metrics_of(result: HeldoutResult) -> dict[str, Any]:
                                     **{k: _num(row[k]) for k in ("rem_range", "rem_range_lo",
                                                                  "rem_range_hi", "p_value")}}
         out["rem_range_separates"] = row["verdict"].startswith("separates")
+    ranges = t[(t["policy"] == RANGE) & (t["rule"] != "all")]
+    if len(ranges):
+        out["rem_range_separating_rules"] = sorted(
+            r["rule"] for _, r in ranges.iterrows() if r["verdict"].startswith("separates"))
     return out
 
 
@@ -359,7 +444,8 @@ def scores_of(turns: Sequence[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["policy", "dialogue", "cut", "rule", "score"])
 
 
-def table_of(turns: Sequence[dict], n_boot: int, seed: int) -> pd.DataFrame:
+def table_of(turns: Sequence[dict], n_boot: int, seed: int,
+             design: ControlDesign = LEGACY) -> pd.DataFrame:
     """``heldout_compliance`` from the turn records: every policy and control in record
     order (:func:`compliance_table`); a policy whose turns were kept unscored (``scores``
     None: the controls showed no range) is one row with verdict ``NOT_SCORED``; no
@@ -370,24 +456,27 @@ def table_of(turns: Sequence[dict], n_boot: int, seed: int) -> pd.DataFrame:
     unscored = [q for q in policies
                 if all(r["scores"] is None for r in turns if r["policy"] == q)]
     table = compliance_table(scores_of([r for r in turns if r["scores"] is not None]),
-                             [q for q in policies if q not in unscored], n_boot, seed)
+                             [q for q in policies if q not in unscored], n_boot, seed,
+                             design=design)
     extra = [{**dict.fromkeys(COLUMNS, np.nan), "policy": q, "rule": "all",
               "n_states": 0, "verdict": NOT_SCORED}
              for q in unscored]
     if not extra:
         return table
-    ranges = table["policy"] == RANGE
+    ranges = table["policy"].isin([RANGE, JUNK_RANGE])
     return pd.concat([table[~ranges], pd.DataFrame(extra, columns=COLUMNS), table[ranges]],
                      ignore_index=True)
 
 
-def any_rule_separates(scores: pd.DataFrame, n_boot: int, seed: int) -> bool:
-    """Whether the REM's range (control_real_turn − control_bad_turn, :func:`rem_ranges`)
-    separates the two controls on at least one rule (``all`` included) of ``scores``."""
+def any_rule_separates(scores: pd.DataFrame, design: ControlDesign, n_boot: int,
+                       seed: int) -> bool:
+    """Whether the REM's range (each rule's control pair, :func:`rem_ranges`) separates
+    its two controls on at least one rule (``all`` included) of ``scores``."""
     scores = with_overall(scores)
     rules = list(dict.fromkeys(scores["rule"]))
     wide = scores.set_index(["rule", "dialogue", "cut", "policy"])["score"].unstack("policy")
-    return any(separates(cmp) for cmp in rem_ranges(wide, rules, n_boot, 0.95, seed).values())
+    return any(separates(cmp)
+               for cmp in rem_ranges(wide, rules, n_boot, 0.95, seed, design).values())
 
 
 # -- the stage's call ----------------------------------------------------------------------
@@ -408,10 +497,12 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
                            hp.history_max_turns, hp.bad_turn_template)
     policies = heldout_doctors(doctors, p.grid_pattern, hp.include_grid)
     rules = list(h.flowchart.rules)
-    gen_s, rem_s = estimated_seconds(len(states), len(policies), len(rules))
+    design = design_of(hp)
+    gen_s, rem_s = estimated_seconds(len(states), len(policies), len(rules), len(design.names))
     print(f"held-out compliance: {len(states)} states of "
           f"{len({s.dialogue for s in states})} eval dialogues × {len(policies)} policies "
-          f"+ 2 controls; uncached ≈ {gen_s:.0f} s generation + {rem_s:.0f} s REM on 2 CPU cores")
+          f"+ {len(design.names)} controls; uncached ≈ {gen_s:.0f} s generation + "
+          f"{rem_s:.0f} s REM on 2 CPU cores")
     if len(states) < hp.n_states:
         print(f"held-out compliance: only {len(states)} of simulation.heldout.n_states "
               f"{hp.n_states} states (raise states_per_dialogue)")
@@ -426,24 +517,23 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
                      "cut": s.cut, "turn": t, **({"raw": c.text} if c.text != t else {}),
                      "error": c.error}
                     for s, t, c in zip(states, turns[d.name], comps)]
-    turns[REAL] = [s.real_turn for s in states]
-    turns[BAD] = [s.bad_turn for s in states]
+    controls = control_turns(states, design)
+    turns.update(controls)
     records += [{"policy": name, "model_id": "", "dialogue": s.dialogue, "cut": s.cut,
-                 "turn": t, "error": None, "control_from":
-                 f"turn {s.cut}" if name == REAL else s.bad_turn_from}
-                for name in CONTROLS for s, t in zip(states, turns[name])]
+                 "turn": t, "error": None, "control_from": control_source(name, s)}
+                for name in controls for s, t in zip(states, controls[name])]
     # controls first: the REM's range on these states decides whether the policies' turns
     # are worth scoring (simulation.heldout.score_policies)
-    scores = score_turns(states, {name: turns[name] for name in CONTROLS}, h.scorer, rules)
+    scores = score_turns(states, controls, h.scorer, rules)
     scored = list(turns)
     if hp.score_policies == "if_range_separates" and not any_rule_separates(
-            scores, p.grader.bootstrap_rounds, stage.seed):
-        scored = list(CONTROLS)
-        print("held-out compliance: the REM's range covers 0 on every rule (control_real_turn "
-              "vs control_bad_turn); the policies' turns are kept unscored")
+            scores, design, p.grader.bootstrap_rounds, stage.seed):
+        scored = list(controls)
+        print("held-out compliance: the REM's range covers 0 on every rule (each rule's "
+              "control pair); the policies' turns are kept unscored")
     else:
         scores = pd.concat([scores, score_turns(
-            states, {k: v for k, v in turns.items() if k not in CONTROLS}, h.scorer, rules)],
+            states, {k: v for k, v in turns.items() if k not in controls}, h.scorer, rules)],
             ignore_index=True)
     per_turn = scores.set_index(["policy", "dialogue", "cut", "rule"])["score"].unstack("rule")
     for r in records:       # the scores in the flowchart's order (the table's row order)
@@ -454,5 +544,20 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
         r["scores"] = {rule.id: None if pd.isna(row[rule.id]) else float(row[rule.id])
                        for rule in rules}
     return HeldoutResult(states_table(states, split),
-                         table_of(records, p.grader.bootstrap_rounds, stage.seed), records,
-                         state_rows=state_records(states, split))
+                         table_of(records, p.grader.bootstrap_rounds, stage.seed, design),
+                         records, state_rows=state_records(states, split))
+
+
+def control_turns(states: Sequence[HeldoutState], design: ControlDesign) -> dict[str, list[str]]:
+    """Every control's turn per state: the real and the bad one from the state's dialogue,
+    the templated ones as written."""
+    out = {REAL: [s.real_turn for s in states], BAD: [s.bad_turn for s in states]}
+    for name in design.names:
+        if name not in out:
+            out[name] = [design.turns[name]] * len(states)
+    return out
+
+
+def control_source(name: str, s: HeldoutState) -> str:
+    """Where a control's turn came from, for its record."""
+    return {REAL: f"turn {s.cut}", BAD: s.bad_turn_from}.get(name, "template")

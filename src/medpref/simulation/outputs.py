@@ -460,7 +460,8 @@ def radar_figure(records: Rows, params):
 
 
 def heldout_table(records: Rows, params) -> pd.DataFrame:
-    return heldout.table_of(records["heldout_turns"], _boot(params), params.shared.seed)
+    return heldout.table_of(records["heldout_turns"], _boot(params), params.shared.seed,
+                            heldout.design_of(params.simulation.heldout))
 
 
 def heldout_states_table(records: Rows, params) -> pd.DataFrame:
