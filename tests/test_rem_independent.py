@@ -1,0 +1,51 @@
+"""The REM's independent test (issue 40 item 2): turns no construction made, labelled blind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import yaml
+
+from medpref import REPO_ROOT
+
+PATH = REPO_ROOT / "data/embedded/rem/independent.jsonl"
+RULES = "ABCDEF"
+
+
+def rows() -> list[dict]:
+    return [json.loads(line) for line in PATH.read_text(encoding="utf-8").splitlines()]
+
+
+def test_the_committed_items_are_the_seeded_draw_from_the_committed_records():
+    out = subprocess.run([sys.executable, "scripts/rem_independent_items.py", "--check"],
+                         cwd=REPO_ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_sizes_sources_and_labels():
+    data = rows()
+    kinds = Counter(r["source"]["kind"] for r in data)
+    assert kinds == {"model_heldout": 120, "model_sp": 80, "human_eval": 100}
+    for r in data:
+        assert set(r["labels"]["l1"]) == set(RULES), r["id"]
+        assert all(v in (0, 1, 2) for v in r["labels"]["l1"].values()), r["id"]
+        assert r["history"] == [] or r["history"][-1]["role"] == "patient", r["id"]
+    second = [r for r in data if "l2" in r["labels"]]
+    assert len(second) >= 60
+    assert all(set(r["labels"]["l2"]) == set(RULES) for r in second)
+
+
+def test_human_turns_come_from_eval_dialogues_only():
+    split = yaml.safe_load((REPO_ROOT / "data/embedded/dialogue_split.yaml").read_text())
+    dialogues = {r["source"]["dialogue"] for r in rows() if r["source"]["kind"] == "human_eval"}
+    assert dialogues and dialogues <= set(split["eval"])
+
+
+def test_every_label_has_all_three_scores_somewhere_except_where_the_set_has_none():
+    """The set is not degenerate: on every rule at least two labels occur."""
+    data = rows()
+    for rule in RULES:
+        assert len({r["labels"]["l1"][rule] for r in data}) >= 2, rule
