@@ -64,6 +64,7 @@ class Construction(StrictModel):
 class ConstructionFile(StrictModel):
     urgent_dialogues: dict[str, str]   # dialogue id -> why it needs care within days
     routine_dialogues: list[str]
+    unsettled_b_dialogues: list[str]
     confirm_words: str
     diagnosis_stopwords: list[str]
     vague_by_department: dict[str, str]
@@ -269,12 +270,13 @@ def is_urgent(d: Dialogue, spec: ConstructionFile) -> bool:
 
 
 def names_and_confirms(turn: str, d: Dialogue, spec: ConstructionFile) -> bool:
-    """The turn names the dialogue's diagnosis (one of its distinctive words) and a way
-    to confirm it."""
+    """The turn names the dialogue's diagnosis (every one of its distinctive words) and a
+    way to confirm it; never for a dialogue in ``unsettled_b_dialogues``."""
     words = {w for w in re.findall(r"[a-z]+", d.meta["diagnosis"].lower())
              if len(w) >= 4 and w not in spec.diagnosis_stopwords}
     said = set(re.findall(r"[a-z]+", turn.lower()))
-    return bool(words & said) and bool(re.search(spec.confirm_words, turn, re.I))
+    return (d.id not in spec.unsettled_b_dialogues and bool(words) and words <= said
+            and bool(re.search(spec.confirm_words, turn, re.I)))
 
 
 def conditions(state: State, built: Built, spec: ConstructionFile) -> set[str]:
