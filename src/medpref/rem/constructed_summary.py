@@ -18,7 +18,7 @@ from scipy.stats import pearsonr
 from medpref.contracts import Dialogue, RemAnnotation
 from medpref.data.split import DialogueSplit
 from medpref.rem.config import RemParams
-from medpref.rem.overlap import eval_overlaps
+from medpref.rem.overlap import eval_overlaps, history_text, word_runs
 
 SPLITS = ("train", "dev", "test")
 RULES = ("A", "B", "C", "D", "E", "F")
@@ -92,7 +92,14 @@ def overlap_lines(hand: list[dict[str, Any]], rows: Sequence[dict[str, Any]],
              f"{len(train_hand)}; `medpref.rem.overlap.hand_training_rows` leaves them out "
              "of the REM's training rows.", ""]
     lines += [f"- `{rid}` shares text with {', '.join(ds)}" for rid, ds in sorted(held.items())]
-    lines += ["", f"Constructed training rows sharing such a run: **{len(built)}**."]
+    test_hand = [r for r in hand if r["split"] == "test"]
+    seen = set().union(*(word_runs(history_text(r["history"]), n) for r in rows
+                         if r["split"] == "train"))
+    reused = [r["id"] for r in test_hand if word_runs(history_text(r["history"]), n) & seen]
+    lines += ["", f"Constructed training rows sharing such a run: **{len(built)}**. Hand "
+              f"test rows sharing a run of {n} words with a constructed training row: "
+              f"**{len(reused)}** of {len(test_hand)}" + (f" ({', '.join(reused)})."
+                                                          if reused else ".")]
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ import re
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +52,7 @@ class Construction(StrictModel):
     about: str
     rules: dict[Literal["A", "B", "C", "D", "E", "F"], list[Label]]
     templates: list[str] = Field(default_factory=list)
+    heldout_templates: list[int] = Field(default_factory=list)  # dev/test only
     repeats: list[int] = Field(default_factory=list)
     lengths: list[int] = Field(default_factory=list)
     only: Literal["urgent"] | None = None
@@ -105,6 +106,7 @@ class State:
     k: int
     kind: StateKind
     others: str = ""   # the dialogue's diagnosis among four others, unranked ({others})
+    part: str = "train"  # the REM's split the dialogue is in (held-out templates)
 
     @property
     def diagnosis_turn(self) -> int:
@@ -216,17 +218,26 @@ def build_patient_asks(state, c, spec, rng):
     return Built(before, text)
 
 
+def templates_for(c: Construction, part: str) -> list[str]:
+    """The construction's templates for a part: its held-out ones in dev and test, the
+    others in train (all of them when none is held out)."""
+    if not c.heldout_templates:
+        return c.templates
+    held = part != "train"
+    return [t for i, t in enumerate(c.templates) if (i in c.heldout_templates) == held]
+
+
 def build_template(state, c, spec, rng):
     if c.only == "urgent" and not is_urgent(state.dialogue, spec):
         return None
-    template = rng.choice(c.templates)
-    return Built(turn_dicts(state.dialogue, state.k), fill(template, state, spec, rng),
-                 {"template": c.templates.index(template)})
+    template = rng.choice(templates_for(c, state.part))
+    return Built(turn_dicts(state.dialogue, state.k), fill(template, state, spec, rng))
 
 
 def build_repeat(state, c, spec, rng):
     n = rng.choice(c.repeats)
-    return Built(turn_dicts(state.dialogue, state.k), " ".join([rng.choice(c.templates)] * n))
+    sentence = rng.choice(templates_for(c, state.part))
+    return Built(turn_dicts(state.dialogue, state.k), " ".join([sentence] * n))
 
 
 def build_word_salad(state, c, spec, rng):
@@ -253,6 +264,20 @@ def build_volunteered(state, c, spec, rng):
                  state.dialogue.turns[state.diagnosis_turn].text)
 
 
+def build_volunteered_first_sentence(state, c, spec, rng):
+    told = build_volunteered(state, c, spec, rng)
+    first = sentences(told.turn)[0]
+    return Built(told.before, first) if names_diagnosis(first, state.dialogue, spec) else None
+
+
+def build_volunteered_plan(state, c, spec, rng):
+    turns, dx = state.dialogue.turns, state.diagnosis_turn
+    if dx + 2 >= len(turns) or turns[dx + 2].role != "doctor":
+        return None
+    told = build_volunteered(state, c, spec, rng)
+    return Built(told.before, f"{told.turn} {turns[dx + 2].text}")
+
+
 BUILDERS: dict[str, Callable[..., Built | None]] = {
     "real_turn": build_real_turn, "last_question": build_last_question,
     "courtesy_first": build_courtesy_first, "padded": build_padded,
@@ -260,7 +285,8 @@ BUILDERS: dict[str, Callable[..., Built | None]] = {
     "patient_asks": build_patient_asks, "template": build_template,
     "repeat": build_repeat, "word_salad": build_word_salad,
     "diagnosis_turn": build_diagnosis_turn, "diagnosis_plus_drug": build_diagnosis_plus_drug,
-    "volunteered": build_volunteered}
+    "volunteered": build_volunteered, "volunteered_plan": build_volunteered_plan,
+    "volunteered_first_sentence": build_volunteered_first_sentence}
 
 
 # -- conditions and labels --------------------------------------------------------------
@@ -269,13 +295,17 @@ def is_urgent(d: Dialogue, spec: ConstructionFile) -> bool:
     return d.id in spec.urgent_dialogues
 
 
-def names_and_confirms(turn: str, d: Dialogue, spec: ConstructionFile) -> bool:
-    """The turn names the dialogue's diagnosis (every one of its distinctive words) and a
-    way to confirm it; never for a dialogue in ``unsettled_b_dialogues``."""
+def names_diagnosis(turn: str, d: Dialogue, spec: ConstructionFile) -> bool:
+    """The turn names the dialogue's diagnosis: every one of its distinctive words."""
     words = {w for w in re.findall(r"[a-z]+", d.meta["diagnosis"].lower())
              if len(w) >= 4 and w not in spec.diagnosis_stopwords}
-    said = set(re.findall(r"[a-z]+", turn.lower()))
-    return (d.id not in spec.unsettled_b_dialogues and bool(words) and words <= said
+    return bool(words) and words <= set(re.findall(r"[a-z]+", turn.lower()))
+
+
+def names_and_confirms(turn: str, d: Dialogue, spec: ConstructionFile) -> bool:
+    """The turn names the dialogue's diagnosis and a way to confirm it; never for a
+    dialogue in ``unsettled_b_dialogues``."""
+    return (d.id not in spec.unsettled_b_dialogues and names_diagnosis(turn, d, spec)
             and bool(re.search(spec.confirm_words, turn, re.I)))
 
 
@@ -325,10 +355,11 @@ class Row:
         return len(self.history[-1][1].split())
 
 
-def states_of(d: Dialogue, kind: StateKind, others: str = "") -> list[State]:
+def states_of(d: Dialogue, kind: StateKind, others: str = "", part: str = "train"
+              ) -> list[State]:
     D = int(d.meta["diagnosis_turn"])
     ks = {"questioning": range(1, D, 2), "thin": [1], "diagnosis": [D]}[kind]
-    return [State(d, k, "thin" if k == 1 and kind != "diagnosis" else kind, others)
+    return [State(d, k, "thin" if k == 1 and kind != "diagnosis" else kind, others, part)
             for k in ks]
 
 
@@ -337,13 +368,13 @@ def trim(history: list[dict[str, str]], max_turns: int) -> tuple[tuple[str, str]
 
 
 def construct_dialogue(d: Dialogue, spec: ConstructionFile, seed: int, max_turns: int,
-                       others: str = "") -> list[Row]:
+                       others: str = "", part: str = "train") -> list[Row]:
     """Every construction at every state it applies to, one row per rule it scores."""
     rows = []
     for name, c in spec.constructions.items():
         seen = set()
         for kind in c.state_kinds:
-            for state in states_of(d, kind, others):
+            for state in states_of(d, kind, others, part):
                 if state.k in seen:
                     continue
                 seen.add(state.k)
@@ -354,7 +385,8 @@ def construct_dialogue(d: Dialogue, spec: ConstructionFile, seed: int, max_turns
                 history = trim([*built.before, {"role": "doctor", "text": built.turn}],
                                max_turns)
                 for rule, lab in rule_labels(c, conditions(state, built, spec)).items():
-                    rows.append(Row(d.id, name, state.k, rule, lab.score, lab.reason, history))
+                    rows.append(Row(d.id, name, state.k, rule, lab.score, lab.reason, history,
+                                    part))
     return rows
 
 
@@ -432,8 +464,8 @@ def build_rows(p: RemParams, dialogues: Sequence[Dialogue], split: DialogueSplit
               [i for i in ids if i not in spec.urgent_dialogues
                and i not in spec.routine_dialogues]]
     parts = split_dialogues(groups, cp.dev_share, cp.test_share, cp.seed)
-    rows = [replace(r, split=parts[r.dialogue]) for d in train
-            for r in construct_dialogue(d, spec, cp.seed, cp.max_history_turns, others[d.id])]
+    rows = [r for d in train for r in construct_dialogue(
+        d, spec, cp.seed, cp.max_history_turns, others[d.id], parts[d.id])]
     chosen = select_rows(rows, cp.per_cell, cp.length_bins, cp.seed)
     chosen.sort(key=lambda r: ({"train": 0, "dev": 1, "test": 2}[r.split], r.dialogue, r.k,
                                r.construction, r.rule))
