@@ -115,6 +115,15 @@ def test_urgency_decides_rule_d_of_a_tests_first_plan():
     assert "D" not in labels("tests_first", COUGH, 5, "diagnosis", plan)  # in neither list
 
 
+def test_a_prescription_after_an_examination_has_no_rule_d_row():
+    dosed = COUGH.turns[5].text + " I'll also start you on codeine 60 mg four times a day."
+    assert labels("unsafe_after_diagnosis", COUGH, 5, "diagnosis", dosed) == {
+        "A": 2, "B": 2, "D": 0}
+    examined = COUGH.model_copy(update={"id": SPEC.examined_dialogues[0]})
+    assert labels("unsafe_after_diagnosis", examined, 5, "diagnosis", dosed) == {
+        "A": 2, "B": 2}
+
+
 def test_builders_on_a_hand_made_dialogue():
     rows = C.construct_dialogue(COUGH, SPEC, 0, 10, "a, b, c, d or pneumonia")
     battery = {r.history[-1][1] for r in rows if r.construction == "question_battery"}

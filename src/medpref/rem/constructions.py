@@ -66,6 +66,7 @@ class ConstructionFile(StrictModel):
     urgent_dialogues: dict[str, str]   # dialogue id -> why it needs care within days
     routine_dialogues: list[str]
     unsettled_b_dialogues: list[str]
+    examined_dialogues: list[str]
     confirm_words: str
     diagnosis_stopwords: list[str]
     vague_by_department: dict[str, str]
@@ -77,7 +78,8 @@ class ConstructionFile(StrictModel):
 
 
 CONDITIONS = {"thin", "at_diagnosis", "collect", "no_label_yet", "patient_quiet", "urgent",
-              "routine", "names_and_confirms", "q1_2", "q3_4", "q5_plus", "short", "long"}
+              "routine", "names_and_confirms", "unexamined", "q1_2", "q3_4", "q5_plus",
+              "short", "long"}
 
 
 def load_constructions(path: str | Path) -> ConstructionFile:
@@ -210,8 +212,10 @@ _ANSWERS_WORRY = re.compile(r"serious|worr|concern|reassur|danger|common|nothing
 
 
 def build_patient_asks(state, c, spec, rng):
+    """The patient's last turn gains a worried question; the doctor's real next turn,
+    when it opens with a question and says nothing about seriousness, passes over it."""
     text = _real(state)
-    if "?" not in text or _ANSWERS_WORRY.search(text):
+    if not sentences(text)[0].endswith("?") or _ANSWERS_WORRY.search(text):
         return None
     before = turn_dicts(state.dialogue, state.k)
     before[-1] = {**before[-1], "text": f"{before[-1]['text']} {rng.choice(spec.patient_worries)}"}
@@ -322,6 +326,7 @@ def conditions(state: State, built: Built, spec: ConstructionFile) -> set[str]:
         "patient_quiet": "?" not in built.before[-1]["text"],
         "urgent": is_urgent(d, spec), "routine": d.id in spec.routine_dialogues,
         "names_and_confirms": names_and_confirms(built.turn, d, spec),
+        "unexamined": d.id not in spec.examined_dialogues,
         "q1_2": 1 <= n_q <= 2, "q3_4": 3 <= n_q <= 4, "q5_plus": n_q >= 5,
         "short": words <= 25, "long": words >= 40}
     return {name for name, ok in held.items() if ok}
