@@ -124,10 +124,16 @@ def test_a_prescription_after_an_examination_has_no_rule_d_row():
         "A": 2, "B": 2}
 
 
+def test_questions_are_counted_by_clause():
+    assert C.count_questions("Any fever, cough or rash?") == 1  # a grouped list is one
+    assert C.count_questions("When did it start, and how long does it last? Any fever?") == 3
+    assert C.count_questions("I'd like to examine you.") == 0
+
+
 def test_builders_on_a_hand_made_dialogue():
     rows = C.construct_dialogue(COUGH, SPEC, 0, 10, "a, b, c, d or pneumonia")
     battery = {r.history[-1][1] for r in rows if r.construction == "question_battery"}
-    assert battery and all(text.count("?") >= 5 for text in battery)
+    assert battery and all(C.count_questions(text) >= 5 for text in battery)
     asks = [r for r in rows if r.construction == "ignored_patient_question"]
     assert asks and all(r.history[-2][1].endswith("?") for r in asks)
     assert {r.score for r in asks if r.rule == "E"} == {1}

@@ -187,15 +187,16 @@ def _later_questions(state: State) -> list[str]:
 
 def _gathered(state: State, low: int, high: int) -> Built | None:
     """This turn's questions and the later questioning turns', until ``low``..``high``
-    question marks; None when the dialogue has too few or this turn already has enough."""
-    if _real(state).count("?") >= low:
+    questions (:func:`count_questions`); None when the dialogue has too few or this turn
+    already has enough."""
+    if count_questions(_real(state)) >= low:
         return None
     picked: list[str] = []
     for q in _later_questions(state):
-        if sum(p.count("?") for p in picked) + q.count("?") > high:
+        if count_questions(" ".join([*picked, q])) > high:
             break
         picked.append(q)
-    if sum(p.count("?") for p in picked) < low:
+    if count_questions(" ".join(picked)) < low:
         return None
     return Built(turn_dicts(state.dialogue, state.k), " ".join(picked))
 
@@ -313,9 +314,19 @@ def names_and_confirms(turn: str, d: Dialogue, spec: ConstructionFile) -> bool:
             and bool(re.search(spec.confirm_words, turn, re.I)))
 
 
+_MORE = re.compile(r",\s+(?:and|or)\s+(?:is|are|do|does|did|have|has|can|could|was|were|"
+                   r"will|would|how|what|when|where|which|who|why)\b", re.I)
+
+
+def count_questions(turn: str) -> int:
+    """Questions a turn asks: one per sentence ending in '?', plus one per further clause
+    joined by ", and"/", or" and a question word ("..., and is it worse at night?")."""
+    return sum(1 + len(_MORE.findall(q)) for q in questions(turn))
+
+
 def conditions(state: State, built: Built, spec: ConstructionFile) -> set[str]:
     """The conditions of ``configs/rem/constructions.yaml`` that hold for a built state."""
-    d, n_q, words = state.dialogue, built.turn.count("?"), len(built.turn.split())
+    d, n_q, words = state.dialogue, count_questions(built.turn), len(built.turn.split())
     at_dx = state.kind == "diagnosis"
     before_label = state.k < state.diagnosis_turn or at_dx
     held = {
