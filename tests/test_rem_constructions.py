@@ -209,6 +209,10 @@ def test_no_evaluation_dialogue_text_reaches_rem_training_rows(rows, corpus):
     assert eval_overlaps([copied], dialogues, split, n) == {"x": [evald.id]}
 
 
-def test_load_constructed_returns_annotations():
+def test_load_constructed_and_the_training_rows(rows):
     got = C.load_constructed(REPO_ROOT / P.constructed)
     assert got[0].id == "c-00001" and got[0].split in {"train", "dev", "test"}
+    train = C.training_rows(P, PARAMS.shared.split)
+    assert {a.split for a in train} == {"train"}
+    built = [a for a in train if a.id.startswith("c-")]
+    assert len(built) == sum(r["split"] == "train" for r in rows) < len(train)

@@ -54,14 +54,16 @@ def label_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def construction_table(rows: Sequence[dict[str, Any]]) -> str:
+def construction_table(rows: Sequence[dict[str, Any]], about: dict[str, str]) -> str:
+    """Rows per construction and split, in the constructions file's order."""
     frame = pd.DataFrame([{"construction": r["construction"], "split": r["split"]}
                           for r in rows])
     table = frame.value_counts().unstack("split", fill_value=0).reindex(
-        columns=list(SPLITS), fill_value=0)
-    lines = ["| construction | train | dev | test |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | " + " | ".join(str(int(v)) for v in table.loc[name]) + " |"
-              for name in table.index]
+        index=list(about), columns=list(SPLITS), fill_value=0)
+    lines = ["| construction | what the doctor turn is | train | dev | test |",
+             "|---|---|---:|---:|---:|"]
+    lines += [f"| {name} | {about[name]} | "
+              + " | ".join(str(int(v)) for v in table.loc[name]) + " |" for name in about]
     return "\n".join(lines)
 
 
@@ -105,7 +107,7 @@ def overlap_lines(hand: list[dict[str, Any]], rows: Sequence[dict[str, Any]],
 
 def summary_markdown(rows: Sequence[dict[str, Any]], hand: Sequence[RemAnnotation],
                      dialogues: Sequence[Dialogue], split: DialogueSplit,
-                     p: RemParams) -> str:
+                     p: RemParams, about: dict[str, str]) -> str:
     """The whole summary page (generated; never edited by hand)."""
     cp, hd = p.construction, hand_dicts(hand)
     n_dialogues = {s: len({r["dialogue"] for r in rows if r["split"] == s}) for s in SPLITS}
@@ -136,7 +138,7 @@ def summary_markdown(rows: Sequence[dict[str, Any]], hand: Sequence[RemAnnotatio
         "",
         "## Rows per construction",
         "",
-        construction_table(rows),
+        construction_table(rows, about),
         "",
         "## Text shared with evaluation-split dialogues",
         "",

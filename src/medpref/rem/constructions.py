@@ -498,6 +498,18 @@ def load_constructed(path: str | Path) -> list[RemAnnotation]:
     return read_jsonl(path, RemAnnotation)
 
 
+def training_rows(p: RemParams, shared_split: str) -> list[RemAnnotation]:
+    """Every row the REM may train on: the constructed rows of its ``train`` part and the
+    hand training rows that share no text with an evaluation-split dialogue."""
+    from medpref.rem.overlap import hand_training_rows
+
+    dialogues = read_jsonl(repo_path(p.construction.dialogues), Dialogue)
+    split = load_split(repo_path(shared_split))
+    hand = read_jsonl(repo_path(p.annotations), RemAnnotation)
+    built = [a for a in load_constructed(repo_path(p.constructed)) if a.split == "train"]
+    return hand_training_rows(hand, dialogues, split, p.construction.overlap_words) + built
+
+
 def jsonl_text(records: Iterable[dict[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
@@ -511,7 +523,9 @@ def outputs(p: RemParams, shared_split: str) -> dict[Path, str]:
     records = build_rows(p, dialogues, split)
     hand = read_jsonl(repo_path(p.annotations), RemAnnotation)
     target = repo_path(p.constructed)
-    md = summary_markdown(records, hand, dialogues, split, p)
+    spec = load_constructions(repo_path(p.construction.config))
+    about = {name: c.about for name, c in spec.constructions.items()}
+    md = summary_markdown(records, hand, dialogues, split, p, about)
     return {target: jsonl_text(records), target.with_name("CONSTRUCTED.md"): md}
 
 
