@@ -29,11 +29,21 @@ def turn_words(row: dict[str, Any]) -> int:
     return len(row["history"][-1]["text"].split())
 
 
-def length_r(rows: Sequence[dict[str, Any]]) -> float | None:
-    """Pearson r of the doctor turn's word count with the score; None when undefined."""
-    if len(rows) < 3 or len({r["score"] for r in rows}) < 2:
+def length_r(rows: Sequence[dict[str, Any]], feature=turn_words) -> float | None:
+    """Pearson r of a surface feature of the row (default: the doctor turn's word count)
+    with the score; None when undefined."""
+    values = [feature(r) for r in rows]
+    if len(rows) < 3 or len({r["score"] for r in rows}) < 2 or len(set(values)) < 2:
         return None
-    return float(pearsonr([turn_words(r) for r in rows], [r["score"] for r in rows])[0])
+    return float(pearsonr(values, [r["score"] for r in rows])[0])
+
+
+def history_turns(row: dict[str, Any]) -> int:
+    return len(row["history"])
+
+
+def asks(row: dict[str, Any]) -> int:
+    return int("?" in row["history"][-1]["text"])
 
 
 def _fmt(r: float | None) -> str:
@@ -42,15 +52,16 @@ def _fmt(r: float | None) -> str:
 
 def label_table(rows: Sequence[dict[str, Any]]) -> str:
     """Rows per split × rule × score, with the length correlation of each split and rule."""
-    lines = ["| split | rule | score 0 | score 1 | score 2 | rows | r(words, score) |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| split | rule | score 0 | score 1 | score 2 | rows | r(words, score) | "
+             "r(turns, score) | r(asks, score) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for split in SPLITS:
         part = [r for r in rows if r["split"] == split]
         for rule in (*RULES, "all"):
             sub = part if rule == "all" else [r for r in part if r["rule"] == rule]
             c = Counter(r["score"] for r in sub)
             lines.append(f"| {split} | {rule} | {c[0]} | {c[1]} | {c[2]} | {len(sub)} | "
-                         f"{_fmt(length_r(sub))} |")
+                         f"{_fmt(length_r(sub))} | {_fmt(length_r(sub, history_turns))} | "
+                         f"{_fmt(length_r(sub, asks))} |")
     return "\n".join(lines)
 
 
@@ -126,7 +137,10 @@ def summary_markdown(rows: Sequence[dict[str, Any]], hand: Sequence[RemAnnotatio
         "## Labels and turn length per split and rule",
         "",
         "`r(words, score)`: Pearson correlation of the doctor turn's word count with the "
-        "score (0/1/2); the target is |r| ≤ 0.2 in every split.",
+        "score (0/1/2); the target is |r| ≤ 0.2 in every split. Two more surface cues, "
+        "reported, not targeted: `r(turns, score)`, the history's number of turns (the "
+        "first doctor turn is where the rubric settles rule A at 0 for most constructions), "
+        "and `r(asks, score)`, whether the doctor turn has a question mark.",
         "",
         label_table(rows),
         "",

@@ -19,7 +19,7 @@ import json
 import random
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +53,7 @@ class Construction(StrictModel):
     rules: dict[Literal["A", "B", "C", "D", "E", "F"], list[Label]]
     templates: list[str] = Field(default_factory=list)
     heldout_templates: list[int] = Field(default_factory=list)  # dev/test only
+    closings: list[str] = Field(default_factory=list)  # score-neutral closing questions
     repeats: list[int] = Field(default_factory=list)
     lengths: list[int] = Field(default_factory=list)
     only: Literal["urgent"] | None = None
@@ -143,10 +144,11 @@ def questions(text: str) -> list[str]:
 def fill(template: str, state: State, spec: ConstructionFile, rng: random.Random) -> str:
     meta = state.dialogue.meta
     diagnosis = re.sub(r"^suspected\s+", "", meta["diagnosis"])
-    return template.format(
+    text = template.format(
         diagnosis=diagnosis, complaint=meta.get("chief_complaint", "the complaint"),
         vague=spec.vague_by_department.get(meta.get("department", ""), "a health problem"),
         drug=rng.choice(spec.drugs), others=state.others)
+    return text[:1].upper() + text[1:]
 
 
 # -- builders: (state, construction, spec, rng) -> Built | None --------------------------
@@ -235,8 +237,24 @@ def templates_for(c: Construction, part: str) -> list[str]:
 def build_template(state, c, spec, rng):
     if c.only == "urgent" and not is_urgent(state.dialogue, spec):
         return None
-    template = rng.choice(templates_for(c, state.part))
-    return Built(turn_dicts(state.dialogue, state.k), fill(template, state, spec, rng))
+    text = fill(rng.choice(templates_for(c, state.part)), state, spec, rng)
+    closing = rng.choice(["", *c.closings])
+    return Built(turn_dicts(state.dialogue, state.k), f"{text} {closing}".strip())
+
+
+def build_label_first(state, c, spec, rng):
+    text = _real(state)
+    if not questions(text):
+        return None
+    diagnosis = re.sub(r"^suspected\s+", "", state.dialogue.meta["diagnosis"])
+    label = rng.choice([f"It may be {diagnosis}, so let's check.",
+                        f"I wonder about {diagnosis}."])
+    return Built(turn_dicts(state.dialogue, state.k), f"{label} {' '.join(questions(text))}")
+
+
+def build_real_statement(state, c, spec, rng):
+    text = _real(state)
+    return None if "?" in text else Built(turn_dicts(state.dialogue, state.k), text)
 
 
 def build_repeat(state, c, spec, rng):
@@ -291,7 +309,8 @@ BUILDERS: dict[str, Callable[..., Built | None]] = {
     "repeat": build_repeat, "word_salad": build_word_salad,
     "diagnosis_turn": build_diagnosis_turn, "diagnosis_plus_drug": build_diagnosis_plus_drug,
     "volunteered": build_volunteered, "volunteered_plan": build_volunteered_plan,
-    "volunteered_first_sentence": build_volunteered_first_sentence}
+    "volunteered_first_sentence": build_volunteered_first_sentence,
+    "label_first": build_label_first, "real_statement": build_real_statement}
 
 
 # -- conditions and labels --------------------------------------------------------------
@@ -436,25 +455,54 @@ def length_bin(words: int, bins: Sequence[int]) -> int:
     return sum(words > b for b in bins)
 
 
-def select_rows(rows: Iterable[Row], caps: dict[str, int], bins: Sequence[int], seed: int
-                ) -> list[Row]:
-    """Per split, rule, score and length bin at most ``caps[split]`` rows, taken in turn
-    from each construction (each one's rows shuffled, seeded), so no construction and no
-    length dominates a label. Duplicate (history, rule) rows are kept once."""
+def cell_of(row: Row, bins: Sequence[int]) -> tuple:
+    """A row's selection cell: split, rule, score, the doctor turn's length bin, whether
+    it asks a question, whether the state is the first doctor turn."""
+    return (row.split, row.rule, row.score, length_bin(row.words, bins),
+            "?" in row.history[-1][1], len(row.history) == 2)
+
+
+def select_rows(rows: Iterable[Row], caps: dict[str, int], bins: Sequence[int], seed: int,
+                floor: dict[str, int] | None = None) -> list[Row]:
+    """Per cell (:func:`cell_of`) at most ``caps[split]`` rows, taken in turn from each
+    construction (each one's rows shuffled, seeded), so no construction, no length, no
+    question mark and no state length dominates a label. Duplicate (history, rule) rows
+    are kept once."""
     cells: dict[tuple, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
     unique = {(r.history, r.rule): r for r in rows}
     for r in unique.values():
-        cells[(r.split, r.rule, r.score, length_bin(r.words, bins))][r.construction].append(r)
-    chosen = []
+        cells[cell_of(r, bins)][r.construction].append(r)
+    chosen: list[Row] = []
     for key in sorted(cells):
-        rng = random.Random(f"{seed}:{key}")
-        queues = []
-        for name in sorted(cells[key]):
-            q = sorted(cells[key][name], key=lambda r: (r.dialogue, r.k))
-            rng.shuffle(q)
-            queues.append(q)
-        chosen += round_robin(queues, caps[key[0]])
-    return chosen
+        chosen += round_robin(shuffled_queues(cells[key], f"{seed}:{key}"), caps[key[0]])
+    return chosen + top_up(unique.values(), chosen, floor or {}, seed)
+
+
+def shuffled_queues(by_construction: dict[str, list[Row]], seed: str) -> list[list[Row]]:
+    rng, queues = random.Random(seed), []
+    for name in sorted(by_construction):
+        q = sorted(by_construction[name], key=lambda r: (r.dialogue, r.k))
+        rng.shuffle(q)
+        queues.append(q)
+    return queues
+
+
+def top_up(rows: Iterable[Row], chosen: list[Row], floor: dict[str, int], seed: int
+           ) -> list[Row]:
+    """Rows added so that every split × rule × score has at least ``floor[split]`` rows
+    where more exist (a scarce label, such as rule A's partial score, is all long)."""
+    taken = {(r.history, r.rule) for r in chosen}
+    have = Counter((r.split, r.rule, r.score) for r in chosen)
+    spare: dict[tuple, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if (r.history, r.rule) not in taken:
+            spare[(r.split, r.rule, r.score)][r.construction].append(r)
+    added = []
+    for key in sorted(spare):
+        need = floor.get(key[0], 0) - have[key]
+        if need > 0:
+            added += round_robin(shuffled_queues(spare[key], f"{seed}:top:{key}"), need)
+    return added
 
 
 def round_robin(queues: list[list[Row]], limit: int) -> list[Row]:
@@ -482,7 +530,7 @@ def build_rows(p: RemParams, dialogues: Sequence[Dialogue], split: DialogueSplit
     parts = split_dialogues(groups, cp.dev_share, cp.test_share, cp.seed)
     rows = [r for d in train for r in construct_dialogue(
         d, spec, cp.seed, cp.max_history_turns, others[d.id], parts[d.id])]
-    chosen = select_rows(rows, cp.per_cell, cp.length_bins, cp.seed)
+    chosen = select_rows(rows, cp.per_cell, cp.length_bins, cp.seed, cp.per_label_floor)
     chosen.sort(key=lambda r: ({"train": 0, "dev": 1, "test": 2}[r.split], r.dialogue, r.k,
                                r.construction, r.rule))
     return [{"id": f"c-{i:05d}", "rule": r.rule,
