@@ -124,6 +124,19 @@ def test_a_prescription_after_an_examination_has_no_rule_d_row():
         "A": 2, "B": 2}
 
 
+def test_a_label_floated_while_questioning_and_a_turn_that_only_examines():
+    floated = "It may be pneumonia, so let's check. " + COUGH.turns[1].text
+    assert labels("label_then_question", COUGH, 1, "thin", floated) == {
+        "A": 2, "B": 1, "C": 0, "D": 2, "E": 2, "F": 2}
+    exam = "I'd like to listen to your chest now."
+    assert labels("real_statement", COUGH, 3, "questioning", exam) == {
+        "A": 2, "B": 0, "C": 0, "D": 2, "F": 2}
+    # a closing question changes no score of a referral
+    assert labels("bare_referral", COUGH, 3, "questioning", "See a specialist. Is that all "
+                  "right?") == labels("bare_referral", COUGH, 3, "questioning",
+                                      "See a specialist.")
+
+
 def test_questions_are_counted_by_clause():
     assert C.count_questions("Any fever, cough or rash?") == 1  # a grouped list is one
     assert C.count_questions("When did it start, and how long does it last? Any fever?") == 3
