@@ -79,8 +79,8 @@ class ConstructionFile(StrictModel):
 
 
 CONDITIONS = {"thin", "at_diagnosis", "collect", "no_label_yet", "patient_quiet", "urgent",
-              "routine", "names_and_confirms", "unexamined", "q1_2", "q3_4", "q5_plus",
-              "short", "long"}
+              "routine", "not_urgent", "names_and_confirms", "unexamined", "q1_2", "q3_4",
+              "q5_plus", "short", "long"}
 
 
 def load_constructions(path: str | Path) -> ConstructionFile:
@@ -354,7 +354,8 @@ def conditions(state: State, built: Built, spec: ConstructionFile) -> set[str]:
         "collect": state.collect and state.k < state.diagnosis_turn,
         "no_label_yet": state.kind == "thin" or (state.collect and before_label),
         "patient_quiet": "?" not in built.before[-1]["text"],
-        "urgent": is_urgent(d, spec), "routine": d.id in spec.routine_dialogues,
+        "urgent": is_urgent(d, spec), "not_urgent": not is_urgent(d, spec),
+        "routine": d.id in spec.routine_dialogues,
         "names_and_confirms": names_and_confirms(built.turn, d, spec),
         "unexamined": d.id not in spec.examined_dialogues,
         "q1_2": 1 <= n_q <= 2, "q3_4": 3 <= n_q <= 4, "q5_plus": n_q >= 5,
