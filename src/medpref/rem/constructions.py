@@ -32,6 +32,8 @@ from medpref.contracts import ContractError, Dialogue, RemAnnotation, read_jsonl
 from medpref.data.split import DialogueSplit, load_split
 from medpref.params import StrictModel, load_params, repo_path
 from medpref.rem.config import RemParams
+from medpref.rem.constructed_summary import summary_markdown
+from medpref.rem.overlap import hand_training_rows
 
 RULE_IDS = ("A", "B", "C", "D", "E", "F")
 StateKind = Literal["questioning", "thin", "diagnosis"]
@@ -550,8 +552,6 @@ def load_constructed(path: str | Path) -> list[RemAnnotation]:
 def training_rows(p: RemParams, shared_split: str) -> list[RemAnnotation]:
     """Every row the REM may train on: the constructed rows of its ``train`` part and the
     hand training rows that share no text with an evaluation-split dialogue."""
-    from medpref.rem.overlap import hand_training_rows
-
     dialogues = read_jsonl(repo_path(p.construction.dialogues), Dialogue)
     split = load_split(repo_path(shared_split))
     hand = read_jsonl(repo_path(p.annotations), RemAnnotation)
@@ -565,8 +565,6 @@ def jsonl_text(records: Iterable[dict[str, Any]]) -> str:
 
 def outputs(p: RemParams, shared_split: str) -> dict[Path, str]:
     """The files this command writes, path → text."""
-    from medpref.rem.constructed_summary import summary_markdown
-
     dialogues = read_jsonl(repo_path(p.construction.dialogues), Dialogue)
     split = load_split(repo_path(shared_split))
     records = build_rows(p, dialogues, split)
