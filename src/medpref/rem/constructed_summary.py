@@ -84,12 +84,14 @@ def hand_dicts(hand: Sequence[RemAnnotation]) -> list[dict[str, Any]]:
 
 
 def hand_table(hand: list[dict[str, Any]]) -> str:
-    lines = ["| hand split | rows | r(words, score) | per rule |", "|---|---:|---:|---|"]
+    lines = ["| hand split | rows | r(words, score) | per rule | r(turns, score) | "
+             "r(asks, score) |", "|---|---:|---:|---|---:|---:|"]
     for split in sorted({r["split"] for r in hand}):
         part = [r for r in hand if r["split"] == split]
         per_rule = ", ".join(f"{rule} {_fmt(length_r([r for r in part if r['rule'] == rule]))}"
                              for rule in RULES)
-        lines.append(f"| {split} | {len(part)} | {_fmt(length_r(part))} | {per_rule} |")
+        lines.append(f"| {split} | {len(part)} | {_fmt(length_r(part))} | {per_rule} | "
+                     f"{_fmt(length_r(part, history_turns))} | {_fmt(length_r(part, asks))} |")
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ import re
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -128,7 +128,6 @@ class Built:
 
     before: list[dict[str, str]]
     turn: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def turn_dicts(d: Dialogue, upto: int) -> list[dict[str, str]]:
