@@ -78,6 +78,41 @@ def construction_table(rows: Sequence[dict[str, Any]], about: dict[str, str]) ->
     return "\n".join(lines)
 
 
+SURFACE = {"words": lambda r: [turn_words(r)],
+           "words + asks + turns": lambda r: [turn_words(r), asks(r), history_turns(r)]}
+
+
+def surface_accuracy(rows: Sequence[dict[str, Any]], fit_split: str, on_split: str
+                     ) -> list[tuple[str, str, float, float]]:
+    """Per rule and surface feature set: the exact accuracy on ``on_split`` of a
+    multinomial logistic fit on ``fit_split`` (features standardised), beside always
+    answering the rule's most frequent ``fit_split`` score. How far surface cues alone
+    get on the constructed rows."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    out = []
+    for rule in RULES:
+        fit = [r for r in rows if r["split"] == fit_split and r["rule"] == rule]
+        on = [r for r in rows if r["split"] == on_split and r["rule"] == rule]
+        majority = Counter(r["score"] for r in fit).most_common(1)[0][0]
+        base = sum(r["score"] == majority for r in on) / len(on)
+        for name, feats in SURFACE.items():
+            model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+            model.fit([feats(r) for r in fit], [r["score"] for r in fit])
+            acc = float(model.score([feats(r) for r in on], [r["score"] for r in on]))
+            out.append((rule, name, acc, base))
+    return out
+
+
+def surface_table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| rule | features | accuracy on test | majority on test |", "|---|---|---:|---:|"]
+    lines += [f"| {rule} | {name} | {acc:.2f} | {base:.2f} |"
+              for rule, name, acc, base in surface_accuracy(rows, "train", "test")]
+    return "\n".join(lines)
+
+
 def hand_dicts(hand: Sequence[RemAnnotation]) -> list[dict[str, Any]]:
     return [{"id": a.id, "rule": a.rule, "score": a.score, "split": getattr(a, "split", "?"),
              "history": [{"role": t.role, "text": t.text} for t in a.history]} for a in hand]
@@ -145,6 +180,15 @@ def summary_markdown(rows: Sequence[dict[str, Any]], hand: Sequence[RemAnnotatio
         "and `r(asks, score)`, whether the doctor turn has a question mark.",
         "",
         label_table(rows),
+        "",
+        "## Surface cues alone",
+        "",
+        "A logistic fit per rule on the train rows' surface features only (the doctor turn's "
+        "word count; with whether it asks a question and the history's number of turns), "
+        "scored on the test rows, beside always answering the rule's most frequent train "
+        "score. A REM that reads the rule must beat these.",
+        "",
+        surface_table(rows),
         "",
         "## The hand rows, for comparison",
         "",
