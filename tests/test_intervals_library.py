@@ -188,6 +188,19 @@ def test_exact_sign_flip_pins_and_scipy(diffs, p):
     assert lib.pvalue == pytest.approx(p, abs=EXACT)
 
 
+@pytest.mark.parametrize("diffs", [
+    [-0.5, -0.6, 0.5, 0.6, 0.4, -0.4],
+    [-0.01, -0.05, -0.01, 0.05, 0.02, -0.03, 0.03],
+    [3 / 7, -6 / 7, 1 / 7, -1 / 7, 6 / 7, -4 / 7, 6 / 7, -5 / 7],
+    [0.0, -2.0, -1 / 3, -2.0, 5 / 3, 2.0, -5 / 3, 4 / 3, 1.0],
+])
+def test_exact_sign_flip_of_a_zero_sum_is_one_despite_rounding(diffs):
+    """These sum to 0 exactly, to ±1e-16 in floats; every sign vector is as extreme. scipy's
+    tie tolerance (100 ulp of the observed |sum|) is then ~1e-30 and its own p is below 1;
+    the old code and ours, reading scipy's null distribution within 1e-12 · Σ|d|, say 1."""
+    assert iv.sign_flip_p_value(diffs) == 1.0
+
+
 @pytest.mark.parametrize(("diffs", "kwargs", "p"), [
     (D17, {}, 0.06509349065093491),
     (D40, {}, 0.11748825117488251),

@@ -15,8 +15,9 @@ once (see the house evaluation guide, ``EVALUATION.md`` beside the repository):
 
 The statistics are the libraries' (``tests/test_intervals_library.py`` pins them to the
 values of the code they replaced): the t interval, the item bootstrap
-(``scipy.stats.bootstrap``), the exact sign-flip test (``scipy.stats.permutation_test``),
-Pearson's r and Cohen's κ (``sklearn.metrics.cohen_kappa_score``). What stays here, and
+(``scipy.stats.bootstrap``) and the exact sign-flip test (``scipy.stats.permutation_test``),
+both read with this module's rules for undefined resamples and ties, Pearson's r, and
+Cohen's κ (``sklearn.metrics.cohen_kappa_score``). What stays here, and
 why: the cluster bootstrap and the cluster-robust sd (scipy has neither); the Monte-Carlo
 sign flips (scipy draws its random signs otherwise, which would move every committed
 p-value past 16 units by Monte-Carlo error); the Wilson bounds as a closed form (equal
@@ -213,7 +214,9 @@ def sign_flip_p_value(diffs: Sequence[float] | np.ndarray, n_perm: int = 10000, 
     """Two-sided paired randomisation test of mean(diffs) = 0: under the null each
     difference is as likely to carry either sign; p = share of sign vectors whose |sum|
     reaches the observed one. Exact over all 2^n sign vectors when n ≤ ``max_exact``
-    (``scipy.stats.permutation_test``, ``permutation_type="samples"``), else ``n_perm``
+    (enumerated by ``scipy.stats.permutation_test``, ``permutation_type="samples"``; its
+    null distribution is read with a tie tolerance of 1e-12 · Σ|d|, since scipy's, relative
+    to the observed |sum|, drops ties when that sum is 0 up to rounding), else ``n_perm``
     seeded random flips with the +1 correction ((1 + hits) / (1 + n_perm)), which never
     reports p = 0: these draws stay ours, since scipy's differ and the committed tables'
     p-values (all on > 16 units) would move by Monte-Carlo error. All-zero diffs or a
@@ -224,12 +227,13 @@ def sign_flip_p_value(diffs: Sequence[float] | np.ndarray, n_perm: int = 10000, 
         return _NAN
     if n == 1 or not d.any():        # one difference: both signs reach it
         return 1.0
-    if n <= max_exact:
-        return float(st.permutation_test((d,), _abs_total, permutation_type="samples",
-                                         vectorized=True, n_resamples=np.inf,
-                                         alternative="greater").pvalue)
     observed = abs(d.sum())
     tol = 1e-12 * np.abs(d).sum()    # ties must count as "as extreme" despite rounding
+    if n <= max_exact:               # scipy's own p misses ties when the sum is 0 ± rounding
+        null = st.permutation_test((d,), _abs_total, permutation_type="samples",
+                                   vectorized=True, n_resamples=np.inf,
+                                   alternative="greater").null_distribution
+        return float(np.mean(null >= observed - tol))
     rng = np.random.default_rng(seed)
     hits, left = 0, n_perm
     while left:                      # chunks keep memory at ~1000 × n
