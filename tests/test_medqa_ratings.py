@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
 import pytest
 
 from medpref.contracts import PairwiseJudgement
@@ -12,11 +13,13 @@ from medpref.medqa.judging import BattleSlot, VerdictError, battle_plan, parse_v
 from medpref.medqa.ratings import (
     Battle,
     battles_from_judgements,
+    bootstrap_draws,
     bootstrap_intervals,
     bradley_terry,
     elo_ratings,
     elo_shuffled,
     expected_score,
+    models_of,
     rating_table,
 )
 
@@ -216,3 +219,45 @@ def test_battle_plan_and_winner_mapping():
     assert (winner_of(ab, "1"), winner_of(ab, "2")) == ("model_a", "model_b")
     assert (winner_of(ba, "1"), winner_of(ba, "2")) == ("model_b", "model_a")
     assert winner_of(ba, "tie") == "tie"
+
+
+def _mixed_battles() -> list[Battle]:
+    rng = random.Random(3)
+    models = ["m1", "m2", "m3", "m4"]
+    battles = []
+    for i in range(30):
+        a, b = rng.sample(models, 2)
+        battles.append(Battle(f"q{i}", a, b, rng.choice([0.0, 0.5, 1.0, 1.0]), 1))
+    return battles
+
+
+def test_rating_table_intervals_pinned_to_the_home_made_bootstrap():
+    """Values of 06c7d04's own resampling loop, pinned: scipy.stats.bootstrap draws the same
+    games (the same ``integers`` stream), so the intervals are equal (1e-9: float print)."""
+    table = rating_table(_mixed_battles(), k=4, initial=1000, n_shuffles=20, n_boot=200,
+                         ci=0.95, prior_ties=0.5, seed=0).set_index("model")
+    pinned = {  # elo_low, elo_high, bt_low, bt_high
+        "m4": (993.8561075268148, 1022.3795459653783, 956.1257354596007, 1183.1615529686958),
+        "m2": (990.2428011762474, 1010.998359485056, 891.5919811116117, 1117.9415735093994),
+        "m3": (985.2194151340058, 1012.8023831512954, 908.0580344009154, 1131.6865748655669),
+        "m1": (982.6203436327726, 1005.7630181014256, 732.0820218603469, 1094.0969619186912)}
+    for model, bounds in pinned.items():
+        got = tuple(table.loc[model, ["elo_low", "elo_high", "bt_low", "bt_high"]])
+        assert got == pytest.approx(bounds, abs=1e-9)
+    assert table.loc["m4", "elo"] == pytest.approx(1005.7375681044839, abs=1e-9)
+
+
+def test_bootstrap_draws_are_the_games_of_the_seeded_integer_stream():
+    battles = _mixed_battles()
+    models = models_of(battles)
+
+    def rate(sample):
+        return bradley_terry(sample, 1000, 0.5, models)
+
+    rng = np.random.default_rng(4)
+    by_hand = [rate([battles[i] for i in rng.integers(0, len(battles), len(battles))])
+               for _ in range(50)]
+    draws = bootstrap_draws(battles, rate, models, n_boot=50, seed=4)
+    assert np.array_equal(draws, [[r[m] for m in models] for r in by_hand])
+    one = bootstrap_draws(battles[:1], rate, models_of(battles[:1]), n_boot=5, seed=0)
+    assert one.shape == (5, 2) and (one == one[0]).all()

@@ -132,6 +132,28 @@ def test_fast_self_bleu_equals_sacrebleu_on_random_corpora():
         assert tm.self_bleu(corpus) == pytest.approx(sum(slow) / len(slow), abs=1e-12)
 
 
+def test_self_bleu_pinned_and_on_public_sacrebleu_api():
+    """Values of the self-BLEU that read sacrebleu's private ``_preprocess_segment`` and
+    ``metrics.helpers`` (06c7d04), pinned: the public API (``BLEU.tokenizer``,
+    ``sacrebleu.extract_word_ngrams``, ``BLEU.compute_bleu``) gives the same numbers."""
+    import inspect
+    import random
+
+    rng = random.Random(7)
+    vocab = ("the patient has a cough fever pain since two days ago , . ? take ibuprofen "
+             "with food").split()
+    en = [" ".join(rng.choices(vocab, k=rng.randint(1, 14))) for _ in range(60)]
+    zh = ["我今天头痛", "头很痛，发烧两天", "请饭后服用布洛芬", "我今天头痛", "咳嗽三天了 cough",
+          "发烧两天"]
+    assert tm.self_bleu(en) == pytest.approx(0.3943692473242467, abs=1e-12)
+    assert tm.self_bleu(en, sample=10, seed=3) == pytest.approx(0.5114027001243293, abs=1e-12)
+    assert tm.self_bleu(zh) == pytest.approx(0.5404284505946709, abs=1e-12)
+    assert tm.self_bleu(en, max_n=2, smooth="floor") == pytest.approx(0.8202620914811972,
+                                                                      abs=1e-12)
+    source = inspect.getsource(tm.self_bleu) + inspect.getsource(tm._ngram_counts)
+    assert "._" not in source and "metrics.helpers" not in source
+
+
 # Words whose Porter stem differs between nltk's ORIGINAL_ALGORITHM and its default
 # NLTK_EXTENSIONS mode (checked by running both): rouge-score uses the default.
 STEM_MODE_WORDS = {"used": "use", "uses": "use", "days": "day", "dying": "die",

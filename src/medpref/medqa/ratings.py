@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats as st
 
 from medpref.contracts import PairwiseJudgement, read_jsonl
 from medpref.medqa.config import MedQAParams
@@ -174,14 +175,17 @@ RateFn = Callable[[Sequence[Battle]], dict[str, float]]
 
 def bootstrap_draws(battles: Sequence[Battle], rate: RateFn, models: Sequence[str],
                     n_boot: int, seed: int) -> np.ndarray:
-    """``rate`` over games resampled with replacement (random order): n_boot × models."""
-    rng = np.random.default_rng(seed)
-    draws = np.empty((n_boot, len(models)))
-    for b in range(n_boot):
-        sample = [battles[i] for i in rng.integers(0, len(battles), len(battles))]
-        rated = rate(sample)
-        draws[b] = [rated[m] for m in models]
-    return draws
+    """``rate`` over games resampled with replacement (random order): n_boot × models,
+    the resamples drawn by ``scipy.stats.bootstrap`` (one game: each resample is it)."""
+    def rated(idx: np.ndarray) -> np.ndarray:
+        ratings = rate([battles[i] for i in idx])
+        return np.array([ratings[m] for m in models], dtype=float)
+
+    if len(battles) < 2:
+        return np.tile(rated(np.zeros(len(battles), dtype=int)), (n_boot, 1))
+    res = st.bootstrap((np.arange(len(battles)),), rated, n_resamples=n_boot,
+                       vectorized=False, method="percentile", rng=np.random.default_rng(seed))
+    return np.reshape(res.bootstrap_distribution, (len(models), n_boot)).T
 
 
 def percentile_intervals(draws: np.ndarray, models: Sequence[str], ci: float = 0.95

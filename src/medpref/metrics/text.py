@@ -187,13 +187,11 @@ def self_bleu(texts: Sequence[str], *, lang: Lang | str | None = "auto", max_n: 
     n-gram), so a corpus of thousands of utterances takes seconds, not hours.
     ``sample``: score only that many hypotheses, drawn with ``seed`` (the references are
     always the whole rest of the corpus); None scores every text."""
-    from sacrebleu.metrics.helpers import extract_all_word_ngrams
-
     corpus = [t for t in texts if t.strip()]
     if len(corpus) < 2:
         return None
     scorer = _bleu(bleu_tokenizer(resolve_lang(lang, *corpus)), smooth, max_n)
-    stats = [extract_all_word_ngrams(scorer._preprocess_segment(t), 1, max_n) for t in corpus]
+    stats = [_ngram_counts(scorer.tokenizer(t.rstrip()).split(), max_n) for t in corpus]
     top = _top_two_counts([ng for ng, _ in stats])
     lengths = _Lengths([n for _, n in stats])
     idx = list(range(len(corpus)))
@@ -203,14 +201,24 @@ def self_bleu(texts: Sequence[str], *, lang: Lang | str | None = "auto", max_n: 
     for i in idx:
         ngrams, hyp_len = stats[i]
         correct, total = [0] * max_n, [0] * max_n
-        for gram, count in ngrams.items():
-            c1, owner, c2 = top[gram]
-            total[len(gram) - 1] += count
-            correct[len(gram) - 1] += min(count, c2 if owner == i else c1)
+        for (order, gram), count in ngrams.items():
+            c1, owner, c2 = top[order, gram]
+            total[order - 1] += count
+            correct[order - 1] += min(count, c2 if owner == i else c1)
         ref_len = _closest_other_length(hyp_len, lengths, hyp_len)
         scores.append(scorer.compute_bleu(correct, total, hyp_len, ref_len, smooth_method=smooth,
                                           effective_order=True, max_ngram_order=max_n).score)
     return sum(scores) / len(scores) / 100.0
+
+
+def _ngram_counts(tokens: list[str], max_n: int) -> tuple[Counter, int]:
+    """Every 1..``max_n``-gram of a tokenised text, keyed (order, n-gram), with its count,
+    and the text's length: what sacrebleu's BLEU counts for a segment."""
+    from sacrebleu import extract_word_ngrams
+
+    counts = Counter({(n, gram): c for n in range(1, max_n + 1)
+                      for gram, c in extract_word_ngrams(tokens, n).items()})
+    return counts, len(tokens)
 
 
 def _top_two_counts(counters: Sequence) -> dict:
