@@ -1,0 +1,97 @@
+"""Blinded (doctor sentence, checklist item) pairs from stage 06's committed records.
+
+Regrades the committed consultations of the model doctors with the configured grader
+(echo_aware: MiniLM only, no model call), stops when a credit or its evidence sentence
+differs from ``grades.jsonl``, and writes (``medpref.simulation.runpairs``):
+
+- ``OUT/grader_pairs.jsonl``: one row per pair for a blind labeller (no verdict, no doctor);
+- ``OUT/grader_pairs_SECRET.jsonl``: the same ids with doctor, split, credited-or-not and
+  what the grader read of the sentence (echo, act, shared units, cosine);
+- ``OUT/grader_pairs_SECRET_pool.csv``: per doctor and category, credits, uncredited items with
+  a candidate sentence, how many were sampled, and those without a candidate.
+
+    python scripts/grader_pairs.py --out /work/labels            # ~2 min on 2 cores
+
+The split is by case, with the seed of the 2026-11-27 batch (``--split-seed 31``), so a
+case sits in the same half in every batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from medpref.contracts import SPCase, read_jsonl
+from medpref.embedding import load_encoder
+from medpref.params import load_params, repo_path
+from medpref.simulation import runpairs
+
+RECORDS = "reports/06_simulation/records"
+
+
+def cached(encode):
+    import numpy as np
+
+    memo: dict[str, object] = {}
+
+    def run(texts):
+        todo = [t for t in dict.fromkeys(texts) if t not in memo]
+        if todo:
+            memo.update(zip(todo, encode(todo)))
+        return np.array([memo[t] for t in texts])
+    return run
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="folder for the three files")
+    ap.add_argument("--records", default=RECORDS)
+    ap.add_argument("--total", type=int, default=None,
+                    help="pairs in all (default: every uncredited candidate; >= 400)")
+    ap.add_argument("--seed", type=int, default=41)
+    ap.add_argument("--split-seed", type=int, default=31)
+    ap.add_argument("--synonym-cosine", type=float, default=0.45)
+    args = ap.parse_args()
+    p = load_params().simulation
+    rec = repo_path(args.records)
+    cases = {c.id: c for c in read_jsonl(repo_path(p.cases), SPCase)}
+    consults = [c for c in runpairs.consultations_from(read(rec / "consultations.jsonl"))
+                if c.kind == runpairs.MODEL_KIND]
+    doctors = {c.doctor for c in consults}
+    recorded = [g for g in read(rec / "grades.jsonl") if g["doctor"] in doctors]
+    encode = cached(load_encoder(repo_path(p.embedding_model)))
+    grades = runpairs.regrade(p.grader, consults, cases, encode)
+    diffs = runpairs.check_regrade(recorded, grades)
+    if diffs:
+        raise SystemExit("regrade differs from the record:\n" + "\n".join(diffs[:20]))
+    echo = (p.grader.echo_overlap, p.grader.echo_min_new)
+    credited = runpairs.credited_pairs(consults, grades, echo, encode)
+    pool, without = runpairs.uncredited_candidates(consults, grades, cases, echo, encode,
+                                                   args.synonym_cosine)
+    pairs = runpairs.sample_pairs(credited, pool, args.total, args.seed)
+    blind, secret = runpairs.blind_rows(pairs, consults, cases, args.seed, args.split_seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("grader_pairs.jsonl", blind), ("grader_pairs_SECRET.jsonl", secret)):
+        (out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                encoding="utf-8")
+    counts = runpairs.pool_counts(credited, pool, pairs[len(credited):], without)
+    with (out / "grader_pairs_SECRET_pool.csv").open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(counts[0]))
+        w.writeheader()
+        w.writerows(counts)
+    splits = {s["split"] for s in secret}
+    print(f"{len(credited)} credited, {len(pool)} uncredited candidates "
+          f"({len(without)} uncredited items without one); {len(pairs)} pairs written; "
+          + ", ".join(f"{s} {sum(r['split'] == s for r in secret)}" for s in sorted(splits)))
+
+
+if __name__ == "__main__":
+    main()
