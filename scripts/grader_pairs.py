@@ -12,6 +12,12 @@ differs from ``grades.jsonl``, and writes (``medpref.simulation.runpairs``):
 
     python scripts/grader_pairs.py --out /work/labels            # ~2 min on 2 cores
 
+When a blind labeller has written ``OUT/grader_pairs_labels.jsonl`` (``{"id", "gold",
+"why"}`` by docs/sp_grading_rubric.md), ``--fold`` appends the labelled pairs to
+``simulation.grader.graded_items`` as one batch (``runpairs.labelled_items``):
+
+    python scripts/grader_pairs.py --out /work/labels --fold --batch run-06c7d04
+
 The split is by case, with the seed of the 2026-11-27 batch (``--split-seed 31``), so a
 case sits in the same half in every batch.
 """
@@ -23,7 +29,7 @@ import csv
 import json
 from pathlib import Path
 
-from medpref.contracts import SPCase, read_jsonl
+from medpref.contracts import SPCase, SPGradedItem, read_jsonl
 from medpref.embedding import load_encoder
 from medpref.params import load_params, repo_path
 from medpref.simulation import runpairs
@@ -49,6 +55,22 @@ def read(path: Path) -> list[dict]:
             if line.strip()]
 
 
+def fold(folder: Path, graded: Path, batch: str) -> None:
+    """Append the labelled pairs to the hand-graded items as ``batch`` (once)."""
+    have = read_jsonl(graded, SPGradedItem)
+    if any(g.batch == batch for g in have):
+        raise SystemExit(f"{graded}: batch '{batch}' is there already")
+    labels = folder / "grader_pairs_labels.jsonl"
+    items = runpairs.labelled_items(read(folder / "grader_pairs.jsonl"),
+                                    read(folder / "grader_pairs_SECRET.jsonl"), read(labels),
+                                    batch, len(have) + 1, str(labels))
+    with graded.open("a", encoding="utf-8") as f:
+        for g in items:
+            f.write(json.dumps(g.model_dump(mode="json", exclude_none=True),
+                               ensure_ascii=False) + "\n")
+    print(f"{len(items)} items of batch '{batch}' appended to {graded}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for the three files")
@@ -58,8 +80,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=41)
     ap.add_argument("--split-seed", type=int, default=31)
     ap.add_argument("--synonym-cosine", type=float, default=0.45)
+    ap.add_argument("--fold", action="store_true", help="append OUT's labelled pairs")
+    ap.add_argument("--batch", default="run-06c7d04", help="the batch name for --fold")
     args = ap.parse_args()
     p = load_params().simulation
+    if args.fold:
+        fold(Path(args.out), repo_path(p.grader.graded_items), args.batch)
+        return
     rec = repo_path(args.records)
     cases = {c.id: c for c in read_jsonl(repo_path(p.cases), SPCase)}
     consults = [c for c in runpairs.consultations_from(read(rec / "consultations.jsonl"))

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from medpref.contracts import SPCase, Turn
+from medpref.contracts import ContractError, SPCase, SPGradedItem, Turn
 from medpref.echo import DoctorSentence, content_units, doctor_sentences, item_parts
 from medpref.prompts import load_prompt
 from medpref.simulation.consult import Consultation
@@ -218,3 +218,45 @@ def pool_counts(credited: Sequence[Pair], pool: Sequence[Pair], sampled: Sequenc
     for key in without:
         row(key)["without_candidate"] += 1
     return sorted(rows.values(), key=lambda r: (r["doctor"], CATEGORIES.index(r["category"])))
+
+
+def labelled_items(blind: Sequence[dict], secret: Sequence[dict], labels: Sequence[dict],
+                   batch: str, first_id: int, source: str = "labels") -> list[SPGradedItem]:
+    """The labelled pairs as hand-graded items of one batch, numbered ``g-<first_id>``…
+    in the labeller's order: the excerpt is the opening complaint, the patient turn
+    before the doctor turn (when it is not the complaint) and the doctor turn; the split
+    is the pair's (its case's); the tag says whether the run credited it; ``pair``,
+    ``doctor`` and ``turns`` say where it came from. A label missing, repeated or not a
+    boolean is an error naming the line."""
+    gold = _labels_by_id(labels, {b["id"] for b in blind}, source)
+    by_id = {s["id"]: s for s in secret}
+    out = []
+    for k, b in enumerate(blind):
+        turns = [Turn(role="patient", text=b["chief_complaint"])]
+        if b["patient_before"] and b["patient_before"] != b["chief_complaint"]:
+            turns.append(Turn(role="patient", text=b["patient_before"]))
+        turns.append(Turn(role="doctor", text=b["doctor_turn"]))
+        s = by_id[b["id"]]
+        out.append(SPGradedItem(
+            id=f"g-{first_id + k:04d}", case=b["case"], category=b["category"],
+            item=b["item"], transcript=turns, passed=gold[b["id"]][0], why=gold[b["id"]][1],
+            lang=b["lang"], tag="run_credited" if s["credited"] else "run_uncredited",
+            batch=batch, split=s["split"], source="run", pair=b["id"], doctor=s["doctor"],
+            turns=[s["turn"]]))
+    return out
+
+
+def _labels_by_id(labels: Sequence[dict], ids: set[str], source: str
+                  ) -> dict[str, tuple[bool, str]]:
+    out: dict[str, tuple[bool, str]] = {}
+    for n, row in enumerate(labels, 1):
+        pid = row.get("id")
+        if pid not in ids or pid in out or not isinstance(row.get("gold"), bool):
+            raise ContractError(source, n, "id/gold", f"{pid!r} is unknown, repeated or has "
+                                f"no boolean gold ({row.get('gold')!r})")
+        out[pid] = (row["gold"], str(row.get("why", "")))
+    missing = sorted(ids - set(out))
+    if missing:
+        raise ContractError(source, None, "id", f"no label for {len(missing)} pairs "
+                                                f"({missing[:5]}…)")
+    return out
