@@ -116,14 +116,14 @@ def error_rates(items: Sequence[RunItem], category: str, split: str = "test"
                 ) -> tuple[float, float, int, int]:
     """(sensitivity, specificity, gold passes, gold fails) of one category on the run
     items of one half (see the module text for the items no hand grade covers)."""
-    cases = {i.case for i in items if i.split == split}
-    mine = [i for i in items if i.category == category and i.case in cases
-            and (i.split == split or (i.gold is None and not i.credited))]
-    pos = [i for i in mine if i.gold]
-    neg = [i for i in mine if not i.gold]
-    sens = sum(i.credited for i in pos) / len(pos) if pos else float("nan")
-    spec = sum(not i.credited for i in neg) / len(neg) if neg else float("nan")
-    return sens, spec, len(pos), len(neg)
+    counts = _case_counts(items, category, split)
+    tp, fn, tn, fp = counts.sum(axis=0)
+    return (*_rates(counts), int(tp + fn), int(tn + fp))
+
+
+def _counted(i: RunItem, split: str) -> bool:
+    """The item counts in the half: hand-graded there, or an uncovered non-credit."""
+    return i.split == split or (i.gold is None and not i.credited)
 
 
 def _case_counts(items: Sequence[RunItem], category: str, split: str = "test"
@@ -133,17 +133,18 @@ def _case_counts(items: Sequence[RunItem], category: str, split: str = "test"
     cases = sorted({i.case for i in items if i.split == split})
     out = np.zeros((len(cases), 4))
     for k, case in enumerate(cases):
-        sens_spec = [i for i in items if i.case == case and i.category == category
-                     and (i.split == split or (i.gold is None and not i.credited))]
-        out[k] = [sum(bool(i.gold) and i.credited for i in sens_spec),
-                  sum(bool(i.gold) and not i.credited for i in sens_spec),
-                  sum(not i.gold and not i.credited for i in sens_spec),
-                  sum(not i.gold and i.credited for i in sens_spec)]
+        mine = [i for i in items if i.case == case and i.category == category
+                and _counted(i, split)]
+        out[k] = [sum(bool(i.gold) and i.credited for i in mine),
+                  sum(bool(i.gold) and not i.credited for i in mine),
+                  sum(not i.gold and not i.credited for i in mine),
+                  sum(not i.gold and i.credited for i in mine)]
     return out
 
 
 def _rates(counts: np.ndarray) -> tuple[float, float]:
-    tp, fn, tn, fp = counts.sum(axis=0) if counts.ndim == 2 else counts
+    """(sensitivity, specificity) of per-case counts (:func:`_case_counts`)."""
+    tp, fn, tn, fp = counts.sum(axis=0)
     return (tp / (tp + fn) if tp + fn else float("nan"),
             tn / (tn + fp) if tn + fp else float("nan"))
 
@@ -184,7 +185,7 @@ def _row(doctor, cat, obs, sens, spec, counts, reps, margin) -> dict:
     point = rogan_gladen(obs, sens, spec, margin) if np.isfinite(obs) else None
     kept = np.array([r for r in reps if r is not None], dtype=float)
     ok = point is not None and len(kept)
-    tp, fn, tn, fp = counts.sum(axis=0) if len(counts) else (0, 0, 0, 0)
+    tp, fn, tn, fp = counts.sum(axis=0)
     j = sens + spec - 1.0
     return {"doctor": doctor, "metric": SHORT[cat], "observed": 100.0 * obs,
             "corrected": 100.0 * point if ok else float("nan"),
