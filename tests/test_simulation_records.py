@@ -179,6 +179,12 @@ def test_a_flipped_grade_moves_table2_by_the_amount_computed_by_hand(committed, 
     assert before.loc["base", "ALL Sym."] == 50.0
     assert after.loc["base", "ALL Sym."] - before.loc["base", "ALL Sym."] == pytest.approx(12.5)
     assert after.loc["base", "internal_medicine Sym."] == 75.0      # sp-a: 3 of 4
+    # the toy run's credits are not hand-graded: the grader column counts one more
+    reading = [t.loc["base", "grader"] for t in (before, after)]
+    n = int(reading[0].split("/")[1].split(" ")[0])
+    assert reading == [f"grader not validated on these doctors (0/{k} credits hand-graded, "
+                       "< 50%)" for k in (n, n + 1)]
+    before, after = before.drop(columns="grader"), after.drop(columns="grader")
     moved = (after != before) & ~(after.isna() & before.isna())
     assert set(moved.stack()[lambda s: s].index) == {("base", "internal_medicine Sym."),
                                                     ("base", "ALL Sym.")}

@@ -231,6 +231,7 @@ def test_volunteered_items_are_not_echoes(graded):
 
 BATCH = "2026-11-27"
 DRINK_BATCH = "2026-11-27-drink"  # alcohol questions vs. thirst (issue 31)
+RUN_BATCH = "run-06c7d04"     # the committed run's credits and near misses, blind (issue 41)
 CASE_SPLIT_SEED = 31          # the seed the 2026-11-27 batch was split with (issue 31)
 RUBRIC = REPO_ROOT / "docs" / "sp_grading_rubric.md"
 #: the run the 2026-11-27 batch's run items were cut from (commit 63877ca's stage-06
@@ -253,7 +254,8 @@ def batch(every_item) -> list[SPGradedItem]:
 def test_every_item_records_its_batch_and_split(every_item):
     assert all(g.batch and g.split in ("dev", "test") for g in every_item)
     sizes = Counter(g.batch for g in every_item)
-    assert sizes == {"v1": 229, DRINK_BATCH: 4, BATCH: len(every_item) - 233}
+    assert sizes == {"v1": 229, DRINK_BATCH: 4, RUN_BATCH: 414,
+                     BATCH: len(every_item) - 233 - 414}
 
 
 def test_the_drink_batch_is_dev_items_of_the_thirst_item(every_item):
@@ -378,6 +380,49 @@ def test_the_issues_sentences_are_graded(batch):
     assert verdict("we need an ultrasound done by specialist", "tests") == {True}
     assert verdict("Have your kidneys been working badly lately?", "tests") == {False}
     assert verdict("Have I had any colds recently?", "symptoms") == {False}
+
+
+# ------------------------------------------------------------------ the run batch (issue 41)
+
+@pytest.fixture(scope="module")
+def run_batch(every_item) -> list[SPGradedItem]:
+    return [g for g in every_item if g.batch == RUN_BATCH]
+
+
+def test_the_run_batch_is_split_by_case_with_the_same_seed(run_batch):
+    """A case sits in the same half in every later batch, so a rule built on dev items
+    never saw a test case's sentences."""
+    halves = case_split(embedded_sp_cases(), seed=CASE_SPLIT_SEED)
+    assert all(g.split == halves[g.case] for g in run_batch)
+    for part in ("dev", "test"):
+        mine = [g for g in run_batch if g.split == part]
+        assert {g.category for g in mine} == set(SP_CATEGORIES), part
+        assert len(mine) >= 180, part
+
+
+def test_the_run_batch_holds_the_committed_runs_turns_and_every_credit(run_batch):
+    """Each item's doctor turn is the committed run's turn word for word, after the
+    case's complaint and the patient turn before it; every credit a model doctor earns in
+    the committed grades is one item (scripts/grader_pairs.py), so the run is validated on
+    all its credits."""
+    records = REPO_ROOT / "reports" / "06_simulation" / "records"
+    consults = {(r["case"], r["doctor"]): r for r in map(json.loads, (
+        records / "consultations.jsonl").read_text(encoding="utf-8").splitlines())}
+    cases = {c.id: c for c in embedded_sp_cases()}
+    for g in run_batch:
+        turns = consults[(g.case, g.doctor)]["turns"]
+        assert consults[(g.case, g.doctor)]["kind"] == "model", g.id
+        assert g.transcript[0].text == cases[g.case].chief_complaint, g.id
+        assert g.transcript[-1].text == turns[g.turns[0]]["text"], g.id
+        assert g.transcript[-2].text == turns[g.turns[0] - 1]["text"], g.id
+        assert g.why.strip(), g.id
+    kinds = {(r["case"], r["doctor"]): r["kind"] for r in consults.values()}
+    credits = {(r["case"], r["doctor"], r["item"]) for r in map(json.loads, (
+        records / "grades.jsonl").read_text(encoding="utf-8").splitlines())
+        if r["passed"] and kinds[(r["case"], r["doctor"])] == "model"}
+    tagged = {(g.case, g.doctor, g.item) for g in run_batch if g.tag == "run_credited"}
+    assert tagged == credits and len(credits) == 80
+    assert Counter(g.tag for g in run_batch)["run_uncredited"] >= len(credits)
 
 
 # ------------------------------------------------------------------ the change record

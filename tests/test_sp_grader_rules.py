@@ -206,3 +206,58 @@ def test_which_sentences_speak_of_alcohol(sentence, alcohol):
     assert about_alcohol(sentence) is alcohol
     assert fluid_intake_item("excessive thirst and drinking (polydipsia)")
     assert not fluid_intake_item("alcohol and caffeine use")
+
+
+#: dev items of the run batch whose credited sentence asks about someone other than the
+#: patient (change "not-someone-else"); g-0122 (v1) asks the patient through "anyone"
+SOMEONE_ELSE_IDS = ["g-0571", "g-0625", "g-0626", "g-0699", "g-0726", "g-0758", "g-0802",
+                    "g-0822", "g-0841"]
+
+
+def test_a_question_about_someone_else_earns_nothing(items, monkeypatch):
+    """With an encoder that matches everything, the motivating sentences earn their items
+    only while the rule is off; a question that reaches the patient through "anyone"
+    ("Has anyone said your skin looks yellow?") earns its item either way."""
+    import numpy as np
+
+    from medpref.simulation import graders
+
+    g = load_params().simulation.grader
+    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
+                         count_template=load_prompt(g.count_prompt),
+                         encode=lambda texts: np.ones((len(texts), 4)) / 2.0,
+                         max_candidates=g.max_candidates)
+    matching_all = build_grader("echo_aware", GraderContext(g, setup))
+    ids = [*SOMEONE_ELSE_IDS, "g-0122"]
+    assert verdicts(matching_all, items, ids) == {**{i: False for i in SOMEONE_ELSE_IDS},
+                                                  "g-0122": True}
+    monkeypatch.setattr(graders, "about_someone_else", lambda sentence: False)
+    off = verdicts(matching_all, items, ids)
+    assert sum(off[i] for i in SOMEONE_ELSE_IDS) >= 7 and off["g-0122"]
+
+
+@pytest.mark.parametrize(("sentence", "else_"), [
+    ("Does anyone have diabetes when first taken at night?", True),
+    ("Do other children have eczema compared to yours today?", True),
+    ("Have I had any colds recently?", True),
+    ("Does someone else have swollen veins around their pubic bone?", True),
+    ("Does anyone in your family have diabetes?", False),
+    ("Has anyone around him been ill?", False),
+    ("Does anyone smoke at home?", False),
+    ("Has anyone said your skin looks yellow?", False),
+    ("Do you feel these thoughts are put there by someone else?", False),
+    ("That's unusual - does anyone else have it?", False),      # not its opening
+])
+def test_which_questions_are_about_someone_else(sentence, else_):
+    from medpref.echo import about_someone_else
+
+    assert about_someone_else(sentence) is else_
+
+
+def test_no_scripted_question_is_about_someone_else():
+    from medpref.data.sp_cases import embedded_sp_cases
+    from medpref.echo import about_someone_else, split_sentences
+
+    lines = [s for c in embedded_sp_cases() for t in c.script
+             for s in split_sentences(t["doctor"])]
+    assert len(lines) > 300 and not [s for s in lines if about_someone_else(s)]

@@ -255,6 +255,32 @@ def fluid_intake_item(item: str) -> bool:
     return bool(units & _FLUID_ITEM_UNITS) and not units & _ALCOHOL_ITEM_UNITS
 
 
+# a question about someone other than the patient: its subject, right after the
+# auxiliary that opens it, is anyone, someone, other people or the doctor ("Does anyone
+# have diabetes…?", "Do other children have eczema…?", "Have I had any stomach
+# problems?"). It asks nothing of this patient, unless it speaks of the patient ("you",
+# "your": "Has anyone said your skin looks yellow?") or of the patient's family, home or
+# contacts ("Does anyone in the family have asthma?", "Has anyone around him been ill?",
+# "Does anyone smoke at home?"), which is history the checklist asks for
+_OTHER_SUBJECT = re.compile(
+    r"^\s*(?:so\s+|and\s+)?(?:does|do|did|has|have|had|is|are|"
+    r"was|were|can|could|would|will)\s+(?:anyone|anybody|someone|somebody|"
+    r"(?:any\s+)?other\s+(?:people|children|kids|persons?|patients|women|men)|i)\b",
+    re.IGNORECASE)
+_OWN_CIRCLE = re.compile(
+    r"\b(?:family|families|relatives?|mother|father|mum|mom|dad|parents?|siblings?|brothers?|"
+    r"sisters?|home|household|around (?:you|him|her|them)|contact|close to (?:you|him|her)|"
+    r"friends?|school|nursery|work|you|your)\b", re.IGNORECASE)
+
+
+def about_someone_else(sentence: str) -> bool:
+    """The sentence, opening with an auxiliary, asks about someone other than the patient
+    and the patient's family, home or contacts (English; a Chinese sentence is never
+    refused by this rule)."""
+    s = sentence.replace("\u2019", "'")
+    return bool(_OTHER_SUBJECT.search(s)) and not _OWN_CIRCLE.search(s)
+
+
 def is_chinese(text: str) -> bool:
     return len(_HAN.findall(text)) >= max(1, len(text.strip()) // 4)
 

@@ -81,6 +81,11 @@ class PatientParams(StrictModel):
         return self
 
 
+#: grader keys that change how a run's grades are read, never a grade: kept out of the
+#: records' content keys
+READING_KEYS = ("min_validated_share", "identifiable_margin")
+
+
 class GraderParams(StrictModel):
     """Checklist grading (Eq. 6) by a registered grader (simulation.graders.GRADERS); the
     judge modes ask ``simulation.calls.grader`` with ``prompts`` and ``count_prompt``."""
@@ -108,6 +113,11 @@ class GraderParams(StrictModel):
     max_candidates: int = Field(4, ge=2, le=20)     # naming this many diseases at once fails Dis.
     embedding_threshold: float = Field(0.6, ge=-1.0, le=1.0)  # embedding: cosine to pass
     graded_items: str | None = "data/embedded/sp_graded.jsonl"  # hand-graded items (validation)
+    # below this share of a run's credits (model doctors) hand-graded, Table 2 and its
+    # corrected form say "grader not validated on these doctors" (simulation.corrected)
+    min_validated_share: float = Field(0.5, ge=0.0, le=1.0)
+    # sens + spec - 1 at or under this: the corrected score is not identifiable
+    identifiable_margin: float = Field(0.05, ge=0.0, le=1.0)
 
     @model_validator(mode="before")
     @classmethod
@@ -372,7 +382,8 @@ class SimulationParams(SectionCalls):
         return {
             "patient": {**self.patient.model_dump(mode="json"), "role": patient.role,
                         "prompt": patient.prompt, "max_new_tokens": patient.max_new_tokens},
-            "grader": {**self.grader.model_dump(mode="json"), "role": grader.role,
+            "grader": {**self.grader.model_dump(mode="json", exclude=set(READING_KEYS)),
+                       "role": grader.role,
                        "max_new_tokens": grader.max_new_tokens},
             "heldout": {**self.heldout.model_dump(mode="json"),
                         "max_new_tokens": self.call("heldout_turn").max_new_tokens},

@@ -18,7 +18,10 @@ item. Four are registered:
   counting list pieces or disease-shaped words, whichever is more. In every category, a
   sentence that names ``max_candidates`` or more candidates at once (checklist items it
   names by their words, in any category, or its list pieces:
-  :func:`~medpref.echo.lists_too_many`) earns nothing: listing is not asking.
+  :func:`~medpref.echo.lists_too_many`) earns nothing: listing is not asking; nor does
+  a question about someone other than the patient and the patient's family, home or
+  contacts ("Does anyone have diabetes…?", "Have I had…?":
+  :func:`~medpref.echo.about_someone_else`).
 
 Adding a grader: one class with ``grade(consults, cases)`` and ``@register_grader``.
 """
@@ -36,6 +39,7 @@ from medpref.contracts import SPCase, Turn
 from medpref.echo import (
     DoctorSentence,
     about_alcohol,
+    about_someone_else,
     content_units,
     disease_words,
     doctor_sentences,
@@ -174,7 +178,8 @@ class EchoAwareGrader:
              ) -> list[int]:
         """The matched sentences that could earn the item: the doctor's own (no echo), of
         the act the category needs, and for a disease, naming it."""
-        own = [k for k in hits if not sents[k].echo and sents[k].act in ACTS_FOR[cat]]
+        own = [k for k in hits if not sents[k].echo and sents[k].act in ACTS_FOR[cat]
+               and not about_someone_else(sents[k].text)]
         if cat == "diseases":
             own = [k for k in own if names_disease(sents[k].text, item)]
         return own

@@ -247,8 +247,38 @@ def _boot(params) -> int:
 
 # -- builders: Table 2 and its companions --------------------------------------------------
 
+def run_items(records: Rows, params) -> list:
+    """The model doctors' run items with their hand grades (:mod:`simulation.corrected`)."""
+    from medpref.simulation.corrected import hand_graded_run_items
+
+    return shared(records, params, "run_items", lambda: hand_graded_run_items(
+        sp_view(records, params).consults, sp_view(records, params).grades,
+        records["grader_verdicts"]))
+
+
 def table2_table(records: Rows, params) -> pd.DataFrame:
-    return sp_view(records, params).table2
+    """PLPF Table 2, each model doctor's row saying whether the grader's error was
+    measured on its sentences (``grader``: :func:`corrected.validation_reading`)."""
+    from medpref.simulation.corrected import validation_reading
+
+    t2 = sp_view(records, params).table2
+    if t2.empty:
+        return t2
+    reading = validation_reading(run_items(records, params),
+                                 params.simulation.grader.min_validated_share)
+    return t2.assign(grader=[reading if k == "model" else "" for k in t2["kind"]])
+
+
+def table2_corrected_table(records: Rows, params) -> pd.DataFrame:
+    """Each model doctor's ALL score per category beside its Rogan–Gladen correction for
+    the grader's error on the run's hand-graded sentences (:mod:`simulation.corrected`)."""
+    from medpref.simulation.corrected import corrected_table
+
+    g = params.simulation.grader
+    return tables.with_kind(corrected_table(sp_view(records, params).per_case,
+                                            run_items(records, params), _boot(params),
+                                            params.shared.seed, g.identifiable_margin,
+                                            g.min_validated_share), sp_view(records, params).kinds)
 
 
 def per_case_builder(records: Rows, params) -> pd.DataFrame:
@@ -570,6 +600,7 @@ OUTPUTS = StageOutputs("06_simulation", (
     Table("table2_ci", table2_ci_table, floatfmt=".1f"),
     Table("table2_paired", table2_paired_table, floatfmt=".3f"),
     Table("table2_range", table2_range_table, floatfmt=".1f"),
+    Table("table2_corrected", table2_corrected_table, floatfmt=".3f"),
     Table("controls_gate", controls_gate_table, floatfmt=".1f"),
     Table("compliance", compliance_table, floatfmt=".3f"),
     Figure("compliance_radar", radar_figure),

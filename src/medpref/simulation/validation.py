@@ -201,8 +201,9 @@ def verdict_records(items: Sequence[SPGradedItem], grades: Mapping[str, Sequence
                     configured: str) -> list[dict]:
     """One record per hand-graded item: the item (id, case, category, tag, its split and
     batch resolved), the hand verdict (``gold``) and each grader's (``graders``, by name:
-    ``passed``, None when it abstained, the method, and the sentence it credited), and
-    which grader is the configured one."""
+    ``passed``, None when it abstained, the method, and the sentence it credited), which
+    grader is the configured one, and the item's doctor turns (``doctor_turns``: what a
+    run's credits are matched to, :mod:`medpref.simulation.corrected`)."""
     split = split_of(items)
     by_grader = {name: {g.case: g for g in gs} for name, gs in grades.items()}
     rows = []
@@ -214,7 +215,8 @@ def verdict_records(items: Sequence[SPGradedItem], grades: Mapping[str, Sequence
                               **({"evidence": v.evidence} if v.evidence is not None else {})}
         rows.append({"id": g.id, "case": g.case, "category": g.category, "item": g.item,
                      "tag": g.tag, "split": split[g.id], "batch": batch_of(g), "gold": g.passed,
-                     "configured": configured, "graders": verdicts})
+                     "configured": configured, "graders": verdicts,
+                     "doctor_turns": [t.text for t in g.transcript if t.role == "doctor"]})
     return rows
 
 

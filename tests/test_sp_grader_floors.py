@@ -1,0 +1,77 @@
+"""The configured SP grader over EVERY hand-graded item, against recorded floors.
+
+``data/embedded/sp_grader_floors.yaml`` holds, per split and batch group (every batch;
+the committed run's own sentences, batch ``run-06c7d04``; the templated and script
+batches), the κ, recall and precision the grader measured when the floors were written
+(the figures themselves: the current figures are the floors). A rule change that lowers
+any of them fails here; one that raises them should raise the floors in the same commit.
+Needs the MiniLM encoder (``models/all-minilm-l6-v2``); skipped without it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from medpref import REPO_ROOT
+from medpref.data.sp_cases import embedded_sp_graded
+from medpref.params import load_params, repo_path
+from medpref.simulation.validation import agreement_rows, grade_hand_items
+
+FLOORS = REPO_ROOT / "data" / "embedded" / "sp_grader_floors.yaml"
+RUN_BATCH = "run-06c7d04"
+
+
+def group_of(batch: str, group: str) -> bool:
+    return {"all": True, "run": batch == RUN_BATCH, "other": batch != RUN_BATCH}[group]
+
+
+@pytest.fixture(scope="module")
+def measured():
+    p = load_params().simulation
+    model = repo_path(p.embedding_model)
+    if not (model / "modules.json").exists():
+        pytest.skip(f"no MiniLM at {model}")
+    from medpref.embedding import load_encoder
+    from medpref.prompts import load_prompt
+    from medpref.simulation.graders import GraderContext, build_grader
+    from medpref.simulation.grading import GradingSetup
+
+    g = p.grader
+    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
+                         count_template=load_prompt(g.count_prompt),
+                         encode=load_encoder(model), max_candidates=g.max_candidates,
+                         embedding_threshold=g.embedding_threshold)
+    items = embedded_sp_graded()
+    grades = grade_hand_items(items, build_grader(g.mode, GraderContext(g, setup)))
+    by_id = {gr.case: gr for gr in grades}
+    out = {}
+    for group in ("all", "run", "other"):
+        chosen = [it for it in items if group_of(it.batch or "v1", group)]
+        rows = agreement_rows(chosen, [by_id[it.id] for it in chosen], n_boot=100)
+        out[group] = {r["split"]: r for r in rows
+                      if r["batch"] == "all" and r["category"] == "all"}
+    return out
+
+
+def test_the_floors_name_every_split_and_group():
+    floors = yaml.safe_load(FLOORS.read_text(encoding="utf-8"))
+    assert floors["grader"] == load_params().simulation.grader.mode
+    assert set(floors["floors"]) == {"all", "run", "other"}
+    for group in floors["floors"].values():
+        assert set(group) == {"dev", "test"}
+        for figures in group.values():
+            assert set(figures) == {"items", "kappa", "recall", "precision"}
+
+
+@pytest.mark.parametrize("group", ["all", "run", "other"])
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_the_grader_holds_its_recorded_figures(measured, group, split):
+    floor = yaml.safe_load(FLOORS.read_text(encoding="utf-8"))["floors"][group][split]
+    row = measured[group][split]
+    assert row["items"] == floor["items"], "the hand-graded items changed: rewrite the floors"
+    for stat in ("kappa", "recall", "precision"):
+        assert not math.isnan(row[stat]), stat
+        assert row[stat] >= floor[stat] - 1e-9, (group, split, stat, row[stat], floor[stat])
