@@ -32,10 +32,22 @@ with ``complete: false``.
 ``repro_timings.json`` (or the one this run just wrote), stage by stage: before, after,
 the difference and the ratio, written to ``benchmarks/repro_compare.md`` for the docs.
 
+The utilisation table (``repro_utilisation.json`` and ``.md`` beside the record) sets each
+stage's model work against two rates of the machine: GFLOP/s (prompt and generated tokens
+at 2N FLOP, trained tokens at 6N, N the model's non-embedding parameters from its config)
+against a float32 matrix product's peak on the record's cores, and generated tokens/s
+against the embedded model generating in a batch of 16. Trained tokens are trl's
+``num_tokens`` in the trainer logs ``dvc.lock`` lists as each stage's outputs (the REM's,
+which its log lacks, derived from its examples' lengths). ``--run`` measures the peak
+before the run and writes the table with the record; ``--utilisation`` writes it for the
+record already in ``--timings-dir``, from this checkout's logs, both rates measured now
+(``--repeats``: the best of that many). docs/speed.md says what the count leaves out.
+
 Usage:
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py [--root .]
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --run [--scratch DIR]
       [--stage notechat] [--timings-dir benchmarks] [--compare a4f554c]
+  PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --utilisation [--repeats 3]
 """
 
 from __future__ import annotations
@@ -301,7 +313,7 @@ def non_embedding_params(model_dir: Path) -> int:
     return model.num_parameters(exclude_embeddings=True)
 
 
-def matmul_peak(threads: int, repeats: int) -> dict:
+def matmul_peak(threads: int, repeats: int = 3) -> dict:
     """The machine's float32 matrix-product rate on ``threads`` torch threads: for each
     size the best of ``repeats`` timed products (after one untimed), the best size's GFLOP/s."""
     import torch
@@ -322,10 +334,11 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def batched_rate(model_dir: Path, threads: int, repeats: int) -> dict:
-    """The embedded model's greedy generation rate in one batch of ``BATCH`` short patient
-    questions (bench_backends.py's), each row made to generate exactly ``BATCH_TOKENS``
-    tokens (prefill of the short prompts included); the best of ``repeats``, tokens/s."""
+def batched_generator(model_dir: Path, threads: int):
+    """A function that times the embedded model's greedy generation for one batch of
+    ``BATCH`` short patient questions (bench_backends.py's), each row made to generate
+    exactly ``BATCH_TOKENS`` tokens (the short prompts' prefill included), in tokens/s;
+    the model is loaded and one batch run untimed first."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -345,21 +358,35 @@ def batched_rate(model_dir: Path, threads: int, repeats: int) -> dict:
             model.generate(**enc, do_sample=False, min_new_tokens=BATCH_TOKENS,
                            max_new_tokens=BATCH_TOKENS, pad_token_id=tok.pad_token_id)
 
-    generate()  # warm-up, not timed
-    best = min(_timed(generate) for _ in range(repeats))
-    return {"tokens_per_s": round(BATCH * BATCH_TOKENS / best, 1), "batch": BATCH,
-            "new_tokens": BATCH_TOKENS, "best_s": round(best, 2)}
+    generate()
+    return lambda: round(BATCH * BATCH_TOKENS / _timed(generate), 1)
 
 
-def machine_rates(model_dir: Path, threads: int, repeats: int, peak_only: bool = False) -> dict:
-    """The peak and (unless ``peak_only``) the batched rate, with when and under what load
-    they were measured (a shared machine's rates are low, and say so)."""
-    load = os.getloadavg()[0]
-    out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": threads,
-           "repeats": repeats, "peak": matmul_peak(threads, repeats)}
-    if not peak_only:
-        out["batched"] = batched_rate(model_dir, threads, repeats)
-    return {**out, "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+def machine_rates(model_dir: Path | None, threads: int, attempts: int,
+                  gap_s: float = 0.0) -> dict:
+    """The peak and (with a ``model_dir``) the batched rate, measured ``attempts`` times
+    ``gap_s`` seconds apart, each attempt with its time and load average; the best of each
+    rate is kept (on a shared machine every attempt is low, and the loads say so)."""
+    generate = batched_generator(model_dir, threads) if model_dir else None
+    runs = []
+    for i in range(attempts):
+        if i:
+            time.sleep(gap_s)
+        run = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "load": round(os.getloadavg()[0], 2), "peak": matmul_peak(threads)}
+        if generate:
+            run["batched_tokens_per_s"] = generate()
+        runs.append(run)
+        print(f"[bench_repro] rates, attempt {i + 1}: {run}", flush=True)
+    best = max(runs, key=lambda r: r["peak"]["gflops"])
+    out = {"threads": threads, "attempts": runs, "peak": best["peak"]}
+    if generate:
+        out["batched"] = batched_summary(max(r["batched_tokens_per_s"] for r in runs))
+    return out
+
+
+def batched_summary(tokens_per_s: float) -> dict:
+    return {"tokens_per_s": tokens_per_s, "batch": BATCH, "new_tokens": BATCH_TOKENS}
 
 
 def lock_outs(root: Path) -> dict[str, list[str]]:
@@ -478,15 +505,17 @@ def utilisation_markdown(rec: dict) -> str:
     """The utilisation record as the Markdown table docs include."""
     run, rates = rec["run"], rec["rates"]
     peak, bat = rates["peak"], rates["batched"]
+    runs = rates["attempts"]
+    loads = sorted(r["load"] for r in runs)
     lines = [f"Model work of the cold run of commit `{run['commit']}` ({run['date']}) per dvc "
-             f"stage, against this machine's rates measured on {rates['date']} with "
-             f"{rates['threads']} threads, load average {rates['load_before']:.2f} before and "
-             f"{rates['load_after']:.2f} after (best of {rates['repeats']}): matrix-product "
-             f"peak {peak['gflops']:,.1f} GFLOP/s (float32, n = "
-             f"{', '.join(peak['gflops_by_n'])}), batched generation {bat['tokens_per_s']:,.1f} "
-             f"tokens/s (batch {bat['batch']}, {bat['new_tokens']} new tokens each). "
-             f"N = {rec['n_params']:,} non-embedding parameters; a prompt or generated token "
-             f"counts {rec['flop_per_token']['prompt']}N FLOP, a trained token "
+             f"stage, against this machine's rates on {rates['threads']} threads, the best of "
+             f"{len(runs)} attempts from {runs[0]['date']} to {runs[-1]['date']} (load "
+             f"average {loads[0]:.2f} to {loads[-1]:.2f}): matrix-product peak "
+             f"{peak['gflops']:,.1f} GFLOP/s (float32, n = {', '.join(peak['gflops_by_n'])}), "
+             f"batched generation {bat['tokens_per_s']:,.1f} tokens/s (batch {bat['batch']}, "
+             f"{bat['new_tokens']} new tokens each). N = {rec['n_params']:,} non-embedding "
+             f"parameters; a prompt or generated token counts "
+             f"{rec['flop_per_token']['prompt']}N FLOP, a trained token "
              f"{rec['flop_per_token']['trained']}N.",
              "", "| dvc stage | wall s | prompt tokens | generated tokens | trained tokens | "
              "TFLOP | GFLOP/s | % of peak | generated tokens/s | % of batched |",
@@ -550,7 +579,10 @@ def main() -> None:
                     help="the utilisation table of the record in --timings-dir (its "
                          "repro_timings.json), the machine's rates measured now")
     ap.add_argument("--repeats", type=int, default=3,
-                    help="timed repeats of the peak and the batched rate (the best is kept)")
+                    help="attempts at the peak and the batched rate (the best is kept)")
+    ap.add_argument("--gap", type=float, default=0.0,
+                    help="with --utilisation: seconds between two attempts (a shared "
+                         "machine's quieter moment)")
     args = ap.parse_args()
 
     measured, total, cpu = None, None, None
@@ -559,11 +591,12 @@ def main() -> None:
         root = scratch_clone(args.scratch or Path(tempfile.mkdtemp(prefix="medpref-repro-")))
         print(f"cold run in {root}", flush=True)
         weights = (REPO / MODEL / "model.safetensors").exists()
-        rates = machine_rates(REPO / MODEL, os.cpu_count(), args.repeats, peak_only=not weights)
+        rates = machine_rates(REPO / MODEL if weights else None, os.cpu_count(), args.repeats)
         load_before, started = os.getloadavg()[0], time.time()
         measured, total, cpu = run_repro(root, args.stage)
         if not weights:  # a fresh checkout: the run's own models stage wrote the weights
-            rates["batched"] = batched_rate(root / MODEL, os.cpu_count(), args.repeats)
+            generate = batched_generator(root / MODEL, os.cpu_count())
+            rates["batched"] = batched_summary(max(generate() for _ in range(args.repeats)))
     if args.starts:
         if args.end is None:
             raise SystemExit("--starts needs --end (the epoch second the run ended)")
@@ -585,8 +618,8 @@ def main() -> None:
         record = read_json(args.timings_dir / "repro_timings.json")
         if not record:
             raise SystemExit(f"--utilisation: no {args.timings_dir / 'repro_timings.json'}")
-        utilisation(root, record, machine_rates(root / MODEL, record["cores"], args.repeats),
-                    args.timings_dir)
+        rates = machine_rates(root / MODEL, record["cores"], args.repeats, args.gap)
+        utilisation(root, record, rates, args.timings_dir)
     if args.compare:
         current = args.timings_dir / "repro_timings.json"
         if not current.exists():
