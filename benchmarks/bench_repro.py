@@ -530,6 +530,11 @@ def utilisation_markdown(rec: dict) -> str:
     lines += ["", f"Prompt and generated tokens: the run's ledgers; trained tokens: the "
               f"trainer logs of {rec['logs']}:", ""]
     lines += [f"- {stage}: {how}" for stage, how in rec["trained_from"].items()]
+    if loads[0] >= rates["threads"]:
+        lines += ["", f"**Every attempt ran under a load average of at least {loads[0]:.2f} "
+                  f"on {rates['threads']} threads:** the rates are far below this machine's "
+                  "idle ones, and the shares of them above are too high by as much; rerun "
+                  "`bench_repro.py --utilisation` on an idle machine."]
     lines += ["", "Not counted: attention over the context, the LM head, DPO's reference "
               "pass. A LoRA run takes no gradient of the frozen weights, so a trained token "
               "costs nearer 4N than 6N: the training rows overstate the work done (docs/speed.md)."]

@@ -175,6 +175,16 @@ def test_the_table_has_its_columns_rates_and_sources(tmp_path):
     assert "batched generation 50.0 tokens/s (batch 16, 64 new tokens each)" in head
     assert "N = 100,000,000 non-embedding parameters" in head
     assert "- training_sft: sft log: num_tokens" in lines
+    assert not any("Every attempt ran under a load" in line for line in lines)
+
+
+def test_rates_measured_on_a_busy_machine_are_flagged():
+    """When even the quietest attempt ran with more runnable work than threads, the table
+    says its rates are low and its shares too high."""
+    b = bench()
+    busy = {**RATES, "attempts": [{**a, "load": a["load"] + 2.0} for a in RATES["attempts"]]}
+    table = b.utilisation_markdown(b.utilisation_record(TIMINGS, {}, 100_000_000, busy, "x"))
+    assert "**Every attempt ran under a load average of at least 2.50 on 2 threads:**" in table
 
 
 def test_n_is_the_parameters_less_the_tied_embedding_counted_by_hand(tmp_path):
