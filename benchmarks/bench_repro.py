@@ -549,17 +549,24 @@ def write_utilisation(out_dir: Path, rec: dict) -> tuple[Path, Path]:
     return js, md
 
 
-def utilisation(root: Path, timings: dict, rates: dict, out_dir: Path) -> None:
+def utilisation(root: Path, timings: dict, rates: dict, out_dir: Path, logs: str) -> None:
     """Build and write the utilisation table of a cold-run record, its trained tokens read
-    from ``root``'s trainer logs and N from ``root``'s model config."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
-                            capture_output=True, check=True).stdout.strip()
+    from ``root``'s trainer logs (``logs`` says which run wrote them) and N from ``root``'s
+    model config."""
     trained = trained_by_stage(root, [s["stage"] for s in timings["stages"]])
-    rec = utilisation_record(timings, trained, non_embedding_params(root / MODEL), rates,
-                             f"commit `{commit}`")
+    rec = utilisation_record(timings, trained, non_embedding_params(root / MODEL), rates, logs)
     for path in write_utilisation(out_dir, rec):
         print(f"wrote {path}")
     print(utilisation_markdown(rec))
+
+
+def committed_logs(root: Path) -> str:
+    """Which commit last changed the trainer logs in ``root``'s ``reports/``."""
+    logs = [o for outs in lock_outs(root).values() for o in outs
+            if o.endswith(("log_history.json", "records/training_loss.jsonl"))]
+    commit = subprocess.run(["git", "log", "-1", "--format=%h", "--", *logs], cwd=root,
+                            text=True, capture_output=True, check=True).stdout.strip()
+    return f"the checkout's reports/ (last changed at commit `{commit}`)"
 
 
 def main() -> None:
@@ -618,13 +625,13 @@ def main() -> None:
         for path in write_timings(args.timings_dir, record):
             print(f"wrote {path}")
         if args.run:
-            utilisation(root, record, rates, args.timings_dir)
+            utilisation(root, record, rates, args.timings_dir, "this run")
     if args.utilisation:
         record = read_json(args.timings_dir / "repro_timings.json")
         if not record:
             raise SystemExit(f"--utilisation: no {args.timings_dir / 'repro_timings.json'}")
         rates = machine_rates(root / MODEL, record["cores"], args.repeats, args.gap)
-        utilisation(root, record, rates, args.timings_dir)
+        utilisation(root, record, rates, args.timings_dir, committed_logs(root))
     if args.compare:
         current = args.timings_dir / "repro_timings.json"
         if not current.exists():
