@@ -32,10 +32,22 @@ with ``complete: false``.
 ``repro_timings.json`` (or the one this run just wrote), stage by stage: before, after,
 the difference and the ratio, written to ``benchmarks/repro_compare.md`` for the docs.
 
+The utilisation table (``repro_utilisation.json`` and ``.md`` beside the record) sets each
+stage's model work against two rates of the machine: GFLOP/s (prompt and generated tokens
+at 2N FLOP, trained tokens at 6N, N the model's non-embedding parameters from its config)
+against a float32 matrix product's peak on the record's cores, and generated tokens/s
+against the embedded model generating in a batch of 16. Trained tokens are trl's
+``num_tokens`` in the trainer logs ``dvc.lock`` lists as each stage's outputs (the REM's,
+which its log lacks, derived from its examples' lengths). ``--run`` measures the peak
+before the run and writes the table with the record; ``--utilisation`` writes it for the
+record already in ``--timings-dir``, from this checkout's logs, both rates measured now
+(``--repeats``: the best of that many). docs/speed.md says what the count leaves out.
+
 Usage:
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py [--root .]
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --run [--scratch DIR]
       [--stage notechat] [--timings-dir benchmarks] [--compare a4f554c]
+  PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py --utilisation [--repeats 3]
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -282,6 +295,280 @@ def in_place(starts: list[tuple[str, float]], end: float) -> tuple[dict[str, flo
     return per_stage, end - starts[0][1]
 
 
+# -- utilisation: each stage's model work against the machine's measured rates -------------
+FLOP_PER_TOKEN = {"prompt": 2, "generated": 2, "trained": 6}  # × N (forward 2N, backward 4N)
+PEAK_SIZES = (1024, 1536, 2048)   # float32 matrix products n × n × n
+BATCH, BATCH_TOKENS = 16, 64      # the batched generation rate: 16 rows, 64 new tokens each
+MODEL = Path("models/smollm2-135m-instruct")
+
+
+def non_embedding_params(model_dir: Path) -> int:
+    """N: the model's parameters less its token embedding (and the LM head tied to it), as
+    transformers counts them; built from ``config.json`` on the meta device, no weights."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return model.num_parameters(exclude_embeddings=True)
+
+
+def matmul_peak(threads: int, repeats: int = 3) -> dict:
+    """The machine's float32 matrix-product rate on ``threads`` torch threads: for each
+    size the best of ``repeats`` timed products (after one untimed), the best size's GFLOP/s."""
+    import torch
+
+    torch.set_num_threads(threads)
+    by_n = {}
+    for n in PEAK_SIZES:
+        product = partial(torch.mm, torch.randn(n, n), torch.randn(n, n))
+        product()
+        best = min(_timed(product) for _ in range(repeats))
+        by_n[str(n)] = round(2 * n ** 3 / best / 1e9, 1)
+    return {"gflops": max(by_n.values()), "gflops_by_n": by_n}
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def batched_generator(model_dir: Path, threads: int):
+    """A function that times the embedded model's greedy generation for one batch of
+    ``BATCH`` short patient questions (bench_backends.py's), each row made to generate
+    exactly ``BATCH_TOKENS`` tokens (the short prompts' prefill included), in tokens/s;
+    the model is loaded and one batch run untimed first."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_backends import QUESTIONS
+
+    torch.set_num_threads(threads)
+    tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                     add_generation_prompt=True)
+             for q in (QUESTIONS * 2)[:BATCH]]
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+
+    def generate():
+        with torch.inference_mode():
+            model.generate(**enc, do_sample=False, min_new_tokens=BATCH_TOKENS,
+                           max_new_tokens=BATCH_TOKENS, pad_token_id=tok.pad_token_id)
+
+    generate()
+    return lambda: round(BATCH * BATCH_TOKENS / _timed(generate), 1)
+
+
+def machine_rates(model_dir: Path | None, threads: int, attempts: int,
+                  gap_s: float = 0.0) -> dict:
+    """The peak and (with a ``model_dir``) the batched rate, measured ``attempts`` times
+    ``gap_s`` seconds apart, each attempt with its time and load average; the best of each
+    rate is kept (on a shared machine every attempt is low, and the loads say so)."""
+    generate = batched_generator(model_dir, threads) if model_dir else None
+    runs = []
+    for i in range(attempts):
+        if i:
+            time.sleep(gap_s)
+        run = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "load": round(os.getloadavg()[0], 2), "peak": matmul_peak(threads)}
+        if generate:
+            run["batched_tokens_per_s"] = generate()
+        runs.append(run)
+        print(f"[bench_repro] rates, attempt {i + 1}: {run}", flush=True)
+    best = max(runs, key=lambda r: r["peak"]["gflops"])
+    out = {"threads": threads, "attempts": runs, "peak": best["peak"]}
+    if generate:
+        out["batched"] = batched_summary(max(r["batched_tokens_per_s"] for r in runs))
+    return out
+
+
+def batched_summary(tokens_per_s: float) -> dict:
+    return {"tokens_per_s": tokens_per_s, "batch": BATCH, "new_tokens": BATCH_TOKENS}
+
+
+def lock_outs(root: Path) -> dict[str, list[str]]:
+    """Each dvc stage's outputs as ``dvc.lock`` records them (matrix cells expanded)."""
+    import yaml
+
+    lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8")) or {}
+    return {name: [o["path"] for o in st.get("outs", [])]
+            for name, st in lock.get("stages", {}).items()}
+
+
+def trainer_tokens(root: Path, outs: list[str]) -> tuple[int, str] | None:
+    """Tokens a stage's trainer processed, from its ``log_history.json`` (trl's
+    ``num_tokens`` at the last step: the non-padding tokens of every batch, a DPO pair's
+    prompt counted with each answer) and how they were read; 0 for a run that reused
+    another's adapter (its ``timings.json`` has no ``train`` step); None: no trainer log."""
+    log = next((o for o in outs if o.endswith("log_history.json")), None)
+    if log is None:
+        return None
+    steps = read_json(root / Path(log).parent / "timings.json").get("steps_s", {})
+    if steps and "train" not in steps:
+        return 0, f"{log}: reused another run's adapter ({', '.join(steps)})"
+    counts = [r["num_tokens"] for r in read_json(root / log) if "num_tokens" in r]
+    if not counts:
+        raise SystemExit(f"{root / log}: no num_tokens in any logged step")
+    return int(counts[-1]), f"{log}: num_tokens at the last step"
+
+
+def rem_trained_tokens(root: Path) -> tuple[int, str]:
+    """The REM's training tokens, which stage 03's loss record does not log: the tokens of
+    each training example in the model's chat template (prompt and answer, as the stage
+    measures them to drop the too long), summed, times the examples the trainer saw per
+    example (the epochs; fewer when the step cap cut them). The stage's ``metrics.json``
+    must count as many training examples as this checkout's data gives."""
+    from transformers import AutoTokenizer
+
+    from medpref.finetune.hardware import load_hardware
+    from medpref.finetune.sft import drop_too_long, token_length
+    from medpref.params import load_params, repo_path
+    from medpref.rem import build_rem as b03
+
+    params = load_params(root / "params.yaml")
+    p, t = params.rem, params.rem.train
+    inputs = b03.load_inputs(p)
+    examples = b03.sft_examples(inputs.split("train"), inputs.flowchart, p.prompt,
+                                t.rule_detail, t.answer_order)
+    tok = AutoTokenizer.from_pretrained(repo_path(params.shared.llm.roles[p.role].model))
+    kept, _ = drop_too_long(tok, examples, t.recipe.max_length, ("completion",))
+    fit = read_json(root / "reports/03_rem/metrics.json").get("training", {})
+    if fit.get("n_train") != len(kept):
+        raise SystemExit(f"{root / 'reports/03_rem/metrics.json'}: training.n_train "
+                         f"{fit.get('n_train')} but this checkout's data gives {len(kept)}")
+    hw = load_hardware(t.hardware).rem
+    seen = min(fit["steps"] * hw.per_device_train_batch_size * hw.gradient_accumulation_steps,
+               len(kept) * t.recipe.num_train_epochs)
+    total = sum(token_length(tok, ex["prompt"] + ex["completion"]) for ex in kept)
+    return round(total * seen / len(kept)), (
+        f"derived: {len(kept)} training examples, {total:,} tokens in the chat template, "
+        f"seen {seen / len(kept):g} times ({fit['steps']} steps of "
+        f"{hw.per_device_train_batch_size} × {hw.gradient_accumulation_steps})")
+
+
+def trained_by_stage(root: Path, stages: list[str]) -> dict[str, tuple[int, str]]:
+    """Training tokens of every stage that trains, read from the logs ``dvc.lock`` names
+    as its outputs (the REM's derived: its loss record has no token counts)."""
+    outs, found = lock_outs(root), {}
+    for name in stages:
+        got = trainer_tokens(root, outs.get(name, []))
+        if got is None and any(o.endswith("records/training_loss.jsonl")
+                               for o in outs.get(name, [])):
+            got = rem_trained_tokens(root)
+        if got is not None:
+            found[name] = got
+    return found
+
+
+def stage_work(st: dict, trained: int, n_params: int) -> dict:
+    """A stage's model FLOP: prompt and generated tokens at 2N each, trained tokens at
+    6N; its GFLOP/s over the stage's wall time and its generated tokens/s."""
+    tin, tout = st.get("tokens_in") or 0, st.get("tokens_out") or 0
+    flop = n_params * (FLOP_PER_TOKEN["prompt"] * tin + FLOP_PER_TOKEN["generated"] * tout
+                       + FLOP_PER_TOKEN["trained"] * trained)
+    wall = st["wall_s"]
+    return {"stage": st["stage"], "wall_s": wall, "tokens_in": tin, "tokens_out": tout,
+            "tokens_trained": trained, "tflop": round(flop / 1e12, 2),
+            "gflops": round(flop / wall / 1e9, 1) if flop else None,
+            "gen_tokens_per_s": round(tout / wall, 1) if tout else None}
+
+
+def utilisation_record(timings: dict, trained: dict[str, tuple[int, str]], n_params: int,
+                       rates: dict, logs: str) -> dict:
+    """Every stage of a cold-run record with its model work, GFLOP/s and share of the
+    measured peak, generated tokens/s and share of the batched rate; the whole run too."""
+    peak, batched = rates["peak"]["gflops"], rates["batched"]["tokens_per_s"]
+    rows = [stage_work(st, trained.get(st["stage"], (0, ""))[0], n_params)
+            for st in timings["stages"]]
+    total = stage_work({"stage": "total", "wall_s": timings["total_wall_s"],
+                        "tokens_in": sum(r["tokens_in"] for r in rows),
+                        "tokens_out": sum(r["tokens_out"] for r in rows)},
+                       sum(r["tokens_trained"] for r in rows), n_params)
+    for r in [*rows, total]:
+        r["peak_pct"] = round(100 * r["gflops"] / peak, 1) if r["gflops"] else None
+        r["batched_pct"] = (round(100 * r["gen_tokens_per_s"] / batched, 1)
+                            if r["gen_tokens_per_s"] else None)
+    return {"run": {k: timings.get(k) for k in ("commit", "date", "cores", "how")},
+            "logs": logs, "n_params": n_params, "flop_per_token": FLOP_PER_TOKEN,
+            "rates": rates, "trained_from": {k: v[1] for k, v in trained.items()},
+            "stages": rows, "total": total}
+
+
+def _num(x, fmt: str = ",.1f") -> str:
+    return "" if not x else format(x, fmt)
+
+
+def utilisation_markdown(rec: dict) -> str:
+    """The utilisation record as the Markdown table docs include."""
+    run, rates = rec["run"], rec["rates"]
+    peak, bat = rates["peak"], rates["batched"]
+    runs = rates["attempts"]
+    loads = sorted(r["load"] for r in runs)
+    lines = [f"Model work of the cold run of commit `{run['commit']}` ({run['date']}) per dvc "
+             f"stage, against this machine's rates on {rates['threads']} threads, the best of "
+             f"{len(runs)} attempts from {runs[0]['date']} to {runs[-1]['date']} (load "
+             f"average {loads[0]:.2f} to {loads[-1]:.2f}): matrix-product peak "
+             f"{peak['gflops']:,.1f} GFLOP/s (float32, n = {', '.join(peak['gflops_by_n'])}), "
+             f"batched generation {bat['tokens_per_s']:,.1f} tokens/s (batch {bat['batch']}, "
+             f"{bat['new_tokens']} new tokens each). N = {rec['n_params']:,} non-embedding "
+             f"parameters; a prompt or generated token counts "
+             f"{rec['flop_per_token']['prompt']}N FLOP, a trained token "
+             f"{rec['flop_per_token']['trained']}N.",
+             "", "| dvc stage | wall s | prompt tokens | generated tokens | trained tokens | "
+             "TFLOP | GFLOP/s | % of peak | generated tokens/s | % of batched |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in [*rec["stages"], rec["total"]]:
+        name = f"**{r['stage']}**" if r is rec["total"] else r["stage"]
+        lines.append(f"| {name} | {r['wall_s']:,.1f} | {_num(r['tokens_in'], ',')} | "
+                     f"{_num(r['tokens_out'], ',')} | {_num(r['tokens_trained'], ',')} | "
+                     f"{_num(r['tflop'], ',.2f')} | {_num(r['gflops'])} | "
+                     f"{_num(r['peak_pct'])} | {_num(r['gen_tokens_per_s'])} | "
+                     f"{_num(r['batched_pct'])} |")
+    lines += ["", f"Prompt and generated tokens: the run's ledgers; trained tokens: the "
+              f"trainer logs of {rec['logs']}:", ""]
+    lines += [f"- {stage}: {how}" for stage, how in rec["trained_from"].items()]
+    if loads[0] >= rates["threads"]:
+        lines += ["", f"**Every attempt ran under a load average of at least {loads[0]:.2f} "
+                  f"on {rates['threads']} threads:** the rates are far below this machine's "
+                  "idle ones, and the shares of them above are too high by as much; rerun "
+                  "`bench_repro.py --utilisation` on an idle machine."]
+    lines += ["", "Not counted: attention over the context, the LM head, DPO's reference "
+              "pass. A LoRA run takes no gradient of the frozen weights, so a trained token "
+              "costs nearer 4N than 6N: the training rows overstate the work done (docs/speed.md)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_utilisation(out_dir: Path, rec: dict) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    js, md = out_dir / "repro_utilisation.json", out_dir / "repro_utilisation.md"
+    js.write_text(json.dumps(rec, indent=2) + "\n", encoding="utf-8")
+    md.write_text(utilisation_markdown(rec), encoding="utf-8")
+    return js, md
+
+
+def utilisation(root: Path, timings: dict, rates: dict, out_dir: Path, logs: str) -> None:
+    """Build and write the utilisation table of a cold-run record, its trained tokens read
+    from ``root``'s trainer logs (``logs`` says which run wrote them) and N from ``root``'s
+    model config."""
+    trained = trained_by_stage(root, [s["stage"] for s in timings["stages"]])
+    rec = utilisation_record(timings, trained, non_embedding_params(root / MODEL), rates, logs)
+    for path in write_utilisation(out_dir, rec):
+        print(f"wrote {path}")
+    print(utilisation_markdown(rec))
+
+
+def committed_logs(root: Path) -> str:
+    """Which commit last changed the trainer logs in ``root``'s ``reports/``."""
+    logs = [o for outs in lock_outs(root).values() for o in outs
+            if o.endswith(("log_history.json", "records/training_loss.jsonl"))]
+    commit = subprocess.run(["git", "log", "-1", "--format=%h", "--", *logs], cwd=root,
+                            text=True, capture_output=True, check=True).stdout.strip()
+    return f"the checkout's reports/ (last changed at commit `{commit}`)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=REPO, help="checkout whose reports to read")
@@ -300,6 +587,14 @@ def main() -> None:
     ap.add_argument("--compare", metavar="REV",
                     help="set the record committed at REV beside the current one "
                          "(writes repro_compare.md beside repro_timings.json)")
+    ap.add_argument("--utilisation", action="store_true",
+                    help="the utilisation table of the record in --timings-dir (its "
+                         "repro_timings.json), the machine's rates measured now")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="attempts at the peak and the batched rate (the best is kept)")
+    ap.add_argument("--gap", type=float, default=0.0,
+                    help="with --utilisation: seconds between two attempts (a shared "
+                         "machine's quieter moment)")
     args = ap.parse_args()
 
     measured, total, cpu = None, None, None
@@ -307,8 +602,13 @@ def main() -> None:
     if args.run:
         root = scratch_clone(args.scratch or Path(tempfile.mkdtemp(prefix="medpref-repro-")))
         print(f"cold run in {root}", flush=True)
+        weights = (REPO / MODEL / "model.safetensors").exists()
+        rates = machine_rates(REPO / MODEL if weights else None, os.cpu_count(), args.repeats)
         load_before, started = os.getloadavg()[0], time.time()
         measured, total, cpu = run_repro(root, args.stage)
+        if not weights:  # a fresh checkout: the run's own models stage wrote the weights
+            generate = batched_generator(root / MODEL, os.cpu_count())
+            rates["batched"] = batched_summary(max(generate() for _ in range(args.repeats)))
     if args.starts:
         if args.end is None:
             raise SystemExit("--starts needs --end (the epoch second the run ended)")
@@ -324,6 +624,14 @@ def main() -> None:
         record = timings_record(measured, total, cpu, rows, meta)
         for path in write_timings(args.timings_dir, record):
             print(f"wrote {path}")
+        if args.run:
+            utilisation(root, record, rates, args.timings_dir, "this run")
+    if args.utilisation:
+        record = read_json(args.timings_dir / "repro_timings.json")
+        if not record:
+            raise SystemExit(f"--utilisation: no {args.timings_dir / 'repro_timings.json'}")
+        rates = machine_rates(root / MODEL, record["cores"], args.repeats, args.gap)
+        utilisation(root, record, rates, args.timings_dir, committed_logs(root))
     if args.compare:
         current = args.timings_dir / "repro_timings.json"
         if not current.exists():

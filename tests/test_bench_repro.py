@@ -100,3 +100,153 @@ def test_a_run_is_dated_by_its_start():
     """The record's date is when the run began, not when its record was written."""
     meta = bench().run_meta(REPO_ROOT, None, 0.5, 0.0)
     assert meta["date"] == "1970-01-01 00:00 UTC" and meta["complete"] is True
+
+
+# -- the utilisation table (no model is loaded: a fake record, fake rates) -----------------
+PEAK = {"gflops": 100.0, "gflops_by_n": {"1024": 90.0, "2048": 100.0}}
+RATES = {"threads": 2, "peak": PEAK,
+         "attempts": [{"date": "2026-01-01 01:00 UTC", "load": 3.5, "peak": PEAK},
+                      {"date": "2026-01-01 01:10 UTC", "load": 0.5, "peak": PEAK}],
+         "batched": {"tokens_per_s": 50.0, "batch": 16, "new_tokens": 64}}
+TIMINGS = {"commit": "abc1234", "date": "2026-01-01 00:00 UTC", "cores": 2, "how": "fresh",
+           "total_wall_s": 1000.0,
+           "stages": [{"stage": "models", "wall_s": 10.0, "tokens_in": None, "tokens_out": None},
+                      {"stage": "sampling", "wall_s": 400.0, "tokens_in": 9000,
+                       "tokens_out": 1000},
+                      {"stage": "training_sft", "wall_s": 500.0, "tokens_in": None,
+                       "tokens_out": None},
+                      {"stage": "tables", "wall_s": 90.0, "tokens_in": 0, "tokens_out": 0}]}
+
+
+def test_model_work_is_two_n_per_read_or_generated_token_and_six_n_per_trained_one():
+    """By hand, N = 1e8: sampling reads 9,000 and writes 1,000 tokens = 2e12 FLOP in 400 s
+    = 5 GFLOP/s = 5 % of a 100 GFLOP/s peak, 2.5 tokens/s = 5 % of 50; the SFT trains
+    10,000 tokens = 6e12 FLOP in 500 s = 12 GFLOP/s; the run 8e12 in 1,000 s = 8 GFLOP/s.
+    Stage 04 of the issue: 516,766 prompt tokens of the 135M model in 749 s = 146.5."""
+    b = bench()
+    rec = b.utilisation_record(TIMINGS, {"training_sft": (10_000, "log")}, 100_000_000, RATES,
+                               "commit `abc1234`")
+    rows = {r["stage"]: r for r in rec["stages"]}
+    s = rows["sampling"]
+    assert (s["tflop"], s["gflops"], s["peak_pct"]) == (2.0, 5.0, 5.0)
+    assert (s["gen_tokens_per_s"], s["batched_pct"]) == (2.5, 5.0)
+    t = rows["training_sft"]
+    assert (t["tokens_trained"], t["tflop"], t["gflops"], t["peak_pct"]) == (10_000, 6.0, 12.0,
+                                                                           12.0)
+    assert t["gen_tokens_per_s"] is None and t["batched_pct"] is None
+    total = rec["total"]
+    assert (total["tflop"], total["gflops"], total["wall_s"]) == (8.0, 8.0, 1000.0)
+    assert (total["gen_tokens_per_s"], total["batched_pct"]) == (1.0, 2.0)
+    big = b.stage_work({"stage": "x", "wall_s": 749.0, "tokens_in": 516_766, "tokens_out": 0},
+                       0, 106_203_456)
+    assert big["gflops"] == 146.5 and big["gen_tokens_per_s"] is None
+
+
+def test_stages_without_model_work_have_empty_cells():
+    b = bench()
+    rec = b.utilisation_record(TIMINGS, {}, 1_000_000, RATES, "commit `abc1234`")
+    rows = {r["stage"]: r for r in rec["stages"]}
+    for name in ("models", "tables", "training_sft"):
+        r = rows[name]
+        assert (r["tflop"], r["gflops"], r["peak_pct"], r["batched_pct"]) == (0, None, None,
+                                                                               None)
+    table = b.utilisation_markdown(rec)
+    assert "| models | 10.0 |  |  |  |  |  |  |  |  |" in table
+    assert "| tables | 90.0 |  |  |  |  |  |  |  |  |" in table
+
+
+def test_the_table_has_its_columns_rates_and_sources(tmp_path):
+    b = bench()
+    rec = b.utilisation_record(TIMINGS, {"training_sft": (10_000, "sft log: num_tokens")},
+                               100_000_000, RATES, "commit `abc1234`")
+    js, md = b.write_utilisation(tmp_path, rec)
+    assert json.loads(js.read_text()) == rec
+    lines = md.read_text().splitlines()
+    assert lines[2] == ("| dvc stage | wall s | prompt tokens | generated tokens | trained tokens "
+                        "| TFLOP | GFLOP/s | % of peak | generated tokens/s | % of batched |")
+    assert "| sampling | 400.0 | 9,000 | 1,000 |  | 2.00 | 5.0 | 5.0 | 2.5 | 5.0 |" in lines
+    assert "| training_sft | 500.0 |  |  | 10,000 | 6.00 | 12.0 | 12.0 |  |  |" in lines
+    assert "| **total** | 1,000.0 | 9,000 | 1,000 | 10,000 | 8.00 | 8.0 | 8.0 | 1.0 | 2.0 |" \
+        in lines
+    head = lines[0]
+    assert "commit `abc1234`" in head and "on 2 threads, the best of 2 attempts from " \
+        "2026-01-01 01:00 UTC to 2026-01-01 01:10 UTC (load average 0.50 to 3.50)" in head
+    assert "peak 100.0 GFLOP/s (float32, n = 1024, 2048)" in head
+    assert "batched generation 50.0 tokens/s (batch 16, 64 new tokens each)" in head
+    assert "N = 100,000,000 non-embedding parameters" in head
+    assert "- training_sft: sft log: num_tokens" in lines
+    assert not any("Every attempt ran under a load" in line for line in lines)
+
+
+def test_rates_measured_on_a_busy_machine_are_flagged():
+    """When even the quietest attempt ran with more runnable work than threads, the table
+    says its rates are low and its shares too high."""
+    b = bench()
+    busy = {**RATES, "attempts": [{**a, "load": a["load"] + 2.0} for a in RATES["attempts"]]}
+    table = b.utilisation_markdown(b.utilisation_record(TIMINGS, {}, 100_000_000, busy, "x"))
+    assert "**Every attempt ran under a load average of at least 2.50 on 2 threads:**" in table
+
+
+def test_n_is_the_parameters_less_the_tied_embedding_counted_by_hand(tmp_path):
+    """A two-layer Llama built from its config: per layer q, o (8 × 8 each), k, v (8 × 4
+    each: 1 of 2 heads' width), gate, up, down (8 × 16 each) and two norms (8 each); a
+    final norm; the 50 × 8 embedding (its tied head) left out."""
+    from transformers import LlamaConfig
+
+    LlamaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=2,
+                num_attention_heads=2, num_key_value_heads=1, vocab_size=50,
+                tie_word_embeddings=True).save_pretrained(tmp_path)
+    per_layer = 2 * 8 * 8 + 2 * 8 * 4 + 3 * 8 * 16 + 2 * 8
+    assert bench().non_embedding_params(tmp_path) == 2 * per_layer + 8
+
+
+def test_trained_tokens_come_from_the_trainer_log_and_a_reused_run_trained_none(tmp_path):
+    """The last step's num_tokens of the log dvc.lock lists as the stage's output; a run
+    whose timings have no train step reused an adapter; a log without counts is an error."""
+    import pytest
+    import yaml
+
+    b = bench()
+    for name, steps in (("a", {"load": 0.1, "train": 9.0}), ("b", {"load": 0.1, "reuse": 1.0})):
+        d = tmp_path / "reports" / name
+        d.mkdir(parents=True)
+        (d / "log_history.json").write_text(json.dumps(
+            [{"step": 1, "num_tokens": 300.0}, {"step": 2, "num_tokens": 650.0},
+             {"step": 2, "train_runtime": 9.0}]))
+        (d / "timings.json").write_text(json.dumps({"steps_s": steps}))
+    lock = {"stages": {s: {"outs": [{"path": f"reports/{s}/log_history.json"},
+                                    {"path": f"reports/{s}/timings.json"}]} for s in "ab"}}
+    lock["stages"]["plain"] = {"outs": [{"path": "reports/plain/x.csv"}]}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+    found = b.trained_by_stage(tmp_path, ["a", "b", "plain", "not_in_lock"])
+    assert found["a"][0] == 650 and found["b"][0] == 0 and "reused" in found["b"][1]
+    assert set(found) == {"a", "b"}
+    (tmp_path / "reports/a/log_history.json").write_text(json.dumps([{"step": 1}]))
+    with pytest.raises(SystemExit, match="log_history.json: no num_tokens"):
+        b.trained_by_stage(tmp_path, ["a"])
+
+
+def test_the_rates_keep_the_best_attempt_with_each_attempts_time_and_load(monkeypatch):
+    """Attempts on a shared machine: each records when and under what load it ran; the
+    best peak is kept with its sizes; without a model folder no batched rate is made."""
+    b = bench()
+    peaks = iter([{"gflops": 50.0, "gflops_by_n": {"1024": 50.0}},
+                  {"gflops": 80.0, "gflops_by_n": {"1024": 80.0}},
+                  {"gflops": 60.0, "gflops_by_n": {"1024": 60.0}}])
+    monkeypatch.setattr(b, "matmul_peak", lambda threads: next(peaks))
+    rates = b.machine_rates(None, 2, 3)
+    assert rates["peak"] == {"gflops": 80.0, "gflops_by_n": {"1024": 80.0}}
+    assert [a["peak"]["gflops"] for a in rates["attempts"]] == [50.0, 80.0, 60.0]
+    assert all({"date", "load"} <= set(a) for a in rates["attempts"])
+    assert "batched" not in rates and rates["threads"] == 2
+
+
+def test_the_peak_is_two_n_cubed_over_the_best_time(monkeypatch):
+    b = bench()
+    monkeypatch.setattr(b, "PEAK_SIZES", (64, 128))
+    # n = 64: 524,288 FLOP, best 1e-5 s = 52.4 GFLOP/s; n = 128: 4,194,304 FLOP, best 2e-5 s
+    times = iter([2e-5, 1e-5, 3e-5, 4e-5, 2e-5, 8e-5])
+    monkeypatch.setattr(b, "_timed", lambda fn: next(times))
+    peak = b.matmul_peak(1)
+    assert peak["gflops_by_n"] == {"64": 52.4, "128": 209.7}
+    assert peak["gflops"] == max(peak["gflops_by_n"].values())
