@@ -251,7 +251,8 @@ def test_one_state_asked_every_rule_shares_all_but_the_rule(flowchart):
 def test_unknown_mode_and_foreign_examples_are_errors(flowchart, icl):
     client, _ = _client(lambda r: "")
     with pytest.raises(ValueError, match=r"rem.scorers.<name>.mode: no REM scorer mode "
-                                         r"'greedy' \(known: expected, finetuned, sampled\)"):
+                                         r"'greedy' \(known: encoder, expected, finetuned, length, "
+                                         r"majority, sampled, surface\)"):
         build_scorer("greedy", client, flowchart, icl, call=REM_CALL)
     bad = [icl[0].model_copy(update={"rule": "Q"})]
     with pytest.raises(ValueError, match=r"\['Q'\]"):
@@ -385,7 +386,9 @@ def test_rem_params_reject_unknown_keys_and_bad_values():
             "mode": "sampled", "k": 2, "state_value": "label"}}}})
     with pytest.raises(ParamsError, match="compliance_scorers"):
         parse_params({"rem": {**raw, "compliance_scorers": ["greedy"]}})
-    assert list(parse_params({"rem": raw}).rem.scorers) == ["sampled", "expected", "finetuned"]
+    assert list(parse_params({"rem": raw}).rem.scorers) == [
+        "sampled", "expected", "finetuned", "encoder", "encoder_blind", "majority", "length",
+        "surface"]
 
 
 def test_embedded_annotations_cover_every_rule_and_split(flowchart):

@@ -33,10 +33,12 @@ def prompts(*names: str) -> list[str]:
 
 # -- stage 04: the REM's settings it scores with, the parts the grid cells share ----------------
 REM_SCORING_PARAMS = ["rem.scorers", "rem.calls", "rem.icl_examples",
-                      "rem.train.adapter_dir"]
+                      "rem.train.adapter_dir", "rem.fitted"]
+#: what a fitted REM scorer reads (rem.fitted): its models and its word lists
+FITTED_REM = ["data/03_rem/rem_encoder", "data/embedded/lexicon"]
 ANNOTATION_READS = [*prompts("rem_judge"), RULES, "data/01_sampling/unlabeled.jsonl",
                     Dep(SPLIT, "shared.split: items of dev/eval dialogues are refused"),
-                    "data/03_rem/rem_lora"]
+                    "data/03_rem/rem_lora", *FITTED_REM]
 
 # -- stage 05: one notebook, three parts; every DPO run (strategy or grid cell) alike -------
 TRAINING_PARAMS = ["training.recipe", "training.recipes", "training.hardware",
@@ -98,8 +100,8 @@ STAGES = [
                 "shared.llm.roles.patient", "shared.llm.roles.rethinker", "notechat"]),
     DvcStage(
         "rem", notebook="03_rem", outputs=OUT["03_rem"], llm=True,
-        deps=[RULES, *prompts("rem_judge"), *HARDWARE, "data/embedded/rem/annotations.jsonl",
-              ICL, DIALOGUES, MODELS],
+        deps=[RULES, *prompts("rem_judge"), *HARDWARE, "data/embedded/rem",
+              "data/embedded/lexicon", DIALOGUES, MODELS],
         params=["shared.seed", "shared.llm.roles.rem", "rem"]),
     DvcStage(
         "annotation", notebook="04_annotation", outputs=OUT["04_annotation"], llm=True,
@@ -182,7 +184,7 @@ STAGES = [
               "data/embedded/sp_script_coverage.jsonl", DIALOGUES,
               Dep(SPLIT, "shared.split: held-out states and next-turn items"),
               Dep("data/embedded/sp_cases_gloss_en.yaml", "simulation.split_overlap.gloss"),
-              ICL, "data/03_rem/rem_lora", "data/05_training/sft",
+              ICL, "data/03_rem/rem_lora", *FITTED_REM, "data/05_training/sft",
               "reports/05_training/summary/policies.json", MODELS],
         params=["shared.seed", "shared.split", "shared.llm.roles.policy",
                 "shared.llm.roles.patient", "shared.llm.roles.judge", "shared.llm.roles.rem",
@@ -190,7 +192,7 @@ STAGES = [
                 "training.dpo", "annotation.strategies", "annotation.output_dir",
                 Dep("annotation.grid.weightings",
                     "Table 3's cells when no grid policy was SP-tested"),
-                "annotation.grid.trajectories", "simulation"]),
+                "annotation.grid.trajectories", *REM_SCORING_PARAMS, "simulation"]),
     DvcStage(
         "training_sft", comment=(
             "Stage 05 (PLPF §2.4): SFT on dialogues, then one DPO run per pairs file, then a "
