@@ -5,7 +5,7 @@
 * :func:`table5_sets` — every set (dev, test, independent) × which items (``all``, and
   ``llm_subset``: every scorer on the same items) × scorer;
 * :func:`selection_table` — the default REM chosen on the development split: exact
-  agreement on the items every candidate scored, then on all its development items;
+  agreement on the items every candidate scored;
 * :func:`paired_table` — the chosen REM against each baseline of ``rem.paired_against``,
   per set and over all rules and each rule: the accuracy difference with a bootstrap
   interval that resamples states (seeded).
@@ -111,8 +111,9 @@ def _fuzzy02(rows) -> float:
 def selection_table(scorer_runs, predictions, dev: str = "dev") -> pd.DataFrame:
     """Every scorer run on the development set: exact agreement on the items every such
     scorer scored (``common``) and on all it scored; ``chosen`` marks the winner (best on
-    the common items, then on all, then the first in ``rem.scorers``). The test and
-    independent sets play no part."""
+    the common items). The test and
+    independent sets play no part. (A tie on the common items goes to the scorer listed
+    first: accuracy on a scorer's own items compares different items.)"""
     runs = [r for r in scorer_runs if eval_set_of(r) == dev]
     if not runs:
         return pd.DataFrame(columns=SELECTION_COLUMNS)
@@ -124,8 +125,7 @@ def selection_table(scorer_runs, predictions, dev: str = "dev") -> pd.DataFrame:
         table.append({"scorer": name, "n_common": len(shared),
                       "exact_common_%": _exact(shared), "fuzzy02_common_%": _fuzzy02(shared),
                       "n": len(rows), "exact_%": _exact(rows), "chosen": False})
-    best = max(range(len(table)), key=lambda i: (
-        _num(table[i]["exact_common_%"]), _num(table[i]["exact_%"]), -i))
+    best = max(range(len(table)), key=lambda i: (_num(table[i]["exact_common_%"]), -i))
     table[best]["chosen"] = True
     return pd.DataFrame(table, columns=SELECTION_COLUMNS)
 
