@@ -56,6 +56,31 @@ class RemTrainParams(StrictModel):
         return self
 
 
+class RemConstructionParams(StrictModel):
+    """How ``python -m medpref.rem.constructions`` builds ``rem.constructed``: the written
+    constructions over the training-split dialogues, the REM's own split of those
+    dialogues, and the balance of rule × score × turn length (docs/rem.md)."""
+
+    config: str = "configs/rem/constructions.yaml"
+    dialogues: str = "data/embedded/dialogues.jsonl"   # its `train` part (shared.split) only
+    seed: int = 0
+    dev_share: float = Field(0.15, ge=0.0, lt=0.5)      # of the training dialogues
+    test_share: float = Field(0.15, ge=0.0, lt=0.5)
+    max_history_turns: int = Field(10, ge=2, le=40)     # a row keeps its last N turns (even)
+    length_bins: list[int] = Field(default_factory=lambda: [8, 16, 28, 45])  # word cuts
+    # rows per rule × score × length bin, per split (the REM's own)
+    per_cell: dict[Literal["train", "dev", "test"], int] = Field(
+        default_factory=lambda: {"train": 36, "dev": 8, "test": 8})
+    overlap_words: int = Field(8, ge=4, le=50)  # a shared run this long = shared text
+
+    @field_validator("max_history_turns")
+    @classmethod
+    def _even(cls, n: int) -> int:
+        if n % 2:
+            raise ValueError("must be even, so a trimmed history starts with a patient turn")
+        return n
+
+
 class RemScorerSettings(StrictModel):
     """How one REM scorer reads the model (one row of Table 5).
 
@@ -136,8 +161,10 @@ class RemParams(SectionCalls):
 
     rules: str = "configs/rules/plpf_flowchart.yaml"
     annotations: str = "data/embedded/rem/annotations.jsonl"
+    # constructed rows (python -m medpref.rem.constructions; rem.construction says how)
+    constructed: str = "data/embedded/rem/constructed.jsonl"
+    construction: RemConstructionParams = Field(default_factory=RemConstructionParams)
     icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
-    constructed: str | None = None                 # the constructed REM rows (train/dev/test)
     independent: str | None = None                 # the independent test (rows per turn)
     dev_split: str = "dev"                         # where C and the default REM are chosen
     eval_split: str = "test"
