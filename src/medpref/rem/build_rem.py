@@ -76,13 +76,17 @@ class RemInputs:
         return [a for rule in self.flowchart.ids for a in select_examples(rows, rule, per_rule)]
 
 
-def load_inputs(p: RemParams) -> RemInputs:
+def load_inputs(p: RemParams, split_path: str | Path | None = None) -> RemInputs:
     """Rules, annotations (the hand rows, then the constructed rows of ``rem.constructed``;
     a row repeated with the same id and content is kept once), in-context examples and
     the independent test, validated; an annotation whose rule is not in the flowchart, or
-    an id given twice with different content, is an error naming it."""
+    an id given twice with different content, is an error naming it. With the dialogue
+    split file, hand training rows that share text with an evaluation-split dialogue are
+    left out (:func:`medpref.rem.overlap.hand_training_rows`)."""
     flowchart = load_rules(repo_path(p.rules))
     anns = read_jsonl(repo_path(p.annotations), RemAnnotation)
+    if split_path is not None:
+        anns = clean_hand_rows(anns, p, split_path)
     if p.constructed:
         anns = merge_annotations(anns, read_jsonl(repo_path(p.constructed), RemAnnotation),
                                  p.constructed)
@@ -94,6 +98,19 @@ def load_inputs(p: RemParams) -> RemInputs:
     independent = (load_independent(repo_path(p.independent), flowchart.ids)
                    if p.independent else [])
     return RemInputs(flowchart, anns, icl, independent)
+
+
+def clean_hand_rows(hand: Sequence[RemAnnotation], p: RemParams, split_path: str | Path
+                    ) -> list[RemAnnotation]:
+    """The hand rows less the training rows that share text with an evaluation-split
+    dialogue (the REM never trains on text of a dialogue the policies are tested on)."""
+    from medpref.data.split import load_split
+    from medpref.rem.overlap import hand_training_rows
+
+    dialogues = read_jsonl(repo_path(p.construction.dialogues), Dialogue)
+    keep = {a.id for a in hand_training_rows(hand, dialogues, load_split(split_path),
+                                             p.construction.overlap_words)}
+    return [a for a in hand if getattr(a, "split", None) != "train" or a.id in keep]
 
 
 def merge_annotations(hand: Sequence[RemAnnotation], constructed: Sequence[RemAnnotation],

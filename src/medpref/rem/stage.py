@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from medpref.finetune.sft import TrainResult
+from medpref.params import repo_path
 from medpref.rem import build_rem as b03
 from medpref.rem.eval_sets import stratified_subset
 from medpref.rem.outputs import OUTPUTS
@@ -83,7 +84,7 @@ def run(stage: Stage) -> RemOutputs:
     from medpref.remscore.scorers import state_features
 
     p, seed = stage.p, stage.seed
-    inputs = b03.load_inputs(p)
+    inputs = b03.load_inputs(p, repo_path(stage.params.shared.split))
     with stage.step("train"):
         base_model = stage.params.shared.llm.roles[p.role].model
         train = b03.train_rem(p, inputs, base_model, seed)
