@@ -51,9 +51,8 @@ def flowchart_figure(records: Rows, params):
 
 def counts_table(records: Rows, params) -> pd.DataFrame:
     """Annotations per rule × split × score (no records: the annotations are an input)."""
-    from medpref.rem.build_rem import load_inputs, split_counts
-
     from medpref.params import repo_path
+    from medpref.rem.build_rem import load_inputs, split_counts
 
     return split_counts(load_inputs(params.rem, repo_path(params.shared.split)))
 
