@@ -271,10 +271,7 @@ class FittedScorer:
         self.model, self.features, self.flowchart = model, features, flowchart
         self.state_value = state_value
         self.name = model.name
-
-    @property
-    def model_id(self) -> str:
-        return f"fitted:{self.model.mode}:{self.model.content_id}"
+        self.model_id = f"fitted:{model.mode}:{model.content_id}"   # hashed once
 
     def score_states(self, states: Sequence[Sequence[Turn]],
                      rules: Sequence[Rule] | None = None) -> list[dict[str, RuleJudgement]]:
