@@ -364,3 +364,28 @@ def test_the_real_rem_data_has_a_train_split_every_rule(flowchart):
     sets = eval_sets(p, inputs)
     assert "test" in sets and all(it.state for it in sets["test"])
     assert not {a.id for a in train} & {it.id for items in sets.values() for it in items}
+
+
+def test_the_simulation_reads_its_rem_by_name(tmp_path, monkeypatch):
+    """Stage 06's REM is the rem.scorers entry simulation.rem_scorer names (the default
+    REM), built as stage 03 builds it; a name not in rem.scorers is an error."""
+    from types import SimpleNamespace
+
+    from medpref.params import load_params
+    from medpref.remscore import scorers
+    from medpref.simulation.stage import rem_scorer
+
+    params = load_params()
+    rem = params.rem.model_copy(update={"fitted": params.rem.fitted.model_copy(
+        update={"model_dir": str(tmp_path)})})
+    model = fit("majority", [Item(r, state("x?"), 2) for r in RULES])
+    model.name = params.simulation.rem_scorer
+    save_model(model, tmp_path)
+    monkeypatch.setattr(scorers, "state_features", lambda rem: features())
+    stage = SimpleNamespace(params=SimpleNamespace(rem=rem), llm=None, seed=0)
+    scorer, flowchart, name = rem_scorer(stage, params.simulation)
+    assert name == params.simulation.rem_scorer == params.annotation.rem_scorer
+    assert isinstance(scorer, FittedScorer)
+    assert {j.label for j in scorer.score_states([state("y")])[0].values()} == {2}
+    with pytest.raises(ValueError, match="simulation.rem_scorer 'nope' is not in rem.scorers"):
+        rem_scorer(stage, params.simulation.model_copy(update={"rem_scorer": "nope"}))
