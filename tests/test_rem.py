@@ -424,7 +424,10 @@ def test_stage_eval_subset_and_sft_examples():
     assert len(subset) == 18 and all(a.split == "test" for a in subset)
     for rule in "ABCDEF":
         assert sorted(a.score for a in subset if a.rule == rule) == [0, 1, 2]
-    assert len(inputs.split("train")) + len(inputs.split("test")) == 252
+    hand = [a for a in inputs.annotations if a.id.startswith("r-")]
+    assert len(hand) == 252        # every hand row, beside the constructed ones
+    splits = {"train", "dev", "test"}
+    assert sum(len(inputs.split(s)) for s in splits) == len(inputs.annotations)
     ex = sft_examples(subset[:1], inputs.flowchart, "rem_judge", "short")[0]
     assert [m["role"] for m in ex["prompt"]] == ["system", "user"]
     assert ex["completion"] == [{"role": "assistant", "content": (
