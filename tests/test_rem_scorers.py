@@ -363,6 +363,9 @@ def test_the_real_rem_data_has_a_train_split_every_rule(flowchart):
     assert {a.rule for a in train} == set(flowchart.ids)
     sets = eval_sets(p, inputs)
     assert "test" in sets and all(it.state for it in sets["test"])
+    # the constructed test split and the hand test rows are separate sets
+    assert {it.id[:2] for it in sets["test"]} == {"c-"}
+    assert {it.id[:2] for it in sets["hand_test"]} == {"r-"} and len(sets["hand_test"]) == 65
     assert not {a.id for a in train} & {it.id for items in sets.values() for it in items}
 
 

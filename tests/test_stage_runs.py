@@ -184,9 +184,11 @@ def test_stage_03_writes_records_its_tables_rebuild_from(raw_params, tmp_path, m
     out = rem_stage.run(stage)
     reports = tmp_path / "reports/03_rem"
     rows = {r.name: read_rows(r.path(reports)) for r in OUTPUTS.records}
-    n_dev = len(b03_inputs(stage).split("dev"))
-    assert len(rows["predictions"]) == 8 * 18 + 5 * n_dev      # fitted rows: dev and test
-    assert len(rows["scorer_runs"]) == 8 + 5
+    inputs = b03_inputs(stage)
+    n_dev, n_hand = len(inputs.split("dev")), len(inputs.split("test", hand=True))
+    # fitted rows: dev, test and the hand test rows; LLM rows: test (llm_eval_sets)
+    assert len(rows["predictions"]) == 8 * 18 + 5 * (n_dev + n_hand)
+    assert len(rows["scorer_runs"]) == 8 + 5 + 5
     assert len(rows["compliance_judgements"]) == 2 * 3 * 6    # scorers × dialogues × rules
     assert [(r["step"], r["loss"]) for r in rows["training_loss"]] == [(1, 1.5), (2, 1.1)]
     for name, recs in rows.items():
@@ -229,7 +231,7 @@ def b03_inputs(stage):
 
 
 def b03_eval_set(stage):
-    return b03_inputs(stage).split(stage.p.eval_split, stage.p.eval_per_rule)
+    return b03_inputs(stage).split(stage.p.eval_split, stage.p.eval_per_rule, hand=False)
 
 
 def _items(n: int) -> list[UnlabeledItem]:

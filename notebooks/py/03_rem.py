@@ -80,7 +80,7 @@ print(f"always-majority baseline: exact {m['exact_%']:.1f}%, fuzzy {m['fuzzy_%']
 out.table5
 
 # %% [markdown]
-# ## Every set: development, test, independent
+# ## Every set: development, test (constructed), hand test rows, independent
 #
 # `items = all`: the fitted scorers on every item; `llm_subset`: every scorer on the set's fixed,
 # seeded subset (`rem.llm_eval_rows`), so the LLM rows compare with the others on the same items.
@@ -98,7 +98,7 @@ out.selection
 # ## The chosen REM against the baselines (`rem.paired_against`)
 #
 # Accuracy difference in points with a bootstrap interval that resamples states, overall and per
-# rule, on the test and independent sets. `excludes_0`: the interval lies off zero.
+# rule, on the test, hand test and independent sets. `excludes_0`: the interval lies off zero.
 
 # %%
 out.paired

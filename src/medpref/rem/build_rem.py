@@ -66,11 +66,15 @@ class RemInputs:
     annotations: list[RemAnnotation]        # hand rows and constructed rows, by split
     icl_examples: list[RemAnnotation]
     independent: list[IndependentRow] = field(default_factory=list)
+    hand_ids: frozenset[str] = frozenset()  # the rows of rem.annotations (written by hand)
 
-    def split(self, name: str, per_rule: int | None = None) -> list[RemAnnotation]:
-        """The annotations of a split; with ``per_rule``, that many per rule, covering
-        every score before repeating one (a small balanced evaluation set)."""
-        rows = [a for a in self.annotations if getattr(a, "split", None) == name]
+    def split(self, name: str, per_rule: int | None = None,
+              hand: bool | None = None) -> list[RemAnnotation]:
+        """The annotations of a split (``hand``: only the hand rows, or only the others);
+        with ``per_rule``, that many per rule, covering every score before repeating one
+        (a small balanced evaluation set)."""
+        rows = [a for a in self.annotations if getattr(a, "split", None) == name
+                and (hand is None or (a.id in self.hand_ids) == hand)]
         if per_rule is None:
             return rows
         return [a for rule in self.flowchart.ids for a in select_examples(rows, rule, per_rule)]
@@ -85,6 +89,7 @@ def load_inputs(p: RemParams, split_path: str | Path | None = None) -> RemInputs
     left out (:func:`medpref.rem.overlap.hand_training_rows`)."""
     flowchart = load_rules(repo_path(p.rules))
     anns = read_jsonl(repo_path(p.annotations), RemAnnotation)
+    hand_ids = frozenset(a.id for a in anns)
     if split_path is not None:
         anns = clean_hand_rows(anns, p, split_path)
     if p.constructed:
@@ -97,7 +102,7 @@ def load_inputs(p: RemParams, split_path: str | Path | None = None) -> RemInputs
                 raise ValueError(f"{source}: record '{a.id}': unknown rule '{a.rule}'")
     independent = (load_independent(repo_path(p.independent), flowchart.ids)
                    if p.independent else [])
-    return RemInputs(flowchart, anns, icl, independent)
+    return RemInputs(flowchart, anns, icl, independent, hand_ids)
 
 
 def clean_hand_rows(hand: Sequence[RemAnnotation], p: RemParams, split_path: str | Path
@@ -278,9 +283,12 @@ def fit_scorers(p: RemParams, inputs: RemInputs, features: StateFeatures,
 
 def eval_sets(p: RemParams, inputs: RemInputs) -> dict[str, list[EvalItem]]:
     """The evaluation sets that have items: ``dev`` (where the default REM is chosen),
-    ``test`` (Table 5's split, ``eval_per_rule`` applied) and ``independent``."""
+    ``test`` (Table 5's split of the constructed rows, ``eval_per_rule`` applied),
+    ``hand_test`` (the hand rows of that split: text no construction made) and
+    ``independent``."""
     sets = {"dev": items_of(inputs.split(p.dev_split)),
-            "test": items_of(inputs.split(p.eval_split, p.eval_per_rule)),
+            "test": items_of(inputs.split(p.eval_split, p.eval_per_rule, hand=False)),
+            "hand_test": items_of(inputs.split(p.eval_split, hand=True)),
             "independent": independent_items(inputs.independent, inputs.flowchart.ids)}
     return {name: items for name, items in sets.items() if items}
 

@@ -174,7 +174,7 @@ class RemParams(SectionCalls):
     # LLM rows score a fixed, seeded subset (rule × gold stratified) of each of these sets;
     # every fitted row scores the whole set and is also shown on that subset
     llm_eval_rows: int | None = Field(120, ge=1)
-    llm_eval_sets: list[Literal["dev", "test", "independent"]] = Field(
+    llm_eval_sets: list[Literal["dev", "test", "hand_test", "independent"]] = Field(
         default_factory=lambda: ["dev", "test", "independent"])
     paired_against: list[str] = Field(default_factory=lambda: ["length", "surface",
                                                                "encoder_blind"])

@@ -104,7 +104,7 @@ def run(stage: Stage) -> RemOutputs:
             "training_loss": b03.training_records(train),
             "compliance_judgements": compliance,
         }, stage.params)
-    test_set = inputs.split(p.eval_split, p.eval_per_rule)
+    test_set = inputs.split(p.eval_split, p.eval_per_rule, hand=False)
     out = RemOutputs(
         rules=rules_table(inputs), counts=built["annotation_counts"], train=train,
         losses=built["training"], table5=built["table5"], per_rule=built["per_rule"],

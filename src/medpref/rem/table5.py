@@ -142,7 +142,8 @@ def chosen_scorer(selection: pd.DataFrame) -> str | None:
 
 def paired_table(predictions, scorer: str | None, against: Sequence[str],
                  rule_ids: Sequence[str], rounds: int, seed: int,
-                 sets: Sequence[str] = ("test", "independent")) -> pd.DataFrame:
+                 sets: Sequence[str] = ("test", "hand_test", "independent")
+                 ) -> pd.DataFrame:
     """``scorer`` against each of ``against`` on every set both scored, over all rules and
     per rule, on the items both scored: accuracy, difference in points and its bootstrap
     interval (states resampled, ``rounds`` rounds, ``seed``)."""
