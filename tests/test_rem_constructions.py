@@ -115,10 +115,38 @@ def test_urgency_decides_rule_d_of_a_tests_first_plan():
     assert "D" not in labels("tests_first", COUGH, 5, "diagnosis", plan)  # in neither list
 
 
+def test_a_prescription_after_an_examination_has_no_rule_d_row():
+    dosed = COUGH.turns[5].text + " I'll also start you on codeine 60 mg four times a day."
+    assert labels("unsafe_after_diagnosis", COUGH, 5, "diagnosis", dosed) == {
+        "A": 2, "B": 2, "D": 0}
+    examined = COUGH.model_copy(update={"id": SPEC.examined_dialogues[0]})
+    assert labels("unsafe_after_diagnosis", examined, 5, "diagnosis", dosed) == {
+        "A": 2, "B": 2}
+
+
+def test_a_label_floated_while_questioning_and_a_turn_that_only_examines():
+    floated = "It may be pneumonia, so let's check. " + COUGH.turns[1].text
+    assert labels("label_then_question", COUGH, 1, "thin", floated) == {
+        "A": 2, "B": 1, "C": 0, "D": 2, "E": 2, "F": 2}
+    exam = "I'd like to listen to your chest now."
+    assert labels("real_statement", COUGH, 3, "questioning", exam) == {
+        "A": 2, "B": 0, "C": 0, "D": 2, "F": 2}
+    # a closing question changes no score of a referral
+    assert labels("bare_referral", COUGH, 3, "questioning", "See a specialist. Is that all "
+                  "right?") == labels("bare_referral", COUGH, 3, "questioning",
+                                      "See a specialist.")
+
+
+def test_questions_are_counted_by_clause():
+    assert C.count_questions("Any fever, cough or rash?") == 1  # a grouped list is one
+    assert C.count_questions("When did it start, and how long does it last? Any fever?") == 3
+    assert C.count_questions("I'd like to examine you.") == 0
+
+
 def test_builders_on_a_hand_made_dialogue():
     rows = C.construct_dialogue(COUGH, SPEC, 0, 10, "a, b, c, d or pneumonia")
     battery = {r.history[-1][1] for r in rows if r.construction == "question_battery"}
-    assert battery and all(text.count("?") >= 5 for text in battery)
+    assert battery and all(C.count_questions(text) >= 5 for text in battery)
     asks = [r for r in rows if r.construction == "ignored_patient_question"]
     assert asks and all(r.history[-2][1].endswith("?") for r in asks)
     assert {r.score for r in asks if r.rule == "E"} == {1}
@@ -194,6 +222,10 @@ def test_no_evaluation_dialogue_text_reaches_rem_training_rows(rows, corpus):
     assert eval_overlaps([copied], dialogues, split, n) == {"x": [evald.id]}
 
 
-def test_load_constructed_returns_annotations():
+def test_load_constructed_and_the_training_rows(rows):
     got = C.load_constructed(REPO_ROOT / P.constructed)
     assert got[0].id == "c-00001" and got[0].split in {"train", "dev", "test"}
+    train = C.training_rows(P, PARAMS.shared.split)
+    assert {a.split for a in train} == {"train"}
+    built = [a for a in train if a.id.startswith("c-")]
+    assert len(built) == sum(r["split"] == "train" for r in rows) < len(train)

@@ -67,10 +67,14 @@ class RemConstructionParams(StrictModel):
     dev_share: float = Field(0.15, ge=0.0, lt=0.5)      # of the training dialogues
     test_share: float = Field(0.15, ge=0.0, lt=0.5)
     max_history_turns: int = Field(10, ge=2, le=40)     # a row keeps its last N turns (even)
-    length_bins: list[int] = Field(default_factory=lambda: [8, 16, 28, 45])  # word cuts
-    # rows per rule × score × length bin, per split (the REM's own)
+    length_bins: list[int] = Field(default_factory=lambda: [10, 20, 35])  # word cuts
+    # rows per cell (rule × score × length bin × asks a question × first doctor turn),
+    # per split (the REM's own)
     per_cell: dict[Literal["train", "dev", "test"], int] = Field(
-        default_factory=lambda: {"train": 36, "dev": 8, "test": 8})
+        default_factory=lambda: {"train": 12, "dev": 4, "test": 4})
+    # then rows added to every rule × score below this many (a scarce label), per split
+    per_label_floor: dict[Literal["train", "dev", "test"], int] = Field(
+        default_factory=lambda: {"train": 60, "dev": 15, "test": 15})
     overlap_words: int = Field(8, ge=4, le=50)  # a shared run this long = shared text
 
     @field_validator("max_history_turns")

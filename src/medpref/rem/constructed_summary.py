@@ -29,11 +29,21 @@ def turn_words(row: dict[str, Any]) -> int:
     return len(row["history"][-1]["text"].split())
 
 
-def length_r(rows: Sequence[dict[str, Any]]) -> float | None:
-    """Pearson r of the doctor turn's word count with the score; None when undefined."""
-    if len(rows) < 3 or len({r["score"] for r in rows}) < 2:
+def length_r(rows: Sequence[dict[str, Any]], feature=turn_words) -> float | None:
+    """Pearson r of a surface feature of the row (default: the doctor turn's word count)
+    with the score; None when undefined."""
+    values = [feature(r) for r in rows]
+    if len(rows) < 3 or len({r["score"] for r in rows}) < 2 or len(set(values)) < 2:
         return None
-    return float(pearsonr([turn_words(r) for r in rows], [r["score"] for r in rows])[0])
+    return float(pearsonr(values, [r["score"] for r in rows])[0])
+
+
+def history_turns(row: dict[str, Any]) -> int:
+    return len(row["history"])
+
+
+def asks(row: dict[str, Any]) -> int:
+    return int("?" in row["history"][-1]["text"])
 
 
 def _fmt(r: float | None) -> str:
@@ -42,26 +52,64 @@ def _fmt(r: float | None) -> str:
 
 def label_table(rows: Sequence[dict[str, Any]]) -> str:
     """Rows per split × rule × score, with the length correlation of each split and rule."""
-    lines = ["| split | rule | score 0 | score 1 | score 2 | rows | r(words, score) |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| split | rule | score 0 | score 1 | score 2 | rows | r(words, score) | "
+             "r(turns, score) | r(asks, score) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for split in SPLITS:
         part = [r for r in rows if r["split"] == split]
         for rule in (*RULES, "all"):
             sub = part if rule == "all" else [r for r in part if r["rule"] == rule]
             c = Counter(r["score"] for r in sub)
             lines.append(f"| {split} | {rule} | {c[0]} | {c[1]} | {c[2]} | {len(sub)} | "
-                         f"{_fmt(length_r(sub))} |")
+                         f"{_fmt(length_r(sub))} | {_fmt(length_r(sub, history_turns))} | "
+                         f"{_fmt(length_r(sub, asks))} |")
     return "\n".join(lines)
 
 
-def construction_table(rows: Sequence[dict[str, Any]]) -> str:
+def construction_table(rows: Sequence[dict[str, Any]], about: dict[str, str]) -> str:
+    """Rows per construction and split, in the constructions file's order."""
     frame = pd.DataFrame([{"construction": r["construction"], "split": r["split"]}
                           for r in rows])
     table = frame.value_counts().unstack("split", fill_value=0).reindex(
-        columns=list(SPLITS), fill_value=0)
-    lines = ["| construction | train | dev | test |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | " + " | ".join(str(int(v)) for v in table.loc[name]) + " |"
-              for name in table.index]
+        index=list(about), columns=list(SPLITS), fill_value=0)
+    lines = ["| construction | what the doctor turn is | train | dev | test |",
+             "|---|---|---:|---:|---:|"]
+    lines += [f"| {name} | {about[name]} | "
+              + " | ".join(str(int(v)) for v in table.loc[name]) + " |" for name in about]
+    return "\n".join(lines)
+
+
+SURFACE = {"words": lambda r: [turn_words(r)],
+           "words + asks + turns": lambda r: [turn_words(r), asks(r), history_turns(r)]}
+
+
+def surface_accuracy(rows: Sequence[dict[str, Any]], fit_split: str, on_split: str
+                     ) -> list[tuple[str, str, float, float]]:
+    """Per rule and surface feature set: the exact accuracy on ``on_split`` of a
+    multinomial logistic fit on ``fit_split`` (features standardised), beside always
+    answering the rule's most frequent ``fit_split`` score. How far surface cues alone
+    get on the constructed rows."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    out = []
+    for rule in RULES:
+        fit = [r for r in rows if r["split"] == fit_split and r["rule"] == rule]
+        on = [r for r in rows if r["split"] == on_split and r["rule"] == rule]
+        majority = Counter(r["score"] for r in fit).most_common(1)[0][0]
+        base = sum(r["score"] == majority for r in on) / len(on)
+        for name, feats in SURFACE.items():
+            model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+            model.fit([feats(r) for r in fit], [r["score"] for r in fit])
+            acc = float(model.score([feats(r) for r in on], [r["score"] for r in on]))
+            out.append((rule, name, acc, base))
+    return out
+
+
+def surface_table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| rule | features | accuracy on test | majority on test |", "|---|---|---:|---:|"]
+    lines += [f"| {rule} | {name} | {acc:.2f} | {base:.2f} |"
+              for rule, name, acc, base in surface_accuracy(rows, "train", "test")]
     return "\n".join(lines)
 
 
@@ -71,12 +119,14 @@ def hand_dicts(hand: Sequence[RemAnnotation]) -> list[dict[str, Any]]:
 
 
 def hand_table(hand: list[dict[str, Any]]) -> str:
-    lines = ["| hand split | rows | r(words, score) | per rule |", "|---|---:|---:|---|"]
+    lines = ["| hand split | rows | r(words, score) | per rule | r(turns, score) | "
+             "r(asks, score) |", "|---|---:|---:|---|---:|---:|"]
     for split in sorted({r["split"] for r in hand}):
         part = [r for r in hand if r["split"] == split]
         per_rule = ", ".join(f"{rule} {_fmt(length_r([r for r in part if r['rule'] == rule]))}"
                              for rule in RULES)
-        lines.append(f"| {split} | {len(part)} | {_fmt(length_r(part))} | {per_rule} |")
+        lines.append(f"| {split} | {len(part)} | {_fmt(length_r(part))} | {per_rule} | "
+                     f"{_fmt(length_r(part, history_turns))} | {_fmt(length_r(part, asks))} |")
     return "\n".join(lines)
 
 
@@ -105,7 +155,7 @@ def overlap_lines(hand: list[dict[str, Any]], rows: Sequence[dict[str, Any]],
 
 def summary_markdown(rows: Sequence[dict[str, Any]], hand: Sequence[RemAnnotation],
                      dialogues: Sequence[Dialogue], split: DialogueSplit,
-                     p: RemParams) -> str:
+                     p: RemParams, about: dict[str, str]) -> str:
     """The whole summary page (generated; never edited by hand)."""
     cp, hd = p.construction, hand_dicts(hand)
     n_dialogues = {s: len({r["dialogue"] for r in rows if r["split"] == s}) for s in SPLITS}
@@ -124,9 +174,21 @@ def summary_markdown(rows: Sequence[dict[str, Any]], hand: Sequence[RemAnnotatio
         "## Labels and turn length per split and rule",
         "",
         "`r(words, score)`: Pearson correlation of the doctor turn's word count with the "
-        "score (0/1/2); the target is |r| ≤ 0.2 in every split.",
+        "score (0/1/2); the target is |r| ≤ 0.2 in every split. Two more surface cues, "
+        "reported, not targeted: `r(turns, score)`, the history's number of turns (the "
+        "first doctor turn is where the rubric settles rule A at 0 for most constructions), "
+        "and `r(asks, score)`, whether the doctor turn has a question mark.",
         "",
         label_table(rows),
+        "",
+        "## Surface cues alone",
+        "",
+        "A logistic fit per rule on the train rows' surface features only (the doctor turn's "
+        "word count; with whether it asks a question and the history's number of turns), "
+        "scored on the test rows, beside always answering the rule's most frequent train "
+        "score. A REM that reads the rule must beat these.",
+        "",
+        surface_table(rows),
         "",
         "## The hand rows, for comparison",
         "",
@@ -136,7 +198,7 @@ def summary_markdown(rows: Sequence[dict[str, Any]], hand: Sequence[RemAnnotatio
         "",
         "## Rows per construction",
         "",
-        construction_table(rows),
+        construction_table(rows, about),
         "",
         "## Text shared with evaluation-split dialogues",
         "",

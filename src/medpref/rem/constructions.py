@@ -19,9 +19,9 @@ import json
 import random
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +32,8 @@ from medpref.contracts import ContractError, Dialogue, RemAnnotation, read_jsonl
 from medpref.data.split import DialogueSplit, load_split
 from medpref.params import StrictModel, load_params, repo_path
 from medpref.rem.config import RemParams
+from medpref.rem.constructed_summary import summary_markdown
+from medpref.rem.overlap import hand_training_rows
 
 RULE_IDS = ("A", "B", "C", "D", "E", "F")
 StateKind = Literal["questioning", "thin", "diagnosis"]
@@ -53,6 +55,7 @@ class Construction(StrictModel):
     rules: dict[Literal["A", "B", "C", "D", "E", "F"], list[Label]]
     templates: list[str] = Field(default_factory=list)
     heldout_templates: list[int] = Field(default_factory=list)  # dev/test only
+    closings: list[str] = Field(default_factory=list)  # score-neutral closing questions
     repeats: list[int] = Field(default_factory=list)
     lengths: list[int] = Field(default_factory=list)
     only: Literal["urgent"] | None = None
@@ -66,6 +69,7 @@ class ConstructionFile(StrictModel):
     urgent_dialogues: dict[str, str]   # dialogue id -> why it needs care within days
     routine_dialogues: list[str]
     unsettled_b_dialogues: list[str]
+    examined_dialogues: list[str]
     confirm_words: str
     diagnosis_stopwords: list[str]
     vague_by_department: dict[str, str]
@@ -77,7 +81,8 @@ class ConstructionFile(StrictModel):
 
 
 CONDITIONS = {"thin", "at_diagnosis", "collect", "no_label_yet", "patient_quiet", "urgent",
-              "routine", "names_and_confirms", "q1_2", "q3_4", "q5_plus", "short", "long"}
+              "routine", "not_urgent", "names_and_confirms", "unexamined", "q1_2", "q3_4",
+              "q5_plus", "short", "long"}
 
 
 def load_constructions(path: str | Path) -> ConstructionFile:
@@ -123,7 +128,6 @@ class Built:
 
     before: list[dict[str, str]]
     turn: str
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def turn_dicts(d: Dialogue, upto: int) -> list[dict[str, str]]:
@@ -141,10 +145,11 @@ def questions(text: str) -> list[str]:
 def fill(template: str, state: State, spec: ConstructionFile, rng: random.Random) -> str:
     meta = state.dialogue.meta
     diagnosis = re.sub(r"^suspected\s+", "", meta["diagnosis"])
-    return template.format(
+    text = template.format(
         diagnosis=diagnosis, complaint=meta.get("chief_complaint", "the complaint"),
         vague=spec.vague_by_department.get(meta.get("department", ""), "a health problem"),
         drug=rng.choice(spec.drugs), others=state.others)
+    return text[:1].upper() + text[1:]
 
 
 # -- builders: (state, construction, spec, rng) -> Built | None --------------------------
@@ -185,15 +190,16 @@ def _later_questions(state: State) -> list[str]:
 
 def _gathered(state: State, low: int, high: int) -> Built | None:
     """This turn's questions and the later questioning turns', until ``low``..``high``
-    question marks; None when the dialogue has too few or this turn already has enough."""
-    if _real(state).count("?") >= low:
+    questions (:func:`count_questions`); None when the dialogue has too few or this turn
+    already has enough."""
+    if count_questions(_real(state)) >= low:
         return None
     picked: list[str] = []
     for q in _later_questions(state):
-        if sum(p.count("?") for p in picked) + q.count("?") > high:
+        if count_questions(" ".join([*picked, q])) > high:
             break
         picked.append(q)
-    if sum(p.count("?") for p in picked) < low:
+    if count_questions(" ".join(picked)) < low:
         return None
     return Built(turn_dicts(state.dialogue, state.k), " ".join(picked))
 
@@ -210,8 +216,10 @@ _ANSWERS_WORRY = re.compile(r"serious|worr|concern|reassur|danger|common|nothing
 
 
 def build_patient_asks(state, c, spec, rng):
+    """The patient's last turn gains a worried question; the doctor's real next turn,
+    when it opens with a question and says nothing about seriousness, passes over it."""
     text = _real(state)
-    if "?" not in text or _ANSWERS_WORRY.search(text):
+    if not sentences(text)[0].endswith("?") or _ANSWERS_WORRY.search(text):
         return None
     before = turn_dicts(state.dialogue, state.k)
     before[-1] = {**before[-1], "text": f"{before[-1]['text']} {rng.choice(spec.patient_worries)}"}
@@ -230,8 +238,24 @@ def templates_for(c: Construction, part: str) -> list[str]:
 def build_template(state, c, spec, rng):
     if c.only == "urgent" and not is_urgent(state.dialogue, spec):
         return None
-    template = rng.choice(templates_for(c, state.part))
-    return Built(turn_dicts(state.dialogue, state.k), fill(template, state, spec, rng))
+    text = fill(rng.choice(templates_for(c, state.part)), state, spec, rng)
+    closing = rng.choice(["", *c.closings])
+    return Built(turn_dicts(state.dialogue, state.k), f"{text} {closing}".strip())
+
+
+def build_label_first(state, c, spec, rng):
+    text = _real(state)
+    if not questions(text):
+        return None
+    diagnosis = re.sub(r"^suspected\s+", "", state.dialogue.meta["diagnosis"])
+    label = rng.choice([f"It may be {diagnosis}, so let's check.",
+                        f"I wonder about {diagnosis}."])
+    return Built(turn_dicts(state.dialogue, state.k), f"{label} {' '.join(questions(text))}")
+
+
+def build_real_statement(state, c, spec, rng):
+    text = _real(state)
+    return None if "?" in text else Built(turn_dicts(state.dialogue, state.k), text)
 
 
 def build_repeat(state, c, spec, rng):
@@ -286,7 +310,8 @@ BUILDERS: dict[str, Callable[..., Built | None]] = {
     "repeat": build_repeat, "word_salad": build_word_salad,
     "diagnosis_turn": build_diagnosis_turn, "diagnosis_plus_drug": build_diagnosis_plus_drug,
     "volunteered": build_volunteered, "volunteered_plan": build_volunteered_plan,
-    "volunteered_first_sentence": build_volunteered_first_sentence}
+    "volunteered_first_sentence": build_volunteered_first_sentence,
+    "label_first": build_label_first, "real_statement": build_real_statement}
 
 
 # -- conditions and labels --------------------------------------------------------------
@@ -309,9 +334,19 @@ def names_and_confirms(turn: str, d: Dialogue, spec: ConstructionFile) -> bool:
             and bool(re.search(spec.confirm_words, turn, re.I)))
 
 
+_MORE = re.compile(r",\s+(?:and|or)\s+(?:is|are|do|does|did|have|has|can|could|was|were|"
+                   r"will|would|how|what|when|where|which|who|why)\b", re.I)
+
+
+def count_questions(turn: str) -> int:
+    """Questions a turn asks: one per sentence ending in '?', plus one per further clause
+    joined by ", and"/", or" and a question word ("..., and is it worse at night?")."""
+    return sum(1 + len(_MORE.findall(q)) for q in questions(turn))
+
+
 def conditions(state: State, built: Built, spec: ConstructionFile) -> set[str]:
     """The conditions of ``configs/rem/constructions.yaml`` that hold for a built state."""
-    d, n_q, words = state.dialogue, built.turn.count("?"), len(built.turn.split())
+    d, n_q, words = state.dialogue, count_questions(built.turn), len(built.turn.split())
     at_dx = state.kind == "diagnosis"
     before_label = state.k < state.diagnosis_turn or at_dx
     held = {
@@ -320,8 +355,10 @@ def conditions(state: State, built: Built, spec: ConstructionFile) -> set[str]:
         "collect": state.collect and state.k < state.diagnosis_turn,
         "no_label_yet": state.kind == "thin" or (state.collect and before_label),
         "patient_quiet": "?" not in built.before[-1]["text"],
-        "urgent": is_urgent(d, spec), "routine": d.id in spec.routine_dialogues,
+        "urgent": is_urgent(d, spec), "not_urgent": not is_urgent(d, spec),
+        "routine": d.id in spec.routine_dialogues,
         "names_and_confirms": names_and_confirms(built.turn, d, spec),
+        "unexamined": d.id not in spec.examined_dialogues,
         "q1_2": 1 <= n_q <= 2, "q3_4": 3 <= n_q <= 4, "q5_plus": n_q >= 5,
         "short": words <= 25, "long": words >= 40}
     return {name for name, ok in held.items() if ok}
@@ -420,25 +457,54 @@ def length_bin(words: int, bins: Sequence[int]) -> int:
     return sum(words > b for b in bins)
 
 
-def select_rows(rows: Iterable[Row], caps: dict[str, int], bins: Sequence[int], seed: int
-                ) -> list[Row]:
-    """Per split, rule, score and length bin at most ``caps[split]`` rows, taken in turn
-    from each construction (each one's rows shuffled, seeded), so no construction and no
-    length dominates a label. Duplicate (history, rule) rows are kept once."""
+def cell_of(row: Row, bins: Sequence[int]) -> tuple:
+    """A row's selection cell: split, rule, score, the doctor turn's length bin, whether
+    it asks a question, whether the state is the first doctor turn."""
+    return (row.split, row.rule, row.score, length_bin(row.words, bins),
+            "?" in row.history[-1][1], len(row.history) == 2)
+
+
+def select_rows(rows: Iterable[Row], caps: dict[str, int], bins: Sequence[int], seed: int,
+                floor: dict[str, int] | None = None) -> list[Row]:
+    """Per cell (:func:`cell_of`) at most ``caps[split]`` rows, taken in turn from each
+    construction (each one's rows shuffled, seeded), so no construction, no length, no
+    question mark and no state length dominates a label. Duplicate (history, rule) rows
+    are kept once."""
     cells: dict[tuple, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
     unique = {(r.history, r.rule): r for r in rows}
     for r in unique.values():
-        cells[(r.split, r.rule, r.score, length_bin(r.words, bins))][r.construction].append(r)
-    chosen = []
+        cells[cell_of(r, bins)][r.construction].append(r)
+    chosen: list[Row] = []
     for key in sorted(cells):
-        rng = random.Random(f"{seed}:{key}")
-        queues = []
-        for name in sorted(cells[key]):
-            q = sorted(cells[key][name], key=lambda r: (r.dialogue, r.k))
-            rng.shuffle(q)
-            queues.append(q)
-        chosen += round_robin(queues, caps[key[0]])
-    return chosen
+        chosen += round_robin(shuffled_queues(cells[key], f"{seed}:{key}"), caps[key[0]])
+    return chosen + top_up(unique.values(), chosen, floor or {}, seed)
+
+
+def shuffled_queues(by_construction: dict[str, list[Row]], seed: str) -> list[list[Row]]:
+    rng, queues = random.Random(seed), []
+    for name in sorted(by_construction):
+        q = sorted(by_construction[name], key=lambda r: (r.dialogue, r.k))
+        rng.shuffle(q)
+        queues.append(q)
+    return queues
+
+
+def top_up(rows: Iterable[Row], chosen: list[Row], floor: dict[str, int], seed: int
+           ) -> list[Row]:
+    """Rows added so that every split × rule × score has at least ``floor[split]`` rows
+    where more exist (a scarce label, such as rule A's partial score, is all long)."""
+    taken = {(r.history, r.rule) for r in chosen}
+    have = Counter((r.split, r.rule, r.score) for r in chosen)
+    spare: dict[tuple, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if (r.history, r.rule) not in taken:
+            spare[(r.split, r.rule, r.score)][r.construction].append(r)
+    added = []
+    for key in sorted(spare):
+        need = floor.get(key[0], 0) - have[key]
+        if need > 0:
+            added += round_robin(shuffled_queues(spare[key], f"{seed}:top:{key}"), need)
+    return added
 
 
 def round_robin(queues: list[list[Row]], limit: int) -> list[Row]:
@@ -466,7 +532,7 @@ def build_rows(p: RemParams, dialogues: Sequence[Dialogue], split: DialogueSplit
     parts = split_dialogues(groups, cp.dev_share, cp.test_share, cp.seed)
     rows = [r for d in train for r in construct_dialogue(
         d, spec, cp.seed, cp.max_history_turns, others[d.id], parts[d.id])]
-    chosen = select_rows(rows, cp.per_cell, cp.length_bins, cp.seed)
+    chosen = select_rows(rows, cp.per_cell, cp.length_bins, cp.seed, cp.per_label_floor)
     chosen.sort(key=lambda r: ({"train": 0, "dev": 1, "test": 2}[r.split], r.dialogue, r.k,
                                r.construction, r.rule))
     return [{"id": f"c-{i:05d}", "rule": r.rule,
@@ -482,20 +548,30 @@ def load_constructed(path: str | Path) -> list[RemAnnotation]:
     return read_jsonl(path, RemAnnotation)
 
 
+def training_rows(p: RemParams, shared_split: str) -> list[RemAnnotation]:
+    """Every row the REM may train on: the constructed rows of its ``train`` part and the
+    hand training rows that share no text with an evaluation-split dialogue."""
+    dialogues = read_jsonl(repo_path(p.construction.dialogues), Dialogue)
+    split = load_split(repo_path(shared_split))
+    hand = read_jsonl(repo_path(p.annotations), RemAnnotation)
+    built = [a for a in load_constructed(repo_path(p.constructed)) if a.split == "train"]
+    return hand_training_rows(hand, dialogues, split, p.construction.overlap_words) + built
+
+
 def jsonl_text(records: Iterable[dict[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
 
 def outputs(p: RemParams, shared_split: str) -> dict[Path, str]:
     """The files this command writes, path → text."""
-    from medpref.rem.constructed_summary import summary_markdown
-
     dialogues = read_jsonl(repo_path(p.construction.dialogues), Dialogue)
     split = load_split(repo_path(shared_split))
     records = build_rows(p, dialogues, split)
     hand = read_jsonl(repo_path(p.annotations), RemAnnotation)
     target = repo_path(p.constructed)
-    md = summary_markdown(records, hand, dialogues, split, p)
+    spec = load_constructions(repo_path(p.construction.config))
+    about = {name: c.about for name, c in spec.constructions.items()}
+    md = summary_markdown(records, hand, dialogues, split, p, about)
     return {target: jsonl_text(records), target.with_name("CONSTRUCTED.md"): md}
 
 
