@@ -238,18 +238,24 @@ def test_a_user_rem_scorer_mode_registers_validates_and_builds(throwaway):
     with pytest.raises(ValueError, match="REM scorer mode 'expected' is registered twice"):
         register_rem_scorer("expected")(constant)
     with pytest.raises(ValueError, match=r"rem.scorers.<name>.mode: no REM scorer mode 'greedy' "
-                                         r"\(known: expected, finetuned, registry_test_mode, "
-                                         r"sampled\)"):
+                                         r"\(known: encoder, expected, finetuned, length, "
+                                         r"majority, registry_test_mode, sampled, surface\)"):
         RemScorerSettings(mode="greedy")
 
 
 def test_the_built_in_rem_scorer_modes_are_registered_builders():
-    from medpref.remscore import scorers
+    from medpref.remscore import fitted, scorers
 
-    assert registry.REM_SCORERS.names() == ["expected", "finetuned", "sampled"]
-    assert {m.build.__module__ for m in registry.REM_SCORERS.values()} == {scorers.__name__}
+    assert registry.REM_SCORERS.names() == ["encoder", "expected", "finetuned", "length",
+                                            "majority", "sampled", "surface"]
+    assert {n: m.build.__module__ for n, m in registry.REM_SCORERS.items()} == {
+        **dict.fromkeys(["sampled", "expected", "finetuned"], scorers.__name__),
+        **dict.fromkeys(["majority", "length", "surface", "encoder"], fitted.__name__)}
+    assert [n for n, m in registry.REM_SCORERS.items() if m.fitted] == [
+        "majority", "length", "surface", "encoder"]
     # the code around the modes asks the registered mode, never which mode it is
-    for path in ("remscore/scorers.py", "rem/config.py", "rem/build_rem.py"):
+    for path in ("remscore/scorers.py", "remscore/fitted.py", "rem/config.py",
+                 "rem/build_rem.py", "rem/stage.py"):
         src = (SRC / path).read_text(encoding="utf-8")
         assert "mode ==" not in src and "mode !=" not in src, path
     assert [n for n, m in registry.REM_SCORERS.items() if m.adapter] == ["finetuned"]

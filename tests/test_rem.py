@@ -251,7 +251,8 @@ def test_one_state_asked_every_rule_shares_all_but_the_rule(flowchart):
 def test_unknown_mode_and_foreign_examples_are_errors(flowchart, icl):
     client, _ = _client(lambda r: "")
     with pytest.raises(ValueError, match=r"rem.scorers.<name>.mode: no REM scorer mode "
-                                         r"'greedy' \(known: expected, finetuned, sampled\)"):
+                                         r"'greedy' \(known: encoder, expected, finetuned, length, "
+                                         r"majority, sampled, surface\)"):
         build_scorer("greedy", client, flowchart, icl, call=REM_CALL)
     bad = [icl[0].model_copy(update={"rule": "Q"})]
     with pytest.raises(ValueError, match=r"\['Q'\]"):
@@ -385,7 +386,9 @@ def test_rem_params_reject_unknown_keys_and_bad_values():
             "mode": "sampled", "k": 2, "state_value": "label"}}}})
     with pytest.raises(ParamsError, match="compliance_scorers"):
         parse_params({"rem": {**raw, "compliance_scorers": ["greedy"]}})
-    assert list(parse_params({"rem": raw}).rem.scorers) == ["sampled", "expected", "finetuned"]
+    assert list(parse_params({"rem": raw}).rem.scorers) == [
+        "sampled", "expected", "finetuned", "encoder", "encoder_blind", "majority", "length",
+        "surface"]
 
 
 def test_embedded_annotations_cover_every_rule_and_split(flowchart):
@@ -421,7 +424,10 @@ def test_stage_eval_subset_and_sft_examples():
     assert len(subset) == 18 and all(a.split == "test" for a in subset)
     for rule in "ABCDEF":
         assert sorted(a.score for a in subset if a.rule == rule) == [0, 1, 2]
-    assert len(inputs.split("train")) + len(inputs.split("test")) == 252
+    hand = [a for a in inputs.annotations if a.id.startswith("r-")]
+    assert len(hand) == 252        # every hand row, beside the constructed ones
+    splits = {"train", "dev", "test"}
+    assert sum(len(inputs.split(s)) for s in splits) == len(inputs.annotations)
     ex = sft_examples(subset[:1], inputs.flowchart, "rem_judge", "short")[0]
     assert [m["role"] for m in ex["prompt"]] == ["system", "user"]
     assert ex["completion"] == [{"role": "assistant", "content": (

@@ -82,7 +82,33 @@ def raw_params(tmp_path):
     raw = copy.deepcopy(yaml.safe_load((REPO_ROOT / "params.yaml").read_text()))
     raw["shared"]["llm"]["cache_dir"] = str(tmp_path / "cache")
     raw["rem"]["train"]["adapter_dir"] = str(tmp_path / "rem_lora")
+    raw["rem"]["fitted"]["model_dir"] = str(tmp_path / "rem_encoder")
+    raw["rem"]["llm_eval_sets"] = ["test"]     # the LLM rows on the test split only
     return raw
+
+
+def hashed_words(texts):
+    """A stand-in sentence encoder (no model loaded): hashed word counts, normalised."""
+    import zlib
+
+    import numpy as np
+
+    out = np.zeros((len(texts), 32), dtype=np.float32)
+    for i, text in enumerate(texts):
+        for word in text.lower().split():
+            out[i, zlib.crc32(word.encode()) % 32] += 1.0
+        out[i] /= max(float(np.linalg.norm(out[i])), 1.0)
+    return out
+
+
+def _fake_encoder(monkeypatch):
+    """The fitted scorers read the real word lists and a hashed stand-in encoder."""
+    from medpref.remscore import scorers
+    from medpref.remscore.features import StateFeatures
+
+    real = scorers.state_features
+    monkeypatch.setattr(scorers, "state_features",
+                        lambda rem: StateFeatures(hashed_words, real(rem).load_words))
 
 
 def _stage(name, raw, tmp_path, monkeypatch) -> Stage:
@@ -103,6 +129,7 @@ def _fake_training(monkeypatch, tmp_path):
                            losses=[{"step": 1, "loss": 1.5}, {"step": 2, "loss": 1.1}])
 
     monkeypatch.setattr(build_rem, "train_rem", train_rem)
+    _fake_encoder(monkeypatch)
 
 
 def test_stage_03_runs_every_scorer_and_writes_table5(raw_params, tmp_path, monkeypatch,
@@ -113,9 +140,16 @@ def test_stage_03_runs_every_scorer_and_writes_table5(raw_params, tmp_path, monk
     _fake_training(monkeypatch, tmp_path)
     stage = _stage("03_rem", raw_params, tmp_path, monkeypatch)
     out = rem_stage.run(stage)
-    assert list(out.table5["scorer"]) == ["sampled", "expected", "finetuned"]
-    assert {"fuzzy02_%", "near_constant", "top_label_share"} <= set(out.table5.columns)
-    assert out.table5["n"].tolist() == [18, 18, 18]
+    assert list(out.table5["scorer"]) == ["sampled", "expected", "finetuned", "encoder",
+                                          "encoder_blind", "majority", "length", "surface"]
+    assert {"fuzzy02_%", "near_constant", "top_label_share", "never_predicted",
+            "order_right_%"} <= set(out.table5.columns)
+    assert out.table5["n"].tolist() == [18] * 8
+    # the default REM is chosen on the dev split, where only the fitted rows ran here
+    assert out.selection["chosen"].sum() == 1
+    assert set(out.selection["scorer"]) == {"encoder", "encoder_blind", "majority", "length",
+                                            "surface"}
+    assert set(out.paired["against"]) <= {"length", "surface", "encoder_blind"}
     assert "score first" in out.table5.set_index("scorer").loc["finetuned", "method"]
     from medpref.prompts import load_prompt
     from scripted_stage import provenance_as_before
@@ -126,11 +160,13 @@ def test_stage_03_runs_every_scorer_and_writes_table5(raw_params, tmp_path, monk
     stage.finish(out.metrics)
     assert json.loads((tmp_path / "reports/03_rem/provenance.json").read_text()) == before
     metrics = json.loads((tmp_path / "reports/03_rem/metrics.json").read_text())
-    assert set(metrics["finetuned"]) == {"exact_%", "fuzzy_%", "fuzzy02_%", "coverage_%",
-                                         "mae", "top_label_share", "near_constant"}
+    assert set(metrics["finetuned"]) == {"n", "exact_%", "fuzzy_%", "fuzzy02_%", "coverage_%",
+                                         "mae", "top_label_share", "near_constant",
+                                         "order_right_%"}
+    assert metrics["dev_chosen"] == out.selection.query("chosen")["scorer"].iloc[0]
     assert "wall_s" not in json.dumps(metrics) and "runtime_s" not in json.dumps(metrics)
     assert (tmp_path / "reports/03_rem/timings.json").exists()
-    assert pd.read_csv(tmp_path / "reports/03_rem/table5.csv").shape[0] == 3
+    assert pd.read_csv(tmp_path / "reports/03_rem/table5.csv").shape[0] == 8
 
 
 def test_stage_03_writes_records_its_tables_rebuild_from(raw_params, tmp_path, monkeypatch,
@@ -148,7 +184,11 @@ def test_stage_03_writes_records_its_tables_rebuild_from(raw_params, tmp_path, m
     out = rem_stage.run(stage)
     reports = tmp_path / "reports/03_rem"
     rows = {r.name: read_rows(r.path(reports)) for r in OUTPUTS.records}
-    assert len(rows["predictions"]) == 3 * 18 and len(rows["scorer_runs"]) == 3
+    inputs = b03_inputs(stage)
+    n_dev, n_hand = len(inputs.split("dev")), len(inputs.split("test", hand=True))
+    # fitted rows: dev, test and the hand test rows; LLM rows: test (llm_eval_sets)
+    assert len(rows["predictions"]) == 8 * 18 + 5 * (n_dev + n_hand)
+    assert len(rows["scorer_runs"]) == 8 + 5 + 5
     assert len(rows["compliance_judgements"]) == 2 * 3 * 6    # scorers × dialogues × rules
     assert [(r["step"], r["loss"]) for r in rows["training_loss"]] == [(1, 1.5), (2, 1.1)]
     for name, recs in rows.items():
@@ -183,10 +223,15 @@ def test_stage_03_writes_records_its_tables_rebuild_from(raw_params, tmp_path, m
         before.drop("finetuned").tolist())
 
 
-def b03_eval_set(stage):
+def b03_inputs(stage):
+    from medpref.params import repo_path
     from medpref.rem.build_rem import load_inputs
 
-    return load_inputs(stage.p).split(stage.p.eval_split, stage.p.eval_per_rule)
+    return load_inputs(stage.p, repo_path(stage.params.shared.split))
+
+
+def b03_eval_set(stage):
+    return b03_inputs(stage).split(stage.p.eval_split, stage.p.eval_per_rule, hand=False)
 
 
 def _items(n: int) -> list[UnlabeledItem]:
@@ -202,7 +247,7 @@ def _items(n: int) -> list[UnlabeledItem]:
              "source": "generated"}]}) for i in range(n)]
 
 
-def _stage04(raw, tmp_path, monkeypatch, n_items=5):
+def _stage04(raw, tmp_path, monkeypatch, n_items=5, rem_scorer="finetuned"):
     unlabeled = tmp_path / "unlabeled.jsonl"
     write_jsonl(unlabeled, _items(n_items))
     table5 = tmp_path / "table5.csv"
@@ -210,6 +255,7 @@ def _stage04(raw, tmp_path, monkeypatch, n_items=5):
                    "fuzzy02_%": 80.0, "near_constant": False}]).to_csv(table5, index=False)
     raw["annotation"]["input"] = str(unlabeled)
     raw["annotation"]["rem_table5"] = str(table5)
+    raw["annotation"]["rem_scorer"] = rem_scorer   # default: the LoRA REM's wiring
     adapter = tmp_path / "rem_lora"
     adapter.mkdir(exist_ok=True)
     (adapter / "medpref_task.json").write_text(json.dumps(
@@ -283,8 +329,7 @@ def test_stage_04_needs_a_scorer_table5_evaluated(raw_params, tmp_path, monkeypa
     from medpref.annotation import stage as annotation_stage
 
     raw_params["rem"]["scorers"]["zero_shot"] = {"mode": "expected", "detail": "short"}
-    raw_params["annotation"]["rem_scorer"] = "zero_shot"
-    stage = _stage04(raw_params, tmp_path, monkeypatch)
+    stage = _stage04(raw_params, tmp_path, monkeypatch, rem_scorer="zero_shot")
     with pytest.raises(ValueError, match="no row for REM scorer 'zero_shot'"):
         annotation_stage.run(stage)
 
@@ -308,7 +353,7 @@ def test_notebooks_03_04_and_the_grid_run_in_order(raw_params, tmp_path, monkeyp
                                                    scripted_models):
     raw = raw_params
     raw["rem"]["eval_per_rule"] = 1
-    raw["rem"]["compliance_n"] = 1
+    raw["rem"]["compliance_n"] = 1     # stage 04 scores with the default REM: encoder
     unlabeled = tmp_path / "unlabeled.jsonl"
     write_jsonl(unlabeled, _items(4))
     raw["annotation"].update(input=str(unlabeled), reports=str(tmp_path / "reports" /
@@ -325,9 +370,9 @@ def test_notebooks_03_04_and_the_grid_run_in_order(raw_params, tmp_path, monkeyp
     monkeypatch.setattr("matplotlib.pyplot.show", lambda *a, **k: None)
 
     ns = _run_notebook("03_rem.ipynb", params_path=str(params_path))
-    assert set(ns["out"].table5["scorer"]) == {"sampled", "expected", "finetuned"}
+    assert set(ns["out"].table5["scorer"]) >= {"sampled", "expected", "finetuned", "encoder"}
     ns = _run_notebook("04_annotation.ipynb", params_path=str(params_path))
-    assert ns["out"].items == 4 and ns["out"].rem_row["scorer"] == "finetuned"
+    assert ns["out"].items == 4 and ns["out"].rem_row["scorer"] == "encoder"
     for w in ("avg", "dep"):
         for n in (1, 2, 3):
             cell = _run_notebook("04_annotation_grid.ipynb", params_path=str(params_path),

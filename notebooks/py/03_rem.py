@@ -8,10 +8,13 @@
 # * **REM task** — rule + dialogue history in, `Comment: …` + `Score: 0|1|2` out.
 # * **The scorers of `rem.scorers`** — each a named configuration (`sampled`: in-context judge,
 #   k samples averaged, Eq. 2; `expected`: Σ s·p(s) of the score token in one pass; `finetuned`:
-#   the LoRA REM trained here). This is the one definition of a REM scorer: stage 04 scores its
-#   candidates with one of them by name (`annotation.rem_scorer`), so its REM is a row of Table 5.
-# * **Evaluation as Table 5** — exact and fuzzy match on the test split, fuzzy over gold ∈ {0, 2},
-#   near-constant scorers flagged; confusion matrices.
+#   the LoRA REM trained here; `encoder`: frozen sentence embeddings and a classifier per rule,
+#   fitted here; the baselines `majority`, `length`, `surface` and the rule-blind encoder). This is
+#   the one definition of a REM scorer: stage 04 scores its candidates with one of them by name
+#   (`annotation.rem_scorer`), so its REM is a row of Table 5.
+# * **Evaluation as Table 5** — exact and fuzzy match, the labels never predicted, within-history
+#   rule ordering, on the development, test and independent sets; the default REM chosen on the
+#   development split; the default against the baselines with paired bootstrap intervals.
 # * **Rule compliance** (Fig. 3) of the embedded dialogues, as a radar chart.
 #
 # All logic lives in `medpref.rem` (`medpref.rem.stage.run`); this notebook shows what it returns.
@@ -75,6 +78,36 @@ m = out.majority
 print(f"always-majority baseline: exact {m['exact_%']:.1f}%, fuzzy {m['fuzzy_%']:.1f}%, "
       f"fuzzy02 {m['fuzzy02_%']:.1f}%")
 out.table5
+
+# %% [markdown]
+# ## Every set: development, test (constructed), hand test rows, independent
+#
+# `items = all`: the fitted scorers on every item; `llm_subset`: every scorer on the set's fixed,
+# seeded subset (`rem.llm_eval_rows`), so the LLM rows compare with the others on the same items.
+
+# %%
+out.sets
+
+# %% [markdown]
+# ## The default REM, chosen on the development split (never on the test split)
+
+# %%
+out.selection
+
+# %% [markdown]
+# ## The chosen REM against the baselines (`rem.paired_against`)
+#
+# Accuracy difference in points with a bootstrap interval that resamples states, overall and per
+# rule, on the test, hand test and independent sets. `excludes_0`: the interval lies off zero.
+
+# %%
+out.paired
+
+# %% [markdown]
+# ## The independent test's labels: κ(l1, l2) per rule on the doubly labelled rows
+
+# %%
+out.kappa
 
 # %%
 out.per_rule.pivot(index="rule", columns="scorer", values="exact_%")

@@ -190,6 +190,7 @@ class RemMode:
     adapter: bool = False
     describe: Callable[..., str] | None = None
     check: Callable[[Any], None] | None = None
+    fitted: bool = False
 
     def method(self, name: str, settings: Any, adapter_card: dict | None = None) -> str:
         """Table 5's ``method`` text for settings of this mode."""
@@ -234,10 +235,10 @@ register_backend = BACKENDS.register
 
 def register_rem_scorer(name: str, *, adapter: bool = False,
                         describe: Callable[..., str] | None = None,
-                        check: Callable[[Any], None] | None = None
+                        check: Callable[[Any], None] | None = None, fitted: bool = False
                         ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator on a REM scorer mode's builder: registers ``RemMode(build, adapter,
-    describe, check)`` as mode ``name`` and returns the builder unchanged.
+    describe, check, fitted)`` as mode ``name`` and returns the builder unchanged.
 
     ``build(client, flowchart, examples, template, *, call, k, seed, n_examples,
     temperature, comment, detail, state_value) -> scorer`` (take the keywords you use,
@@ -245,8 +246,11 @@ def register_rem_scorer(name: str, *, adapter: bool = False,
     (``rem.train.adapter_dir``, its task card's ``comment``/``detail``) instead of
     in-context examples. ``describe(settings, adapter_card) -> str``: Table 5's ``method``
     column (default: the mode's name and its builder's first docstring line).
-    ``check(settings)``: raises ``ValueError`` on settings the mode cannot honour."""
+    ``check(settings)``: raises ``ValueError`` on settings the mode cannot honour.
+    ``fitted``: the mode is fitted on the REM data by stage 03 and read from
+    ``rem.fitted.model_dir`` by name; its ``build(settings)`` returns what it reads and
+    how it learns (a :class:`medpref.remscore.fitted.FitSpec`), not a scorer."""
     def deco(build: Callable[..., Any]) -> Callable[..., Any]:
-        REM_SCORERS.register(name)(RemMode(build, adapter, describe, check))
+        REM_SCORERS.register(name)(RemMode(build, adapter, describe, check, fitted))
         return build
     return deco

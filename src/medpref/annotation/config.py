@@ -196,7 +196,7 @@ class AnnotationParams(SectionCalls):
     history_max_turns: int = Field(8, ge=1, le=400)  # history shown to judge and agents
     output_dir: str = "data/04_annotation"
     reports: str = "reports/04_annotation"
-    rem_scorer: str = "finetuned"  # a name in rem.scorers (a row of stage 03's Table 5)
+    rem_scorer: str = "encoder"  # a name in rem.scorers (a row of stage 03's Table 5)
     rem_table5: str = "reports/03_rem/table5.csv"  # where that row is read from
     rem_thresholds: str = "reports/03_rem/thresholds.csv"  # scoring.met rem_dev reads its rows
     scoring: ScoringConfig

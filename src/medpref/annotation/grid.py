@@ -127,8 +127,8 @@ def run_cell(stage: GridStage, weighting: str, trajectory: int) -> CellOutputs:
     write_jsonl(stage.data("pairs.jsonl"), result.pairs)
     write_jsonl(stage.data("decisions.jsonl"), [d.to_record() for d in result.decisions])
     out = CellOutputs(weighting, trajectory, row, coverage, metrics=dict(row),
-                      models={"rem": scorer.client.model_id},
-                      prompts={scorer.prompt.name: scorer.prompt.sha})
+                      models={"rem": scorer.model_id},
+                      prompts={scorer.prompt.name: scorer.prompt.sha} if scorer.prompt else {})
     stage.note_provenance(models=out.models, prompts=out.prompts)
     return out
 

@@ -293,7 +293,8 @@ def run(stage: Stage) -> AnnotationOutputs:
                              cai.cai_decisions(scored.item_states, scored.judgements, flowchart,
                                                p.scoring.linear(), "dep", "linear"))}
     out.prompts = {k: v for r in results.values() for k, v in r.prompts.items()}
-    out.prompts[inputs.scorer.prompt.name] = inputs.scorer.prompt.sha
+    if inputs.scorer.prompt is not None:   # a fitted REM reads no prompt
+        out.prompts[inputs.scorer.prompt.name] = inputs.scorer.prompt.sha
     stage.note_provenance(models=out.models, prompts=out.prompts)
     return out
 

@@ -1,4 +1,5 @@
-"""Stage 03_rem: train the REM, evaluate the three scorers (Table 5), rule compliance.
+"""Stage 03_rem: train the LoRA REM, fit the encoder REM and the baselines, evaluate every
+scorer (Table 5) on the development, test and independent sets, rule compliance.
 
 The notebook calls these functions in order; each does one step and returns plain data
 (records, tables), so the notebook only shows them and writes them out.
@@ -40,9 +41,21 @@ from medpref.outputs import content_key
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.rem.config import RemParams, RemTrainParams
-from medpref.rem.evaluation import confusion, label_spread, match_metrics, per_rule_metrics
+from medpref.rem.eval_sets import EvalItem, items_of, stratified_subset
+from medpref.rem.evaluation import (
+    confusion,
+    match_metrics,
+    per_rule_metrics,
+)
+from medpref.rem.independent import IndependentRow, independent_items, load_independent
 from medpref.remscore.base import RuleJudgement
-from medpref.remscore.scorers import PromptedScorer, describe_settings, scorer_from_settings
+from medpref.remscore.features import StateFeatures
+from medpref.remscore.fitted import FittedModel, FittedScorer, Item, fit_model, save_model
+from medpref.remscore.scorers import (
+    REM_SCORERS,
+    describe_settings,
+    scorer_from_settings,
+)
 from medpref.remscore.task import build_messages, format_answer, select_examples
 from medpref.rules import Flowchart, load_rules
 
@@ -50,29 +63,74 @@ from medpref.rules import Flowchart, load_rules
 @dataclass
 class RemInputs:
     flowchart: Flowchart
-    annotations: list[RemAnnotation]
+    annotations: list[RemAnnotation]        # hand rows and constructed rows, by split
     icl_examples: list[RemAnnotation]
+    independent: list[IndependentRow] = field(default_factory=list)
+    hand_ids: frozenset[str] = frozenset()  # the rows of rem.annotations (written by hand)
 
-    def split(self, name: str, per_rule: int | None = None) -> list[RemAnnotation]:
-        """The annotations of a split; with ``per_rule``, that many per rule, covering
-        every score before repeating one (a small balanced evaluation set)."""
-        rows = [a for a in self.annotations if getattr(a, "split", None) == name]
+    def split(self, name: str, per_rule: int | None = None,
+              hand: bool | None = None) -> list[RemAnnotation]:
+        """The annotations of a split (``hand``: only the hand rows, or only the others);
+        with ``per_rule``, that many per rule, covering every score before repeating one
+        (a small balanced evaluation set)."""
+        rows = [a for a in self.annotations if getattr(a, "split", None) == name
+                and (hand is None or (a.id in self.hand_ids) == hand)]
         if per_rule is None:
             return rows
         return [a for rule in self.flowchart.ids for a in select_examples(rows, rule, per_rule)]
 
 
-def load_inputs(p: RemParams) -> RemInputs:
-    """Rules, annotations and in-context examples, validated; an annotation whose rule
-    is not in the flowchart is an error naming its id."""
+def load_inputs(p: RemParams, split_path: str | Path | None = None) -> RemInputs:
+    """Rules, annotations (the hand rows, then the constructed rows of ``rem.constructed``;
+    a row repeated with the same id and content is kept once), in-context examples and
+    the independent test, validated; an annotation whose rule is not in the flowchart, or
+    an id given twice with different content, is an error naming it. With the dialogue
+    split file, hand training rows that share text with an evaluation-split dialogue are
+    left out (:func:`medpref.rem.overlap.hand_training_rows`)."""
     flowchart = load_rules(repo_path(p.rules))
     anns = read_jsonl(repo_path(p.annotations), RemAnnotation)
+    hand_ids = frozenset(a.id for a in anns)
+    if split_path is not None:
+        anns = clean_hand_rows(anns, p, split_path)
+    if p.constructed:
+        anns = merge_annotations(anns, read_jsonl(repo_path(p.constructed), RemAnnotation),
+                                 p.constructed)
     icl = read_jsonl(repo_path(p.icl_examples), RemAnnotation)
     for source, rows in ((p.annotations, anns), (p.icl_examples, icl)):
         for a in rows:
             if a.rule not in flowchart.by_id:
                 raise ValueError(f"{source}: record '{a.id}': unknown rule '{a.rule}'")
-    return RemInputs(flowchart, anns, icl)
+    independent = (load_independent(repo_path(p.independent), flowchart.ids)
+                   if p.independent else [])
+    return RemInputs(flowchart, anns, icl, independent, hand_ids)
+
+
+def clean_hand_rows(hand: Sequence[RemAnnotation], p: RemParams, split_path: str | Path
+                    ) -> list[RemAnnotation]:
+    """The hand rows less the training rows that share text with an evaluation-split
+    dialogue (the REM never trains on text of a dialogue the policies are tested on)."""
+    from medpref.data.split import load_split
+    from medpref.rem.overlap import hand_training_rows
+
+    dialogues = read_jsonl(repo_path(p.construction.dialogues), Dialogue)
+    keep = {a.id for a in hand_training_rows(hand, dialogues, load_split(split_path),
+                                             p.construction.overlap_words)}
+    return [a for a in hand if getattr(a, "split", None) != "train" or a.id in keep]
+
+
+def merge_annotations(hand: Sequence[RemAnnotation], constructed: Sequence[RemAnnotation],
+                      source: str) -> list[RemAnnotation]:
+    """The hand rows and the constructed rows; an id in both must hold the same row."""
+    by_id = {a.id: a for a in hand}
+    out = list(hand)
+    for a in constructed:
+        held = by_id.get(a.id)
+        if held is None:
+            by_id[a.id] = a
+            out.append(a)
+        elif (held.rule, held.history, held.score) != (a.rule, a.history, a.score):
+            raise ValueError(f"{source}: record '{a.id}': the id of a different row")
+    return out
 
 
 def split_counts(inputs: RemInputs) -> pd.DataFrame:
@@ -131,8 +189,8 @@ def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> Tr
     from transformers import set_seed
 
     t, hardware, base_path = p.train, load_hardware(p.train.hardware), repo_path(base_model)
-    examples = sft_examples(inputs.split("train"), inputs.flowchart, p.prompt, t.rule_detail,
-                            t.answer_order)
+    rows = stratified_subset(inputs.split("train"), t.max_rows, seed)
+    examples = sft_examples(rows, inputs.flowchart, p.prompt, t.rule_detail, t.answer_order)
     set_seed(seed)
     tok, base = load_base(base_path, hardware, device="cpu")
     data, dropped = drop_too_long(tok, examples, t.recipe.max_length, ("completion",))
@@ -193,11 +251,57 @@ def training_table(result: TrainResult) -> pd.DataFrame:
 
 # -- scoring and evaluation ---------------------------------------------------------------
 def make_scorer(name: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
-                seed: int) -> PromptedScorer:
+                seed: int, features: StateFeatures | None = None):
     """The scorer ``rem.scorers[name]`` (the builder stage 04 uses too)."""
     if name not in p.scorers:
         raise KeyError(f"no REM scorer '{name}' in rem.scorers (known: {sorted(p.scorers)})")
-    return scorer_from_settings(name, p.scorers[name], llm, p, inputs.flowchart, seed)
+    return scorer_from_settings(name, p.scorers[name], llm, p, inputs.flowchart, seed,
+                                features)
+
+
+# -- the fitted scorers and the evaluation sets ----------------------------------------------
+def fit_items(annotations: Sequence[RemAnnotation]) -> list[Item]:
+    return [Item(a.rule, list(a.history), int(a.score)) for a in annotations]
+
+
+def fit_scorers(p: RemParams, inputs: RemInputs, features: StateFeatures,
+                seed: int) -> dict[str, FittedModel]:
+    """Fit every fitted scorer of ``rem.scorers`` on the train split (C on the dev split)
+    and save each to ``rem.fitted.model_dir/<name>.json``."""
+    train, dev = fit_items(inputs.split("train")), fit_items(inputs.split(p.dev_split))
+    if not train:
+        raise ValueError(f"{p.annotations}: no train rows to fit the REM scorers on")
+    fits = {}
+    for name, settings in p.scorers.items():
+        if settings.fitted:
+            spec = REM_SCORERS.get(settings.mode).build(settings)
+            fits[name] = fit_model(name, settings.mode, spec, train, dev, features,
+                                   p.fitted.c_grid, seed)
+            save_model(fits[name], repo_path(p.fitted.model_dir))
+    return fits
+
+
+def eval_sets(p: RemParams, inputs: RemInputs) -> dict[str, list[EvalItem]]:
+    """The evaluation sets that have items: ``dev`` (where the default REM is chosen),
+    ``test`` (Table 5's split of the constructed rows, ``eval_per_rule`` applied),
+    ``hand_test`` (the hand rows of that split: text no construction made) and
+    ``independent``."""
+    sets = {"dev": items_of(inputs.split(p.dev_split)),
+            "test": items_of(inputs.split(p.eval_split, p.eval_per_rule, hand=False)),
+            "hand_test": items_of(inputs.split(p.eval_split, hand=True)),
+            "independent": independent_items(inputs.independent, inputs.flowchart.ids)}
+    return {name: items for name, items in sets.items() if items}
+
+
+def scorer_items(settings, set_name: str, items: Sequence[EvalItem], subset: set[str],
+                 p: RemParams) -> list[EvalItem] | None:
+    """What one scorer scores of a set: a fitted scorer every item, an LLM scorer the
+    set's fixed subset (or nothing when ``rem.llm_eval_sets`` leaves the set out)."""
+    if settings.fitted:
+        return list(items)
+    if set_name not in p.llm_eval_sets:
+        return None
+    return [it for it in items if it.id in subset]
 
 
 def score_annotations(scorer, annotations: Sequence[RemAnnotation],
@@ -228,21 +332,28 @@ def _number(x) -> float | None:
     return None if x is None else float(x)
 
 
-def judgement_key(settings, scorer: PromptedScorer, state, rule, row: dict[str, Any]) -> str:
+def judgement_key(settings, scorer, state, rule, row: dict[str, Any]) -> str:
     """A judgement's content key: the scorer's settings, the model, the exact messages it
     was asked with (prompt, rule text, examples, state) and the row itself. The settings
-    carry the call's budget, as they did before it moved to ``rem.calls`` (same keys)."""
+    carry the call's budget, as they did before it moved to ``rem.calls`` (same keys).
+    A fitted scorer's: its settings, its fitted model, the state, the rule and the row."""
+    if isinstance(scorer, FittedScorer):
+        return content_key(settings.model_dump(mode="json"), scorer.model_id,
+                           [[t.role, t.text] for t in state], rule.id, row)
     keyed = {**settings.model_dump(mode="json"), "max_new_tokens": scorer.call.max_new_tokens}
     return content_key(keyed, scorer.client.model_id,
                        scorer.messages_for(state, rule), row)
 
 
-def prediction_records(mode: str, annotations: Sequence[RemAnnotation],
-                       judgements: Sequence[RuleJudgement],
-                       model_id: str = "") -> list[dict[str, Any]]:
-    """One row per (scorer, example): gold, label, score, samples and the raw answers."""
-    return [{"scorer": mode, "model_id": model_id, "id": a.id, "rule": a.rule,
-             "gold": a.score, **judgement_fields(j)}
+def prediction_records(mode: str, annotations: Sequence[EvalItem],
+                       judgements: Sequence[RuleJudgement], model_id: str = "",
+                       eval_set: str = "test", subset: set[str] | None = None
+                       ) -> list[dict[str, Any]]:
+    """One row per (scorer, item): the set, the item's state, whether it is in the set's
+    LLM subset, gold, label, score, samples and the raw answers."""
+    return [{"scorer": mode, "model_id": model_id, "eval_set": eval_set, "id": a.id,
+             "state": a.state, "llm_subset": subset is None or a.id in subset,
+             "rule": a.rule, "gold": a.score, **judgement_fields(j)}
             for a, j in zip(annotations, judgements)]
 
 
@@ -253,44 +364,59 @@ class ScorerRun:
     wall_s: float
     usage: dict[str, int] = field(default_factory=dict)
     model_id: str = ""
+    eval_set: str = "test"
+    items: str = "all"                      # all | llm_subset
 
 
 #: the ledger counts a scorer run records (its model use)
 USAGE = ("calls", "cache_hits", "failures", "tokens_in", "tokens_out")
 
 
-def _usage(llm: LLMSession) -> dict[str, int]:
+def _usage(llm: LLMSession | None) -> dict[str, int]:
+    if llm is None:   # fitted scorers only: no model calls to count
+        return dict.fromkeys(USAGE, 0)
     total = llm.ledger.totals()["total"]
     return {k: total[k] for k in USAGE}
 
 
 def run_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
-               eval_set: Sequence[RemAnnotation], seed: int) -> ScorerRun:
-    """Score the evaluation set with one scorer, timing it and counting its model calls;
-    each record carries its content key (:func:`judgement_key`)."""
-    scorer = make_scorer(mode, llm, p, inputs, seed)
+               eval_set: Sequence[EvalItem], seed: int, set_name: str = "test",
+               subset: set[str] | None = None,
+               features: StateFeatures | None = None) -> ScorerRun:
+    """Score evaluation items with one scorer, timing it and counting its model calls;
+    each record carries its content key (:func:`judgement_key`). ``subset``: the ids of
+    the set's LLM subset (recorded per item, so every row is shown on it too)."""
+    scorer = make_scorer(mode, llm, p, inputs, seed, features)
     before = _usage(llm)
     t0 = time.perf_counter()
     judged = score_annotations(scorer, eval_set, inputs.flowchart)
     wall = time.perf_counter() - t0
     after = _usage(llm)
-    model_id = scorer.client.model_id
-    rows = prediction_records(mode, eval_set, judged, model_id)
+    rows = prediction_records(mode, eval_set, judged, scorer.model_id, set_name, subset)
     keyed = [{"key": judgement_key(p.scorers[mode], scorer, a.history,
                                    inputs.flowchart[a.rule], row), **row}
              for a, row in zip(eval_set, rows)]
-    return ScorerRun(mode, keyed, wall, {k: after[k] - before[k] for k in after}, model_id)
+    items = "all" if p.scorers[mode].fitted else "llm_subset"
+    return ScorerRun(mode, keyed, wall, {k: after[k] - before[k] for k in after},
+                     scorer.model_id, set_name, items)
 
 
-def scorer_run_records(runs: Sequence[ScorerRun], p: RemParams) -> list[dict[str, Any]]:
-    """One row per scorer run: Table 5's ``method`` line (a fine-tuned scorer's as its
-    adapter's task card says it was trained), how many items, wall time and model use."""
+def scorer_run_records(runs: Sequence[ScorerRun], p: RemParams,
+                       fits: dict[str, FittedModel] | None = None) -> list[dict[str, Any]]:
+    """One row per scorer run: the set and which of its items, Table 5's ``method`` line
+    (a fine-tuned scorer's as its adapter's task card says it was trained), how many
+    items, wall time and model use; a fitted scorer's fit (C per rule, how it was
+    chosen, fit seconds)."""
     from medpref.finetune.sft import read_task_card
 
     card = read_task_card(repo_path(p.train.adapter_dir))
-    return [{"scorer": run.mode, "method": describe_settings(p.scorers[run.mode], card),
+    fits = fits or {}
+    return [{"scorer": run.mode, "eval_set": run.eval_set, "items": run.items,
+             "method": describe_settings(p.scorers[run.mode], card),
              "model_id": run.model_id, "n": len(run.records), "wall_s": run.wall_s,
-             **{k: run.usage.get(k, 0) for k in USAGE}} for run in runs]
+             **{k: run.usage.get(k, 0) for k in USAGE},
+             **({"fit_s": fits[run.mode].fit_s, "fit": fits[run.mode].summary()}
+                if run.mode in fits else {})} for run in runs]
 
 
 def by_scorer(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -303,30 +429,21 @@ def by_scorer(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
 
 def table5_from_records(scorer_runs: Sequence[dict[str, Any]],
                         predictions: Sequence[dict[str, Any]],
-                        near_constant_share: float) -> pd.DataFrame:
-    """Exact/fuzzy match of the labels per scorer on the evaluation split (PLPF Table 5).
+                        near_constant_share: float, eval_set: str = "test") -> pd.DataFrame:
+    """Exact/fuzzy match of the labels per scorer on the evaluation split (PLPF Table 5),
+    each scorer on the items it scored (``items``: all, or the LLM subset).
 
     ``fuzzy02_%`` is the fuzzy match over the items whose gold is 0 or 2 (a gold 1 always
-    counts as fuzzy-correct); ``top_label_share`` and ``near_constant`` flag a scorer
-    that gives one label to more than ``rem.near_constant_share`` of the items, whose
-    fuzzy match is high whatever it tells apart. ``mae``: mean absolute error of the
-    continuous scores. One row per scorer run, in run order."""
-    preds = by_scorer(predictions)
-    rows = []
-    for run in scorer_runs:
-        golds, scores, labels = _columns(preds.get(run["scorer"], []))
-        m = match_metrics(golds, scores, labels)
-        spread = label_spread(labels, near_constant_share)
-        rows.append({"scorer": run["scorer"], "method": run["method"],
-                     "n": m["n"], "exact_%": 100 * m["exact"], "fuzzy_%": 100 * m["fuzzy"],
-                     "fuzzy02_%": 100 * m["fuzzy02"], "n02": m["n02"],
-                     "top_label": spread["top_label"],
-                     "top_label_share": spread["top_label_share"],
-                     "near_constant": spread["near_constant"],
-                     "coverage_%": 100 * m["coverage"], "mae": m["mae"],
-                     "wall_s": run["wall_s"], "model_calls": run["calls"],
-                     "cache_hits": run["cache_hits"]})
-    return pd.DataFrame(rows)
+    counts as fuzzy-correct); ``never_predicted`` the scores no label took;
+    ``top_label_share`` and ``near_constant`` flag a scorer that gives one label to more
+    than ``rem.near_constant_share`` of the items, whose fuzzy match is high whatever it
+    tells apart; ``order_right_%`` the share of the ``order_pairs`` (two rules of one
+    state whose gold differs) the scores order right. ``mae``: mean absolute error of the
+    continuous scores. One row per scorer run, in run order
+    (:func:`medpref.rem.table5.table5_rows`)."""
+    from medpref.rem.table5 import table5_rows
+
+    return table5_rows(scorer_runs, predictions, near_constant_share, eval_set)
 
 
 def table5(runs: Sequence[ScorerRun], p: RemParams) -> pd.DataFrame:
@@ -335,10 +452,16 @@ def table5(runs: Sequence[ScorerRun], p: RemParams) -> pd.DataFrame:
                                [r for run in runs for r in run.records], p.near_constant_share)
 
 
+def test_predictions(predictions: Sequence[dict[str, Any]], eval_set: str = "test"
+                     ) -> list[dict[str, Any]]:
+    """The prediction records of one set (records without a set are the test set's)."""
+    return [r for r in predictions if r.get("eval_set", "test") == eval_set]
+
+
 def per_rule_table(predictions: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Table 5's match per scorer and rule."""
+    """Table 5's match per scorer and rule (test set)."""
     frames = []
-    for mode, rows in by_scorer(predictions).items():
+    for mode, rows in by_scorer(test_predictions(predictions)).items():
         t = per_rule_metrics([r["rule"] for r in rows], *_columns(rows))
         frames.append(t.assign(scorer=mode))
     out = pd.concat(frames, ignore_index=True)
@@ -349,7 +472,9 @@ def per_rule_table(predictions: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def confusion_tables(predictions: Sequence[dict[str, Any]]) -> dict[str, pd.DataFrame]:
-    return {mode: confusion(*_columns(rows)) for mode, rows in by_scorer(predictions).items()}
+    """Gold × predicted counts per scorer on the test set."""
+    return {mode: confusion(*_columns(rows))
+            for mode, rows in by_scorer(test_predictions(predictions)).items()}
 
 
 def _columns(rows: Sequence[dict[str, Any]]
@@ -378,7 +503,8 @@ def compliance_dialogues(p: RemParams) -> list[Dialogue]:
 
 def compliance_records(names: Sequence[str], llm: LLMSession, p: RemParams,
                        inputs: RemInputs, dialogues: Sequence[Dialogue],
-                       seed: int) -> list[dict[str, Any]]:
+                       seed: int, features: StateFeatures | None = None
+                       ) -> list[dict[str, Any]]:
     """Every compliance judgement (radar input): per listed scorer × dialogue (cut at its
     final doctor turn) × rule, the rule's name and kind and the judgement's fields, each
     row with its content key (:func:`judgement_key`)."""
@@ -387,11 +513,11 @@ def compliance_records(names: Sequence[str], llm: LLMSession, p: RemParams,
     states, rules = dialogue_states(dialogues), inputs.flowchart.rules
     rows = []
     for name in names:
-        scorer = make_scorer(name, llm, p, inputs, seed)
+        scorer = make_scorer(name, llm, p, inputs, seed, features)
         judged = scorer.score_states(states, rules)
         for d, state, by_rule in zip(dialogues, states, judged):
             for rule in rules:
-                row = {"scorer": name, "model_id": scorer.client.model_id, "dialogue": d.id,
+                row = {"scorer": name, "model_id": scorer.model_id, "dialogue": d.id,
                        "state_turns": len(state), "rule": rule.id, "name": rule.name,
                        "kind": rule.kind, **judgement_fields(by_rule[rule.id])}
                 rows.append({"key": judgement_key(p.scorers[name], scorer, state, rule, row),
@@ -413,14 +539,16 @@ def compliance_table(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def stage_metrics(table5: pd.DataFrame, eval_n: int, train: TrainResult | None,
-                  majority: dict[str, float]) -> dict[str, Any]:
-    """The stage's DVC metrics (scores only): Table 5 per scorer, the baseline, and the
-    training loss. Wall times and model use go to timings.json and ledger.json."""
-    out: dict[str, Any] = {"eval_n": eval_n, "majority_baseline": majority}
+                  majority: dict[str, float], chosen: str | None = None) -> dict[str, Any]:
+    """The stage's DVC metrics (scores only): Table 5 per scorer, the baseline, the
+    scorer the development split chose, and the training loss. Wall times and model use
+    go to timings.json and ledger.json."""
+    out: dict[str, Any] = {"eval_n": eval_n, "majority_baseline": majority,
+                           "dev_chosen": chosen}
     for row in table5.to_dict("records"):
-        out[row["scorer"]] = {k: row[k] for k in ("exact_%", "fuzzy_%", "fuzzy02_%",
+        out[row["scorer"]] = {k: row[k] for k in ("n", "exact_%", "fuzzy_%", "fuzzy02_%",
                                                   "coverage_%", "mae", "top_label_share",
-                                                  "near_constant")}
+                                                  "near_constant", "order_right_%")}
     if train is not None:
         out["training"] = {"steps": train.steps, "n_train": train.n_train,
                            "n_dropped": train.n_dropped,

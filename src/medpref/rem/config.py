@@ -38,6 +38,9 @@ class RemTrainParams(StrictModel):
     # comment_first: "Comment: … Score: N" as in PLPF (scoring writes a comment first);
     # score_first: "Score: N Comment: …" (scoring reads the score token in one pass)
     answer_order: Literal["comment_first", "score_first"] = "score_first"
+    # at most this many training rows (a seeded rule × score stratified sample of the train
+    # split; PLPF trains on all 1,800): the LoRA REM's minutes grow with its rows
+    max_rows: int | None = Field(160, ge=1)
     adapter_dir: str = "data/03_rem/rem_lora"
     checkpoints_dir: str = "data/03_rem/checkpoints"  # a killed run resumes here (removed after)
 
@@ -101,6 +104,7 @@ class RemScorerSettings(StrictModel):
     # what a state's rule score v is (expected/finetuned): Σ s·p(s), or the most probable
     # score (the score a greedy REM writes: Eq. 2 with k = 1); sampled: the mean of k samples
     state_value: Literal["expected", "label"] = "expected"
+    rule_blind: bool = False   # encoder: one classifier pooled over the rules (rule removed)
 
     @model_validator(mode="before")
     @classmethod
@@ -113,9 +117,40 @@ class RemScorerSettings(StrictModel):
         from medpref.remscore.scorers import REM_SCORERS
 
         mode = REM_SCORERS.get(self.mode)   # an unknown mode: the key and the known modes
+        if self.rule_blind and not mode.fitted:
+            raise ValueError(f"rule_blind applies to fitted scorers only (mode {self.mode})")
         if mode.check is not None:
             mode.check(self)
         return self
+
+    @property
+    def fitted(self) -> bool:
+        """Fitted on the REM data by stage 03 (cheap: scored on every item)."""
+        from medpref.remscore.scorers import REM_SCORERS
+
+        return REM_SCORERS.get(self.mode).fitted
+
+
+class RemFittedParams(StrictModel):
+    """The fitted scorers (encoder REM and baselines): where their models go, what they
+    read, and the regularisation grid their C is chosen from on the development split."""
+
+    model_dir: str = "data/03_rem/rem_encoder"        # <scorer name>.json per fitted scorer
+    embedding_model: str = "models/all-minilm-l6-v2"
+    lexicon: str = "data/embedded/lexicon"            # the surface word lists' source
+    disease_types: list[str] = Field(default_factory=lambda: [
+        "Disease or Syndrome", "Mental or Behavioral Dysfunction", "Neoplastic Process",
+        "Injury or Poisoning"])
+    test_types: list[str] = Field(default_factory=lambda: [
+        "Laboratory Procedure", "Diagnostic Procedure"])
+    c_grid: list[float] = Field(default_factory=lambda: [0.01, 0.1, 1.0, 10.0])
+
+    @field_validator("c_grid")
+    @classmethod
+    def _positive(cls, grid: list[float]) -> list[float]:
+        if not grid or any(c <= 0 for c in grid):
+            raise ValueError("c_grid: one or more positive values")
+        return grid
 
 
 class RemParams(SectionCalls):
@@ -134,9 +169,20 @@ class RemParams(SectionCalls):
     constructed: str = "data/embedded/rem/constructed.jsonl"
     construction: RemConstructionParams = Field(default_factory=RemConstructionParams)
     icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
+    independent: str | None = None                 # the independent test (rows per turn)
+    dev_split: str = "dev"                         # where C and the default REM are chosen
     eval_split: str = "test"
     eval_per_rule: int | None = Field(None, ge=1)  # per rule, every score first; None: all
     scorers: dict[str, RemScorerSettings]          # Table 5's rows, by name
+    fitted: RemFittedParams = Field(default_factory=RemFittedParams)
+    # LLM rows score a fixed, seeded subset (rule × gold stratified) of each of these sets;
+    # every fitted row scores the whole set and is also shown on that subset
+    llm_eval_rows: int | None = Field(120, ge=1)
+    llm_eval_sets: list[Literal["dev", "test", "hand_test", "independent"]] = Field(
+        default_factory=lambda: ["dev", "test", "independent"])
+    paired_against: list[str] = Field(default_factory=lambda: ["length", "surface",
+                                                               "encoder_blind"])
+    bootstrap_rounds: int = Field(2000, ge=1000, le=100_000)
     near_constant_share: float = Field(0.9, gt=0.0, le=1.0)  # flag: one label on > this share
     train: RemTrainParams
     compliance_dialogues: str = "data/embedded/dialogues.jsonl"
@@ -166,6 +212,14 @@ class RemParams(SectionCalls):
         if not scorers:
             raise ValueError("list one or more REM scorers")
         return scorers
+
+    @model_validator(mode="after")
+    def _paired_against_known(self) -> RemParams:
+        unknown = [s for s in self.paired_against if s not in self.scorers]
+        if unknown:
+            raise ValueError(f"paired_against names {unknown}, not in rem.scorers "
+                             f"({sorted(self.scorers)})")
+        return self
 
     @model_validator(mode="after")
     def _compliance_scorers_are_known(self) -> RemParams:

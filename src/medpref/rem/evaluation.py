@@ -96,3 +96,66 @@ def label_spread(labels: Sequence[int | None], near_constant_share: float) -> di
     share = usable.count(top) / len(usable)
     return {"top_label": top, "top_label_share": share,
             "near_constant": share > near_constant_share}
+
+
+def never_predicted(labels: Sequence[int | None]) -> list[int]:
+    """The scores 0/1/2 that no usable label took (a REM that never says 0 cannot tell a
+    non-compliant turn from a partial one)."""
+    seen = {lab for lab in labels if lab is not None}
+    return [s for s in LABELS if s not in seen]
+
+
+def rule_ordering(states: Sequence[str], golds: Sequence[int],
+                  scores: Sequence[float | None]) -> dict[str, float]:
+    """Within-history rule ordering: over the pairs of items of one state (two rules of
+    one history) whose gold scores differ, the share the scorer orders the same way
+    (its score strictly higher where the gold is). A tie or an unusable score is not
+    right; ``ties`` counts the tied pairs."""
+    by_state: dict[str, list[int]] = {}
+    for i, s in enumerate(states):
+        by_state.setdefault(s, []).append(i)
+    pairs = right = ties = 0
+    for idx in by_state.values():
+        for a_pos, a in enumerate(idx):
+            for b in idx[a_pos + 1:]:
+                if golds[a] == golds[b]:
+                    continue
+                pairs += 1
+                if scores[a] is None or scores[b] is None:
+                    continue
+                if scores[a] == scores[b]:
+                    ties += 1
+                elif (scores[a] > scores[b]) == (golds[a] > golds[b]):
+                    right += 1
+    return {"pairs": pairs, "right": right, "ties": ties,
+            "share": right / pairs if pairs else math.nan}
+
+
+def paired_accuracy_difference(states: Sequence[str], correct_a: Sequence[bool],
+                               correct_b: Sequence[bool], rounds: int, seed: int,
+                               level: float = 0.95) -> dict[str, float]:
+    """Accuracy of A minus accuracy of B on the same items, with a bootstrap interval
+    that resamples states (the items of one history share it): ``rounds`` seeded
+    resamples, percentile interval. ``excludes_0``: the interval lies off zero."""
+    import numpy as np
+
+    if not (len(states) == len(correct_a) == len(correct_b)):
+        raise ValueError("states, correct_a and correct_b must be of one length")
+    if not states:
+        return {"n": 0, "states": 0, "acc_a": math.nan, "acc_b": math.nan, "diff": math.nan,
+                "lo": math.nan, "hi": math.nan, "excludes_0": False}
+    keys = list(dict.fromkeys(states))
+    pos = {k: i for i, k in enumerate(keys)}
+    diff_sum = np.zeros(len(keys))
+    count = np.zeros(len(keys))
+    for s, a, b in zip(states, correct_a, correct_b):
+        diff_sum[pos[s]] += float(a) - float(b)
+        count[pos[s]] += 1
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(keys), size=(rounds, len(keys)))
+    boot = diff_sum[draws].sum(axis=1) / count[draws].sum(axis=1)
+    lo, hi = np.quantile(boot, [(1 - level) / 2, 1 - (1 - level) / 2])
+    n = len(states)
+    return {"n": n, "states": len(keys), "acc_a": float(np.mean(correct_a)),
+            "acc_b": float(np.mean(correct_b)), "diff": float(diff_sum.sum() / n),
+            "lo": float(lo), "hi": float(hi), "excludes_0": bool(lo > 0 or hi < 0)}

@@ -3,11 +3,13 @@
 Every model answer and training result the stage's tables read is a record
 (``reports/03_rem/records/``):
 
-* ``predictions`` — every REM judgement of Table 5's evaluation, one per scorer × test
-  annotation: the gold score, the label and score, the samples, the raw answers, and the
-  score-token probabilities of the probability scorers (``expected``, ``finetuned``);
-* ``scorer_runs`` — one per scorer: Table 5's ``method`` line as it ran (a fine-tuned
-  scorer's from its adapter's task card), how many items, wall time and model use;
+* ``predictions`` — every REM judgement of the evaluation, one per scorer × set × item
+  (dev, test, independent; its state, whether it is in the set's LLM subset): the gold
+  score, the label and score, the samples, the raw answers, and the score probabilities
+  of the probability scorers (``expected``, ``finetuned``, the fitted ones);
+* ``scorer_runs`` — one per scorer × set: Table 5's ``method`` line as it ran (a
+  fine-tuned scorer's from its adapter's task card), which items, how many, wall time
+  and model use, and a fitted scorer's fit (C per rule and how it was chosen);
 * ``training_loss`` — the REM adapter's training loss by optimizer step, each row naming
   the adapter (its content id), so the loss curve rebuilds without training;
 * ``compliance_judgements`` — every compliance judgement, one per scorer of
@@ -49,9 +51,10 @@ def flowchart_figure(records: Rows, params):
 
 def counts_table(records: Rows, params) -> pd.DataFrame:
     """Annotations per rule × split × score (no records: the annotations are an input)."""
+    from medpref.params import repo_path
     from medpref.rem.build_rem import load_inputs, split_counts
 
-    return split_counts(load_inputs(params.rem))
+    return split_counts(load_inputs(params.rem, repo_path(params.shared.split)))
 
 
 def training_table(records: Rows, params) -> pd.DataFrame:
@@ -65,6 +68,49 @@ def table5_table(records: Rows, params) -> pd.DataFrame:
 
     return table5_from_records(records["scorer_runs"], records["predictions"],
                                params.rem.near_constant_share)
+
+
+def table5_sets_table(records: Rows, params) -> pd.DataFrame:
+    from medpref.rem.table5 import table5_sets
+
+    return table5_sets(records["scorer_runs"], records["predictions"],
+                       params.rem.near_constant_share)
+
+
+def selection(records: Rows, params) -> pd.DataFrame:
+    """The default REM chosen on the development split (never on the test split)."""
+    from medpref.rem.table5 import selection_table
+
+    return selection_table(records["scorer_runs"], records["predictions"],
+                           params.rem.dev_split)
+
+
+def paired(records: Rows, params) -> pd.DataFrame:
+    """The development split's winner against ``rem.paired_against``, with intervals."""
+    from medpref.params import repo_path
+    from medpref.rem.table5 import chosen_scorer, paired_table
+    from medpref.rules import load_rules
+
+    winner = chosen_scorer(selection(records, params))
+    rule_ids = load_rules(repo_path(params.rem.rules)).ids
+    return paired_table(records["predictions"], winner, params.rem.paired_against, rule_ids,
+                        params.rem.bootstrap_rounds, params.shared.seed)
+
+
+def independent_kappa(records: Rows, params) -> pd.DataFrame:
+    """κ(l1, l2) per rule on the independent test's doubly labelled rows (no records:
+    the labels are an input); no rows when ``rem.independent`` is unset."""
+    from medpref.params import repo_path
+    from medpref.rem.independent import kappa_rows, load_independent
+    from medpref.rules import load_rules
+
+    columns = ["rule", "n", "rows", "agreement", "kappa", "lo", "hi"]
+    if not params.rem.independent:
+        return pd.DataFrame(columns=columns)
+    ids = load_rules(repo_path(params.rem.rules)).ids
+    rows = load_independent(repo_path(params.rem.independent), ids)
+    return pd.DataFrame(kappa_rows(rows, ids, params.rem.bootstrap_rounds,
+                                   params.shared.seed), columns=columns)
 
 
 def per_rule_table(records: Rows, params) -> pd.DataFrame:
@@ -102,8 +148,9 @@ OUTPUTS = StageOutputs("03_rem", (
     Records("predictions", "every REM judgement of Table 5's evaluation (scorer × test "
             "annotation): gold, label, score, samples, raw answers, score-token "
             "probabilities; key: settings, model, messages and the row"),
-    Records("scorer_runs", "each scorer's evaluation run: Table 5's method line, items, "
-            "wall time and model use", key=("scorer", "method", "model_id", "n")),
+    Records("scorer_runs", "each scorer's evaluation run on one set: Table 5's method "
+            "line, items, wall time and model use, a fitted scorer's fit",
+            key=("scorer", "eval_set", "method", "model_id", "n")),
     Records("training_loss", "the REM adapter's training loss by optimizer step",
             key=("adapter", "step")),
     Records("compliance_judgements", "every compliance judgement (scorer × dialogue state "
@@ -112,10 +159,16 @@ OUTPUTS = StageOutputs("03_rem", (
     Table("annotation_counts", counts_table),
     Table("training", training_table),
     Table("table5", table5_table),
+    Table("table5_sets", table5_sets_table),
+    Table("rem_selection", selection),
+    Table("table5_paired", paired),
+    Table("independent_kappa", independent_kappa),
     Table("per_rule", per_rule_table),
     Figure("confusion", confusion_figure),
     Table("compliance", compliance_table),
     Figure("compliance_radar", radar_figure),
     Data("data/03_rem/rem_lora", doc="the trained REM adapter and its task card (stages 04 "
          "and 06 read it)"),
+    Data("data/03_rem/rem_encoder", doc="the fitted scorers (encoder REM, baselines), one "
+         "JSON per rem.scorers name (rem.fitted.model_dir; stages 04 and 06 read it)"),
 ))

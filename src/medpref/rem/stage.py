@@ -1,4 +1,5 @@
-"""Stage 03_rem: train the REM, evaluate every scorer of ``rem.scorers`` (Table 5), compliance.
+"""Stage 03_rem: train the LoRA REM, fit the encoder REM and the baselines, evaluate every
+scorer of ``rem.scorers`` (Table 5) on the dev, test and independent sets, compliance.
 
 ``run(stage)`` does the work in order, checks the yield, writes every output and returns
 what the notebook shows. The steps themselves live in :mod:`medpref.rem.build_rem`; what
@@ -15,8 +16,11 @@ from typing import Any
 import pandas as pd
 
 from medpref.finetune.sft import TrainResult
+from medpref.params import repo_path
 from medpref.rem import build_rem as b03
+from medpref.rem.eval_sets import stratified_subset
 from medpref.rem.outputs import OUTPUTS
+from medpref.rem.table5 import chosen_scorer
 from medpref.stagekit import Stage
 
 
@@ -34,6 +38,10 @@ class RemOutputs:
     compliance: pd.DataFrame
     examples: pd.DataFrame
     figures: dict[str, Path] = field(default_factory=dict)
+    sets: pd.DataFrame = field(default_factory=pd.DataFrame)       # every set × items × scorer
+    selection: pd.DataFrame = field(default_factory=pd.DataFrame)  # the dev split's choice
+    paired: pd.DataFrame = field(default_factory=pd.DataFrame)     # chosen vs baselines
+    kappa: pd.DataFrame = field(default_factory=pd.DataFrame)      # independent test's κ
     metrics: dict[str, Any] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
 
@@ -52,37 +60,61 @@ def raw_examples(runs, per_scorer: int = 2) -> pd.DataFrame:
                          for run in runs for r in run.records[:per_scorer]])
 
 
+def evaluate(stage: Stage, inputs: b03.RemInputs, features, seed: int) -> list:
+    """Every scorer of ``rem.scorers`` on every evaluation set: a fitted scorer on every
+    item, an LLM scorer on the set's fixed subset (:func:`medpref.rem.eval_sets.
+    stratified_subset`, ``rem.llm_eval_rows``) of the sets ``rem.llm_eval_sets`` names."""
+    p = stage.p
+    runs = []
+    for set_name, items in b03.eval_sets(p, inputs).items():
+        subset = {it.id for it in stratified_subset(items, p.llm_eval_rows, seed)}
+        for name, settings in p.scorers.items():
+            chosen = b03.scorer_items(settings, set_name, items, subset, p)
+            if chosen is None:
+                continue
+            with stage.step(f"evaluate_{name}_{set_name}"):
+                runs.append(b03.run_scorer(name, stage.llm, p, inputs, chosen, seed,
+                                           set_name, subset, features))
+    return runs
+
+
 def run(stage: Stage) -> RemOutputs:
-    """Train, evaluate, score compliance; fail before writing when too few labels came out."""
+    """Train, fit, evaluate, score compliance; fail before writing when too few labels
+    came out."""
+    from medpref.remscore.scorers import state_features
+
     p, seed = stage.p, stage.seed
-    inputs = b03.load_inputs(p)
+    inputs = b03.load_inputs(p, repo_path(stage.params.shared.split))
     with stage.step("train"):
         base_model = stage.params.shared.llm.roles[p.role].model
         train = b03.train_rem(p, inputs, base_model, seed)
-    eval_set = inputs.split(p.eval_split, p.eval_per_rule)
-    runs = []
-    for name in p.scorers:
-        with stage.step(f"evaluate_{name}"):
-            runs.append(b03.run_scorer(name, stage.llm, p, inputs, eval_set, seed))
+    features = state_features(p)
+    with stage.step("fit"):
+        fits = b03.fit_scorers(p, inputs, features, seed)
+    runs = evaluate(stage, inputs, features, seed)
     with stage.step("compliance"):
         compliance = b03.compliance_records(p.compliance_scorers, stage.llm, p, inputs,
-                                            b03.compliance_dialogues(p), seed)
+                                            b03.compliance_dialogues(p), seed, features)
     usable = sum(r["label"] is not None for run in runs for r in run.records)
-    stage.check_yield(usable, len(eval_set) * len(runs), what="REM labels")
+    stage.check_yield(usable, sum(len(run.records) for run in runs), what="REM labels")
     with stage.step("tables"):
         built = OUTPUTS.write(stage.reports_dir, {
             "predictions": [r for run in runs for r in run.records],
-            "scorer_runs": b03.scorer_run_records(runs, p),
+            "scorer_runs": b03.scorer_run_records(runs, p, fits),
             "training_loss": b03.training_records(train),
             "compliance_judgements": compliance,
         }, stage.params)
+    test_set = inputs.split(p.eval_split, p.eval_per_rule, hand=False)
     out = RemOutputs(
         rules=rules_table(inputs), counts=built["annotation_counts"], train=train,
         losses=built["training"], table5=built["table5"], per_rule=built["per_rule"],
-        majority=b03.baseline_majority(eval_set, inputs.split("train")),
+        majority=b03.baseline_majority(test_set, inputs.split("train")),
         compliance=built["compliance"], examples=raw_examples(runs),
         figures={name: stage.reports_dir / f"{name}.png"
-                 for name in ("flowchart", "confusion", "compliance_radar")})
-    out.metrics = b03.stage_metrics(out.table5, len(eval_set), train, out.majority)
+                 for name in ("flowchart", "confusion", "compliance_radar")},
+        sets=built["table5_sets"], selection=built["rem_selection"],
+        paired=built["table5_paired"], kappa=built["independent_kappa"])
+    out.metrics = b03.stage_metrics(out.table5, len(test_set), train, out.majority,
+                                    chosen_scorer(out.selection))
     stage.note_provenance(models=out.models)   # its prompt: the loader records it
     return out

@@ -32,6 +32,8 @@ from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate, load_prompt
 from medpref.registry import REM_SCORERS, register_rem_scorer
 from medpref.remscore.base import RuleJudgement
+from medpref.remscore.features import StateFeatures
+from medpref.remscore.fitted import FittedScorer, load_model
 from medpref.remscore.task import (
     SCORE_OPTIONS,
     SCORE_PREFIX,
@@ -86,6 +88,11 @@ class PromptedScorer:
         self.detail = detail
         self.order = order
         self.call = call  # a written answer: its budget and its start ("Comment:")
+
+    @property
+    def model_id(self) -> str:
+        """The model this scorer reads (its client's)."""
+        return self.client.model_id
 
     def messages_for(self, state: Sequence[Turn], rule: Rule) -> list[dict[str, str]]:
         shots = select_examples(self.examples, rule.id, self.n_examples)
@@ -335,18 +342,24 @@ def build_scorer(mode: str, client: LLMClient, flowchart: Flowchart,
 
 
 def scorer_from_settings(name: str, settings, llm, rem, flowchart: Flowchart,
-                         seed: int) -> PromptedScorer:
+                         seed: int, features=None):
     """The REM scorer named ``name`` in ``rem.scorers``: the one builder stages 03 and 04
     share, so the scorer that annotates is exactly a row of Table 5.
 
     ``settings`` is a :class:`medpref.rem.config.RemScorerSettings`, ``rem`` the ``rem``
     params section (prompt, role, in-context examples, adapter folder), ``llm`` the
     stage's :class:`medpref.llm.LLMSession`. A ``finetuned`` scorer reads stage 03's
-    adapter the way its task card says it was trained.
+    adapter the way its task card says it was trained; a fitted scorer (the encoder REM,
+    the baselines) reads its model from ``rem.fitted.model_dir`` and embeds with
+    ``features`` (default: :func:`state_features` of ``rem``; pass one to share its cache).
     """
     from medpref.contracts import RemAnnotation, read_jsonl
     from medpref.params import repo_path
 
+    if REM_SCORERS.get(settings.mode).fitted:
+        model = load_model(repo_path(rem.fitted.model_dir), name)
+        return FittedScorer(model, features or state_features(rem), flowchart,
+                            settings.state_value)
     call = rem.call("score")
     if REM_SCORERS.get(settings.mode).adapter:   # the LoRA REM, read as its task card says
         adapter = repo_path(rem.train.adapter_dir)
@@ -366,6 +379,26 @@ def scorer_from_settings(name: str, settings, llm, rem, flowchart: Flowchart,
                               detail=settings.detail, state_value=settings.state_value)
     scorer.name = name
     return scorer
+
+
+def state_features(rem) -> StateFeatures:
+    """What the fitted scorers read, as ``rem.fitted`` says: its sentence encoder (loaded
+    when first used) and the surface word lists of its lexicon."""
+    from medpref.params import repo_path
+    from medpref.remscore.features import WordLists
+
+    f = rem.fitted
+    loaded: dict[str, Any] = {}
+
+    def encode(texts):
+        if "encode" not in loaded:
+            from medpref.embedding import load_encoder
+
+            loaded["encode"] = load_encoder(repo_path(f.embedding_model))
+        return loaded["encode"](texts)
+
+    return StateFeatures(encode, lambda: WordLists.from_lexicon(
+        repo_path(f.lexicon), f.disease_types, f.test_types))
 
 
 def describe_settings(settings, adapter_card: dict | None = None) -> str:

@@ -346,6 +346,9 @@ class SimulationParams(SectionCalls):
     heldout: HeldoutParams = Field(default_factory=HeldoutParams)
     split_overlap: SplitOverlapParams = Field(default_factory=SplitOverlapParams)
     rem_radar: bool = True
+    # the REM by its rem.scorers name (stage 03's dev-split choice); null: the LoRA REM of
+    # rem_adapter when it exists, else the in-context expected REM
+    rem_scorer: str | None = "encoder"
     rem_adapter: str | None = "data/03_rem/rem_lora"   # finetuned REM; absent → in-context expected
     rules: str = "configs/rules/plpf_flowchart.yaml"
     rem_icl_examples: str = "data/embedded/rem/icl_examples.jsonl"

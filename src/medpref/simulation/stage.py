@@ -194,11 +194,19 @@ def make_judge(stage, p: SimulationParams, call: CallSpec) -> grading.Judge:
 
 
 def rem_scorer(stage, p: SimulationParams):
-    """Stage 03's fine-tuned REM when its adapter exists, else the in-context expected one."""
-    from medpref.remscore.scorers import build_scorer, finetuned_settings
+    """Stage 03's REM named ``simulation.rem_scorer`` (built as stage 03 builds it); with
+    none named, its fine-tuned REM when the adapter exists, else the in-context one."""
+    from medpref.remscore.scorers import build_scorer, finetuned_settings, scorer_from_settings
     from medpref.rules import load_rules
 
     flowchart = load_rules(repo_path(p.rules))
+    if p.rem_scorer:
+        rem = stage.params.rem
+        if p.rem_scorer not in rem.scorers:
+            raise ValueError(f"simulation.rem_scorer '{p.rem_scorer}' is not in rem.scorers "
+                             f"({sorted(rem.scorers)})")
+        return (scorer_from_settings(p.rem_scorer, rem.scorers[p.rem_scorer], stage.llm, rem,
+                                     flowchart, stage.seed), flowchart, p.rem_scorer)
     call = p.call("rem_comment")
     if p.rem_adapter and (repo_path(p.rem_adapter) / "adapter_config.json").exists():
         client = stage.role(call.role, adapter=p.rem_adapter)

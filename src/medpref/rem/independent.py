@@ -1,0 +1,125 @@
+"""The independent REM test: doctor turns no construction made, labelled per rule by
+labellers who did not see any REM's score (``data/embedded/rem/independent.jsonl``).
+
+A row: ``{"id", "history": [turns before the doctor turn], "turn": "<doctor turn>",
+"source": {"kind": "model_heldout" | "model_sp" | "human_eval", ...},
+"labels": {"l1": {"A": 0|1|2, ...}, "l2": {...}}}``. The gold score of a rule is
+labeller ``l1``'s; ``l2`` (a second labeller, on some rows) gives Cohen's κ per rule with
+a bootstrap interval that resamples rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import field_validator
+
+from medpref.contracts import ContractError, Record, Turn, read_jsonl
+from medpref.rem.eval_sets import EvalItem
+
+GOLD = "l1"
+SECOND = "l2"
+
+
+class IndependentSource(Record):
+    kind: Literal["model_heldout", "model_sp", "human_eval"]
+
+
+class IndependentRow(Record):
+    id: str
+    history: list[Turn]
+    turn: str
+    source: IndependentSource
+    labels: dict[str, dict[str, Literal[0, 1, 2]]]
+
+    @field_validator("turn")
+    @classmethod
+    def _turn_has_text(cls, turn: str) -> str:
+        if not turn.strip():
+            raise ValueError("empty doctor turn")
+        return turn
+
+    @property
+    def state(self) -> list[Turn]:
+        return [*self.history, Turn(role="doctor", text=self.turn)]
+
+
+def load_independent(path: str | Path, rule_ids: Sequence[str]) -> list[IndependentRow]:
+    """The rows, validated: every row has ``labels.l1`` with a 0/1/2 score for every rule,
+    names no rule outside ``rule_ids`` and has a distinct id; an error names the file, the
+    line and the field."""
+    rows = read_jsonl(path, IndependentRow)
+    seen: set[str] = set()
+    for line, row in enumerate(rows, start=1):
+        if row.id in seen:
+            raise ContractError(path, line, "id", f"'{row.id}' appears twice")
+        seen.add(row.id)
+        if GOLD not in row.labels:
+            raise ContractError(path, line, f"labels.{GOLD}", "missing (the gold labeller)")
+        for who, by_rule in row.labels.items():
+            unknown = sorted(set(by_rule) - set(rule_ids))
+            if unknown:
+                raise ContractError(path, line, f"labels.{who}", f"unknown rule(s) {unknown}")
+        missing = [r for r in rule_ids if r not in row.labels[GOLD]]
+        if missing:
+            raise ContractError(path, line, f"labels.{GOLD}", f"no score for rule(s) {missing}")
+    return rows
+
+
+def independent_items(rows: Sequence[IndependentRow], rule_ids: Sequence[str]
+                      ) -> list[EvalItem]:
+    """One item per row × rule, gold = labeller l1's score; the state is the row."""
+    return [EvalItem(f"{row.id}:{rule}", rule, row.state, int(row.labels[GOLD][rule]), row.id)
+            for row in rows for rule in rule_ids]
+
+
+def kappa_rows(rows: Sequence[IndependentRow], rule_ids: Sequence[str], rounds: int,
+               seed: int) -> list[dict]:
+    """Per rule (and over all rules, pooled), on the rows both labellers scored: items,
+    raw agreement, Cohen's κ and its bootstrap interval (rows resampled, seeded)."""
+    both = [r for r in rows if SECOND in r.labels]
+    out = []
+    for scope in [*rule_ids, "all"]:
+        rules = list(rule_ids) if scope == "all" else [scope]
+        pairs = [[(r.labels[GOLD][u], r.labels[SECOND][u]) for u in rules
+                  if u in r.labels[SECOND]] for r in both]
+        out.append({"rule": scope, **kappa_interval(pairs, rounds, seed)})
+    return out
+
+
+def kappa_interval(pairs_by_row: Sequence[Sequence[tuple[int, int]]], rounds: int,
+                   seed: int) -> dict[str, float]:
+    """κ of (l1, l2) label pairs grouped by row, with a percentile bootstrap interval over
+    rows (a resample where κ is undefined, one label only, is skipped)."""
+    import numpy as np
+
+    flat = [p for row in pairs_by_row for p in row]
+    if not flat:
+        return {"n": 0, "rows": 0, "agreement": math.nan, "kappa": math.nan,
+                "lo": math.nan, "hi": math.nan}
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(rounds):
+        draw = rng.integers(0, len(pairs_by_row), size=len(pairs_by_row))
+        k = cohen_kappa([p for i in draw for p in pairs_by_row[i]])
+        if not math.isnan(k):
+            boots.append(k)
+    lo, hi = np.quantile(boots, [0.025, 0.975]) if boots else (math.nan, math.nan)
+    return {"n": len(flat), "rows": sum(1 for r in pairs_by_row if r),
+            "agreement": sum(a == b for a, b in flat) / len(flat),
+            "kappa": cohen_kappa(flat), "lo": float(lo), "hi": float(hi)}
+
+
+def cohen_kappa(pairs: Sequence[tuple[int, int]]) -> float:
+    """Cohen's κ (scikit-learn's); NaN when it is undefined (chance agreement of 1)."""
+    from sklearn.metrics import cohen_kappa_score
+
+    if not pairs:
+        return math.nan
+    a, b = zip(*pairs)
+    if len(set(a) | set(b)) < 2:
+        return math.nan
+    return float(cohen_kappa_score(a, b, labels=[0, 1, 2]))

@@ -1,0 +1,164 @@
+"""What the fitted REM scorers read of a state (a history ending with a doctor turn).
+
+Every fitted scorer (:mod:`medpref.remscore.fitted`) turns a state into one row of numbers
+here, by a named feature set:
+
+* ``none``      — nothing (the majority label per rule);
+* ``length``    — log(1 + words) of the doctor turn (the length-only baseline);
+* ``surface``   — the doctor turn has a question mark, names a disease, names a test
+  (word lists from the lexicon's semantic types);
+* ``encoder``   — frozen sentence embeddings of the doctor turn, the last patient turn and
+  the earlier doctor turns (their mean), and a few structural counts: question marks in the
+  turn, questions asked before, doctor turns so far, and the two surface word flags.
+
+Embeddings are cached per text for the life of a :class:`StateFeatures` (a stage embeds
+each distinct text once, however many rules and scorers read it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from medpref.contracts import Turn
+
+FEATURE_SETS = ("none", "length", "surface", "encoder")
+
+
+@dataclass(frozen=True)
+class StateParts:
+    """The texts of a state a fitted scorer reads."""
+
+    turn: str                 # the doctor turn being judged (the state's last turn)
+    patient: str              # the last patient turn before it ("" when none)
+    earlier: tuple[str, ...]  # the doctor turns before it
+
+
+def state_parts(state: Sequence[Turn]) -> StateParts:
+    """Split a state into the judged doctor turn, the last patient turn and the earlier
+    doctor turns; a state that does not end with a doctor turn is an error."""
+    if not state or state[-1].role != "doctor":
+        raise ValueError("a REM state ends with the doctor turn it judges")
+    before = state[:-1]
+    patient = next((t.text for t in reversed(before) if t.role == "patient"), "")
+    earlier = tuple(t.text for t in before if t.role == "doctor")
+    return StateParts(state[-1].text, patient, earlier)
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+def _normalise(text: str) -> list[str]:
+    from medpref.imap.ontology import normalise
+
+    return normalise(text).split()
+
+
+@dataclass(frozen=True)
+class WordLists:
+    """Disease and test phrases (normalised, as word tuples) the surface flags look for."""
+
+    disease: frozenset[tuple[str, ...]]
+    test: frozenset[tuple[str, ...]]
+
+    @classmethod
+    def from_lexicon(cls, folder: str | Path, disease_types: Sequence[str],
+                     test_types: Sequence[str]) -> WordLists:
+        """The strings of the lexicon's concepts of the given semantic types (STY names)."""
+        from medpref.imap.ontology import Lexicon
+
+        lex = Lexicon.from_rrf(folder)
+        known = set(lex.semantic_types.values())
+        unknown = sorted(set(disease_types) - known | set(test_types) - known)
+        if unknown:
+            raise ValueError(f"{folder}: no concept has semantic type(s) {unknown} "
+                             f"(rem.fitted.disease_types/test_types; known: {sorted(known)})")
+        by_type: dict[str, set[tuple[str, ...]]] = {}
+        for string, cuis in lex.strings.items():
+            for cui in cuis:
+                by_type.setdefault(lex.semantic_types.get(cui, ""), set()).add(
+                    tuple(string.split()))
+        return cls(frozenset().union(*(by_type.get(t, set()) for t in disease_types)),
+                   frozenset().union(*(by_type.get(t, set()) for t in test_types)))
+
+    def has(self, kind: str, text: str) -> bool:
+        """Whether ``text`` contains one of the ``kind`` ("disease"/"test") phrases as
+        whole words."""
+        phrases = self.disease if kind == "disease" else self.test
+        words = _normalise(text)
+        longest = max((len(p) for p in phrases), default=0)
+        return any(tuple(words[i:i + n]) in phrases
+                   for n in range(1, longest + 1) for i in range(len(words) - n + 1))
+
+
+def surface_row(turn: str, words: WordLists) -> list[float]:
+    """Question mark present, disease named, test named (0/1 each)."""
+    return [float("?" in turn), float(words.has("disease", turn)), float(words.has("test", turn))]
+
+
+def structure_row(parts: StateParts, words: WordLists) -> list[float]:
+    """Counts the encoder scorer reads beside the embeddings."""
+    return [float(parts.turn.count("?")), float(sum(t.count("?") for t in parts.earlier)),
+            float(len(parts.earlier)), *surface_row(parts.turn, words)[1:]]
+
+
+@dataclass
+class StateFeatures:
+    """Feature rows of states by feature set; embeddings cached per text.
+
+    ``encode``: texts → L2-normalised vectors (:func:`medpref.embedding.load_encoder`),
+    called lazily (only the ``encoder`` set needs it); ``words``: the surface lists,
+    likewise built when first needed by ``load_words``."""
+
+    encode: Callable[[Sequence[str]], np.ndarray] | None = None
+    load_words: Callable[[], WordLists] | None = None
+    _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _words: WordLists | None = field(default=None, repr=False)
+
+    @property
+    def words(self) -> WordLists:
+        if self._words is None:
+            if self.load_words is None:
+                raise ValueError("the surface and encoder features need the word lists "
+                                 "(rem.fitted.lexicon)")
+            self._words = self.load_words()
+        return self._words
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of ``texts`` (each distinct text encoded once per instance)."""
+        if self.encode is None:
+            raise ValueError("the encoder features need a sentence encoder "
+                             "(rem.fitted.embedding_model)")
+        new = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if new:
+            self._cache.update(zip(new, self.encode(new)))
+        return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 0))
+
+    def matrix(self, kind: str, states: Sequence[Sequence[Turn]]) -> np.ndarray:
+        """One row per state of feature set ``kind`` (:data:`FEATURE_SETS`)."""
+        parts = [state_parts(s) for s in states]
+        if kind == "none":
+            return np.zeros((len(parts), 0))
+        if kind == "length":
+            return np.array([[math.log1p(word_count(p.turn))] for p in parts])
+        if kind == "surface":
+            return np.array([surface_row(p.turn, self.words) for p in parts]).reshape(
+                len(parts), 3)
+        if kind == "encoder":
+            return self._encoder_matrix(parts)
+        raise ValueError(f"unknown feature set '{kind}' (known: {', '.join(FEATURE_SETS)})")
+
+    def _encoder_matrix(self, parts: Sequence[StateParts]) -> np.ndarray:
+        if not parts:
+            return np.zeros((0, 0))
+        turn = self.embed([p.turn for p in parts])
+        patient = self.embed([p.patient for p in parts])
+        earlier = np.stack([self.embed(list(p.earlier)).mean(axis=0) if p.earlier
+                            else np.zeros(turn.shape[1], dtype=turn.dtype) for p in parts])
+        structure = np.array([structure_row(p, self.words) for p in parts])
+        return np.hstack([turn, patient, earlier, structure])
