@@ -169,7 +169,7 @@ class RemParams(SectionCalls):
     constructed: str = "data/embedded/rem/constructed.jsonl"
     construction: RemConstructionParams = Field(default_factory=RemConstructionParams)
     icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
-    independent: str | None = None                 # the independent test (rows per turn)
+    independent: str | None = "data/embedded/rem/independent.jsonl"   # rows per turn
     dev_split: str = "dev"                         # where C and the default REM are chosen
     eval_split: str = "test"
     eval_per_rule: int | None = Field(None, ge=1)  # per rule, every score first; None: all
@@ -177,9 +177,9 @@ class RemParams(SectionCalls):
     fitted: RemFittedParams = Field(default_factory=RemFittedParams)
     # LLM rows score a fixed, seeded subset (rule × gold stratified) of each of these sets;
     # every fitted row scores the whole set and is also shown on that subset
-    llm_eval_rows: int | None = Field(120, ge=1)
+    llm_eval_rows: int | None = Field(60, ge=1)
     llm_eval_sets: list[Literal["dev", "test", "hand_test", "independent"]] = Field(
-        default_factory=lambda: ["dev", "test", "independent"])
+        default_factory=lambda: ["dev", "independent"])
     paired_against: list[str] = Field(default_factory=lambda: ["length", "surface",
                                                                "encoder_blind"])
     bootstrap_rounds: int = Field(2000, ge=1000, le=100_000)

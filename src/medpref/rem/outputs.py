@@ -113,6 +113,21 @@ def independent_kappa(records: Rows, params) -> pd.DataFrame:
                                    params.shared.seed), columns=columns)
 
 
+def thresholds_table(records: Rows, params) -> pd.DataFrame:
+    """Eq. 4's "met" cut per scorer and rule, calibrated on the development split's
+    predictions (:mod:`medpref.scoring.thresholds`; stage 04 reads it with
+    ``annotation.scoring.met: rem_dev``)."""
+    from medpref.scoring.thresholds import COLUMNS, threshold_rows
+
+    dev = pd.DataFrame([{"scorer": r["scorer"], "rule": r["rule"], "value": r["score"],
+                         "gold": r["gold"]} for r in records["predictions"]
+                        if r.get("eval_set") == params.rem.dev_split
+                        and r.get("score") is not None])
+    rows = [] if dev.empty else [row for scorer, part in dev.groupby("scorer", sort=False)
+                                 for row in threshold_rows(str(scorer), part)]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
 def per_rule_table(records: Rows, params) -> pd.DataFrame:
     from medpref.rem.build_rem import per_rule_table as per_rule
 
@@ -163,6 +178,7 @@ OUTPUTS = StageOutputs("03_rem", (
     Table("rem_selection", selection),
     Table("table5_paired", paired),
     Table("independent_kappa", independent_kappa),
+    Table("thresholds", thresholds_table),
     Table("per_rule", per_rule_table),
     Figure("confusion", confusion_figure),
     Table("compliance", compliance_table),
