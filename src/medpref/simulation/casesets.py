@@ -156,12 +156,13 @@ def run_case_set(name: str, path=None, limit: int | None = None, params=None,
     p = (params or load_params()).simulation
     cases = load_case_set(name, path, limit, start)
     t0 = time.perf_counter()
-    encode = load_encoder(repo_path(p.embedding_model))
-    inst = build_instrument(p, cases, encode)
-    per_case, consults, grades = play_controls(cases, inst, names or list(controls.CONTROLS))
+    # the hand reading first: a row that no longer fits its case stops before the long part
     hand = (controls.load_script_coverage(repo_path(p.controls_gate.script_coverage), cases)
             if p.controls_gate.script_coverage else {})
     expected = controls.expected_coverage(cases, hand)
+    encode = load_encoder(repo_path(p.embedding_model))
+    inst = build_instrument(p, cases, encode)
+    per_case, consults, grades = play_controls(cases, inst, names or list(controls.CONTROLS))
     skip = unmeasurable(cases)
     table = control_table(per_case, expected)
     g = p.controls_gate
