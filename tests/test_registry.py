@@ -208,7 +208,8 @@ def test_a_control_doctor_name_taken_twice_or_unknown_is_refused():
         registry.register_control("control_echo")(controls.ReciterControl)
     with pytest.raises(ValueError, match=r"simulation.controls: no control doctor 'control_x' "
                                          r"\(known: control_echo, control_lecture, "
-                                         r"control_reciter, control_script\)"):
+                                         r"control_reciter, control_script, "
+                                         r"control_testlist\)"):
         SimulationParams(controls=["control_x"])
 
 

@@ -309,8 +309,9 @@ def test_the_stage_runs_the_controls_as_labelled_rows_and_writes_range_and_gate(
     clients = {"policy": client(lambda r: "Do you have a fever?", "policy"),
                "judge": client(lambda r: "no", "judge")}
     out = sim_stage.run(scripted_sim_stage(tmp_path, monkeypatch, clients)(params))
-    names = ["base", "control_script", "control_reciter", "control_lecture", "control_echo"]
-    kinds = ["model"] + ["control"] * 4
+    names = ["base", "control_script", "control_reciter", "control_lecture", "control_echo",
+             "control_testlist"]
+    kinds = ["model"] + ["control"] * 5
     assert list(out.table2["doctor"]) == names and list(out.table2["kind"]) == kinds
     assert set(out.table2_ci.groupby("doctor")["kind"].first().items()) == set(zip(names, kinds))
     assert set(out.per_case["kind"]) == {"model", "control"}
@@ -377,7 +378,8 @@ def embedded_run():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("control", ["control_reciter", "control_lecture", "control_echo"])
+@pytest.mark.parametrize("control", ["control_reciter", "control_lecture", "control_echo",
+                                     "control_testlist"])
 def test_every_negative_control_scores_at_most_ten_percent_on_the_embedded_cases(embedded_run,
                                                                                  control):
     t2 = embedded_run["table2"]

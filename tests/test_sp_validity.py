@@ -387,7 +387,9 @@ def test_disease_words_count_the_shapes_of_diseases_not_diagnosis():
                          "hyperthyroidism") == 6
     assert disease_words("The diagnosis and prognosis are good; the mechanism is clear.") == 0
     assert disease_words("iron deficiency, a syndrome, a tumour and lymphomas") == 4
-    assert names_disease("有没有发热？", "发热")   # Chinese: the shared unit suffices
+    assert names_disease("考虑是肺炎。", "肺炎")   # Chinese: the shared unit suffices
+    # ... but not inside a history question: asking whether the patient has had it (issue 41)
+    assert not names_disease("有没有得过肺炎？", "肺炎")
 
 
 def four_symptom_case() -> SPCase:

@@ -89,6 +89,46 @@ _ZH_PAST = re.compile(r"我(?:已经)?问过|你(?:刚才)?说过|您(?:刚才)?
 _ITEM_SPLIT = re.compile(r",|;|/|\(|\)|\bor\b|\band\b|、|，|；|或")
 
 
+# the frame of a Chinese checklist item (CSPT's items are sentences of the shape "did the
+# doctor learn whether the patient has …", "did the doctor ask the … history", "…, such as
+# X, Y"): it says that the doctor should ask, not what about; matched against what the
+# doctor said, it would only miss
+ZH_ITEM_FRAME = re.compile(r"是否|了解了?|询[问间]过?|患者|病人|患儿|有无|情况|的描述|"
+                           r"描述|表现|如：|如|等|相关|史")
+# characters that carry no clinical content in a question (the question frame's pieces and
+# the commonest function characters): a doctor's "有痰吗？" asks about 痰
+_ZH_STOP_CHARS = frozenset("有没是否的了吗呢吧啊么什怎样你您我他她它这那在和或者与及"
+                           "一下个些过还都就也很请问可以能会要")
+# where a Chinese question lists what it asks: "有没有头晕、心慌或者乏力？" asks three things
+_ZH_CLAUSE = re.compile(r"[、，,；;：:]|或者|还是|或")
+
+
+def zh_chars(text: str) -> frozenset[str]:
+    """The Han characters of a text that carry content (function characters left out)."""
+    return frozenset(_HAN.findall(text)) - _ZH_STOP_CHARS
+
+
+def zh_item_parts(item: str) -> list[frozenset[str]]:
+    """A Chinese checklist item as the content characters of each of its parts, the item's
+    frame removed (:data:`ZH_ITEM_FRAME`): "是否了解患者有无流涕、咳痰。" gives {流, 涕, 咳, 痰},
+    {流, 涕} and {咳, 痰}."""
+    core = ZH_ITEM_FRAME.sub(" ", item)
+    parts = [zh_chars(p) for p in [core, *_ITEM_SPLIT.split(core)]]
+    return list(dict.fromkeys(p for p in parts if p))
+
+
+def zh_share(part: frozenset[str], sentence: str) -> float:
+    """How well a Chinese doctor sentence asks one item part: the share of the part's
+    characters the sentence holds, or the Dice overlap of the part with the sentence's
+    best clause (a short question, "有痰吗？", asks about 咳痰 with one of its two
+    characters), whichever is more."""
+    have = zh_chars(sentence)
+    share = len(part & have) / len(part)
+    clauses = [zh_chars(c) for c in _ZH_CLAUSE.split(sentence)]
+    dice = max((2 * len(part & c) / (len(part) + len(c)) for c in clauses if c), default=0.0)
+    return max(share, dice)
+
+
 def split_sentences(text: str) -> list[str]:
     """Sentences cut after . ! ? ; and their full-width forms (the marks are kept)."""
     return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
@@ -150,6 +190,24 @@ _DIAGNOSIS_FRAME = re.compile(
     r"sounds? like|looks? like|seems? like|suffers? from|suffering from|due to|caused by|"
     r"consistent with|points? to|worry is)\b", re.IGNORECASE)
 
+# a question about the patient's history or state ("Do you have …?", "Have you ever had
+# …?", "Has she been …?", "有没有…？", "得过…吗？") asks whether a condition is present; a
+# disease named inside it is not offered as the diagnosis ("Could this be …?" is)
+_HISTORY_QUESTION = re.compile(
+    r"^\s*(?:and\s+|also\s+|so\s+)?(?:do|does|did|have|has|had|are|is|were|was)\s+"
+    r"(?:you|he|she|they|your\s+\w+|the\s+patient|anyone)\b"
+    r"(?!\s+(?:think|know|suppose|agree|understand|realise|realize)\b)", re.IGNORECASE)
+_ZH_HISTORY_QUESTION = re.compile(r"有没有|有无|是否有|得过|患过|有过")
+
+
+def asks_history(sentence: str) -> bool:
+    """The sentence asks whether the patient has or had something (a history question)."""
+    s = sentence.strip()
+    if is_chinese(s):
+        return bool(_ZH_HISTORY_QUESTION.search(s)) and speech_act(s) == "question"
+    return bool(_HISTORY_QUESTION.match(s))
+
+
 # disease-shaped words: a sentence holding many of these is a list of candidates even
 # when nothing separates them ("pancreatitis bronchitis gastroenteritis anemia ...")
 _DISEASE_WORD = re.compile(
@@ -177,9 +235,10 @@ def names_disease(sentence: str, item: str) -> bool:
     in a sentence that offers a diagnosis (``_DIAGNOSIS_FRAME``: "this could be…", "you
     have…", "most likely…"; teaching text and talk in passing do not). A sentence only
     about the same organ or topic ("the eardrums" for otitis media) does not name it,
-    whatever its cosine."""
+    whatever its cosine. A history question ("Do you have …?", :func:`asks_history`) names
+    no diagnosis."""
     core = disease_core(item)
-    if not core & content_units(sentence):
+    if not core & content_units(sentence) or asks_history(sentence):
         return False
     if is_chinese(sentence):
         return True
@@ -303,6 +362,14 @@ def content_units(text: str) -> frozenset[str]:
     units.update(stem(w) for w in _WORD.findall(_HAN_RUN.sub(" ", text.lower()))
                  if w not in _STOP and not w.isdigit())
     return frozenset(units)
+
+
+def named_in_complaint(item: str, complaint: str) -> bool:
+    """The opening complaint already names the item: every content unit of the item is
+    in it. Asking "Any double vision?" of a patient who opened with "Double vision" only
+    repeats the patient, which earns nothing."""
+    units = content_units(item)
+    return bool(units) and units <= content_units(complaint)
 
 
 def overlap_share(units: frozenset[str], said: frozenset[str] | set[str]) -> float:

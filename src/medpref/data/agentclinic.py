@@ -1,7 +1,8 @@
 """AgentClinic's case files (``agentclinic/agentclinic_<name>.jsonl``) into SP cases.
 
 AgentClinic publishes four files (:data:`AGENTCLINIC_FILES`): ``medqa`` (107 OSCE cases),
-``medqa_extended`` (213), ``nejm`` and ``nejm_extended``. The MedQA files hold OSCE
+``medqa_extended`` (214, the last line without a newline), ``nejm`` (15) and
+``nejm_extended`` (120). The MedQA files hold OSCE
 records (``OSCE_Examination``); the NEJM files hold image-challenge records (``question``,
 ``patient_info``, ``physical_exams``, ``answers`` with the correct one marked,
 ``image_url``), converted as text only (:func:`nejm_case_record`). Each record is

@@ -101,6 +101,11 @@ class GraderParams(StrictModel):
     strip_echoes: bool = True          # judge modes: the judge reads the echo-free transcript
     match_threshold: float = Field(0.45, ge=-1.0, le=1.0)   # echo_aware: MiniLM cosine
     lexical_threshold: float = Field(0.6, ge=0.0, le=1.0)  # echo_aware: item units covered
+    # echo_aware, Chinese items: share of the item part's content characters the sentence
+    # asks (or Dice with its best clause), the item's frame removed
+    zh_char_threshold: float = Field(0.6, ge=0.0, le=1.0)
+    # a request listing this many tests at once is an order for everything: it earns none
+    max_requests: int = Field(6, ge=2, le=50)
     bootstrap_rounds: int = Field(2000, ge=100, le=100000)  # κ's interval
     prompts: list[str] = Field(default_factory=lambda: ["sp_grade_turns_first",
                                                          "sp_grade_item_first"])
@@ -336,7 +341,8 @@ class SimulationParams(SectionCalls):
     # control doctors (simulation.controls.CONTROLS) run on every case beside the models,
     # with no model call
     controls: list[str] = Field(default_factory=lambda: [
-        "control_script", "control_reciter", "control_lecture", "control_echo"])
+        "control_script", "control_reciter", "control_lecture", "control_echo",
+        "control_testlist"])
     controls_gate: ControlsGateParams = Field(default_factory=ControlsGateParams)
     trained_policies: bool = True      # add stage 05's trained policies (SFT, each DPO run)
     embedding_model: str = "models/all-minilm-l6-v2"

@@ -16,6 +16,8 @@ polarity: a *positive* control must score high, a *negative* one low
   (symptoms, tests and diseases); later rounds say something neutral.
 - ``control_lecture`` (negative): the same generic explanation every round, no question.
 - ``control_echo`` (negative): repeats the patient's last turn.
+- ``control_testlist`` (negative): the same fourteen common tests ordered every round,
+  whatever the case (:data:`COMMON_TESTS`).
 
 Adding a control: a class with ``turn(case, consultation, round_no)`` and a
 ``polarity``, decorated with ``@register_control("control_name")``.
@@ -32,9 +34,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from medpref.contracts import SPCase
-from medpref.echo import content_units
+from medpref.echo import named_in_complaint
 from medpref.registry import CONTROL_DOCTORS, register_control
 from medpref.simulation.consult import Consultation, DoctorTurn
+from medpref.simulation.grading import unmeasurable_categories
 
 #: the control doctors by name (:data:`medpref.registry.CONTROL_DOCTORS`)
 CONTROLS = CONTROL_DOCTORS
@@ -202,6 +205,34 @@ class EchoControl(ControlDoctor):
         return last or NEUTRAL[lang_of(case)]
 
 
+#: fourteen common tests, the same for every case: ordering all of them says nothing about
+#: which test this patient needs
+COMMON_TESTS = {
+    "en": ["a full blood count", "a urine test", "a stool test", "liver function tests",
+           "kidney function tests", "electrolytes", "blood glucose", "a lipid panel",
+           "C-reactive protein", "an ECG", "a chest X-ray", "an abdominal ultrasound",
+           "a CT scan", "an MRI"],
+    "zh": ["血常规", "尿常规", "大便常规", "肝功能", "肾功能", "电解质", "血糖", "血脂",
+           "C反应蛋白", "心电图", "胸片", "腹部B超", "CT", "核磁共振"]}
+
+
+def test_order(lang: str) -> str:
+    """One request for every test of :data:`COMMON_TESTS`."""
+    tests = COMMON_TESTS[lang]
+    if lang == "zh":
+        return f"建议做{'、'.join(tests)}。"
+    return f"I'd like {', '.join(tests[:-1])} and {tests[-1]}."
+
+
+@register_control("control_testlist")
+class OrderEverythingControl(ControlDoctor):
+    """Orders the same fourteen common tests every round, whatever the case: a test
+    score it earns is the share of checklists that common tests cover, not a choice."""
+
+    def turn(self, case, consult, round_no):
+        return test_order(lang_of(case))
+
+
 # -- the gate: what the controls must score ---------------------------------------------
 
 class CoveredItem(BaseModel):
@@ -219,7 +250,12 @@ class UncoveredItem(BaseModel):
 class ScriptCoverage(BaseModel):
     """A clinician's reading of one case's script against one checklist category: which
     items the script asks or requests (and by which lines), which it does not, and why
-    (``data/embedded/sp_script_coverage.jsonl``)."""
+    (``data/embedded/sp_script_coverage.jsonl``).
+
+    A case set published without an open licence (CSPT) cannot be quoted: its rows hold
+    the counts only, with ``items_sha`` (:func:`items_fingerprint` of the category's
+    items, so a changed case is still caught) and ``note`` (the reader's words, no case
+    text) in place of the item lists."""
 
     model_config = ConfigDict(extra="forbid")
     case: str = Field(min_length=1)
@@ -228,17 +264,38 @@ class ScriptCoverage(BaseModel):
     total: int = Field(ge=0)
     asked: list[CoveredItem] = Field(default_factory=list)
     uncovered: list[UncoveredItem] = Field(default_factory=list)
+    items_sha: str | None = Field(None, pattern=r"^[0-9a-f]{12}$")
+    note: str = ""
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> ScriptCoverage:
+        if self.items_sha is not None:
+            if self.asked or self.uncovered or not self.covered <= self.total:
+                raise ValueError("a counts-only row (items_sha) lists no items and has "
+                                 f"covered ≤ total (covered {self.covered}, total {self.total})")
+            return self
         if self.covered != len(self.asked) or self.total != len(self.asked) + len(self.uncovered):
             raise ValueError(f"covered {self.covered} / total {self.total} do not match "
                              f"{len(self.asked)} asked and {len(self.uncovered)} uncovered items")
         return self
 
+    def matches(self, items: Sequence[str]) -> bool:
+        """The row was read against these checklist items."""
+        if self.items_sha is not None:
+            return self.total == len(items) and self.items_sha == items_fingerprint(items)
+        return sorted(self.items) == sorted(items)
+
     @property
     def items(self) -> list[str]:
         return [i.item for i in self.asked] + [i.item for i in self.uncovered]
+
+
+def items_fingerprint(items: Sequence[str]) -> str:
+    """12 hex digits of SHA-256 over the items in order, one a line: names a checklist
+    without quoting it."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(items).encode("utf-8")).hexdigest()[:12]
 
 
 def load_script_coverage(path, cases: Sequence[SPCase]) -> dict[tuple[str, str], ScriptCoverage]:
@@ -264,7 +321,7 @@ def load_script_coverage(path, cases: Sequence[SPCase]) -> dict[tuple[str, str],
         case = by_id.get(row.case)
         if case is None:
             continue
-        if sorted(row.items) != sorted(getattr(case.checklist, row.category)):
+        if not row.matches(getattr(case.checklist, row.category)):
             raise ContractError(path, line, "asked/uncovered",
                                 f"the items are not case {row.case}'s {row.category} "
                                 "checklist (judge the script again)")
@@ -273,14 +330,6 @@ def load_script_coverage(path, cases: Sequence[SPCase]) -> dict[tuple[str, str],
 
 
 CATEGORY_NAMES = ("symptoms", "tests", "diseases")
-
-
-def named_in_complaint(item: str, complaint: str) -> bool:
-    """The opening complaint already names the item: every content unit of the item is
-    in it. Asking "Any double vision?" of a patient who opened with "Double vision" only
-    repeats the patient, which earns nothing."""
-    units = content_units(item)
-    return bool(units) and units <= content_units(complaint)
 
 
 def derived_expectation(case: SPCase, cat: str) -> float:
@@ -298,13 +347,14 @@ def expected_coverage(cases: Sequence[SPCase], hand: dict[tuple[str, str], Scrip
     hand-judged coverage where a clinician read the script; for a script derived from the
     checklist, what it asks by construction (:func:`derived_expectation`); 1 for the
     diseases (its closing sentence names them); None where no one knows (a real script
-    not read by hand) or the category is empty."""
+    not read by hand), the category is empty or it cannot measure on the case
+    (:func:`~medpref.simulation.grading.unmeasurable_categories`)."""
     out: dict[tuple[str, str], float | None] = {}
     for c in cases:
         derived = script_lines(c)[1]
         for cat in CATEGORY_NAMES:
             row, items = hand.get((c.id, cat)), getattr(c.checklist, cat)
-            if not items:
+            if not items or cat in unmeasurable_categories(c):
                 out[(c.id, cat)] = None
             elif row is not None:
                 out[(c.id, cat)] = row.covered / row.total

@@ -46,9 +46,12 @@ from medpref.echo import (
     fluid_intake_item,
     is_chinese,
     item_parts,
+    list_pieces,
     lists_too_many,
     names_disease,
     split_sentences,
+    zh_item_parts,
+    zh_share,
 )
 from medpref.registry import GRADERS, register_grader
 from medpref.simulation.grading import (
@@ -59,6 +62,9 @@ from medpref.simulation.grading import (
     grade_consultations,
     heuristic_disease_count,
 )
+
+#: a question mentioning this many checklist items of more than one category recites them
+RECITAL_ITEMS = 3
 
 # which speech acts can earn an item of each category
 ACTS_FOR = {"symptoms": ("question",), "tests": ("question", "recommendation"),
@@ -152,6 +158,8 @@ class EchoAwareGrader:
         self.encode = ctx.setup.encode
         self.match = p.match_threshold
         self.lexical = p.lexical_threshold
+        self.zh_chars = p.zh_char_threshold
+        self.max_requests = p.max_requests
         self.echo = (p.echo_overlap, p.echo_min_new)
         self.max_candidates = ctx.setup.max_candidates
 
@@ -167,7 +175,10 @@ class EchoAwareGrader:
         named = {(ci, cat, item): self._own(per[ci], cat, item, self._matches(item, per[ci],
                                                                               None))
                  for ci, cat, item in items}
-        listing = [self._listing(sents, [named[key] for key in items if key[0] == ci])
+        # the items each sentence mentions by their words, whatever its act (a recital)
+        mentioned = {key: self._matches(key[2], per[key[0]], None) for key in items}
+        listing = [self._listing(sents, [named[key] for key in items if key[0] == ci],
+                                 [(key[1], mentioned[key]) for key in items if key[0] == ci])
                    for ci, sents in enumerate(per)]
         return [self._grade(consults[ci], per[ci], cat, item, sims.get((ci, item)),
                             hits[(ci, cat, item)], listing[ci])
@@ -184,14 +195,24 @@ class EchoAwareGrader:
             own = [k for k in own if names_disease(sents[k].text, item)]
         return own
 
-    def _listing(self, sents: Sequence[DoctorSentence], earners: Sequence[list[int]]
-                 ) -> set[int]:
-        """The sentences that name too many candidates at once: counted by the checklist
-        items each names by their words and would earn (any category), or by its list
-        pieces."""
+    def _listing(self, sents: Sequence[DoctorSentence], earners: Sequence[list[int]],
+                 mentions: Sequence[tuple[str, list[int]]] = ()) -> set[int]:
+        """The sentences that list instead of asking: those naming too many candidates at
+        once (counted by the checklist items each names by their words and would earn, in
+        any category, or by its list pieces); a question that mentions
+        ``RECITAL_ITEMS`` or more checklist items of more than one category (a symptom, a
+        test and a diagnosis in one breath is the checklist read out, not a question);
+        and a request listing ``max_requests`` or more tests (an order for everything)."""
         matched = [sum(k in own for own in earners) for k in range(len(sents))]
-        return {k for k, s in enumerate(sents)
-                if lists_too_many(s.text, matched[k], s.act, self.max_candidates)}
+        out = set()
+        for k, s in enumerate(sents):
+            cats = [cat for cat, hits in mentions if k in hits]
+            if (lists_too_many(s.text, matched[k], s.act, self.max_candidates)
+                    or (s.act == "question" and len(cats) >= RECITAL_ITEMS
+                        and len(set(cats)) > 1)
+                    or (s.act == "recommendation" and list_pieces(s.text) >= self.max_requests)):
+                out.add(k)
+        return out
 
     def _similarities(self, per, items) -> dict[tuple[int, str], np.ndarray]:
         """Per consultation and item: each doctor sentence's best MiniLM cosine with the
@@ -214,6 +235,8 @@ class EchoAwareGrader:
 
     def _matches(self, item: str, sents: Sequence[DoctorSentence],
                  cos: np.ndarray | None) -> list[int]:
+        if is_chinese(item):
+            return self._matches_zh(item, sents)
         wants = [u for u in (content_units(x) for x in item_parts(item)) if u]
         fluid = fluid_intake_item(item)
         hits = []
@@ -225,6 +248,13 @@ class EchoAwareGrader:
             if lexical >= self.lexical or (cos is not None and cos[k] >= self.match):
                 hits.append(k)
         return hits
+
+    def _matches_zh(self, item: str, sents: Sequence[DoctorSentence]) -> list[int]:
+        """A Chinese item: the sentences that ask one of its parts by its characters, the
+        item's frame removed (:func:`~medpref.echo.zh_item_parts`, ``zh_char_threshold``)."""
+        parts = zh_item_parts(item)
+        return [k for k, s in enumerate(sents)
+                if max((zh_share(x, s.text) for x in parts), default=0.0) >= self.zh_chars]
 
     def _grade(self, c, sents, cat, item, cos, hits, listing) -> ItemGrade:
         echoes = [sents[k].text for k in hits if sents[k].echo]

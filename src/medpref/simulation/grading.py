@@ -16,14 +16,16 @@ mean and counted. The graders that use these pieces live in
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from medpref.contracts import SPCase, Turn
+from medpref.echo import named_in_complaint
 from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate, format_dialogue
 from medpref.simulation.knowledge import Encoder
@@ -345,6 +347,28 @@ def _embedding_grade(c, cat, item, setup, raw) -> ItemGrade:
     return ItemGrade(c.case_id, c.doctor, cat, item,
                      disease_passes(list(range(len(turns))), cands, setup.max_candidates),
                      "embedding", None, turns, cands, raw)
+
+
+def unmeasurable_categories(case: SPCase) -> frozenset[str]:
+    """The categories a case cannot measure: symptoms whose every item its opening
+    complaint already names (AgentClinic's NEJM cases take their symptom items from the
+    complaint). Asking about them only repeats the patient, so a perfect interview would
+    score 0 there; they are left out of every score (:func:`leave_out_unmeasurable`)."""
+    items = case.checklist.symptoms
+    named = items and all(named_in_complaint(i, case.chief_complaint) for i in items)
+    return frozenset({"symptoms"}) if named else frozenset()
+
+
+def leave_out_unmeasurable(grades: Sequence[ItemGrade], cases: Mapping[str, SPCase]
+                           ) -> list[ItemGrade]:
+    """The grades with those of a category its case cannot measure left out of the score
+    (``passed`` None, method ``unmeasurable``), whatever the grader said."""
+    out = []
+    for g in grades:
+        if g.category in unmeasurable_categories(cases[g.case]):
+            g = dataclasses.replace(g, passed=None, method="unmeasurable")
+        out.append(g)
+    return out
 
 
 def case_scores(grades: Sequence[ItemGrade], case_ids: Sequence[str]

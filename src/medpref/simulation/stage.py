@@ -331,7 +331,8 @@ def consult_and_grade(p: SimulationParams, h: Harness, cases: Sequence[SPCase], 
     if not cases:
         return [], [], []
     consults = consult.simulate(cases, doctor, h.setup)
-    grades = h.grader.grade(consults, {c.id: c for c in cases})
+    by_id = {c.id: c for c in cases}
+    grades = grading.leave_out_unmeasurable(h.grader.grade(consults, by_id), by_id)
     return consults, grades, [behaviour.fidelity_judgements(c, h.kbs, h.encode, p)
                               for c in consults]
 
