@@ -254,7 +254,7 @@ def build_harness(stage, p: SimulationParams) -> Harness:
     cases = select_cases(loaded, p.n_cases, p.case_ids)
     with stage.step("knowledge bases"):
         encode = load_encoder(repo_path(p.embedding_model))
-        kbs = build_knowledge_bases(cases, encode, p.patient.chunk_tokens)
+        kbs = build_knowledge_bases(cases, encode, p.patient.chunk_tokens, p.patient.voice)
     templates = {n: load_prompt(n) for n in
                  [p.doctor_prompt, p.call("patient").prompt, *p.grader.prompts,
                   p.grader.count_prompt, p.call("gpd").prompt]}
