@@ -25,19 +25,22 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from medpref.data.agentclinic import AGENTCLINIC_FILES, agentclinic_cases
 from medpref.data.cspt import load_cspt
 from medpref.data.sp_cases import embedded_sp_cases
+from medpref.echo import split_sentences
 from medpref.params import load_params, repo_path
 from medpref.simulation import consult, controls
+from medpref.simulation.knowledge import section_sentences
 from medpref.simulation.patients import (
     ExtractivePatient,
     PatientContext,
     fallback_sentences,
 )
-from medpref.simulation.voice import FAULTS, has_informant, line_faults
+from medpref.simulation.voice import FAULTS, has_informant, line_faults, patient_facts
 
 CONTROLS = ("control_script", "control_reciter", "control_lecture", "control_echo")
 
@@ -50,6 +53,32 @@ def sources(args) -> dict[str, list]:
         if args.data and (args.data / "agentclinic" / file).is_file():
             out[f"agentclinic_{name}"] = list(agentclinic_cases(args.data, file=name))
     return {k: v[:args.limit] if args.limit else v for k, v in out.items()}
+
+
+def cached(encode):
+    """``encode`` with a cache, and ``warm(texts)`` that encodes many texts in one batch:
+    the patient encodes one question at a time, which on a CPU costs a second a call."""
+    cache: dict = {}
+
+    def run(texts):
+        todo = [t for t in dict.fromkeys(texts) if t not in cache]
+        if todo:
+            cache.update(zip(todo, encode(todo)))
+        return np.array([cache[t] for t in texts])
+    return run
+
+
+def warm(encode, cases) -> None:
+    """Encode in one batch what the patient will compare: each case's sentences in both
+    voices, its scripted questions, and the script and reciter controls' sentences."""
+    texts = []
+    for c in cases:
+        texts += [*patient_facts(c).history, *patient_facts(c).findings]
+        texts += [s for v in c.patient_info.values() for s in section_sentences(str(v))]
+        texts += [q.get("doctor", "") for q in c.script]
+        texts += [s for line in controls.script_lines(c)[0] for s in split_sentences(line)]
+        texts += split_sentences(controls.recital(c))
+    encode([t for t in texts if t.strip()])
 
 
 def measure(cases, voice: str, encode, p) -> list[dict]:
@@ -91,9 +120,10 @@ def main() -> None:
     from medpref.embedding import load_encoder
 
     p = load_params().simulation
-    encode = load_encoder(repo_path(p.embedding_model))
+    encode = cached(load_encoder(repo_path(p.embedding_model)))
     table = []
     for source, cases in sources(args).items():
+        warm(encode, cases)
         for voice in ("verbatim", "patient"):
             rows = measure(cases, voice, encode, p)
             table.append(summary(rows, source, voice, len(cases)))

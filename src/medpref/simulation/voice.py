@@ -115,11 +115,13 @@ def asks_for_test(doctor_turn: str) -> bool:
 FAULTS = ("second_person", "field_label", "markdown", "third_person", "unrequested_result")
 
 
-def voice_faults(sentence: str, doctor_turn: str, informant: bool = False) -> list[str]:
+def voice_faults(sentence: str, doctor_turn: str, informant: bool = False,
+                 line: str | None = None) -> list[str]:
     """What in one patient sentence is not a patient speaking (:data:`FAULTS`): second
     person or an actor instruction, a field label, markdown, the third person (only when
-    the patient speaks for themself, ``informant`` False), a result when ``doctor_turn``
-    asked for no test or examination."""
+    the patient speaks for themself, ``informant`` False; "he" or "she" counts only when
+    the sentence's ``line`` names nobody else they could be), a result when
+    ``doctor_turn`` asked for no test or examination."""
     found = []
     if _SECOND.search(sentence):
         found.append("second_person")
@@ -128,7 +130,7 @@ def voice_faults(sentence: str, doctor_turn: str, informant: bool = False) -> li
     if _MARKDOWN.search(sentence):
         found.append("markdown")
     if not informant and (_THIRD.search(sentence) or (
-            _PRONOUN.search(sentence) and not _OTHER_PERSON.search(sentence))):
+            _PRONOUN.search(sentence) and not _OTHER_PERSON.search(line or sentence))):
         found.append("third_person")
     if reports_result(sentence) and not asks_for_test(doctor_turn):
         found.append("unrequested_result")
@@ -455,7 +457,8 @@ def line_faults(turns, is_fallback, informant: bool = True) -> list[dict]:
         if t.role != "patient" or before.role != "doctor" or is_fallback(t.text):
             continue
         faults = sorted({f for s in split_sentences(t.text)
-                         for f in voice_faults(s, before.text, informant)}, key=FAULTS.index)
+                         for f in voice_faults(s, before.text, informant, t.text)},
+                        key=FAULTS.index)
         out.append({"turn": i, "text": t.text, "faults": faults})
     return out
 
