@@ -36,8 +36,8 @@ from medpref.echo import is_chinese, speech_act, split_sentences
 # ------------------------------------------------------------------ what the check finds
 
 _SECOND = re.compile(r"\b(?:you|your|yours|yourself|you've|you're|you'll|you'd)\b|"
-                     r"\b(?:patient actor|your role|role as an? patient)\b|[你您]",
-                     re.IGNORECASE)
+                     r"\b(?:patient actor|your role|role as an? patient)\b", re.IGNORECASE)
+_ACTOR_ZH = re.compile(r"扮演|你的角色|[你您]是(?:一[名位个])?患者")
 _THIRD = re.compile(r"\b(?:the patient|patient's|patient (?:reports|denies|notes|states|"
                     r"describes|has|is|was))\b|^(?:patient|pt)\b|病人|患者|病员",
                     re.IGNORECASE)
@@ -55,6 +55,8 @@ _NOT_A_LABEL = re.compile(r"^\s*(?:everything|nothing|yes|no|well|both|so|anyway
 _LABEL_EN = r"[A-Z][A-Za-z0-9'’/&(),. -]{0,78}?"
 _FIELD_LABEL = re.compile(rf"^\s*(?:[-*•]\s*|\d{{1,2}}[.)]\s+)?\**{_LABEL_EN}\**\s*:\s*(?=\S)|"
                           r"^\s*[\u4e00-\u9fff]{2,8}[：:]\s*(?=\S)")
+#: CSPT masks names with asterisks ("我叫**", "唐**"): not markdown
+_HAN_MASK = re.compile(r"(?<=[\u4e00-\u9fff\s])\*{2,3}(?=[\s，,。\u4e00-\u9fff]|$)")
 _MARKDOWN = re.compile(r"(?<!\*)\*\*(?!\*)|__|^\s*#|(?:^|\s)[-*•]\s+\S|^\s*\d{1,2}\.\s+\S")
 
 # an examination or test, and a word that reports what it found
@@ -77,8 +79,8 @@ _RESULT_ZH = re.compile(r"(?:检查|化验|查血|血常规|尿常规|B超|彩�
 # a doctor sentence that asks for a test or an examination (or for results already had)
 _ASK_TEST_EN = re.compile(rf"\b(?:{_TEST_NOUN}|check|examine|measure|listen|look at|"
                           r"feel your|results?|investigations?|work-?up|blood|urine|swab|"
-                          r"pressure)\b", re.IGNORECASE)
-_ASK_TEST_ZH = re.compile(r"检查|化验|查|测|拍|听诊|量|结果|B超|彩超|CT|片子")
+                          r"pressure|records?|reports?|notes)\b", re.IGNORECASE)
+_ASK_TEST_ZH = re.compile(r"检查|化验|查|测|拍|听诊|量|结果|B超|彩超|CT|片子|病历|报告|单子|资料")
 
 
 _HAN = re.compile(r"[\u4e00-\u9fff]")
@@ -115,6 +117,15 @@ def asks_for_test(doctor_turn: str) -> bool:
 FAULTS = ("second_person", "field_label", "markdown", "third_person", "unrequested_result")
 
 
+def _addresses_patient(sentence: str) -> bool:
+    """The second person about the patient (an actor's brief), not a patient speaking to
+    the doctor: a question ("Could you tell me ...?") or Chinese 您/你 is the patient
+    addressing the doctor; in Chinese only an actor's words count ("你扮演患者")."""
+    if _HAN.search(sentence):
+        return bool(_ACTOR_ZH.search(sentence))
+    return bool(_SECOND.search(sentence)) and not sentence.rstrip().endswith("?")
+
+
 def voice_faults(sentence: str, doctor_turn: str, informant: bool = False,
                  line: str | None = None) -> list[str]:
     """What in one patient sentence is not a patient speaking (:data:`FAULTS`): second
@@ -123,11 +134,11 @@ def voice_faults(sentence: str, doctor_turn: str, informant: bool = False,
     the sentence's ``line`` names nobody else they could be), a result when
     ``doctor_turn`` asked for no test or examination."""
     found = []
-    if _SECOND.search(sentence):
+    if _addresses_patient(sentence):
         found.append("second_person")
     if _FIELD_LABEL.search(sentence) and not _NOT_A_LABEL.match(sentence):
         found.append("field_label")
-    if _MARKDOWN.search(sentence):
+    if _MARKDOWN.search(_HAN_MASK.sub("", sentence)):
         found.append("markdown")
     if not informant and (_THIRD.search(sentence) or (
             _PRONOUN.search(sentence) and not _OTHER_PERSON.search(line or sentence))):
