@@ -52,12 +52,13 @@ _OTHER_PERSON = re.compile(
 _NOT_A_LABEL = re.compile(r"^\s*(?:everything|nothing|yes|no|well|both|so|anyway|honestly|"
                           r"actually|mostly|only|just|once|twice|sometimes|usually)\s*:",
                           re.IGNORECASE)
-_LABEL_EN = r"[A-Z][A-Za-z0-9'’/&(),. -]{0,78}?"
+_LABEL_EN = r"(?:[A-Z]|[a-z]{1,2}[A-Z])[A-Za-z0-9'’/&(),. +-]{0,78}?"
 _FIELD_LABEL = re.compile(rf"^\s*(?:[-*•]\s*|\d{{1,2}}[.)]\s+)?\**{_LABEL_EN}\**\s*:\s*(?=\S)|"
                           r"^\s*[\u4e00-\u9fff]{2,8}[：:]\s*(?=\S)")
 #: CSPT masks names with asterisks ("我叫**", "唐**"): not markdown
 _HAN_MASK = re.compile(r"(?<=[\u4e00-\u9fff\s])\*{2,3}(?=[\s，,。\u4e00-\u9fff]|$)")
-_MARKDOWN = re.compile(r"(?<!\*)\*\*(?!\*)|__|^\s*#|(?:^|\s)[-*•]\s+\S|^\s*\d{1,2}\.\s+\S")
+_MARKDOWN = re.compile(r"(?<!\*)\*\*(?!\*)|__|^\s*#|(?:^|\s)[-*•]\s+[A-Z*]|"
+                       r"^\s*\d{1,2}\.\s+[A-Z*]")
 
 # an examination or test, and a word that reports what it found
 _TEST_NOUN = (r"tests?|biops(?:y|ies)|scans?|ct|mri|x-?rays?|radiograph\w*|ultrasound\w*|"
@@ -80,7 +81,10 @@ _RESULT_ZH = re.compile(r"(?:检查|化验|查血|血常规|尿常规|B超|彩�
 _ASK_TEST_EN = re.compile(rf"\b(?:{_TEST_NOUN}|check|examine|measure|listen|look at|"
                           r"feel your|results?|investigations?|work-?up|blood|urine|swab|"
                           r"pressure|records?|reports?|notes)\b", re.IGNORECASE)
-_ASK_TEST_ZH = re.compile(r"检查|化验|查|测|拍|听诊|量|结果|B超|彩超|CT|片子|病历|报告|单子|资料")
+_ASK_TEST_ZH = re.compile(r"检查|化验|查|测|拍|听诊|量|结果|B超|彩超|CT|片子|病历|报告|单子|资料|"
+                          r"血压|血糖|体温|心率")
+# a Chinese request to see the records ("您把病历给我看一下吧"), which reads as a statement
+_ZH_SHOW = re.compile(r"给我看|让我看|拿给我|拿来看")
 
 
 _HAN = re.compile(r"[\u4e00-\u9fff]")
@@ -107,8 +111,9 @@ def reports_result(sentence: str) -> bool:
 def asks_for_test(doctor_turn: str) -> bool:
     """Whether a doctor turn asks for an examination, a test, or results already had."""
     for s in split_sentences(doctor_turn or ""):
-        if speech_act(s) in ("question", "recommendation") and (
-                (_ASK_TEST_ZH if is_chinese(s) else _ASK_TEST_EN).search(s)):
+        zh = is_chinese(s)
+        asks = speech_act(s) in ("question", "recommendation") or (zh and _ZH_SHOW.search(s))
+        if asks and (_ASK_TEST_ZH if zh else _ASK_TEST_EN).search(s):
             return True
     return False
 
@@ -136,7 +141,8 @@ def voice_faults(sentence: str, doctor_turn: str, informant: bool = False,
     found = []
     if _addresses_patient(sentence):
         found.append("second_person")
-    if _FIELD_LABEL.search(sentence) and not _NOT_A_LABEL.match(sentence):
+    label = _FIELD_LABEL.search(sentence)
+    if label and _is_label(label.group(0).strip(" -*•:：")) and not _NOT_A_LABEL.match(sentence):
         found.append("field_label")
     if _MARKDOWN.search(_HAN_MASK.sub("", sentence)):
         found.append("markdown")
@@ -317,9 +323,10 @@ def third_to_first(text: str) -> str:
     text = re.sub(rf"(?:\b{_SUBJECT}\s+|^)denies\s+(?:(?:any\s+)?(?:experiencing|having)\s+)?",
                   "I have not had ", text, flags=re.IGNORECASE)
     text = re.sub(r"^(?:reports|endorses)\s+", "I have ", text, flags=re.IGNORECASE)
-    text = re.sub(r"\b(?:the patient's|patient's)\b", "my", text, flags=re.IGNORECASE)
+    text = re.sub(r"\b(?:the )?patient[’']s\b", "my", text, flags=re.IGNORECASE)
     text = re.sub(rf"\b({_SUBJECT})\s+({_ADVERB})([\w']+)", _subject_verb, text,
                   flags=re.IGNORECASE)
+    text = re.sub(r"\bthe patient\b", "I", text, flags=re.IGNORECASE)   # "The patient, who ..."
     text = re.sub(r"\b(?:himself|herself)\b", "myself", text, flags=re.IGNORECASE)
     text = re.sub(r"\bhis\b", "my", text, flags=re.IGNORECASE)
     text = re.sub(r"\bhim\b", "me", text, flags=re.IGNORECASE)
@@ -383,7 +390,8 @@ def has_informant(case: SPCase) -> bool:
 
 
 _NOT_PROVIDED = re.compile(r"^(?:information|details?|data|none) (?:not )?(?:provided|available|"
-                           r"given)|^no (?:additional|further|other|specific) [\w ]{0,30}"
+                           r"given)|^n/?a\b|\bthe following (?:laboratory |test )?(?:findings|"
+                           r"results)\.?$|^no (?:additional|further|other|specific) [\w ]{0,30}"
                            r"(?:provided|mentioned|reported|given)|^no mention of",
                            re.IGNORECASE)
 _AGE_SEX = re.compile(r"^(?:an? )?(\d+-(?:year|month|week|day)-old [a-z ]{2,20}?)\.?$",
@@ -396,6 +404,8 @@ def _sentence_fact(sentence: str, informant: bool) -> str:
     sentence = _PREAMBLE.sub("", sentence.strip())
     sentence = _MENTION.sub(lambda m: "I have been " + m.group(1), sentence)
     sentence = re.sub(r"\s*\.?;$", ".", sentence)
+    sentence = re.sub(r"\(((?:normal|reference) (?:range|values?)):\s*", r"(\1 ", sentence,
+                      flags=re.IGNORECASE)
     if not sentence or _INSTRUCTION.search(sentence) or _LABEL_ONLY.match(sentence) \
             or _NOT_PROVIDED.search(sentence):
         return ""
