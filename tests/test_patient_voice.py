@@ -82,14 +82,14 @@ def osce_case() -> SPCase:
     return SPCase(id="medqa-1", **osce_case_record(OSCE_ROW, Path("medqa.jsonl"), 1))
 
 
-def run_controls(cases, voice="patient"):
+def run_controls(cases, voice="patient", rounds=5):      # simulation.rounds (PLPF: 5)
     params = PatientParams(voice=voice)
     by_id = {c.id: c for c in cases}
     patient = ExtractivePatient(PatientContext(params, by_id, {}, toy_encode))
-    setup = consult.SimulationSetup(patient=patient, doctor_template=None, rounds=4)
+    setup = consult.SimulationSetup(patient=patient, doctor_template=None, rounds=rounds)
     out = []
     for name in ("control_script", "control_reciter", "control_lecture", "control_echo"):
-        doctor = controls.build_control(name, controls.ControlContext(by_id, 4))
+        doctor = controls.build_control(name, controls.ControlContext(by_id, rounds))
         out += consult.simulate(cases, doctor, setup)
     return out, fallback_sentences(params)
 
@@ -192,16 +192,57 @@ def test_the_line_check_skips_fallbacks_and_the_opening():
     assert lines[0]["faults"] == ["second_person", "field_label", "markdown"]
 
 
-AGENTCLINIC_MIRROR = os.environ.get("MEDPREF_AGENTCLINIC_DATA")
+def agentclinic_folder(file: str) -> Path | None:
+    """A data folder holding ``agentclinic/<file>``: the shared data directory, else
+    ``$MEDPREF_AGENTCLINIC_DATA`` (a folder made from a mirror of the AgentClinic
+    repository, for the NEJM extended file the shared directory lacks)."""
+    from medpref.data.agentclinic import AGENTCLINIC_FILES
+    from medpref.data.readers import shared_data_dir
+
+    for root in (shared_data_dir(), os.environ.get("MEDPREF_AGENTCLINIC_DATA")):
+        if root and (Path(root) / "agentclinic" / AGENTCLINIC_FILES[file]).is_file():
+            return Path(root)
+    return None
 
 
-@pytest.mark.skipif(not AGENTCLINIC_MIRROR, reason="MEDPREF_AGENTCLINIC_DATA not set (a folder "
-                    "holding agentclinic/agentclinic_nejm_extended.jsonl)")
-def test_the_published_nejm_extended_briefs_lose_every_actor_line():
+#: findings sentences of the published files that still carry a label after the rewrite
+#: (measured; a ratio and a timed series: "FEV1:FVC Ratio: 62%", "After 5 mins: 160/min")
+FINDINGS_LEFT = {"medqa": 0, "medqa_extended": 2, "nejm": 0, "nejm_extended": 0}
+
+
+@pytest.mark.parametrize("file", list(FINDINGS_LEFT))
+def test_the_published_agentclinic_files_speak_as_a_patient(file):
+    """Every history sentence of every published case, after the rewrite, is free of
+    the second person, labels, markdown, the third person and results; the findings
+    keep only the measured leftovers."""
     from medpref.data.agentclinic import agentclinic_cases
 
-    cases = agentclinic_cases(AGENTCLINIC_MIRROR, file="nejm_extended")
-    faulty = [(c.id, s) for c in cases for s in patient_facts(c).history
-              if set(voice_faults(s, "Can we do any tests?", has_informant(c)))
-              & {"second_person", "field_label", "markdown"}]
-    assert not faulty, faulty[:5]
+    root = agentclinic_folder(file)
+    if root is None:
+        pytest.skip(f"agentclinic_{file}.jsonl absent (shared data or "
+                    "$MEDPREF_AGENTCLINIC_DATA)")
+    cases = agentclinic_cases(root, file=file)
+    history = [(c.id, s, f) for c in cases for s in patient_facts(c).history
+               for f in voice_faults(s, "Tell me more.", has_informant(c))]
+    assert history == []
+    findings = [(c.id, s) for c in cases for s in patient_facts(c).findings
+                if voice_faults(s, "Can we run the tests?", has_informant(c))]
+    assert len(findings) == FINDINGS_LEFT[file], findings
+
+
+@pytest.mark.skipif(not os.environ.get("MEDPREF_CSPT"),
+                    reason="MEDPREF_CSPT not set (a CSPT copy: the SpTesting archives)")
+def test_the_published_cspt_cases_speak_as_a_patient():
+    """The 72 CSPT cases with the four controls (Chinese is matched by character bigrams,
+    so no MiniLM): one line is left, a scripted answer in the patient's own words that
+    mentions a lab finding to a question about past illnesses (internal medicine 18)."""
+    from medpref.data.cspt import load_cspt
+
+    cases, _ = load_cspt(os.environ["MEDPREF_CSPT"])
+    consults, no_fact = run_controls(cases)
+    by_id = {c.id: c for c in cases}
+    faulty = [(c.doctor, c.case_id, x["faults"]) for c in consults
+              for x in line_faults(c.turns, lambda t: t.strip() in no_fact,
+                                   has_informant(by_id[c.case_id])) if x["faults"]]
+    assert len(cases) == 72 and faulty == [
+        ("control_script", "cspt-internal_medicine-18", ["unrequested_result"])]
