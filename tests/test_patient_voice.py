@@ -118,6 +118,11 @@ def test_the_verbatim_brief_is_what_the_check_catches():
     assert voice_faults("血常规示白细胞升高。", "还有别的不舒服吗？") == ["unrequested_result"]
     assert voice_faults("我老是咳嗽，有痰。", "您哪里不舒服？") == []
     assert voice_faults("我叫***，今年24岁。", "您叫什么？") == []    # CSPT's name mask
+    # a dose or a diagnosis is history, a measured value is a result
+    assert not reports_result("High blood pressure for five years, treated with amlodipine "
+                              "5 mg daily.")
+    assert reports_result("Blood pressure 148/92 mmHg, pulse 84/min.")
+    assert reports_result("Random plasma glucose 16.8 mmol/L.")
 
 
 def test_first_person_rewrites_second_and_third_person():

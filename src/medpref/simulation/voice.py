@@ -70,8 +70,8 @@ _TEST_NOUN = (r"tests?|biops(?:y|ies)|scans?|ct|mri|x-?rays?|radiograph\w*|ultra
               r"score|specimen|histolog\w*|patholog\w*|fundoscopy|dipstick")
 _FOUND = (r"show(?:s|ed|n)?|reveal(?:s|ed)?|found|noted|positive|negative|normal|"
           r"abnormal|elevated|detected|consistent with|indicat(?:ed|es|ing)|measured|"
-          r"confirm(?:s|ed)|demonstrat(?:ed|es)|\d+(?:\.\d+)?\s*(?:%|mm|mg|g/|u\b|iu|"
-          r"mmol|µ|per\b|/min|bpm|°|c\b|f\b|x\s*10)")
+          r"confirm(?:s|ed)|demonstrat(?:ed|es)|\d+(?:\.\d+)?\s*(?:%|mm\b|mmhg|mg/d?l|"
+          r"g/d?l|u/l|iu\b|mmol|µ|per\b|/min|bpm|°|x\s*10)")
 _RESULT_EN = re.compile(rf"\b(?:{_TEST_NOUN})\b.*\b(?:{_FOUND})|\b(?:{_FOUND})\b.*"
                         rf"\b(?:{_TEST_NOUN})\b", re.IGNORECASE)
 _RESULT_ZH = re.compile(r"(?:检查|化验|查血|血常规|尿常规|B超|彩超|超声|CT|MRI|核磁|X线|胸片|"
