@@ -22,6 +22,7 @@ lines to stderr for a reader.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from medpref.data.agentclinic import AGENTCLINIC_FILES, agentclinic_cases
 from medpref.data.cspt import load_cspt
 from medpref.data.sp_cases import embedded_sp_cases
 from medpref.echo import split_sentences
-from medpref.params import load_params, repo_path
+from medpref.params import REPO_ROOT, load_params, repo_path
 from medpref.simulation import consult, controls
 from medpref.simulation.knowledge import section_sentences
 from medpref.simulation.patients import (
@@ -40,7 +41,14 @@ from medpref.simulation.patients import (
     PatientContext,
     fallback_sentences,
 )
-from medpref.simulation.voice import FAULTS, has_informant, line_faults, patient_facts
+from medpref.simulation.voice import (
+    FAULTS,
+    FINDINGS_SECTION,
+    has_informant,
+    line_faults,
+    patient_facts,
+    reports_result,
+)
 
 CONTROLS = ("control_script", "control_reciter", "control_lecture", "control_echo")
 
@@ -111,6 +119,24 @@ def summary(rows: list[dict], source: str, voice: str, n_cases: int) -> dict:
     return row
 
 
+def history_results(cases, source: str) -> dict:
+    """Sentences of the history sections (all but the findings sections) that report an
+    examination or test result: as the source wrote them, and in the patient's voice."""
+    verbatim = [s for c in cases for name, text in c.patient_info.items()
+                if not FINDINGS_SECTION.search(name) for s in section_sentences(str(text))]
+    return {"source": source, "cases": len(cases), "history_sentences": len(verbatim),
+            "with_result_verbatim": sum(map(reports_result, verbatim)),
+            "with_result_patient": sum(reports_result(s) for c in cases
+                                       for s in patient_facts(c).history)}
+
+
+def provenance(argv: list[str]) -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=REPO_ROOT).stdout.strip() or "unknown"
+    return (f"Made by `python scripts/patient_voice.py {' '.join(argv)}` at commit "
+            f"{commit} (paths to the data left out).")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, help="a folder holding agentclinic/*.jsonl")
@@ -123,8 +149,9 @@ def main() -> None:
 
     p = load_params().simulation
     encode = cached(load_encoder(repo_path(p.embedding_model)))
-    table = []
+    table, history = [], []
     for source, cases in sources(args).items():
+        history.append(history_results(cases, source))
         print(f"{source}: {len(cases)} cases", file=sys.stderr, flush=True)
         warm(encode, cases)
         for voice in ("verbatim", "patient"):
@@ -133,7 +160,12 @@ def main() -> None:
             for r in [r for r in rows if r["faults"]][:args.examples]:
                 print(f"[{source} {voice} {r['doctor']} {r['case']}] {','.join(r['faults'])}: "
                       f"{r['question'][:80]!r} -> {r['text'][:200]!r}", file=sys.stderr)
-    text = pd.DataFrame(table).to_markdown(index=False, floatfmt=".3f")
+    argv = ["--limit", str(args.limit)] if args.limit else []
+    text = "\n\n".join([
+        provenance(argv), "Patient lines (not fallbacks) with each fault, by source and voice:",
+        pd.DataFrame(table).to_markdown(index=False, floatfmt=".3f"),
+        "History sentences that report an examination or test result:",
+        pd.DataFrame(history).to_markdown(index=False)])
     print(text)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")
