@@ -133,8 +133,8 @@ def history_results(cases, source: str) -> dict:
 def provenance(argv: list[str]) -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=REPO_ROOT).stdout.strip() or "unknown"
-    return (f"Made by `python scripts/patient_voice.py {' '.join(argv)}` at commit "
-            f"{commit} (paths to the data left out).")
+    command = " ".join(["python scripts/patient_voice.py", "--data DATA --cspt CSPT", *argv])
+    return f"Made by `{command}` at commit {commit}."
 
 
 def main() -> None:
