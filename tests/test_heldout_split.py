@@ -249,23 +249,50 @@ def test_check_split_fails_the_stage_on_a_flagged_training_dialogue(tmp_path):
     class TmpStage(Stage):
         reports_dir = property(lambda self: tmp_path / "reports")
 
-    def run(parts):
+    def run(parts, trained=("dpo_cai_avg",)):
         (tmp_path / "split.yaml").write_text(parts)
         params = parse_params({"shared": {"split": str(tmp_path / "split.yaml")},
                                "simulation": {"split_overlap": {
                                    "dialogues": str(tmp_path / "d.jsonl"), "gloss": None}}})
         return overlap.check_split(TmpStage(name="06_simulation", params=params),
-                                   params.simulation, [case], toy_encode)
+                                   params.simulation, [case], toy_encode, trained)
 
     table = run("train: [b]\neval: [a]\n")        # "otiti media" shared: flagged, in eval
     assert table.iloc[0][["dialogue", "part", "status"]].tolist() == ["a", "eval", "flagged"]
     assert not (tmp_path / "reports").exists()   # the stage writes the table from its records
     assert overlap.table_of(overlap.overlap_records(table)).equals(table)
     with pytest.raises(StageFailed, match=r"1 training dialogues .* \(sp-0010 ~ a "
-                                          r"\(cosine .*, shared 'media otiti'\)\)"):
+                                          r"\(cosine .*, shared 'media otiti'\)\); trained "
+                                          r"policies under test: dpo_cai_avg"):
         run("train: [a, b]\n")
     assert overlap.metrics_of(table)["split_overlap"] == {
         "flagged": 1, "flagged_in_train": 0, "near": 0, "unchecked_cases": 0}
+
+
+def test_check_split_only_reports_when_no_trained_policy_is_evaluated(tmp_path, capsys):
+    """Issue 41 item 7: with the base doctor and the controls alone, a flagged training
+    dialogue is reported (table, metrics, a printed line) and the stage goes on."""
+    from medpref.params import parse_params
+    from medpref.simulation.config import DoctorConfig
+    from medpref.simulation.stage import trained_names
+    from medpref.stagekit import Stage
+
+    write_jsonl(tmp_path / "d.jsonl", [Dialogue(
+        id="a", turns=[Turn(role="patient", text="hi")],
+        meta={"chief_complaint": "ear pain", "diagnosis": "acute otitis media"})])
+    (tmp_path / "split.yaml").write_text("train: [a]\n")
+    params = parse_params({"shared": {"split": str(tmp_path / "split.yaml")},
+                           "simulation": {"split_overlap": {
+                               "dialogues": str(tmp_path / "d.jsonl"), "gloss": None}}})
+    case = read_jsonl(repo_path("data/embedded/sp_cases.jsonl"), SPCase)[9]
+    doctors = [DoctorConfig(name="base"), DoctorConfig(name="control_echo", role="",
+                                                       kind="control")]
+    assert trained_names(doctors) == []
+    table = overlap.check_split(Stage(name="06_simulation", params=params), params.simulation,
+                                [case], toy_encode, trained_names(doctors))
+    assert overlap.metrics_of(table)["split_overlap"]["flagged_in_train"] == 1
+    assert "reported only: no trained policy" in capsys.readouterr().out
+    assert trained_names([*doctors, DoctorConfig(name="sft", adapter="models/sft")]) == ["sft"]
 
 
 def test_a_chinese_case_without_a_gloss_is_listed_as_not_checked(tmp_path):

@@ -608,7 +608,10 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     # X-ray finding once the doctor asked for the X-ray
     patient_turns = [t.text for t in out.consultations[0].turns[2::2]]
     assert patient_turns == ["Yes, up to 38.5 degrees since Monday.",
-                             "Chest X-ray: patchy shadow in the right lower lobe."]
+                             "The chest x-ray showed patchy shadow in the right lower lobe."]
+    # ... in the patient's voice, the X-ray finding asked for: no line is faulty
+    fid = out.fidelity.set_index("doctor").loc["base"]
+    assert fid["voice_lines"] == 4 and fid["voice_faulty"] == 0     # two cases, two lines each
     lines = (tmp_path / "reports" / "records" / "consultations.jsonl").read_text().splitlines()
     assert len(lines) == 4 and json.loads(lines[0])["rounds"] == 2
     assert (tmp_path / "reports" / "table2.md").exists()

@@ -240,7 +240,8 @@ def test_findings_come_only_after_a_test_is_asked_for():
     text, trace = patient.answer("sp-x", "en", "What did the chest shadow look like?")
     assert "patchy shadow" not in text
     text, trace = patient.answer("sp-x", "en", "Let's get a chest X-ray.")
-    assert text == "Chest X-ray: patchy shadow in the right lower lobe."
+    # the finding in the patient's words (medpref.simulation.voice): no field label
+    assert text == "The chest x-ray showed patchy shadow in the right lower lobe."
     assert trace[0]["from"] == "findings"
 
 
@@ -515,15 +516,16 @@ def test_the_patient_answers_one_line_of_a_section_that_lists_a_finding_a_line()
                           "diseases": ["Myasthenia gravis"]})
     patient = ExtractivePatient(PatientContext(PatientParams(), {c.id: c}, {}, toy_encode))
     said, trace = patient.answer(c.id, "en", "Can we check the electromyography findings?")
-    assert said == "Electromyography: Findings: Decreased muscle response"
+    # the line in the patient's words (medpref.simulation.voice): the test named, no labels
+    assert said == "The electromyography showed decreased muscle response"
     assert trace[0]["from"] == "findings"
-    assert "electromyography: findings: decreased muscle response" in case_sentences(c)
+    assert "the electromyography showed decreased muscle response" in case_sentences(c)
     # two lines in one answer stay two sentences, each the case's own
     from medpref.echo import split_sentences
     from medpref.simulation.knowledge import normalise_sentence
 
     both, _ = patient.answer(c.id, "en", "Can we check the electromyography findings? "
                                          "Can we check the chest CT imaging?")
-    assert split_sentences(both) == ["Electromyography: Findings: Decreased muscle response.",
-                                     "Imaging: Chest CT: Normal, no thymoma."]
+    assert split_sentences(both) == ["The electromyography showed decreased muscle response.",
+                                     "The chest CT showed normal, no thymoma."]
     assert all(normalise_sentence(s) in case_sentences(c) for s in split_sentences(both))

@@ -12,6 +12,7 @@ from medpref.echo import doctor_sentences, speech_act, split_sentences
 from medpref.simulation.config import SimulationParams
 from medpref.simulation.patient import fidelity_of, judge_sentences, speaks_as_doctor
 from medpref.simulation.patients import fallback_sentences, is_dont_know
+from medpref.simulation.voice import line_faults, voice_counts
 from medpref.stagekit import StageFailed
 
 
@@ -27,6 +28,7 @@ def consult_row(c, judged: list[dict], p: SimulationParams) -> dict:
     """One consultation's counts: the patient's honesty (from its sentence judgements)
     and the doctor's behaviour (pure functions of the transcript)."""
     fid = fidelity_of(judged, c.turns)
+    no_fact = fallback_sentences(p.patient)
     patient_turns = [t.text for t in c.turns[1:] if t.role == "patient"]
     replies = [s for s in c.steps if s.get("speaker") == "patient"]
     return {"doctor": c.doctor, "kind": c.kind, "case": c.case_id,
@@ -39,7 +41,8 @@ def consult_row(c, judged: list[dict], p: SimulationParams) -> dict:
             "patient_replies": len(replies),
             "fallbacks": sum(bool(s.get("fallback")) for s in replies),
             "nothing_asked": sum(s.get("fallback") == "nothing_asked" for s in replies),
-            "examples": fid.examples, **behaviour_row(c, p)}
+            "examples": fid.examples, **behaviour_row(c, p),
+            **voice_counts(line_faults(c.turns, lambda t: t.strip() in no_fact))}
 
 
 def consult_rows(consults, kbs, encode, p: SimulationParams) -> list[dict]:

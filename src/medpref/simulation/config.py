@@ -30,6 +30,9 @@ class PatientParams(StrictModel):
     (PLPF App. B.2: retrieval over its knowledge base + a prompt to the patient role)."""
 
     kind: str = "extractive"                          # a name in simulation.patients.PATIENTS
+    # the case's information as the patient's words (first person, no labels, no actor
+    # instructions, results only after a test request) or verbatim as the source wrote it
+    voice: Literal["patient", "verbatim"] = "patient"
     # extractive: a scripted question this close to the doctor's question is answered ...
     script_threshold: float = Field(0.6, ge=-1.0, le=1.0)
     # ... else a history (or, after a test request, findings) sentence this close

@@ -19,6 +19,7 @@ import numpy as np
 from medpref.contracts import SPCase, Turn
 from medpref.echo import split_sentences
 from medpref.metrics.text import word_count
+from medpref.simulation.voice import facts_by_section
 
 Encoder = Callable[[Sequence[str]], np.ndarray]
 
@@ -74,12 +75,22 @@ def chunk_text(text: str, limit: int) -> list[str]:
     return chunks
 
 
-def knowledge_units(case: SPCase) -> list[str]:
+def information(case: SPCase, voice: str = "patient") -> dict[str, str]:
+    """The case's information sections as the patient knows them: in the patient's own
+    words (``voice`` "patient", :func:`medpref.simulation.voice.facts_by_section`) or as
+    the source wrote them ("verbatim")."""
+    if voice == "patient":
+        return dict(facts_by_section(case))
+    return {k: str(v) for k, v in case.patient_info.items()}
+
+
+def knowledge_units(case: SPCase, voice: str = "patient") -> list[str]:
     """The case's knowledge as units: its opening words (the chief complaint, which the
     patient says first and repeats when asked what brings it in), each information
-    section, each script Q–A pair."""
+    section (:func:`information`), each script Q–A pair."""
     units = [f"Chief complaint: {case.chief_complaint.strip()}"]
-    units += [f"{key}: {value}" for key, value in case.patient_info.items() if str(value).strip()]
+    units += [f"{key}: {value}" for key, value in information(case, voice).items()
+              if value.strip()]
     for pair in case.script:
         q, a = pair.get("doctor", "").strip(), pair.get("patient", "").strip()
         if a:
@@ -87,8 +98,8 @@ def knowledge_units(case: SPCase) -> list[str]:
     return units
 
 
-def build_chunks(case: SPCase, limit: int) -> list[str]:
-    return [c for unit in knowledge_units(case) for c in chunk_text(unit, limit)]
+def build_chunks(case: SPCase, limit: int, voice: str = "patient") -> list[str]:
+    return [c for unit in knowledge_units(case, voice) for c in chunk_text(unit, limit)]
 
 
 def normalise_sentence(text: str) -> str:
@@ -96,12 +107,12 @@ def normalise_sentence(text: str) -> str:
     return " ".join(text.lower().split()).rstrip(" .!?;。！？；")
 
 
-def case_sentences(case: SPCase) -> frozenset[str]:
-    """Every sentence of the case's opening words (chief complaint), information and
-    scripted answers, normalised. The opening words are the patient's own for every case
-    source: an adapter may derive them (AgentClinic NEJM: "Gross hematuria") from text
-    that is not in any section."""
-    texts = [case.chief_complaint, *(str(v) for v in case.patient_info.values())]
+def case_sentences(case: SPCase, voice: str = "patient") -> frozenset[str]:
+    """Every sentence of the case's opening words (chief complaint), information (as
+    :func:`information` gives it) and scripted answers, normalised. The opening words are
+    the patient's own for every case source: an adapter may derive them (AgentClinic
+    NEJM: "Gross hematuria") from text that is not in any section."""
+    texts = [case.chief_complaint, *information(case, voice).values()]
     texts += [pair.get("patient", "") for pair in case.script]
     return frozenset(n for t in texts for s in section_sentences(t)
                      if (n := normalise_sentence(s)))
@@ -131,16 +142,16 @@ class KnowledgeBase:
 
 
 def build_knowledge_bases(cases: Sequence[SPCase], encode: Encoder,
-                          limit: int) -> dict[str, KnowledgeBase]:
-    """Every case's knowledge base, embedded in one batch."""
-    chunks = {c.id: build_chunks(c, limit) for c in cases}
+                          limit: int, voice: str = "patient") -> dict[str, KnowledgeBase]:
+    """Every case's knowledge base (its information in ``voice``), embedded in one batch."""
+    chunks = {c.id: build_chunks(c, limit, voice) for c in cases}
     flat = [t for c in cases for t in chunks[c.id]]
     vecs = encode(flat) if flat else np.zeros((0, 1), dtype=np.float32)
     out, start = {}, 0
     for c in cases:
         n = len(chunks[c.id])
         out[c.id] = KnowledgeBase(c.id, chunks[c.id], vecs[start:start + n],
-                                  case_sentences(c))
+                                  case_sentences(c, voice))
         start += n
     return out
 

@@ -39,16 +39,13 @@ from medpref.simulation.knowledge import (
     section_sentences,
 )
 from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
+from medpref.simulation.voice import FINDINGS_SECTION, asks_for_test, patient_facts
 
 DONT_KNOW = {"en": "I'm not sure about that.", "zh": "这个我不太清楚。"}
 # the two ways the extractive patient answers with no case text (step["fallback"])
 FALLBACKS = ("nothing_asked", "dont_know")
 # sections whose sentences are findings: given only after a test or examination is asked for
-FINDINGS = re.compile(r"exam|test|investigation|result|lab|mental state|检查|化验|结果|体格",
-                      re.IGNORECASE)
-_TEST_WORDS = re.compile(r"\b(?:test|check|exam(?:ine|ination)?|measure|scan|x-?ray|blood|"
-                         r"urine|ultrasound|ecg|ekg|level|result|listen|look at|feel your|"
-                         r"temperature|pressure)\b|检查|化验|测|查|拍|听诊|量", re.IGNORECASE)
+FINDINGS = FINDINGS_SECTION
 # an open question about why the patient came: answered with the chief complaint
 OPENING = re.compile(r"what brings you|how can i help|what seems to be|what can i do for you|"
                      r"what(?:'s| is) (?:the|your) (?:problem|trouble|matter|concern)|"
@@ -179,14 +176,22 @@ class ExtractivePatient:
 
     def __init__(self, ctx: PatientContext):
         self.p, self.encode = ctx.params, ctx.encode
-        self.sources = {cid: self._source(c) for cid, c in ctx.cases.items()}
+        self.sources = {cid: self._source(c, self.p.voice) for cid, c in ctx.cases.items()}
         self._vec_cache: dict[str, np.ndarray] = {}
 
     @staticmethod
-    def _source(case: SPCase) -> _Source:
-        history, findings = [], []
-        for section, text in case.patient_info.items():
-            (findings if FINDINGS.search(section) else history).extend(section_sentences(text))
+    def _source(case: SPCase, voice: str = "patient") -> _Source:
+        """The case's answerable text. ``voice`` "patient": its information in the
+        patient's own words (:func:`medpref.simulation.voice.patient_facts`); "verbatim":
+        each section's sentences as the source wrote them."""
+        if voice == "patient":
+            facts = patient_facts(case)
+            history, findings = list(facts.history), list(facts.findings)
+        else:
+            history, findings = [], []
+            for section, text in case.patient_info.items():
+                (findings if FINDINGS.search(section) else history).extend(
+                    section_sentences(text))
         pairs = [(q.get("doctor", "").strip(), q.get("patient", "").strip()) for q in case.script]
         pairs = [(q, a) for q, a in pairs if q and a]
         return _Source([q for q, _ in pairs], [a for _, a in pairs], history, findings,
@@ -236,7 +241,7 @@ class ExtractivePatient:
             return {"text": src.answers[k], "from": "script", "score": round(float(sims[k]), 3)}
         if OPENING.search(q):
             return {"text": src.complaint, "from": "complaint", "score": None}
-        if _TEST_WORDS.search(q):       # a test or an examination asked for: its finding
+        if asks_for_test(q):            # a test or an examination asked for: its finding
             sims = self._similarity(q, src.findings, zh)
             if len(sims) and sims.max() >= cut[1]:
                 k = int(sims.argmax())

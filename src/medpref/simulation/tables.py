@@ -92,7 +92,8 @@ def table6(t2: pd.DataFrame, next_turn: pd.DataFrame, wanted: Mapping[str, str])
 
 
 def fidelity_table(consult_rows: Sequence[dict]) -> pd.DataFrame:
-    """Per doctor: patient sentences, volunteered and unsupported ones (beyond the paper)."""
+    """Per doctor: patient sentences, volunteered and unsupported ones (beyond the paper),
+    and the patient's lines (not fallbacks) that are not in a patient's voice."""
     df = pd.DataFrame(consult_rows)
     if df.empty:
         return df
@@ -102,9 +103,18 @@ def fidelity_table(consult_rows: Sequence[dict]) -> pd.DataFrame:
         failed=("ended_by", lambda s: int(s.str.endswith("failed").sum())),
         patient_sentences=("sentences", "sum"), volunteered=("volunteered", "sum"),
         unsupported=("unsupported", "sum"), empty_patient_turns=("empty_turns", "sum"),
-        role_swaps=("role_swaps", "sum"), dont_know=("dont_know", "sum"))
+        role_swaps=("role_swaps", "sum"), dont_know=("dont_know", "sum"),
+        **{k: (k, "sum") for k in VOICE_COLUMNS if k in df})
     agg["unsupported_share"] = agg["unsupported"] / agg["patient_sentences"].clip(lower=1)
+    if "voice_lines" in agg:   # lines not in the patient's voice (medpref.simulation.voice)
+        agg["voice_faulty_share"] = agg["voice_faulty"] / agg["voice_lines"].clip(lower=1)
     return agg.reset_index()
+
+
+#: the patient-voice counts of a consultation row (second person, field labels, markdown,
+#: results nobody asked for; the third person needs the case and is left to the script)
+VOICE_COLUMNS = ("voice_lines", "voice_faulty", "voice_second_person", "voice_field_label",
+                 "voice_markdown", "voice_unrequested_result")
 
 
 def with_kind(df: pd.DataFrame, kinds: Mapping[str, str], column: str = "doctor"
