@@ -1,0 +1,85 @@
+#!/usr/bin/env python
+"""Table 5's fitted rows without a stage run (issue 40).
+
+Every fitted REM scorer of ``rem.scorers`` (encoder, rule-blind, length, surface,
+majority) is fitted as stage 03 fits it and scored on every REM set (dev, constructed
+test, hand test, the independent test); printed: Table 5 per set, the dev split's choice,
+the winner's paired intervals against ``rem.paired_against`` on the constructed and the
+independent test, and the winner's Eq. 4 thresholds calibrated on dev. No LLM: about a
+minute of fitting on two idle cores once the MiniLM embeddings are cached (``--cache``).
+The LLM rows (sampled, expected, finetuned) need stage 03 itself.
+
+    PYTHONPATH=src python scripts/rem_fitted_check.py [--cache FILE] [--predictions FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import tempfile
+import time
+
+import pandas as pd
+
+from medpref.params import load_params, repo_path
+from medpref.rem import build_rem as b03
+from medpref.rem.eval_sets import stratified_subset
+from medpref.rem.table5 import chosen_scorer, paired_table, selection_table, table5_sets
+from medpref.remscore.scorers import state_features
+from medpref.scoring.thresholds import threshold_rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Table 5's fitted rows without a stage run")
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(),
+                                                    "medpref_rem_emb.pkl"),
+                    help="MiniLM embeddings by text, reused between runs")
+    ap.add_argument("--predictions", help="also write every prediction record (JSONL)")
+    args = ap.parse_args()
+    params = load_params()
+    p = params.rem
+    p = p.model_copy(update={"fitted": p.fitted.model_copy(
+        update={"model_dir": tempfile.mkdtemp()})})
+    seed = params.shared.seed
+    inputs = b03.load_inputs(p, repo_path(params.shared.split))
+    features = state_features(p)
+    if os.path.exists(args.cache):
+        with open(args.cache, "rb") as fh:
+            features._cache.update(pickle.load(fh))
+    t0 = time.perf_counter()
+    fits = b03.fit_scorers(p, inputs, features, seed)
+    print(f"fit: {time.perf_counter() - t0:.1f} s",
+          {k: round(v.fit_s, 1) for k, v in fits.items()}, flush=True)
+    runs = []
+    for set_name, items in b03.eval_sets(p, inputs).items():
+        subset = {it.id for it in stratified_subset(items, p.llm_eval_rows, seed)}
+        for name in fits:
+            runs.append(b03.run_scorer(name, None, p, inputs, items, seed, set_name, subset,
+                                       features))
+    with open(args.cache, "wb") as fh:
+        pickle.dump(dict(features._cache), fh)
+    preds = [r for run in runs for r in run.records]
+    if args.predictions:
+        with open(args.predictions, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in preds)
+    pd.set_option("display.width", 250)
+    pd.set_option("display.max_columns", 30)
+    recs = b03.scorer_run_records(runs, p, fits)
+    print(table5_sets(recs, preds, p.near_constant_share).round(2).to_string())
+    sel = selection_table(recs, preds, p.dev_split)
+    print(sel.round(2).to_string())
+    win = chosen_scorer(sel)
+    print("dev winner:", win)
+    for s in ("test", "independent"):
+        print(paired_table(preds, win, p.paired_against, inputs.flowchart.ids,
+                           p.bootstrap_rounds, seed, sets=(s,)).round(2).to_string())
+    dev = pd.DataFrame([{"rule": r["rule"], "value": r["score"], "gold": r["gold"]}
+                        for r in preds if r["scorer"] == win and r["eval_set"] == p.dev_split
+                        and r["score"] is not None])
+    print(pd.DataFrame(threshold_rows(win, dev)).to_string())
+
+
+if __name__ == "__main__":
+    main()
