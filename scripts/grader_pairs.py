@@ -33,7 +33,7 @@ import json
 from pathlib import Path
 
 from medpref.contracts import SPCase, SPGradedItem, read_jsonl
-from medpref.embedding import load_encoder
+from medpref.embedding import load_encoder, memoized
 from medpref.params import load_params, repo_path
 from medpref.simulation import runpairs
 from medpref.simulation.grading import ItemGrade
@@ -42,17 +42,6 @@ from medpref.simulation.outputs import GRADE_FIELDS
 RECORDS = "reports/06_simulation/records"
 
 
-def cached(encode):
-    import numpy as np
-
-    memo: dict[str, object] = {}
-
-    def run(texts):
-        todo = [t for t in dict.fromkeys(texts) if t not in memo]
-        if todo:
-            memo.update(zip(todo, encode(todo)))
-        return np.array([memo[t] for t in texts])
-    return run
 
 
 def read(path: Path) -> list[dict]:
@@ -100,7 +89,7 @@ def main() -> None:
                 if c.kind == runpairs.MODEL_KIND]
     doctors = {c.doctor for c in consults}
     recorded = [g for g in read(rec / "grades.jsonl") if g["doctor"] in doctors]
-    encode = cached(load_encoder(repo_path(p.embedding_model)))
+    encode = memoized(load_encoder(repo_path(p.embedding_model)))
     diffs = runpairs.check_regrade(recorded, runpairs.regrade(p.grader, consults, cases,
                                                               encode))
     print(f"the grader as it stands differs from the run's record on {len(diffs)} grades"

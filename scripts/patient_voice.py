@@ -26,7 +26,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from medpref.data.agentclinic import AGENTCLINIC_FILES, agentclinic_cases
@@ -63,17 +62,6 @@ def sources(args) -> dict[str, list]:
     return {k: v[:args.limit] if args.limit else v for k, v in out.items()}
 
 
-def cached(encode):
-    """``encode`` with a cache, and ``warm(texts)`` that encodes many texts in one batch:
-    the patient encodes one question at a time, which on a CPU costs a second a call."""
-    cache: dict = {}
-
-    def run(texts):
-        todo = [t for t in dict.fromkeys(texts) if t not in cache]
-        if todo:
-            cache.update(zip(todo, encode(todo)))
-        return np.array([cache[t] for t in texts])
-    return run
 
 
 def warm(encode, cases) -> None:
@@ -145,10 +133,10 @@ def main() -> None:
     ap.add_argument("--examples", type=int, default=0)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    from medpref.embedding import load_encoder
+    from medpref.embedding import load_encoder, memoized
 
     p = load_params().simulation
-    encode = cached(load_encoder(repo_path(p.embedding_model)))
+    encode = memoized(load_encoder(repo_path(p.embedding_model)))
     table, history = [], []
     for source, cases in sources(args).items():
         history.append(history_results(cases, source))

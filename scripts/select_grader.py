@@ -27,7 +27,7 @@ import itertools
 import pandas as pd
 
 from medpref.contracts import SPGradedItem, read_jsonl
-from medpref.embedding import load_encoder
+from medpref.embedding import load_encoder, memoized
 from medpref.params import load_params, repo_path
 from medpref.prompts import load_prompt
 from medpref.simulation.graders import GraderContext, build_grader
@@ -48,17 +48,6 @@ GRID = {
 }
 
 
-def cached(encode):
-    memo: dict[str, object] = {}
-
-    def run(texts):
-        todo = [t for t in dict.fromkeys(texts) if t not in memo]
-        if todo:
-            memo.update(zip(todo, encode(todo)))
-        import numpy as np
-
-        return np.array([memo[t] for t in texts])
-    return run
 
 
 def grader_for(mode: str, setting: dict, base, encode):
@@ -103,13 +92,13 @@ def main() -> None:
     args = ap.parse_args()
     p = load_params().simulation
     if args.report or args.dev_errors:
-        report(p, cached(load_encoder(repo_path(p.embedding_model))), args.out, args.dev_errors)
+        report(p, memoized(load_encoder(repo_path(p.embedding_model))), args.out, args.dev_errors)
         return
     items = read_jsonl(repo_path(p.grader.graded_items), SPGradedItem)
     split = split_of(items)
     dev = [g for g in items if split[g.id] == "dev"]
     test = [g for g in items if split[g.id] == "test"]
-    encode = cached(load_encoder(repo_path(p.embedding_model)))
+    encode = memoized(load_encoder(repo_path(p.embedding_model)))
     print(f"{len(items)} hand-graded items: dev {len(dev)}, test {len(test)}")
     chosen = []
     for mode, grid in GRID.items():

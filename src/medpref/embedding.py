@@ -38,3 +38,17 @@ def load_encoder(path: str | Path, batch_size: int = 32) -> Encoder:
         return np.asarray(vecs, dtype=np.float32)
 
     return encode
+
+
+def memoized(encode: Encoder) -> Encoder:
+    """``encode`` that embeds each distinct text once per process (scripts that regrade
+    or replay many consultations ask for the same sentences again and again)."""
+    memo: dict[str, np.ndarray] = {}
+
+    def run(texts: Sequence[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(texts) if t not in memo]
+        if todo:
+            memo.update(zip(todo, encode(todo)))
+        return np.array([memo[t] for t in texts])
+
+    return run
