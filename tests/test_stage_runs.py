@@ -84,6 +84,7 @@ def raw_params(tmp_path):
     raw["rem"]["train"]["adapter_dir"] = str(tmp_path / "rem_lora")
     raw["rem"]["fitted"]["model_dir"] = str(tmp_path / "rem_encoder")
     raw["rem"]["llm_eval_sets"] = ["test"]     # the LLM rows on the test split only
+    raw["rem"]["independent"] = None           # its loader and tables: tests/test_rem_scorers.py
     return raw
 
 

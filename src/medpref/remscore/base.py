@@ -51,3 +51,22 @@ class RuleScorer(Protocol):
                      rules: Sequence[Rule]) -> list[dict[str, RuleJudgement]]:
         """For each state, a judgement per rule id."""
         ...
+
+
+@dataclass
+class ExpectedJudgement(RuleJudgement):
+    """A judgement from score-token probabilities; ``mass`` is how much next-token
+    probability the three options had before renormalising (low = off-format)."""
+
+    probs: dict[str, float] = field(default_factory=dict)
+    mass: float | None = None
+
+    @property
+    def label(self) -> int | None:
+        """The most probable score (what greedy decoding of the score token would write;
+        a tie goes to the lower score). ``score`` stays the expectation Σ s·p(s), which
+        candidate scoring uses; near-uniform probabilities put it near 1 whatever the
+        argmax, so rounding it would hide what the model prefers."""
+        if self.score is None or not self.probs:
+            return None
+        return int(max(self.probs, key=lambda s: (self.probs[s], -int(s))))

@@ -18,6 +18,7 @@ each distinct text once, however many rules and scorers read it).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,9 +55,36 @@ def word_count(text: str) -> int:
 
 
 def _normalise(text: str) -> list[str]:
-    from medpref.imap.ontology import normalise
+    """Lower case, punctuation to spaces, split: how the lexicon's strings are keyed
+    (the same reading as stage 07's ontology, which a library may not import)."""
+    return re.sub(r"[^a-z0-9]+", " ", text.lower()).split()
 
-    return normalise(text).split()
+
+def _rrf(path: Path) -> list[list[str]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: RRF file missing (rem.fitted.lexicon)")
+    return [line.split("|") for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def _lexicon_by_type(folder: Path) -> dict[str, set[tuple[str, ...]]]:
+    """Semantic type → the normalised strings (as word tuples) of its English,
+    unsuppressed concepts, from the lexicon's MRCONSO and MRSTY files."""
+    strings: dict[str, set[tuple[str, ...]]] = {}
+    for f in _rrf(folder / "MRCONSO.RRF"):
+        if f[1] == "ENG" and f[16] in ("N", ""):
+            words = tuple(_normalise(f[14]))
+            strings.setdefault(f[0], set())
+            if words:
+                strings[f[0]].add(words)
+    types: dict[str, str] = {}
+    for f in _rrf(folder / "MRSTY.RRF"):
+        if f[0] in strings:
+            types.setdefault(f[0], f[3])
+    by_type: dict[str, set[tuple[str, ...]]] = {t: set() for t in types.values()}
+    for cui, words in strings.items():
+        by_type.setdefault(types.get(cui, ""), set()).update(words)
+    return by_type
 
 
 @dataclass(frozen=True)
@@ -70,19 +98,12 @@ class WordLists:
     def from_lexicon(cls, folder: str | Path, disease_types: Sequence[str],
                      test_types: Sequence[str]) -> WordLists:
         """The strings of the lexicon's concepts of the given semantic types (STY names)."""
-        from medpref.imap.ontology import Lexicon
-
-        lex = Lexicon.from_rrf(folder)
-        known = set(lex.semantic_types.values())
+        by_type = _lexicon_by_type(Path(folder))
+        known = set(by_type) - {""}
         unknown = sorted(set(disease_types) - known | set(test_types) - known)
         if unknown:
             raise ValueError(f"{folder}: no concept has semantic type(s) {unknown} "
                              f"(rem.fitted.disease_types/test_types; known: {sorted(known)})")
-        by_type: dict[str, set[tuple[str, ...]]] = {}
-        for string, cuis in lex.strings.items():
-            for cui in cuis:
-                by_type.setdefault(lex.semantic_types.get(cui, ""), set()).add(
-                    tuple(string.split()))
         return cls(frozenset().union(*(by_type.get(t, set()) for t in disease_types)),
                    frozenset().union(*(by_type.get(t, set()) for t in test_types)))
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from medpref.contracts import Turn
 from medpref.registry import register_rem_scorer
-from medpref.remscore.base import RuleJudgement
+from medpref.remscore.base import ExpectedJudgement, RuleJudgement
 from medpref.remscore.features import FEATURE_SETS, StateFeatures
 from medpref.rules import Flowchart, Rule
 
@@ -251,8 +251,6 @@ def fit_model(name: str, mode: str, spec: FitSpec, train: Sequence[Item], dev: S
 # -- scoring ----------------------------------------------------------------------------------
 def fitted_judgement(rule_id: str, p: np.ndarray, state_value: str = "expected"):
     """A judgement from p(0), p(1), p(2): label = argmax (ties: the lower score)."""
-    from medpref.remscore.scorers import ExpectedJudgement
-
     probs = {str(s): float(p[s]) for s in SCORES}
     j = ExpectedJudgement(rule=rule_id, score=float(np.dot(SCORES, p)), probs=probs, mass=1.0)
     if state_value == "label":

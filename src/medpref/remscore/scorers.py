@@ -24,14 +24,13 @@ no usable judgement was obtained (unparsable answers and failed calls are counte
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from medpref.contracts import Turn
 from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate, load_prompt
 from medpref.registry import REM_SCORERS, register_rem_scorer
-from medpref.remscore.base import RuleJudgement
+from medpref.remscore.base import ExpectedJudgement, RuleJudgement
 from medpref.remscore.features import StateFeatures
 from medpref.remscore.fitted import FittedScorer, load_model
 from medpref.remscore.task import (
@@ -48,25 +47,6 @@ from medpref.rules import Flowchart, Rule
 
 StateValue = Literal["expected", "label"]
 STATE_VALUES: tuple[str, ...] = ("expected", "label")
-
-
-@dataclass
-class ExpectedJudgement(RuleJudgement):
-    """A judgement from score-token probabilities; ``mass`` is how much next-token
-    probability the three options had before renormalising (low = off-format)."""
-
-    probs: dict[str, float] = field(default_factory=dict)
-    mass: float | None = None
-
-    @property
-    def label(self) -> int | None:
-        """The most probable score (what greedy decoding of the score token would write;
-        a tie goes to the lower score). ``score`` stays the expectation Σ s·p(s), which
-        candidate scoring uses; near-uniform probabilities put it near 1 whatever the
-        argmax, so rounding it would hide what the model prefers."""
-        if self.score is None or not self.probs:
-            return None
-        return int(max(self.probs, key=lambda s: (self.probs[s], -int(s))))
 
 
 class PromptedScorer:
