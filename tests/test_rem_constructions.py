@@ -223,9 +223,15 @@ def test_no_evaluation_dialogue_text_reaches_rem_training_rows(rows, corpus):
 
 
 def test_load_constructed_and_the_training_rows(rows):
+    """The stage's own loader (``build_rem.load_inputs``) holds every constructed row once
+    and leaves out the hand rows that share text with an evaluation dialogue."""
+    from medpref.rem.build_rem import load_inputs
+
     got = C.load_constructed(REPO_ROOT / P.constructed)
     assert got[0].id == "c-00001" and got[0].split in {"train", "dev", "test"}
-    train = C.training_rows(P, PARAMS.shared.split)
-    assert {a.split for a in train} == {"train"}
-    built = [a for a in train if a.id.startswith("c-")]
-    assert len(built) == sum(r["split"] == "train" for r in rows) < len(train)
+    inputs = load_inputs(P, REPO_ROOT / PARAMS.shared.split)
+    built = [a for a in inputs.annotations if a.id.startswith("c-")]
+    assert len(built) == len(rows)
+    hand = read_jsonl(repo_path(P.annotations), RemAnnotation)
+    kept = {a.id for a in inputs.annotations if a.id in inputs.hand_ids}
+    assert 0 < len(kept) < len(hand)

@@ -85,6 +85,10 @@ def raw_params(tmp_path):
     raw["rem"]["fitted"]["model_dir"] = str(tmp_path / "rem_encoder")
     raw["rem"]["llm_eval_sets"] = ["test"]     # the LLM rows on the test split only
     raw["rem"]["independent"] = None           # its loader and tables: tests/test_rem_scorers.py
+    # Eq. 4 on the paper's fixed cuts: these runs have no stage-03 dev cuts of their scripted
+    # REM (reading them and gating on them: tests/test_eq4_gating.py)
+    raw["annotation"]["scoring"]["met"] = "fixed"
+    raw["annotation"]["rem_thresholds"] = str(tmp_path / "reports/03_rem/thresholds.csv")
     return raw
 
 

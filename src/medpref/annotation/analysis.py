@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from medpref.annotation.pairs import Decision
+from medpref.turns.turn_quality import check_turn
 
 #: PLPF Appendix C: wins of sampled (real doctor) vs predicted trajectories, 1.2 : 1.
 PLPF_REPORTED_WIN_RATIO = 1.2
@@ -152,3 +153,30 @@ def threshold_sweep(results, thresholds: Sequence[float] = SWEEP_THRESHOLDS) -> 
         rows.append({"strategy": r.name, **{f"t={t:g}": sum(x >= t for x in m)
                                             for t in thresholds}, "scored": len(m)})
     return pd.DataFrame(rows)
+
+
+def pair_quality(results) -> dict[str, dict[str, int]]:
+    """Per strategy, whether its pairs prefer a usable turn: a candidate is *degenerate*
+    when the turn-quality checks flag it as the doctor's next turn (out of role, leaked
+    prompt text, a repeated or copied sentence, or nothing said; ``medpref.turns``).
+    ``real_over_degenerate`` counts pairs whose chosen turn is the dialogue's own (sampled)
+    and whose rejected turn is degenerate; ``degenerate_over_real`` the reverse."""
+    def degenerate(text: str, prompt) -> bool:
+        return not check_turn(text, "doctor", [t.text for t in prompt]).passes
+
+    out: dict[str, dict[str, int]] = {}
+    for name, result in results.items():
+        counts = dict.fromkeys(("pairs", "chosen_degenerate", "rejected_degenerate",
+                                "real_over_degenerate", "degenerate_over_real"), 0)
+        for pair in result.pairs:
+            bad_chosen = degenerate(pair.chosen, pair.prompt)
+            bad_rejected = degenerate(pair.rejected, pair.prompt)
+            counts["pairs"] += 1
+            counts["chosen_degenerate"] += bad_chosen
+            counts["rejected_degenerate"] += bad_rejected
+            counts["real_over_degenerate"] += (pair.chosen_source == "sampled" and bad_rejected
+                                               and not bad_chosen)
+            counts["degenerate_over_real"] += (pair.rejected_source == "sampled" and bad_chosen
+                                               and not bad_rejected)
+        out[name] = counts
+    return out

@@ -20,6 +20,7 @@ import pandas as pd
 
 from medpref.annotation import agent as agent_mod
 from medpref.annotation import cai, outputs
+from medpref.annotation.analysis import pair_quality
 from medpref.annotation.config import AnnotationParams
 from medpref.annotation.judging import READINGS, gpt4_rank_pairs, judge_items
 from medpref.annotation.strategies import STRATEGIES, StrategyFn, StrategyResult
@@ -292,6 +293,7 @@ def run(stage: Stage) -> AnnotationOutputs:
         **cai.gating_summary(state_rows, guarded_result(inputs, results).decisions,
                              cai.cai_decisions(scored.item_states, scored.judgements, flowchart,
                                                p.scoring.linear(), "dep", "linear"))}
+    out.metrics["pair_quality"] = pair_quality(results)
     out.prompts = {k: v for r in results.values() for k, v in r.prompts.items()}
     if inputs.scorer.prompt is not None:   # a fitted REM reads no prompt
         out.prompts[inputs.scorer.prompt.name] = inputs.scorer.prompt.sha

@@ -33,7 +33,6 @@ from medpref.data.split import DialogueSplit, load_split
 from medpref.params import StrictModel, load_params, repo_path
 from medpref.rem.config import RemParams
 from medpref.rem.constructed_summary import summary_markdown
-from medpref.rem.overlap import hand_training_rows
 
 RULE_IDS = ("A", "B", "C", "D", "E", "F")
 StateKind = Literal["questioning", "thin", "diagnosis"]
@@ -546,16 +545,6 @@ def load_constructed(path: str | Path) -> list[RemAnnotation]:
     """The constructed rows as annotations (``split``, ``construction`` and ``dialogue``
     kept as extra fields), like the hand rows of ``rem.annotations``."""
     return read_jsonl(path, RemAnnotation)
-
-
-def training_rows(p: RemParams, shared_split: str) -> list[RemAnnotation]:
-    """Every row the REM may train on: the constructed rows of its ``train`` part and the
-    hand training rows that share no text with an evaluation-split dialogue."""
-    dialogues = read_jsonl(repo_path(p.construction.dialogues), Dialogue)
-    split = load_split(repo_path(shared_split))
-    hand = read_jsonl(repo_path(p.annotations), RemAnnotation)
-    built = [a for a in load_constructed(repo_path(p.constructed)) if a.split == "train"]
-    return hand_training_rows(hand, dialogues, split, p.construction.overlap_words) + built
 
 
 def jsonl_text(records: Iterable[dict[str, Any]]) -> str:
