@@ -7,9 +7,11 @@ export PATH := $(abspath $(BIN)):$(PATH)
 .PHONY: setup env models kernel repro dvc-yaml tables test test-fast bench clean-outputs lint \
         notebooks-sync notebooks-check plots
 
-# Without this machine's wheelhouse, take the CPU build of torch from PyTorch's index:
-#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
-TORCH_INDEX ?=
+# torch's CPU build by default: PyTorch's CPU index is an extra index (a local wheelhouse
+# still answers first when it holds torch==2.13.0+cpu; an unreachable index costs a few
+# seconds of retries). On a CUDA machine: make setup TORCH_INDEX=  (PyPI's CUDA build) or
+# TORCH_INDEX=https://download.pytorch.org/whl/cu128.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 setup: env models kernel  ## everything: the venv from the pinned list + embedded models
 	@echo "setup done: now run 'make repro' (dvc repro on the embedded default)"
@@ -18,7 +20,7 @@ env: $(BIN)/.installed
 $(BIN)/.installed: requirements.lock constraints.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX) torch==2.13.0)
+	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch==2.13.0
 	$(BIN)/python -m pip install --quiet -c constraints.txt -r requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@

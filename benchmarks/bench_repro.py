@@ -21,7 +21,9 @@ and no CPU time (the processes were not this script's children).
 A cold run writes what it measured to ``benchmarks/repro_timings.json`` and
 ``benchmarks/repro_timings.md`` (``--timings-dir`` elsewhere): per dvc stage the wall
 seconds and the reports' model calls, the total wall and CPU seconds, and the commit,
-date, cores and load average around the run (a busy machine's run says so). The
+date, cores and load average around the run (a busy machine's run says so), and the
+disk the clone and the venv hold afterwards (``disk_gib``; ``--disk DIR`` adds it to a
+record for a run's checkout ``DIR``). The
 Markdown table is what docs include as the cold run's generated table. They sit beside
 this script, committed, because they measure ``dvc repro`` rather than being one of its
 outputs: ``reports/`` holds only what a stage declares (tests/test_dvc_contract.py), and
@@ -274,6 +276,29 @@ def run_meta(root: Path, stage: str | None, load_before: float, started: float) 
             "cores": os.cpu_count(), "load_before": round(load_before, 2),
             "load_after": round(os.getloadavg()[0], 2), "complete": stage is None,
             "target": stage, "how": "dvc repro --force in a fresh clone of HEAD"}
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (links not followed; a file seen twice by a hard
+    link counted once), as ``du`` counts apparent sizes."""
+    seen, total = set(), 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            st = os.lstat(os.path.join(dirpath, name))
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
+    return total
+
+
+def disk_usage(root: Path, venv: Path) -> dict[str, float]:
+    """GiB a run's checkout holds after the run, per top-level part, and the venv's."""
+    gib = 1024 ** 3
+    parts = {name: round(folder_bytes(root / name) / gib, 2)
+             for name in ("data", "models", "reports", ".dvc", ".git") if (root / name).exists()}
+    return {**parts, "checkout": round(folder_bytes(root) / gib, 2),
+            "venv": round(folder_bytes(venv) / gib, 2)}
 
 
 def starts_of(path: Path) -> list[tuple[str, float]]:
@@ -592,6 +617,9 @@ def main() -> None:
                          "repro_timings.json), the machine's rates measured now")
     ap.add_argument("--repeats", type=int, default=3,
                     help="attempts at the peak and the batched rate (the best is kept)")
+    ap.add_argument("--disk", type=Path, metavar="DIR",
+                    help="add the disk a run's checkout DIR holds (and this venv's) to the "
+                         "record in --timings-dir (--run does it for its scratch clone)")
     ap.add_argument("--gap", type=float, default=0.0,
                     help="with --utilisation: seconds between two attempts (a shared "
                          "machine's quieter moment)")
@@ -622,10 +650,20 @@ def main() -> None:
               + (f"CPU {cpu:.1f} s, " if cpu is not None else "") + f"cores {os.cpu_count()}")
         meta = meta if args.starts else run_meta(root, args.stage, load_before, started)
         record = timings_record(measured, total, cpu, rows, meta)
+        if args.run:
+            record["disk_gib"] = disk_usage(root, Path(sys.executable).parents[1])
         for path in write_timings(args.timings_dir, record):
             print(f"wrote {path}")
         if args.run:
             utilisation(root, record, rates, args.timings_dir, "this run")
+    if args.disk:
+        path = args.timings_dir / "repro_timings.json"
+        record = read_json(path)
+        if not record:
+            raise SystemExit(f"--disk: no {path}")
+        record["disk_gib"] = disk_usage(args.disk, Path(sys.executable).parents[1])
+        path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        print(f"disk (GiB): {record['disk_gib']}; wrote {path}")
     if args.utilisation:
         record = read_json(args.timings_dir / "repro_timings.json")
         if not record:

@@ -13,7 +13,9 @@ This script rewrites what lies between them from the repository's files:
   the file it came from and that stage's commit;
 - ``file:PATH``: the file ``PATH`` of the repository, verbatim, in a fenced block;
 - ``md:PATH``: the Markdown file ``PATH`` (a generated table such as
-  ``benchmarks/repro_timings.md``), verbatim, as Markdown.
+  ``benchmarks/repro_timings.md``), verbatim, as Markdown;
+- ``cold-run``: what the last cold run cost (``benchmarks/repro_timings.json``): its
+  commit, date, cores, wall and CPU time, load, and the disk it left.
 
 A number in the docs outside a code span or such a block is refused by
 ``tests/test_docs.py``, which also checks that every block equals what this script writes,
@@ -80,10 +82,28 @@ def render_headlines(root: Path, doc: Path) -> str:
     return "\n".join(rows) + "\n"
 
 
+def render_cold_run(root: Path, doc: Path) -> str:
+    """The last cold run's cost as one table row (``benchmarks/repro_timings.json``)."""
+    path = root / "benchmarks/repro_timings.json"
+    r = json.loads(path.read_text(encoding="utf-8"))
+    disk = r.get("disk_gib") or {}
+    rows = ["| commit | date | cores | wall | CPU | load before → after | disk after the run "
+            "(GiB) | record |", "|---|---|---:|---:|---:|---|---|---|",
+            f"| `{r['commit']}` | {r['date']} | {r['cores']} | {r['total_wall_min']} min | "
+            + (f"{r['cpu_s'] / 60:.1f} min" if r.get("cpu_s") is not None else "–")
+            + f" | {r['load_before']} → {r['load_after']} | "
+            + (f"checkout {disk['checkout']} (data {disk.get('data', 0)}, models "
+               f"{disk.get('models', 0)}), venv {disk['venv']}" if disk else "not measured")
+            + f" | [{path.relative_to(root).as_posix()}]({_link(path, doc)}) |"]
+    return "\n".join(rows) + "\n"
+
+
 def render(name: str, root: Path, doc: Path) -> str:
     """The body of block ``name`` in page ``doc``."""
     if name == "headlines":
         return render_headlines(root, doc)
+    if name == "cold-run":
+        return render_cold_run(root, doc)
     if name.startswith("file:"):
         return render_file(name.removeprefix("file:"), root)
     if name.startswith("md:"):
@@ -92,7 +112,7 @@ def render(name: str, root: Path, doc: Path) -> str:
             raise FileNotFoundError(f"generated block {name}: no such file in the repository")
         return path.read_text(encoding="utf-8").rstrip() + "\n"
     raise ValueError(f"{doc}: unknown generated block '{name}' "
-                     "(known: headlines, file:PATH, md:PATH)")
+                     "(known: headlines, cold-run, file:PATH, md:PATH)")
 
 
 def refresh(text: str, root: Path, doc: Path) -> str:

@@ -86,3 +86,37 @@ def test_a_committed_provenance_names_the_content_of_every_local_model(path):
         folder = REPO_ROOT / "models" / name
         if folder.exists():
             assert prov["models"][model_id] == content_id(folder), (path, model_id)
+
+
+def test_every_stage_record_describes_this_tree(changed_deps):
+    """dvc.lock records, per stage, the hashes of the code, params and data it ran with; a
+    committed table whose stage's code or params changed since describes code that is no
+    longer there. Every stage's deps must be as its lock recorded them (rerun the stage and
+    commit its records after changing what it reads)."""
+    assert not changed_deps, ("stages whose code, params or data differ from dvc.lock (their "
+                              "committed records are stale; dvc repro them): "
+                              + "; ".join(f"{s}: {sorted(d)[:6]}" for s, d in
+                                          sorted(changed_deps.items())))
+
+
+def test_the_committed_reports_come_from_one_run_of_one_commit():
+    """Every stage's provenance names the same commit: the reports are one run's."""
+    commits = {json.loads(p.read_text(encoding="utf-8"))["git_commit"].removesuffix("+dirty")
+               for p in _provenances()}
+    assert len(commits) == 1, f"the committed reports come from {len(commits)} commits: {commits}"
+
+
+def test_dvc_lock_holds_exactly_the_pipelines_stages():
+    """No lock entry for a stage (or a grid cell) dvc.yaml no longer has, none missing."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    out = subprocess.run([sys.executable, "-m", "dvc", "stage", "list", "--name-only"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    declared = set(out.split())
+    lock = yaml.safe_load((REPO_ROOT / "dvc.lock").read_text(encoding="utf-8"))
+    locked = set(lock.get("stages", {}))
+    assert locked == declared, {"locked, not declared": sorted(locked - declared),
+                                "declared, never run": sorted(declared - locked)}

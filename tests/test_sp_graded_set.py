@@ -400,14 +400,27 @@ def test_the_run_batch_is_split_by_case_with_the_same_seed(run_batch):
         assert len(mine) >= 180, part
 
 
+#: the commit whose stage-06 records batch run-06c7d04 was drawn from (later runs replace
+#: reports/06_simulation; git keeps them)
+RUN_BATCH_RECORDS = "a6d9a8b"
+
+
+def run_records(name: str) -> list[dict]:
+    """A stage-06 record file as ``RUN_BATCH_RECORDS`` committed it."""
+    import subprocess
+
+    shown = subprocess.run(["git", "show", f"{RUN_BATCH_RECORDS}:reports/06_simulation/"
+                            f"records/{name}"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert shown.returncode == 0, (f"records/{name} at {RUN_BATCH_RECORDS}: "
+                                   f"{shown.stderr.strip()} (needs the repository's history)")
+    return [json.loads(line) for line in shown.stdout.splitlines() if line]
+
+
 def test_the_run_batch_holds_the_committed_runs_turns_and_every_credit(run_batch):
-    """Each item's doctor turn is the committed run's turn word for word, after the
-    case's complaint and the patient turn before it; every credit a model doctor earns in
-    the committed grades is one item (scripts/grader_pairs.py), so the run is validated on
-    all its credits."""
-    records = REPO_ROOT / "reports" / "06_simulation" / "records"
-    consults = {(r["case"], r["doctor"]): r for r in map(json.loads, (
-        records / "consultations.jsonl").read_text(encoding="utf-8").splitlines())}
+    """Each item's doctor turn is the run's turn word for word, after the case's complaint
+    and the patient turn before it; every credit a model doctor earned in that run's grades
+    is one item (scripts/grader_pairs.py), so the run is validated on all its credits."""
+    consults = {(r["case"], r["doctor"]): r for r in run_records("consultations.jsonl")}
     cases = {c.id: c for c in embedded_sp_cases()}
     for g in run_batch:
         turns = consults[(g.case, g.doctor)]["turns"]
@@ -417,9 +430,8 @@ def test_the_run_batch_holds_the_committed_runs_turns_and_every_credit(run_batch
         assert g.transcript[-2].text == turns[g.turns[0] - 1]["text"], g.id
         assert g.why.strip(), g.id
     kinds = {(r["case"], r["doctor"]): r["kind"] for r in consults.values()}
-    credits = {(r["case"], r["doctor"], r["item"]) for r in map(json.loads, (
-        records / "grades.jsonl").read_text(encoding="utf-8").splitlines())
-        if r["passed"] and kinds[(r["case"], r["doctor"])] == "model"}
+    credits = {(r["case"], r["doctor"], r["item"]) for r in run_records("grades.jsonl")
+               if r["passed"] and kinds[(r["case"], r["doctor"])] == "model"}
     tagged = {(g.case, g.doctor, g.item) for g in run_batch if g.tag == "run_credited"}
     assert tagged == credits and len(credits) == 80
     assert Counter(g.tag for g in run_batch)["run_uncredited"] >= len(credits)
