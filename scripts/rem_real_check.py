@@ -1,0 +1,97 @@
+#!/usr/bin/env python
+"""Does adding the labelled real training-side turns to the REM's rows help? (issue 40)
+
+Fits every fitted REM scorer twice, as stage 03 fits it: on the constructed rows alone, and
+with the ``train`` part of ``data/embedded/rem/real_turns.jsonl`` added (its labeller-l1
+scores, each turn once per rule; ``--weight`` repeats them). Prints exact agreement per
+set (constructed dev, the real turns' ``dev`` part, the independent test) and per rule, and
+each encoder's paired intervals against the baselines on the real dev part (where a choice
+between the two would be made) and on the independent test (reported, never chosen on).
+No LLM; about three minutes on two cores with the MiniLM cache of rem_fitted_check.py.
+
+    PYTHONPATH=src python scripts/rem_real_check.py [--weight 1]
+"""
+import argparse
+import dataclasses
+import json
+import os
+import pickle
+import tempfile
+
+import pandas as pd
+
+from medpref.contracts import RemAnnotation, Turn
+from medpref.params import load_params, repo_path
+from medpref.rem import build_rem as b03
+from medpref.rem.eval_sets import items_of
+from medpref.rem.table5 import paired_table
+from medpref.remscore.scorers import state_features
+
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+ap.add_argument("--labels", default=repo_path("data/embedded/rem/real_turns.jsonl"))
+ap.add_argument("--weight", type=int, default=1, help="copies of each real training row")
+args = ap.parse_args()
+LABELS, WEIGHT = args.labels, args.weight
+CACHE = os.path.join(tempfile.gettempdir(), "medpref_rem_emb.pkl")
+
+params = load_params()
+p = params.rem
+seed = params.shared.seed
+p = p.model_copy(update={"fitted": p.fitted.model_copy(update={"model_dir": tempfile.mkdtemp()}),
+                         "scorers": {k: v for k, v in p.scorers.items() if v.fitted}})
+inputs = b03.load_inputs(p, repo_path(params.shared.split))
+features = state_features(p)
+if os.path.exists(CACHE):
+    with open(CACHE, "rb") as fh:
+        features._cache.update(pickle.load(fh))
+
+with open(LABELS, encoding="utf-8") as fh:
+    real = [json.loads(line) for line in fh if line.strip()]
+
+
+def anns(part, tag):
+    out = []
+    for r in real:
+        if r["part"] != part:
+            continue
+        hist = [Turn(**t) for t in r["history"]] + [Turn(role="doctor", text=r["turn"])]
+        for rule, s in r["labels"]["l1"].items():
+            a = RemAnnotation(id=f"{r['id']}:{rule}", rule=rule, history=hist, score=s,
+                              comment="", split=tag)
+            out.append(a)
+    return out
+
+
+real_train, real_dev = anns("train", "train"), anns("dev", "real_dev")
+variants = {"constructed": inputs,
+            "with_real": dataclasses.replace(inputs, annotations=inputs.annotations
+                                             + [a.model_copy(update={"id": f"{a.id}#{k}"})
+                                                for k in range(WEIGHT) for a in real_train])}
+sets = {"dev": items_of(inputs.split(p.dev_split)), "real_dev": items_of(real_dev),
+        "independent": b03.independent_items(inputs.independent, inputs.flowchart.ids)}
+allpreds = []
+for vname, inp in variants.items():
+    fits = b03.fit_scorers(p, inp, features, seed)
+    for set_name, items in sets.items():
+        for name in fits:
+            run = b03.run_scorer(name, None, p, inp, items, seed, set_name, None, features)
+            for r in run.records:
+                allpreds.append({**r, "scorer": f"{vname}:{name}"})
+with open(CACHE, "wb") as fh:
+    pickle.dump(dict(features._cache), fh)
+df = pd.DataFrame(allpreds)
+df["ok"] = (df["label"] == df["gold"]).astype(float)
+pd.set_option("display.width", 250)
+print(df.pivot_table(index="scorer", columns="eval_set", values="ok", aggfunc="mean").round(3))
+for s in ("real_dev", "independent"):
+    sub = df[df.eval_set == s]
+    print(s, "per rule")
+    print(sub.pivot_table(index="scorer", columns="rule", values="ok", aggfunc="mean").round(3))
+for win in ("constructed:encoder", "with_real:encoder"):
+    for s in ("real_dev", "independent"):
+        print(win, s)
+        print(paired_table(allpreds, win, [f"{v}:{n}" for v in ("constructed", "with_real")
+                                            for n in ("encoder_blind", "length", "surface")
+                                            if f"{v}:{n}" != win],
+                           inputs.flowchart.ids, p.bootstrap_rounds, seed, sets=(s,))
+              .query("scope in ['all', 'A']").round(2).to_string())
