@@ -9,7 +9,11 @@ doctor turn (``X``, ``Y`` or ``equal``) and whether each is usable at all as a d
 ``score`` joins the readings with the run's decisions (``reports/04_annotation/records/
 decisions.jsonl``): per strategy, on its decisive items, how often it chose what the reader
 chose, with a Wilson interval; and how many of its pairs prefer a turn the reader found
-unusable over a usable one.
+unusable over a usable one. A reading may carry a second, independent reader's answers
+(``second``: better, X_usable, Y_usable); their agreement is counted beside.
+
+The committed readings (``data/embedded/rem/pair_readings.jsonl``) are of the run whose
+commit each row names (``run``); a later stage-04 run needs a new draw and reading.
 
   python scripts/pair_readings.py draw --root RUN --out items.jsonl
   python scripts/pair_readings.py score --root RUN --readings data/embedded/rem/pair_readings.jsonl
@@ -108,8 +112,13 @@ def score(root: Path, readings: Path) -> dict:
                                          if c["reader_decided"] else None),
                          "agree_ci95": ([round(iv.lo, 3), round(iv.hi, 3)] if iv else None)}
     better = Counter(r["key"].get(r["better"], "equal") for r in reads.values())
+    second = [r for r in reads.values() if "second" in r]
+    agreement = ({"items": len(second),
+                  "better_same": sum(r["second"]["better"] == r["better"] for r in second),
+                  "usable_same": sum(r["second"][f"{s}_usable"] == r[f"{s}_usable"]
+                                     for r in second for s in "XY")} if second else None)
     usable = Counter((r["key"][s], r[f"{s}_usable"]) for r in reads.values() for s in "XY")
-    return {"readings": len(reads), "reader_prefers": dict(better),
+    return {"readings": len(reads), "second_reader": agreement, "reader_prefers": dict(better),
             "usable_by_source": {f"{src} usable={u}": n for (src, u), n in sorted(usable.items())},
             "strategies": out}
 

@@ -1,0 +1,63 @@
+"""Stage 04's decisions against blind hand readings (scripts/pair_readings.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from medpref import REPO_ROOT
+
+spec = importlib.util.spec_from_file_location("pair_readings",
+                                              REPO_ROOT / "scripts" / "pair_readings.py")
+pr = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pr)
+
+
+def write(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_agreement_and_unusable_wins_are_counted(tmp_path):
+    decisions = [
+        {"strategy": "s", "item_id": "u1", "winner_source": "sampled"},
+        {"strategy": "s", "item_id": "u2", "winner_source": "generated"},
+        {"strategy": "s", "item_id": "u3", "winner_source": None},
+    ]
+    write(tmp_path / "reports/04_annotation/records/decisions.jsonl", decisions)
+    key = {"X": "sampled", "Y": "generated"}
+    readings = [
+        {"item_id": "u1", "better": "X", "X_usable": True, "Y_usable": False, "key": key,
+         "second": {"better": "X", "X_usable": True, "Y_usable": False}},
+        {"item_id": "u2", "better": "X", "X_usable": True, "Y_usable": False, "key": key,
+         "second": {"better": "Y", "X_usable": True, "Y_usable": True}},
+        {"item_id": "u3", "better": "equal", "X_usable": False, "Y_usable": False, "key": key},
+    ]
+    write(tmp_path / "r.jsonl", readings)
+    got = pr.score(tmp_path, tmp_path / "r.jsonl")
+    s = got["strategies"]["s"]
+    assert (s["decisive"], s["no_decision"], s["reader_decided"], s["agree"]) == (2, 1, 2, 1)
+    assert (s["usable_over_unusable"], s["unusable_over_usable"]) == (1, 1)
+    assert got["second_reader"] == {"items": 2, "better_same": 1, "usable_same": 3}
+
+
+def test_a_bad_reading_names_its_line(tmp_path):
+    write(tmp_path / "reports/04_annotation/records/decisions.jsonl", [])
+    write(tmp_path / "r.jsonl", [{"item_id": "u1", "better": "Z", "X_usable": True,
+                                  "Y_usable": True, "key": {}}])
+    with pytest.raises(SystemExit, match=r"r.jsonl:1: field 'better'"):
+        pr.score(tmp_path, tmp_path / "r.jsonl")
+
+
+def test_the_committed_readings_cover_the_committed_runs_items():
+    rows = [json.loads(line) for line in (REPO_ROOT / "data/embedded/rem/pair_readings.jsonl")
+            .read_text(encoding="utf-8").splitlines() if line]
+    decisions = [json.loads(line) for line in (REPO_ROOT / "reports/04_annotation/records/"
+                 "decisions.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    assert {r["item_id"] for r in rows} == {d["item_id"] for d in decisions}
+    prov = json.loads((REPO_ROOT / "reports/04_annotation/provenance.json").read_text())
+    assert {r["run"] for r in rows} == {prov["git_commit"][:7]}
+    got = pr.score(REPO_ROOT, REPO_ROOT / "data/embedded/rem/pair_readings.jsonl")
+    assert got["second_reader"]["items"] == len(rows)
