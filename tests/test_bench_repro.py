@@ -250,3 +250,40 @@ def test_the_peak_is_two_n_cubed_over_the_best_time(monkeypatch):
     peak = b.matmul_peak(1)
     assert peak["gflops_by_n"] == {"64": 52.4, "128": 209.7}
     assert peak["gflops"] == max(peak["gflops_by_n"].values())
+
+
+def test_disk_usage_counts_each_file_once_and_per_part(tmp_path):
+    import os
+
+    b = bench()
+    root, venv = tmp_path / "clone", tmp_path / "venv"
+    (root / "data").mkdir(parents=True)
+    (root / "models").mkdir()
+    venv.mkdir()
+    (root / "data" / "a.bin").write_bytes(b"x" * 3000)
+    os.link(root / "data" / "a.bin", root / "data" / "b.bin")   # a hard link: counted once
+    (root / "models" / "m.bin").write_bytes(b"y" * 1000)
+    (root / "data" / "ln").symlink_to(root / "models" / "m.bin")  # a link: not followed
+    (venv / "v.bin").write_bytes(b"z" * 500)
+    assert b.folder_bytes(root / "data") == 3000 + len(str(root / "models" / "m.bin"))
+    got = b.disk_usage(root, venv)
+    assert set(got) == {"data", "models", "checkout", "venv"}
+    assert got["checkout"] >= got["data"] + got["models"] and got["venv"] >= 0
+
+
+def test_the_readme_block_shows_the_records_cost(tmp_path):
+    spec = importlib.util.spec_from_file_location("docs_includes",
+                                                  REPO_ROOT / "scripts" / "docs_includes.py")
+    inc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(inc)
+    (tmp_path / "benchmarks").mkdir()
+    record = {"commit": "abc1234", "date": "2026-12-02 00:47 UTC", "cores": 2,
+              "total_wall_min": 150.2, "cpu_s": 600.0, "load_before": 1.2, "load_after": 2.0}
+    (tmp_path / "benchmarks" / "repro_timings.json").write_text(json.dumps(record))
+    row = inc.render_cold_run(tmp_path, tmp_path / "README.md").splitlines()[2]
+    assert "`abc1234`" in row and "150.2 min" in row and "10.0 min" in row
+    assert "not measured" in row
+    record["disk_gib"] = {"checkout": 3.5, "data": 2.0, "models": 0.6, "venv": 2.3}
+    (tmp_path / "benchmarks" / "repro_timings.json").write_text(json.dumps(record))
+    row = inc.render_cold_run(tmp_path, tmp_path / "README.md").splitlines()[2]
+    assert "checkout 3.5 (data 2.0, models 0.6), venv 2.3" in row
