@@ -443,7 +443,8 @@ def trainer_tokens(root: Path, outs: list[str]) -> tuple[int, str] | None:
 def rem_trained_tokens(root: Path) -> tuple[int, str]:
     """The REM's training tokens, which stage 03's loss record does not log: the tokens of
     each training example in the model's chat template (prompt and answer, as the stage
-    measures them to drop the too long), summed, times the examples the trainer saw per
+    measures them to drop the too long; the ``rem.train.max_rows`` rows the stage trains on),
+    summed, times the examples the trainer saw per
     example (the epochs; fewer when the step cap cut them). The stage's ``metrics.json``
     must count as many training examples as this checkout's data gives."""
     from transformers import AutoTokenizer
@@ -455,9 +456,12 @@ def rem_trained_tokens(root: Path) -> tuple[int, str]:
 
     params = load_params(root / "params.yaml")
     p, t = params.rem, params.rem.train
-    inputs = b03.load_inputs(p)
-    examples = b03.sft_examples(inputs.split("train"), inputs.flowchart, p.prompt,
-                                t.rule_detail, t.answer_order)
+    from medpref.rem.eval_sets import stratified_subset
+
+    inputs = b03.load_inputs(p, repo_path(params.shared.split))
+    rows = stratified_subset(inputs.split("train"), t.max_rows, params.shared.seed)  # as trained
+    examples = b03.sft_examples(rows, inputs.flowchart, p.prompt, t.rule_detail,
+                                t.answer_order)
     tok = AutoTokenizer.from_pretrained(repo_path(params.shared.llm.roles[p.role].model))
     kept, _ = drop_too_long(tok, examples, t.recipe.max_length, ("completion",))
     fit = read_json(root / "reports/03_rem/metrics.json").get("training", {})
