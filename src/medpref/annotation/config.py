@@ -40,7 +40,7 @@ class ScoringConfig(StrictModel):
     t2: float = Field(ge=0.0, le=2.0)  # "constraint met" threshold
     # where "met" is read: fixed (t1/t2 on the 0-2 score, PLPF App. C) or rem_dev (per rule,
     # the REM's own cut calibrated on its dev split: stage 03's thresholds.csv)
-    met: Literal["fixed", "rem_dev"] = "fixed"
+    met: Literal["fixed", "rem_dev"] = "rem_dev"
     predecessors: Literal["direct", "transitive"]  # which r' ≺ r Eq. 4 multiplies over
     tie_threshold: float = Field(ge=0.0)  # |s1 - s2| below this is a tie
     top_n: int | None = Field(ge=1)  # keep the N widest margins (None: all)
