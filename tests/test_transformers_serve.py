@@ -278,9 +278,19 @@ def _annotation_section(tmp_path, **update):
     from medpref.contracts import write_jsonl
     from medpref.params import load_params
 
+    import pandas as pd
+
+    from medpref import REPO_ROOT
+
     write_jsonl(tmp_path / "unlabeled.jsonl", _two_items())
+    # stage 03's Table 5 holds the fitted scorers' rows; the LLM scorers these tests serve
+    # get a row of their own (what stage 04 reports beside its pairs)
+    table = pd.read_csv(REPO_ROOT / "reports/03_rem/table5.csv")
+    rows = [table.iloc[[0]].assign(scorer=name) for name in ("sampled", "expected")]
+    pd.concat([table, *rows]).to_csv(tmp_path / "table5.csv", index=False)
     return load_params().annotation.model_copy(update={
-        "input": str(tmp_path / "unlabeled.jsonl"), "max_items": 2, **update})
+        "input": str(tmp_path / "unlabeled.jsonl"), "max_items": 2,
+        "rem_table5": str(tmp_path / "table5.csv"), **update})
 
 
 def test_stage04_annotation_with_judge_agents_and_a_sampled_rem_served(tmp_path, monkeypatch,
