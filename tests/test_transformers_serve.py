@@ -275,12 +275,11 @@ def _two_items() -> list:
 
 
 def _annotation_section(tmp_path, **update):
-    from medpref.contracts import write_jsonl
-    from medpref.params import load_params
-
     import pandas as pd
 
     from medpref import REPO_ROOT
+    from medpref.contracts import write_jsonl
+    from medpref.params import load_params
 
     write_jsonl(tmp_path / "unlabeled.jsonl", _two_items())
     # stage 03's Table 5 holds the fitted scorers' rows; the LLM scorers these tests serve
