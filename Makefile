@@ -9,7 +9,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 # torch's CPU build by default: PyTorch's CPU index is an extra index (a local wheelhouse
 # still answers first when it holds torch==2.13.0+cpu; an unreachable index costs a few
-# seconds of retries). On a CUDA machine: make setup TORCH_INDEX=  (PyPI's CUDA build) or
+# seconds of retries; --no-deps: only torch is looked up there, its dependencies come from
+# requirements.lock next). On a CUDA machine: make setup TORCH_INDEX=  (PyPI's CUDA build) or
 # TORCH_INDEX=https://download.pytorch.org/whl/cu128.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -20,7 +21,7 @@ env: $(BIN)/.installed
 $(BIN)/.installed: requirements.lock constraints.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch==2.13.0
+	$(BIN)/python -m pip install --quiet --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch==2.13.0
 	$(BIN)/python -m pip install --quiet -c constraints.txt -r requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
