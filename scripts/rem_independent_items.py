@@ -10,8 +10,15 @@ labels (``l1`` on all, ``l2`` on every fifth) are kept beside it in the committe
 The model turns were drawn from stage 06's records as commit ``a6d9a8b`` committed them
 (``RECORDS_REV``; later runs replace those records), read with ``git show``.
 
-    python scripts/rem_independent_items.py --check   # the committed items are this draw
-    python scripts/rem_independent_items.py --blind OUT.jsonl
+A second draw (``--draw 2``, ids ri-0301 …) was made after the first draw's rule-A interval
+against rule-blind missed 0 (issue 40), to confirm on turns nobody had scored: the same recipe
+on the retrained policies' records of the cold run of ``c4d3594`` (committed in ``a6483c4``),
+seed 41, leaving out every turn text of draw 1; the human part is the 36 eval-split doctor
+turns draw 1 did not take. The REM was not changed between the draws. Both draws live in the
+committed file; ``source.draw`` tells them apart (absent = 1).
+
+    python scripts/rem_independent_items.py --check   # the committed items are these draws
+    python scripts/rem_independent_items.py --blind OUT.jsonl [--draw 2]
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = "reports/06_simulation/records"
 #: the commit whose stage-06 records the model turns were drawn from
 RECORDS_REV = "a6d9a8b"
+#: the draws: records commit, seed, model turns per policy (held out), SP turns, first id
+DRAWS = {1: dict(rev=RECORDS_REV, seed=40, heldout=20, sp=80, start=1),
+         2: dict(rev="a6483c4", seed=41, heldout=20, sp=80, start=301)}
 COMMITTED = ROOT / "data/embedded/rem/independent.jsonl"
 POLICIES = ("base", "sft", "gpt4_rank", "cai_avg", "cai_dep", "agent")
 SEED = 40
@@ -38,51 +48,82 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def _records(name: str) -> list[dict]:
-    """A stage-06 record file as ``RECORDS_REV`` committed it."""
-    shown = subprocess.run(["git", "show", f"{RECORDS_REV}:{RECORDS}/{name}"], cwd=ROOT,
+def _records(name: str, rev: str = RECORDS_REV) -> list[dict]:
+    """A stage-06 record file as commit ``rev`` committed it."""
+    shown = subprocess.run(["git", "show", f"{rev}:{RECORDS}/{name}"], cwd=ROOT,
                            capture_output=True, text=True)
     if shown.returncode:
-        raise SystemExit(f"{RECORDS}/{name} at {RECORDS_REV}: {shown.stderr.strip()} (the "
+        raise SystemExit(f"{RECORDS}/{name} at {rev}: {shown.stderr.strip()} (the "
                          "draw needs the repository's history; a shallow clone lacks it)")
     return [json.loads(line) for line in shown.stdout.splitlines() if line]
 
 
-def draw() -> list[dict]:
-    """The 300 items with their sources, in the labelled order (ids ri-0001 …)."""
-    rng = random.Random(SEED)
+def draw(number: int = 1, taken: list[dict] = ()) -> list[dict]:
+    """The items of one draw with their sources, in the labelled order (ids from the
+    draw's start); ``taken`` (the earlier draws' items) are left out by turn text and by
+    human turn."""
+    spec = DRAWS[number]
+    rng = random.Random(spec["seed"])
     dial = {d["id"]: d for d in _jsonl(ROOT / "data/embedded/dialogues.jsonl")}
     split = yaml.safe_load((ROOT / "data/embedded/dialogue_split.yaml").read_text())
-    heldout = _records("heldout_turns.jsonl")
+    seen = {it["turn"] for it in taken}
+    human_taken = {(it["source"].get("dialogue"), it["source"].get("turn_index"))
+                   for it in taken if it["source"]["kind"] == "human_eval"}
+    heldout = _records("heldout_turns.jsonl", spec["rev"])
     items = []
     for pol in POLICIES:
-        rows = [r for r in heldout if r["policy"] == pol and r["turn"] and not r.get("error")]
-        for r in rng.sample(rows, 20):
+        rows = [r for r in heldout if r["policy"] == pol and r["turn"] and not r.get("error")
+                and (number == 1 or r["turn"] not in seen)]
+        for r in rng.sample(rows, spec["heldout"]):
+            seen.add(r["turn"])
             items.append((dict(kind="model_heldout", policy=pol, dialogue=r["dialogue"],
                                cut=r["cut"], key=r["key"]),
                           dial[r["dialogue"]]["turns"][:r["cut"]], r["turn"]))
-    sp = [(c, i) for c in _records("consultations.jsonl") if c["kind"] == "model"
-          for i, t in enumerate(c["turns"]) if t["role"] == "doctor" and t["text"].strip()]
-    for c, i in rng.sample(sp, 80):
+    sp = [(c, i) for c in _records("consultations.jsonl", spec["rev"]) if c["kind"] == "model"
+          for i, t in enumerate(c["turns"]) if t["role"] == "doctor" and t["text"].strip()
+          and (number == 1 or (c["doctor"] in POLICIES and t["text"] not in seen))]
+    if number == 1:
+        picked = rng.sample(sp, spec["sp"])
+    else:   # distinct texts (a policy can say the same turn in two consultations)
+        picked = []
+        for c, i in rng.sample(sp, len(sp)):
+            if len(picked) < spec["sp"] and c["turns"][i]["text"] not in seen:
+                seen.add(c["turns"][i]["text"])
+                picked.append((c, i))
+    for c, i in picked:
         items.append((dict(kind="model_sp", policy=c["doctor"], case=c["case"], turn_index=i,
                            key=c["key"]), c["turns"][:i], c["turns"][i]["text"]))
     human = [(d, i) for d in split["eval"] for i, t in enumerate(dial[d]["turns"])
-             if t["role"] == "doctor"]
-    for d, i in rng.sample(human, 100):
+             if t["role"] == "doctor" and (d, i) not in human_taken]
+    for d, i in rng.sample(human, min(100, len(human))):
         items.append((dict(kind="human_eval", dialogue=d, turn_index=i),
                       dial[d]["turns"][:i], dial[d]["turns"][i]["text"]))
     rng.shuffle(items)
+    if number > 1:
+        for source, _, _ in items:
+            source["draw"] = number
     return [{"id": f"ri-{n:04d}", "history": hist, "turn": turn, "source": source}
-            for n, (source, hist, turn) in enumerate(items, start=1)]
+            for n, (source, hist, turn) in enumerate(items, start=spec["start"])]
+
+
+def all_draws() -> list[dict]:
+    """Every draw's items in order, each leaving out what the earlier ones took."""
+    items: list[dict] = []
+    for number in sorted(DRAWS):
+        items += draw(number, items)
+    return items
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed items")
     ap.add_argument("--blind", type=Path, help="write the labellers' view (history, turn)")
+    ap.add_argument("--draw", type=int, choices=sorted(DRAWS), help="only this draw (--blind)")
     args = ap.parse_args(argv)
-    items = draw()
+    items = all_draws()
     if args.blind:
+        if args.draw:
+            items = [it for it in items if it["source"].get("draw", 1) == args.draw]
         args.blind.write_text("".join(json.dumps({k: it[k] for k in ("id", "history", "turn")},
                                                  ensure_ascii=False) + "\n" for it in items))
     if args.check:

@@ -27,14 +27,19 @@ def test_the_committed_items_are_the_seeded_draw_from_the_committed_records():
 
 def test_sizes_sources_and_labels():
     data = rows()
-    kinds = Counter(r["source"]["kind"] for r in data)
-    assert kinds == {"model_heldout": 120, "model_sp": 80, "human_eval": 100}
+    kinds = Counter((r["source"].get("draw", 1), r["source"]["kind"]) for r in data)
+    assert kinds == {(1, "model_heldout"): 120, (1, "model_sp"): 80, (1, "human_eval"): 100,
+                     (2, "model_heldout"): 120, (2, "model_sp"): 80, (2, "human_eval"): 36}
+    first = {r["turn"] for r in data if r["source"].get("draw", 1) == 1}
+    second_draw = [r["turn"] for r in data if r["source"].get("draw", 1) == 2]
+    assert not first & set(second_draw)                      # no turn in two draws
+    assert len(set(second_draw)) == len(second_draw)
     for r in data:
         assert set(r["labels"]["l1"]) == set(RULES), r["id"]
         assert all(v in (0, 1, 2) for v in r["labels"]["l1"].values()), r["id"]
         assert r["history"] == [] or r["history"][-1]["role"] == "patient", r["id"]
     second = [r for r in data if "l2" in r["labels"]]
-    assert len(second) >= 60
+    assert Counter(r["source"].get("draw", 1) for r in second) == {1: 60, 2: 59}
     assert all(set(r["labels"]["l2"]) == set(RULES) for r in second)
 
 

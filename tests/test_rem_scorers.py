@@ -274,7 +274,7 @@ def test_the_dev_split_chooses_and_the_test_split_does_not():
     assert sel.set_index("scorer").loc["good", "exact_common_%"] == 100.0
     table = table5_rows(runs, preds, 0.9, "test")
     assert table.set_index("scorer").loc["good", "never_predicted"] == "1, 2"
-    paired = paired_table(preds, "good", ["bad"], ["A"], 1000, 0, sets=("test",))
+    paired = paired_table(preds, "good", ["bad"], ["A"], 1000, 0, sets={"test": ("test",)})
     row = paired[paired["scope"] == "all"].iloc[0]
     assert (row["diff_pp"], row["lo_pp"], row["hi_pp"]) == (-100.0, -100.0, -100.0)
 

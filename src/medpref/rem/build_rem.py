@@ -47,7 +47,13 @@ from medpref.rem.evaluation import (
     match_metrics,
     per_rule_metrics,
 )
-from medpref.rem.independent import IndependentRow, independent_items, load_independent
+from medpref.rem.independent import (
+    IndependentRow,
+    draws,
+    independent_items,
+    independent_set_name,
+    load_independent,
+)
 from medpref.remscore.base import RuleJudgement
 from medpref.remscore.features import StateFeatures
 from medpref.remscore.fitted import FittedModel, FittedScorer, Item, fit_model, save_model
@@ -284,12 +290,14 @@ def fit_scorers(p: RemParams, inputs: RemInputs, features: StateFeatures,
 def eval_sets(p: RemParams, inputs: RemInputs) -> dict[str, list[EvalItem]]:
     """The evaluation sets that have items: ``dev`` (where the default REM is chosen),
     ``test`` (Table 5's split of the constructed rows, ``eval_per_rule`` applied),
-    ``hand_test`` (the hand rows of that split: text no construction made) and
-    ``independent``."""
+    ``hand_test`` (the hand rows of that split: text no construction made) and the
+    independent test, one set per draw (``independent``, ``independent_2`` …)."""
     sets = {"dev": items_of(inputs.split(p.dev_split)),
             "test": items_of(inputs.split(p.eval_split, p.eval_per_rule, hand=False)),
-            "hand_test": items_of(inputs.split(p.eval_split, hand=True)),
-            "independent": independent_items(inputs.independent, inputs.flowchart.ids)}
+            "hand_test": items_of(inputs.split(p.eval_split, hand=True))}
+    for number in draws(inputs.independent):
+        sets[independent_set_name(number)] = independent_items(
+            inputs.independent, inputs.flowchart.ids, number)
     return {name: items for name, items in sets.items() if items}
 
 
@@ -316,10 +324,19 @@ def score_annotations(scorer, annotations: Sequence[RemAnnotation],
     return [j for j in out if j is not None]
 
 
-def judgement_fields(j: RuleJudgement) -> dict[str, Any]:
+#: decimals a fitted scorer's recorded label probabilities keep (its score keeps all)
+PROB_DECIMALS = 4
+
+
+def judgement_fields(j: RuleJudgement, fitted: bool = False) -> dict[str, Any]:
     """A judgement as record fields: the label, the score (None: unusable), the samples,
     how many answers were unusable, the raw answers and, for the probability scorers, the
-    score-token probabilities and the mass they had before renormalising."""
+    score-token probabilities and the mass they had before renormalising. A fitted
+    scorer's (``fitted``): the label, the score and its label probabilities (rounded to
+    ``PROB_DECIMALS``) only: it has one sample, no raw answer and a mass of 1."""
+    if fitted:
+        return {"label": j.label, "score": _number(j.score),
+                "probs": {k: round(float(v), PROB_DECIMALS) for k, v in j.probs.items()}}
     row = {"label": j.label, "score": _number(j.score),
            "samples": [_number(x) for x in j.samples], "unparsable": j.unparsable,
            "raw": list(j.comments)}
@@ -347,13 +364,15 @@ def judgement_key(settings, scorer, state, rule, row: dict[str, Any]) -> str:
 
 def prediction_records(mode: str, annotations: Sequence[EvalItem],
                        judgements: Sequence[RuleJudgement], model_id: str = "",
-                       eval_set: str = "test", subset: set[str] | None = None
-                       ) -> list[dict[str, Any]]:
+                       eval_set: str = "test", subset: set[str] | None = None,
+                       fitted: bool = False) -> list[dict[str, Any]]:
     """One row per (scorer, item): the set, the item's state, whether it is in the set's
-    LLM subset, gold, label, score, samples and the raw answers."""
-    return [{"scorer": mode, "model_id": model_id, "eval_set": eval_set, "id": a.id,
+    LLM subset, gold, label, score, samples and the raw answers (a ``fitted`` scorer's
+    rows: :func:`judgement_fields`'s short form, its model id in ``scorer_runs``)."""
+    head = {"scorer": mode} if fitted else {"scorer": mode, "model_id": model_id}
+    return [{**head, "eval_set": eval_set, "id": a.id,
              "state": a.state, "llm_subset": subset is None or a.id in subset,
-             "rule": a.rule, "gold": a.score, **judgement_fields(j)}
+             "rule": a.rule, "gold": a.score, **judgement_fields(j, fitted)}
             for a, j in zip(annotations, judgements)]
 
 
@@ -392,7 +411,8 @@ def run_scorer(mode: str, llm: LLMSession, p: RemParams, inputs: RemInputs,
     judged = score_annotations(scorer, eval_set, inputs.flowchart)
     wall = time.perf_counter() - t0
     after = _usage(llm)
-    rows = prediction_records(mode, eval_set, judged, scorer.model_id, set_name, subset)
+    rows = prediction_records(mode, eval_set, judged, scorer.model_id, set_name, subset,
+                              fitted=p.scorers[mode].fitted)
     keyed = [{"key": judgement_key(p.scorers[mode], scorer, a.history,
                                    inputs.flowchart[a.rule], row), **row}
              for a, row in zip(eval_set, rows)]

@@ -26,6 +26,7 @@ SECOND = "l2"
 
 class IndependentSource(Record):
     kind: Literal["model_heldout", "model_sp", "human_eval"]
+    draw: int = 1          # which draw of scripts/rem_independent_items.py made the row
 
 
 class IndependentRow(Record):
@@ -69,24 +70,41 @@ def load_independent(path: str | Path, rule_ids: Sequence[str]) -> list[Independ
     return rows
 
 
-def independent_items(rows: Sequence[IndependentRow], rule_ids: Sequence[str]
-                      ) -> list[EvalItem]:
-    """One item per row × rule, gold = labeller l1's score; the state is the row."""
+def independent_items(rows: Sequence[IndependentRow], rule_ids: Sequence[str],
+                      draw: int | None = None) -> list[EvalItem]:
+    """One item per row × rule, gold = labeller l1's score; the state is the row.
+    ``draw``: only that draw's rows."""
     return [EvalItem(f"{row.id}:{rule}", rule, row.state, int(row.labels[GOLD][rule]), row.id)
-            for row in rows for rule in rule_ids]
+            for row in rows if draw is None or row.source.draw == draw for rule in rule_ids]
+
+
+def independent_set_name(draw: int) -> str:
+    """The evaluation set of one draw: ``independent`` (the first, pre-registered test),
+    ``independent_2`` … (later draws, made to confirm on turns nobody had scored)."""
+    return "independent" if draw == 1 else f"independent_{draw}"
+
+
+def draws(rows: Sequence[IndependentRow]) -> list[int]:
+    return sorted({row.source.draw for row in rows})
 
 
 def kappa_rows(rows: Sequence[IndependentRow], rule_ids: Sequence[str], rounds: int,
                seed: int) -> list[dict]:
-    """Per rule (and over all rules, pooled), on the rows both labellers scored: items,
-    raw agreement, Cohen's κ and its bootstrap interval (rows resampled, seeded)."""
-    both = [r for r in rows if SECOND in r.labels]
+    """Per set (each draw, and every draw together when there are several) and per rule
+    (and over all rules, pooled), on the rows both labellers scored: items, raw agreement,
+    Cohen's κ and its bootstrap interval (rows resampled, seeded)."""
+    numbers = draws(rows)
+    scopes = [(independent_set_name(d), [d]) for d in numbers]
+    if len(numbers) > 1:
+        scopes.append(("all draws", numbers))
     out = []
-    for scope in [*rule_ids, "all"]:
-        rules = list(rule_ids) if scope == "all" else [scope]
-        pairs = [[(r.labels[GOLD][u], r.labels[SECOND][u]) for u in rules
-                  if u in r.labels[SECOND]] for r in both]
-        out.append({"rule": scope, **kappa_interval(pairs, rounds, seed)})
+    for name, which in scopes:
+        both = [r for r in rows if SECOND in r.labels and r.source.draw in which]
+        for scope in [*rule_ids, "all"]:
+            rules = list(rule_ids) if scope == "all" else [scope]
+            pairs = [[(r.labels[GOLD][u], r.labels[SECOND][u]) for u in rules
+                      if u in r.labels[SECOND]] for r in both]
+            out.append({"eval_set": name, "rule": scope, **kappa_interval(pairs, rounds, seed)})
     return out
 
 

@@ -63,17 +63,41 @@ def training_table(records: Rows, params) -> pd.DataFrame:
     return loss_table(records["training_loss"])
 
 
+#: the record sets of the independent test's predictions (one file of their own: with the
+#: dev, test and hand-test rows the judgements would pass the size a text file in git
+#: should keep)
+INDEPENDENT = "independent_predictions"
+
+
+def split_predictions(rows) -> dict[str, list]:
+    """Every prediction record under its record file: the independent test's draws in
+    ``independent_predictions``, the other sets in ``predictions``."""
+    from medpref.rem.table5 import eval_set_of
+
+    def independent(r) -> bool:
+        return eval_set_of(r).startswith("independent")
+
+    return {"predictions": [r for r in rows if not independent(r)],
+            INDEPENDENT: [r for r in rows if independent(r)]}
+
+
+def predictions(records: Rows) -> list[dict[str, Any]]:
+    """Every prediction record: the dev, test and hand-test rows, then the independent
+    test's."""
+    return [*records["predictions"], *records.get(INDEPENDENT, [])]
+
+
 def table5_table(records: Rows, params) -> pd.DataFrame:
     from medpref.rem.build_rem import table5_from_records
 
-    return table5_from_records(records["scorer_runs"], records["predictions"],
+    return table5_from_records(records["scorer_runs"], predictions(records),
                                params.rem.near_constant_share)
 
 
 def table5_sets_table(records: Rows, params) -> pd.DataFrame:
     from medpref.rem.table5 import table5_sets
 
-    return table5_sets(records["scorer_runs"], records["predictions"],
+    return table5_sets(records["scorer_runs"], predictions(records),
                        params.rem.near_constant_share)
 
 
@@ -81,20 +105,21 @@ def selection(records: Rows, params) -> pd.DataFrame:
     """The default REM chosen on the development split (never on the test split)."""
     from medpref.rem.table5 import selection_table
 
-    return selection_table(records["scorer_runs"], records["predictions"],
+    return selection_table(records["scorer_runs"], predictions(records),
                            params.rem.dev_split)
 
 
 def paired(records: Rows, params) -> pd.DataFrame:
     """The development split's winner against ``rem.paired_against``, with intervals."""
     from medpref.params import repo_path
-    from medpref.rem.table5 import chosen_scorer, paired_table
+    from medpref.rem.table5 import chosen_scorer, paired_sets, paired_table
     from medpref.rules import load_rules
 
     winner = chosen_scorer(selection(records, params))
     rule_ids = load_rules(repo_path(params.rem.rules)).ids
-    return paired_table(records["predictions"], winner, params.rem.paired_against, rule_ids,
-                        params.rem.bootstrap_rounds, params.shared.seed)
+    return paired_table(predictions(records), winner, params.rem.paired_against, rule_ids,
+                        params.rem.bootstrap_rounds, params.shared.seed,
+                        sets=paired_sets(predictions(records)))
 
 
 def independent_kappa(records: Rows, params) -> pd.DataFrame:
@@ -104,7 +129,7 @@ def independent_kappa(records: Rows, params) -> pd.DataFrame:
     from medpref.rem.independent import kappa_rows, load_independent
     from medpref.rules import load_rules
 
-    columns = ["rule", "n", "rows", "agreement", "kappa", "lo", "hi"]
+    columns = ["eval_set", "rule", "n", "rows", "agreement", "kappa", "lo", "hi"]
     if not params.rem.independent:
         return pd.DataFrame(columns=columns)
     ids = load_rules(repo_path(params.rem.rules)).ids
@@ -120,7 +145,7 @@ def thresholds_table(records: Rows, params) -> pd.DataFrame:
     from medpref.scoring.thresholds import COLUMNS, threshold_rows
 
     dev = pd.DataFrame([{"scorer": r["scorer"], "rule": r["rule"], "value": r["score"],
-                         "gold": r["gold"]} for r in records["predictions"]
+                         "gold": r["gold"]} for r in predictions(records)
                         if r.get("eval_set") == params.rem.dev_split
                         and r.get("score") is not None])
     rows = [] if dev.empty else [row for scorer, part in dev.groupby("scorer", sort=False)
@@ -131,14 +156,14 @@ def thresholds_table(records: Rows, params) -> pd.DataFrame:
 def per_rule_table(records: Rows, params) -> pd.DataFrame:
     from medpref.rem.build_rem import per_rule_table as per_rule
 
-    return per_rule(records["predictions"])
+    return per_rule(predictions(records))
 
 
 def confusion_figure(records: Rows, params):
     from medpref.rem.build_rem import confusion_tables
     from medpref.rem.figures import plot_confusions
 
-    return plot_confusions(confusion_tables(records["predictions"]))
+    return plot_confusions(confusion_tables(predictions(records)))
 
 
 def compliance_table(records: Rows, params) -> pd.DataFrame:
@@ -160,9 +185,12 @@ def radar_figure(records: Rows, params):
 
 
 OUTPUTS = StageOutputs("03_rem", (
-    Records("predictions", "every REM judgement of Table 5's evaluation (scorer × test "
-            "annotation): gold, label, score, samples, raw answers, score-token "
-            "probabilities; key: settings, model, messages and the row"),
+    Records("predictions", "every REM judgement of Table 5's evaluation on the dev, test "
+            "and hand-test sets (scorer × item): gold, label, score, score-token "
+            "probabilities; an LLM scorer's also its samples and raw answers; key: settings, "
+            "model, messages and the row"),
+    Records(INDEPENDENT, "the same for the independent test's draws (independent, "
+            "independent_2 …)"),
     Records("scorer_runs", "each scorer's evaluation run on one set: Table 5's method "
             "line, items, wall time and model use, a fitted scorer's fit",
             key=("scorer", "eval_set", "method", "model_id", "n")),

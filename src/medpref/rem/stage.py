@@ -19,7 +19,7 @@ from medpref.finetune.sft import TrainResult
 from medpref.params import repo_path
 from medpref.rem import build_rem as b03
 from medpref.rem.eval_sets import stratified_subset
-from medpref.rem.outputs import OUTPUTS
+from medpref.rem.outputs import OUTPUTS, split_predictions
 from medpref.rem.table5 import chosen_scorer
 from medpref.stagekit import Stage
 
@@ -56,7 +56,7 @@ def rules_table(inputs: b03.RemInputs) -> pd.DataFrame:
 def raw_examples(runs, per_scorer: int = 2) -> pd.DataFrame:
     """A few raw answers per scorer (all are kept in records/predictions.jsonl)."""
     return pd.DataFrame([{"scorer": r["scorer"], "rule": r["rule"], "gold": r["gold"],
-                          "score": r["score"], "raw": (r["raw"] or [""])[0][:160]}
+                          "score": r["score"], "raw": (r.get("raw") or [""])[0][:160]}
                          for run in runs for r in run.records[:per_scorer]])
 
 
@@ -99,7 +99,7 @@ def run(stage: Stage) -> RemOutputs:
     stage.check_yield(usable, sum(len(run.records) for run in runs), what="REM labels")
     with stage.step("tables"):
         built = OUTPUTS.write(stage.reports_dir, {
-            "predictions": [r for run in runs for r in run.records],
+            **split_predictions([r for run in runs for r in run.records]),
             "scorer_runs": b03.scorer_run_records(runs, p, fits),
             "training_loss": b03.training_records(train),
             "compliance_judgements": compliance,

@@ -140,18 +140,35 @@ def chosen_scorer(selection: pd.DataFrame) -> str | None:
     return None if chosen.empty else str(chosen["scorer"].iloc[0])
 
 
+#: the independent test's draws pooled (a set of the paired table, not of the records)
+POOLED = "independent_pooled"
+
+
+def paired_sets(predictions) -> dict[str, tuple[str, ...]]:
+    """The paired table's sets, each the record sets it reads: test, hand test, each
+    independent draw and, when there are several draws, all of them pooled."""
+    present = list(dict.fromkeys(eval_set_of(r) for r in predictions))
+    draws = [s for s in present if s == "independent" or s.startswith("independent_")]
+    sets = {s: (s,) for s in ("test", "hand_test", *draws) if s in present}
+    if len(draws) > 1:
+        sets[POOLED] = tuple(draws)
+    return sets
+
+
 def paired_table(predictions, scorer: str | None, against: Sequence[str],
                  rule_ids: Sequence[str], rounds: int, seed: int,
-                 sets: Sequence[str] = ("test", "hand_test", "independent")
-                 ) -> pd.DataFrame:
+                 sets: dict[str, tuple[str, ...]] | None = None) -> pd.DataFrame:
     """``scorer`` against each of ``against`` on every set both scored, over all rules and
     per rule, on the items both scored: accuracy, difference in points and its bootstrap
-    interval (states resampled, ``rounds`` rounds, ``seed``)."""
+    interval (states resampled, ``rounds`` rounds, ``seed``). ``sets``: name → the record
+    sets it pools (default :func:`paired_sets`)."""
     rows = []
-    for eval_set in sets:
-        mine = {p["id"]: p for p in _preds(predictions, scorer or "", eval_set)}
+    if sets is None:
+        sets = paired_sets(predictions)
+    for eval_set, parts in sets.items():
+        mine = {p["id"]: p for part in parts for p in _preds(predictions, scorer or "", part)}
         for other in against:
-            theirs = {p["id"]: p for p in _preds(predictions, other, eval_set)}
+            theirs = {p["id"]: p for part in parts for p in _preds(predictions, other, part)}
             ids = [i for i in mine if i in theirs]
             if not ids or other == scorer:
                 continue
