@@ -102,7 +102,7 @@ class GraderParams(StrictModel):
     # ... and fewer new content units than this is an echo: it earns no item
     echo_min_new: int = Field(2, ge=1, le=20)
     strip_echoes: bool = True          # judge modes: the judge reads the echo-free transcript
-    match_threshold: float = Field(0.5, ge=-1.0, le=1.0)    # echo_aware: MiniLM cosine
+    match_threshold: float = Field(0.45, ge=-1.0, le=1.0)   # echo_aware: MiniLM cosine
     lexical_threshold: float = Field(0.6, ge=0.0, le=1.0)  # echo_aware: item units covered
     # echo_aware, Chinese items: share of the item part's content characters the sentence
     # asks (or Dice with its best clause), the item's frame removed
