@@ -51,13 +51,26 @@ def test_a_bad_reading_names_its_line(tmp_path):
         pr.score(tmp_path, tmp_path / "r.jsonl")
 
 
+#: the commit that landed the records of run c4d3594, whose stage-04 decisions were read
+READ_RUN_LANDED = "a6483c4"
+
+
 def test_the_committed_readings_cover_the_committed_runs_items():
     rows = [json.loads(line) for line in (REPO_ROOT / "data/embedded/rem/pair_readings.jsonl")
             .read_text(encoding="utf-8").splitlines() if line]
     decisions = [json.loads(line) for line in (REPO_ROOT / "reports/04_annotation/records/"
                  "decisions.jsonl").read_text(encoding="utf-8").splitlines() if line]
     assert {r["item_id"] for r in rows} == {d["item_id"] for d in decisions}
-    prov = json.loads((REPO_ROOT / "reports/04_annotation/provenance.json").read_text())
-    assert {r["run"] for r in rows} == {prov["git_commit"][:7]}
+    # the readings are of these decisions: stage 04's records of the run they name, as the
+    # commit that landed that run committed them (a later rerun that writes the same
+    # records keeps them valid; one that writes others needs a new reading)
+    import subprocess
+
+    then = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{READ_RUN_LANDED}:reports/"
+                           "04_annotation/records/decisions.jsonl"],
+                          capture_output=True, text=True, check=True)
+    now = (REPO_ROOT / "reports/04_annotation/records/decisions.jsonl").read_text(encoding="utf-8")
+    assert then.stdout == now, "stage 04's decisions changed since they were read: read anew"
+    assert {r["run"] for r in rows} == {"c4d3594"}
     got = pr.score(REPO_ROOT, REPO_ROOT / "data/embedded/rem/pair_readings.jsonl")
     assert got["second_reader"]["items"] == len(rows)
