@@ -212,7 +212,7 @@ def agentclinic_folder(file: str) -> Path | None:
 
 #: findings sentences of the published files that still carry a label after the rewrite
 #: (measured; a ratio and a timed series: "FEV1:FVC Ratio: 62%", "After 5 mins: 160/min")
-FINDINGS_LEFT = {"medqa": 0, "medqa_extended": 2, "nejm": 0, "nejm_extended": 0}
+FINDINGS_LEFT = {"medqa": 0, "medqa_extended": 1, "nejm": 0, "nejm_extended": 0}
 
 
 @pytest.mark.parametrize("file", list(FINDINGS_LEFT))
@@ -251,3 +251,16 @@ def test_the_published_cspt_cases_speak_as_a_patient():
                                    has_informant(by_id[c.case_id])) if x["faults"]]
     assert len(cases) == 72 and faulty == [
         ("control_script", "cspt-internal_medicine-18", ["unrequested_result"])]
+
+
+def test_a_label_with_a_ratio_in_it_is_spoken_as_a_finding():
+    """MedQA-extended's spirometry: a nested label holding a colon ("FEV1:FVC_Ratio") is
+    stripped like any other and its ratio said in words, no field label left."""
+    from medpref.simulation.voice import section_facts
+
+    history, found = section_facts("Spirometry: FEV1:FVC Ratio: 62%", True, False)
+    assert (history, found) == ([], ["The FEV1 to FVC ratio showed 62%"])
+    assert not voice_faults(found[0], "I'd like to check spirometry.")
+    # a time of day is a value, not a label
+    assert section_facts("Onset: at 10:30 this morning", False, False) == (
+        ["At 10:30 this morning"], [])

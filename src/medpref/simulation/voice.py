@@ -52,7 +52,8 @@ _OTHER_PERSON = re.compile(
 _NOT_A_LABEL = re.compile(r"^\s*(?:everything|nothing|yes|no|well|both|so|anyway|honestly|"
                           r"actually|mostly|only|just|once|twice|sometimes|usually)\s*:",
                           re.IGNORECASE)
-_LABEL_EN = r"(?:[A-Z]|[a-z]{1,2}[A-Z])[A-Za-z0-9'’/&(),. +-]{0,78}?"
+#: a label may hold a colon with no space after it ("FEV1:FVC Ratio: 62%")
+_LABEL_EN = r"(?:[A-Z]|[a-z]{1,2}[A-Z])(?:[A-Za-z0-9'’/&(),. +-]|:(?=\S)){0,78}?"
 _FIELD_LABEL = re.compile(rf"^\s*(?:[-*•]\s*|\d{{1,2}}[.)]\s+)?\**{_LABEL_EN}\**\s*:\s*(?=\S)|"
                           r"^\s*[\u4e00-\u9fff]{2,8}[：:]\s*(?=\S)")
 #: CSPT masks names with asterisks ("我叫**", "唐**"): not markdown
@@ -212,6 +213,7 @@ def _as_finding(label: str, value: str) -> str:
         return value                         # a heading ("Laboratory studies"), or words
     name = " ".join(w if re.match(r"\w*[A-Z0-9]\w*[A-Z]|[A-Z]{2}", w) else w.lower()
                     for w in label.split())
+    name = re.sub(r"(?<=\w):(?=\w)", " to ", name)      # "FEV1:FVC ratio": a ratio, spoken
     if re.search(r"\b(?:showed|revealed|found|demonstrated)\b", value, re.IGNORECASE):
         if re.match(r"(?:showed|revealed|found|demonstrated)\b", value, re.IGNORECASE):
             return f"The {name} {value[:1].lower() + value[1:]}"
