@@ -72,9 +72,8 @@ def main() -> None:
     print(sel.round(2).to_string())
     win = chosen_scorer(sel)
     print("dev winner:", win)
-    for s in ("test", "independent"):
-        print(paired_table(preds, win, p.paired_against, inputs.flowchart.ids,
-                           p.bootstrap_rounds, seed, sets=(s,)).round(2).to_string())
+    print(paired_table(preds, win, p.paired_against, inputs.flowchart.ids,
+                       p.bootstrap_rounds, seed).round(2).to_string())
     dev = pd.DataFrame([{"rule": r["rule"], "value": r["score"], "gold": r["gold"]}
                         for r in preds if r["scorer"] == win and r["eval_set"] == p.dev_split
                         and r["score"] is not None])
