@@ -104,6 +104,11 @@ def _git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
 
 
+def _tracked(path: str, files: list[str]) -> bool:
+    """``path`` is a file git tracks, or a folder holding one."""
+    return any(f == path or f.startswith(path.rstrip("/") + "/") for f in files)
+
+
 def _params_at(rev: str) -> dict:
     import yaml
 
@@ -131,6 +136,8 @@ def test_every_stage_ran_from_a_commit_whose_inputs_are_this_trees():
     here = _params_at("HEAD")
     # another stage's committed outputs are written by the run itself, after its commit
     produced = {o["path"] for e in lock.values() for o in e.get("outs", [])}
+    files = _git("ls-files").stdout.splitlines()
+    params_at: dict[str, dict] = {}
     checked, problems = 0, []
     for name, entry in lock.items():
         provs = [o["path"] for o in entry.get("outs", [])
@@ -144,11 +151,12 @@ def test_every_stage_ran_from_a_commit_whose_inputs_are_this_trees():
             tracked = [d["path"] for d in entry.get("deps", [])
                        if not any(d["path"] == o or d["path"].startswith(o + "/")
                                   or o.startswith(d["path"] + "/") for o in produced)
-                       and _git("ls-files", d["path"]).stdout.strip()]
-            if tracked and _git("diff", "--quiet", sha, "HEAD", "--", *tracked).returncode:
-                changed = _git("diff", "--name-only", sha, "HEAD", "--", *tracked).stdout.split()
+                       and _tracked(d["path"], files)]
+            changed = tracked and _git("diff", "--name-only", sha, "HEAD", "--",
+                                       *tracked).stdout.split()
+            if changed:
                 problems.append(f"{name}: ran at {sha[:7]}; since then {changed[:4]}")
-            then = _params_at(sha)
+            then = params_at.setdefault(sha, _params_at(sha))
             keys = [k for group in (entry.get("params") or {}).values() for k in group]
             moved = [k for k in keys if _param(then, k) != _param(here, k)]
             if moved:
