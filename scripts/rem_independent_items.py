@@ -17,6 +17,11 @@ seed 41, leaving out every turn text of draw 1; the human part is the 36 eval-sp
 turns draw 1 did not take. The REM was not changed between the draws. Both draws live in the
 committed file; ``source.draw`` tells them apart (absent = 1).
 
+A third draw (``--draw 3``, ids ri-0537 …) is the test of the REM that trains on labelled
+model turns (issue 40: the plan fixed before it was drawn): the same records as draw 2, seed
+42, 20 held-out turns per policy and 120 SP turns of the test cases (``TEST_CASES``) only,
+leaving out every turn text of draws 1 and 2; no human part (the eval split has none left).
+
     python scripts/rem_independent_items.py --check   # the committed items are these draws
     python scripts/rem_independent_items.py --blind OUT.jsonl [--draw 2]
 """
@@ -36,9 +41,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = "reports/06_simulation/records"
 #: the commit whose stage-06 records the model turns were drawn from
 RECORDS_REV = "a6d9a8b"
+#: the SP cases whose model turns stay test items (``rem.turns.sp_test_cases`` in
+#: params.yaml, read there by stage 03): 8 of the 17 embedded cases, seeded
+#: (``sorted(random.Random(42).sample(cases, 8))``); the other cases' SP turns of draws 1
+#: and 2 are the REM's training and development rows
+TEST_CASES = ("sp-0001", "sp-0002", "sp-0003", "sp-0004", "sp-0005", "sp-0012", "sp-0013",
+              "sp-0017")
 #: the draws: records commit, seed, model turns per policy (held out), SP turns, first id
 DRAWS = {1: dict(rev=RECORDS_REV, seed=40, heldout=20, sp=80, start=1),
-         2: dict(rev="a6483c4", seed=41, heldout=20, sp=80, start=301)}
+         2: dict(rev="a6483c4", seed=41, heldout=20, sp=80, start=301),
+         3: dict(rev="a6483c4", seed=42, heldout=20, sp=120, start=537, human=0,
+                 sp_cases=TEST_CASES)}
 COMMITTED = ROOT / "data/embedded/rem/independent.jsonl"
 POLICIES = ("base", "sft", "gpt4_rank", "cai_avg", "cai_dep", "agent")
 SEED = 40
@@ -81,7 +94,8 @@ def draw(number: int = 1, taken: list[dict] = ()) -> list[dict]:
                           dial[r["dialogue"]]["turns"][:r["cut"]], r["turn"]))
     sp = [(c, i) for c in _records("consultations.jsonl", spec["rev"]) if c["kind"] == "model"
           for i, t in enumerate(c["turns"]) if t["role"] == "doctor" and t["text"].strip()
-          and (number == 1 or (c["doctor"] in POLICIES and t["text"] not in seen))]
+          and (number == 1 or (c["doctor"] in POLICIES and t["text"] not in seen))
+          and c["case"] in spec.get("sp_cases", (c["case"],))]
     if number == 1:
         picked = rng.sample(sp, spec["sp"])
     else:   # distinct texts (a policy can say the same turn in two consultations)
@@ -95,7 +109,7 @@ def draw(number: int = 1, taken: list[dict] = ()) -> list[dict]:
                            key=c["key"]), c["turns"][:i], c["turns"][i]["text"]))
     human = [(d, i) for d in split["eval"] for i, t in enumerate(dial[d]["turns"])
              if t["role"] == "doctor" and (d, i) not in human_taken]
-    for d, i in rng.sample(human, min(100, len(human))):
+    for d, i in rng.sample(human, min(spec.get("human", 100), len(human))):
         items.append((dict(kind="human_eval", dialogue=d, turn_index=i),
                       dial[d]["turns"][:i], dial[d]["turns"][i]["text"]))
     rng.shuffle(items)

@@ -13,6 +13,9 @@ on the real dev part (where a choice would be made) and on the draws it did not 
 rem_fitted_check.py.
 
     PYTHONPATH=src python scripts/rem_real_check.py [--weight 1]
+
+This is the experiment that led to ``rem.turns`` (stage 03 now trains on labelled turns and
+chooses on their dev part); it sets ``rem.turns`` off to rerun as it was.
 """
 import argparse
 import dataclasses
@@ -40,8 +43,10 @@ CACHE = os.path.join(tempfile.gettempdir(), "medpref_rem_emb.pkl")
 params = load_params()
 p = params.rem
 seed = params.shared.seed
+# the experiment as it was run before rem.turns existed: constructed rows, chosen on their dev
 p = p.model_copy(update={"fitted": p.fitted.model_copy(update={"model_dir": tempfile.mkdtemp()}),
-                         "scorers": {k: v for k, v in p.scorers.items() if v.fitted}})
+                         "scorers": {k: v for k, v in p.scorers.items() if v.fitted},
+                         "turns": None, "select_on": "dev"})
 inputs = b03.load_inputs(p, repo_path(params.shared.split))
 features = state_features(p)
 if os.path.exists(CACHE):

@@ -426,7 +426,7 @@ def test_stage_eval_subset_and_sft_examples():
         assert sorted(a.score for a in subset if a.rule == rule) == [0, 1, 2]
     hand = [a for a in inputs.annotations if a.id.startswith("r-")]
     assert len(hand) == 252        # every hand row, beside the constructed ones
-    splits = {"train", "dev", "test"}
+    splits = {"train", "dev", "test", "turns_dev"}   # turns_dev: the labelled turns' dev part
     assert sum(len(inputs.split(s)) for s in splits) == len(inputs.annotations)
     ex = sft_examples(subset[:1], inputs.flowchart, "rem_judge", "short")[0]
     assert [m["role"] for m in ex["prompt"]] == ["system", "user"]

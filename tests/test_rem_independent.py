@@ -29,17 +29,24 @@ def test_sizes_sources_and_labels():
     data = rows()
     kinds = Counter((r["source"].get("draw", 1), r["source"]["kind"]) for r in data)
     assert kinds == {(1, "model_heldout"): 120, (1, "model_sp"): 80, (1, "human_eval"): 100,
-                     (2, "model_heldout"): 120, (2, "model_sp"): 80, (2, "human_eval"): 36}
+                     (2, "model_heldout"): 120, (2, "model_sp"): 80, (2, "human_eval"): 36,
+                     (3, "model_heldout"): 120, (3, "model_sp"): 120}
+    turns = [r["turn"] for r in data if r["source"].get("draw", 1) > 1]
     first = {r["turn"] for r in data if r["source"].get("draw", 1) == 1}
-    second_draw = [r["turn"] for r in data if r["source"].get("draw", 1) == 2]
-    assert not first & set(second_draw)                      # no turn in two draws
-    assert len(set(second_draw)) == len(second_draw)
+    assert not first & set(turns)                            # no turn in two draws
+    assert len(set(turns)) == len(turns)
+    # the third draw's SP turns are the test cases' only (the other cases' train the REM)
+    test_cases = set(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+                     ["rem"]["turns"]["sp_test_cases"])
+    third_sp = {r["source"]["case"] for r in data
+                if r["source"].get("draw") == 3 and r["source"]["kind"] == "model_sp"}
+    assert third_sp and third_sp <= test_cases
     for r in data:
         assert set(r["labels"]["l1"]) == set(RULES), r["id"]
         assert all(v in (0, 1, 2) for v in r["labels"]["l1"].values()), r["id"]
         assert r["history"] == [] or r["history"][-1]["role"] == "patient", r["id"]
     second = [r for r in data if "l2" in r["labels"]]
-    assert Counter(r["source"].get("draw", 1) for r in second) == {1: 60, 2: 59}
+    assert Counter(r["source"].get("draw", 1) for r in second) == {1: 60, 2: 59, 3: 60}
     assert all(set(r["labels"]["l2"]) == set(RULES) for r in second)
 
 

@@ -191,9 +191,11 @@ def test_stage_03_writes_records_its_tables_rebuild_from(raw_params, tmp_path, m
     rows = {r.name: read_rows(r.path(reports)) for r in OUTPUTS.records}
     inputs = b03_inputs(stage)
     n_dev, n_hand = len(inputs.split("dev")), len(inputs.split("test", hand=True))
-    # fitted rows: dev, test and the hand test rows; LLM rows: test (llm_eval_sets)
-    assert len(rows["predictions"]) == 8 * 18 + 5 * (n_dev + n_hand)
-    assert len(rows["scorer_runs"]) == 8 + 5 + 5
+    n_turns = len(inputs.split("turns_dev"))     # the labelled turns' dev part (rem.turns)
+    assert n_turns > 0
+    # fitted rows: dev, turns_dev, test and the hand test rows; LLM rows: test (llm_eval_sets)
+    assert len(rows["predictions"]) == 8 * 18 + 5 * (n_dev + n_turns + n_hand)
+    assert len(rows["scorer_runs"]) == 8 + 5 + 5 + 5
     assert len(rows["compliance_judgements"]) == 2 * 3 * 6    # scorers × dialogues × rules
     assert [(r["step"], r["loss"]) for r in rows["training_loss"]] == [(1, 1.5), (2, 1.1)]
     for name, recs in rows.items():

@@ -40,7 +40,7 @@ from medpref.llm import LLMSession
 from medpref.outputs import content_key
 from medpref.params import repo_path
 from medpref.prompts import load_prompt
-from medpref.rem.config import RemParams, RemTrainParams
+from medpref.rem.config import TURNS_DEV, RemParams, RemTrainParams
 from medpref.rem.eval_sets import EvalItem, items_of, stratified_subset
 from medpref.rem.evaluation import (
     confusion,
@@ -54,6 +54,7 @@ from medpref.rem.independent import (
     independent_set_name,
     load_independent,
 )
+from medpref.rem.turns import turn_annotations
 from medpref.remscore.base import RuleJudgement
 from medpref.remscore.features import StateFeatures
 from medpref.remscore.fitted import FittedModel, FittedScorer, Item, fit_model, save_model
@@ -73,6 +74,10 @@ class RemInputs:
     icl_examples: list[RemAnnotation]
     independent: list[IndependentRow] = field(default_factory=list)
     hand_ids: frozenset[str] = frozenset()  # the rows of rem.annotations (written by hand)
+    # the independent rows that rem.turns made REM rows of (they are no test items)
+    trained_ids: frozenset[str] = frozenset()
+    # labelled-turn rows left out for sharing text with an eval-split dialogue → those
+    turns_left_out: dict[str, list[str]] = field(default_factory=dict)
 
     def split(self, name: str, per_rule: int | None = None,
               hand: bool | None = None) -> list[RemAnnotation]:
@@ -108,7 +113,29 @@ def load_inputs(p: RemParams, split_path: str | Path | None = None) -> RemInputs
                 raise ValueError(f"{source}: record '{a.id}': unknown rule '{a.rule}'")
     independent = (load_independent(repo_path(p.independent), flowchart.ids)
                    if p.independent else [])
-    return RemInputs(flowchart, anns, icl, independent, hand_ids)
+    trained: frozenset[str] = frozenset()
+    left_out: dict[str, list[str]] = {}
+    if p.turns is not None:
+        turn_rows, trained = turn_annotations(p.turns, independent, flowchart.ids,
+                                              repo_path("."))
+        if split_path is not None:
+            left_out = eval_text_rows(turn_rows, p, split_path)
+            turn_rows = [a for a in turn_rows if a.id not in left_out]
+        anns = merge_annotations(anns, turn_rows, "rem.turns")
+    return RemInputs(flowchart, anns, icl, independent, hand_ids, trained, left_out)
+
+
+def eval_text_rows(rows: Sequence[RemAnnotation], p: RemParams, split_path: str | Path
+                   ) -> dict[str, list[str]]:
+    """The labelled-turn rows that carry an evaluation-split dialogue's own text
+    (:func:`medpref.rem.overlap.eval_overlaps`), each with those dialogues: the REM does
+    not learn from them, as from such hand rows (:func:`clean_hand_rows`)."""
+    from medpref.data.split import load_split
+    from medpref.rem.overlap import eval_overlaps
+
+    dialogues = read_jsonl(repo_path(p.construction.dialogues), Dialogue)
+    return eval_overlaps(rows, dialogues, load_split(split_path),
+                         p.construction.overlap_words)
 
 
 def clean_hand_rows(hand: Sequence[RemAnnotation], p: RemParams, split_path: str | Path
@@ -214,13 +241,24 @@ def train_rem(p: RemParams, inputs: RemInputs, base_model: str, seed: int) -> Tr
     model.peft_config["default"].base_model_name_or_path = portable_path(base_path)
     out_dir = repo_path(t.adapter_dir)
     save_trained_adapter(trainer, model, out_dir, card)
+    # no timings in the adapter's folder: it is a data product stages 04 and 06 read, and a
+    # run time would make them stale after every retraining (stage 03's records keep it)
     write_json(out_dir / FIT_RECORD, {
         "n_train": len(data), "n_dropped": dropped, "steps": result.steps,
-        "resumed_from": result.resumed_from, "runtime_s": round(result.runtime_s, 1),
-        "log_history": result.log_history})
+        "resumed_from": result.resumed_from,
+        "log_history": [untimed(h) for h in result.log_history]})
     finish_checkpoints(ckpt_dir, keep=False)
     return TrainResult(out_dir, len(data), dropped, result.steps, result.runtime_s,
                        [{"step": h["step"], "loss": h["loss"]} for h in result.train_logs()])
+
+
+#: the trainer's log fields that measure time, not training
+TIMING_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
+
+
+def untimed(entry: dict[str, Any]) -> dict[str, Any]:
+    """A trainer log entry without its time measurements."""
+    return {k: v for k, v in entry.items() if k not in TIMING_KEYS}
 
 
 def rem_task_card(p: RemParams) -> dict[str, Any]:
@@ -274,7 +312,7 @@ def fit_scorers(p: RemParams, inputs: RemInputs, features: StateFeatures,
                 seed: int) -> dict[str, FittedModel]:
     """Fit every fitted scorer of ``rem.scorers`` on the train split (C on the dev split)
     and save each to ``rem.fitted.model_dir/<name>.json``."""
-    train, dev = fit_items(inputs.split("train")), fit_items(inputs.split(p.dev_split))
+    train, dev = fit_items(inputs.split("train")), fit_items(inputs.split(p.select_split))
     if not train:
         raise ValueError(f"{p.annotations}: no train rows to fit the REM scorers on")
     fits = {}
@@ -293,12 +331,25 @@ def eval_sets(p: RemParams, inputs: RemInputs) -> dict[str, list[EvalItem]]:
     ``hand_test`` (the hand rows of that split: text no construction made) and the
     independent test, one set per draw (``independent``, ``independent_2`` …)."""
     sets = {"dev": items_of(inputs.split(p.dev_split)),
+            TURNS_DEV: items_of(inputs.split(TURNS_DEV)),
             "test": items_of(inputs.split(p.eval_split, p.eval_per_rule, hand=False)),
             "hand_test": items_of(inputs.split(p.eval_split, hand=True))}
     for number in draws(inputs.independent):
-        sets[independent_set_name(number)] = independent_items(
-            inputs.independent, inputs.flowchart.ids, number)
+        sets[independent_set_name(number)] = [
+            it for it in independent_items(inputs.independent, inputs.flowchart.ids, number)
+            if it.state not in inputs.trained_ids]
     return {name: items for name, items in sets.items() if items}
+
+
+def subset_pool(inputs: RemInputs, set_name: str, items: Sequence[EvalItem]
+                ) -> list[EvalItem]:
+    """The items an LLM scorer's fixed subset is drawn from: a draw's every item (also
+    those ``rem.turns`` took for training, so the subset stays the one drawn before),
+    else the set's items."""
+    for number in draws(inputs.independent):
+        if set_name == independent_set_name(number):
+            return independent_items(inputs.independent, inputs.flowchart.ids, number)
+    return list(items)
 
 
 def scorer_items(settings, set_name: str, items: Sequence[EvalItem], subset: set[str],

@@ -26,6 +26,10 @@ _OLD_TRAIN_KEYS = {
     "epochs": "recipe.num_train_epochs", "lora_r": "recipe.r"}
 
 
+#: the split (and evaluation set) of the labelled turns' development part
+TURNS_DEV = "turns_dev"
+
+
 class RemTrainParams(StrictModel):
     """The REM's recipe (PLPF: 2 epochs on 1,800 examples; here the train split), the
     hardware it trains on and how its task is written."""
@@ -83,6 +87,30 @@ class RemConstructionParams(StrictModel):
         if n % 2:
             raise ValueError("must be even, so a trimmed history starts with a patient turn")
         return n
+
+
+class RemTurnsParams(StrictModel):
+    """Labelled doctor turns that no construction made, as REM rows (issue 40; docs/rem.md,
+    "Labelled turns"): each turn gives one row per rule, its labeller-``l1`` score.
+
+    ``files`` hold turns of the split's training dialogues in the shape of
+    ``real_turns.jsonl`` (``part``: ``train`` or ``dev``, by dialogue). The independent
+    test's SP turns of the cases outside ``sp_test_cases`` join them (the cases of
+    ``sp_dev_cases`` as development rows, the others as training rows) and leave the test;
+    the SP turns of ``sp_test_cases``, every held-out turn (an eval-split state) and every
+    human turn stay test items. An SP case named in neither list is an error."""
+
+    files: list[str] = Field(default_factory=lambda: [
+        "data/embedded/rem/real_turns.jsonl", "data/embedded/rem/train_turns.jsonl"])
+    sp_test_cases: list[str] = Field(default_factory=list)
+    sp_dev_cases: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> RemTurnsParams:
+        both = sorted(set(self.sp_test_cases) & set(self.sp_dev_cases))
+        if both:
+            raise ValueError(f"rem.turns: cases both test and dev: {both}")
+        return self
 
 
 class RemScorerSettings(StrictModel):
@@ -170,7 +198,12 @@ class RemParams(SectionCalls):
     construction: RemConstructionParams = Field(default_factory=RemConstructionParams)
     icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
     independent: str | None = "data/embedded/rem/independent.jsonl"   # rows per turn
-    dev_split: str = "dev"                         # where C and the default REM are chosen
+    dev_split: str = "dev"                         # the constructed rows' development split
+    # labelled turns the fitted scorers (and the LoRA REM's sample) learn from; None: none
+    turns: RemTurnsParams | None = None
+    # where C and the default REM are chosen: the constructed ``dev`` split, or the
+    # labelled turns' development part (``turns_dev``; needs ``turns``)
+    select_on: Literal["dev", "turns_dev"] = "dev"
     eval_split: str = "test"
     eval_per_rule: int | None = Field(None, ge=1)  # per rule, every score first; None: all
     scorers: dict[str, RemScorerSettings]          # Table 5's rows, by name
@@ -178,7 +211,7 @@ class RemParams(SectionCalls):
     # LLM rows score a fixed, seeded subset (rule × gold stratified) of each of these sets;
     # every fitted row scores the whole set and is also shown on that subset
     llm_eval_rows: int | None = Field(60, ge=1)
-    llm_eval_sets: list[Literal["dev", "test", "hand_test", "independent"]] = Field(
+    llm_eval_sets: list[Literal["dev", "turns_dev", "test", "hand_test", "independent"]] = Field(
         default_factory=lambda: ["dev", "independent"])
     paired_against: list[str] = Field(default_factory=lambda: ["length", "surface",
                                                                "encoder_blind"])
@@ -205,6 +238,17 @@ class RemParams(SectionCalls):
     def _no_call_keys(cls, data: Any) -> Any:
         return moved_to_calls(data, {k: f"rem.calls.score.{k}" for k in ("role", "prompt")},
                               "rem")
+
+    @model_validator(mode="after")
+    def _turns_for_selection(self) -> RemParams:
+        if self.select_on == "turns_dev" and self.turns is None:
+            raise ValueError("rem.select_on: turns_dev needs rem.turns")
+        return self
+
+    @property
+    def select_split(self) -> str:
+        """The annotations' split C and the default REM are chosen on."""
+        return self.dev_split if self.select_on == "dev" else TURNS_DEV
 
     @field_validator("scorers")
     @classmethod

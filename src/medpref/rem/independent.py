@@ -84,6 +84,11 @@ def independent_set_name(draw: int) -> str:
     return "independent" if draw == 1 else f"independent_{draw}"
 
 
+def is_independent_set(name: str) -> bool:
+    """Whether an evaluation set's name is one of the independent test's draws."""
+    return name == "independent" or name.startswith("independent_")
+
+
 def draws(rows: Sequence[IndependentRow]) -> list[int]:
     return sorted({row.source.draw for row in rows})
 

@@ -72,10 +72,11 @@ INDEPENDENT = "independent_predictions"
 def split_predictions(rows) -> dict[str, list]:
     """Every prediction record under its record file: the independent test's draws in
     ``independent_predictions``, the other sets in ``predictions``."""
+    from medpref.rem.independent import is_independent_set
     from medpref.rem.table5 import eval_set_of
 
     def independent(r) -> bool:
-        return eval_set_of(r).startswith("independent")
+        return is_independent_set(eval_set_of(r))
 
     return {"predictions": [r for r in rows if not independent(r)],
             INDEPENDENT: [r for r in rows if independent(r)]}
@@ -94,6 +95,12 @@ def table5_table(records: Rows, params) -> pd.DataFrame:
                                params.rem.near_constant_share)
 
 
+def scorer_cost_table(records: Rows, params) -> pd.DataFrame:
+    from medpref.rem.table5 import cost_rows
+
+    return cost_rows(records["scorer_runs"])
+
+
 def table5_sets_table(records: Rows, params) -> pd.DataFrame:
     from medpref.rem.table5 import table5_sets
 
@@ -106,7 +113,7 @@ def selection(records: Rows, params) -> pd.DataFrame:
     from medpref.rem.table5 import selection_table
 
     return selection_table(records["scorer_runs"], predictions(records),
-                           params.rem.dev_split)
+                           params.rem.select_on)
 
 
 def paired(records: Rows, params) -> pd.DataFrame:
@@ -117,9 +124,10 @@ def paired(records: Rows, params) -> pd.DataFrame:
 
     winner = chosen_scorer(selection(records, params))
     rule_ids = load_rules(repo_path(params.rem.rules)).ids
-    return paired_table(predictions(records), winner, params.rem.paired_against, rule_ids,
+    preds = predictions(records)
+    return paired_table(preds, winner, params.rem.paired_against, rule_ids,
                         params.rem.bootstrap_rounds, params.shared.seed,
-                        sets=paired_sets(predictions(records)))
+                        sets=paired_sets(preds))
 
 
 def independent_kappa(records: Rows, params) -> pd.DataFrame:
@@ -146,7 +154,7 @@ def thresholds_table(records: Rows, params) -> pd.DataFrame:
 
     dev = pd.DataFrame([{"scorer": r["scorer"], "rule": r["rule"], "value": r["score"],
                          "gold": r["gold"]} for r in predictions(records)
-                        if r.get("eval_set") == params.rem.dev_split
+                        if r.get("eval_set") == params.rem.select_on
                         and r.get("score") is not None])
     rows = [] if dev.empty else [row for scorer, part in dev.groupby("scorer", sort=False)
                                  for row in threshold_rows(str(scorer), part)]
@@ -203,6 +211,7 @@ OUTPUTS = StageOutputs("03_rem", (
     Table("training", training_table),
     Table("table5", table5_table),
     Table("table5_sets", table5_sets_table),
+    Table("scorer_cost", scorer_cost_table),
     Table("rem_selection", selection),
     Table("table5_paired", paired),
     Table("independent_kappa", independent_kappa),

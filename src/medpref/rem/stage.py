@@ -67,7 +67,8 @@ def evaluate(stage: Stage, inputs: b03.RemInputs, features, seed: int) -> list:
     p = stage.p
     runs = []
     for set_name, items in b03.eval_sets(p, inputs).items():
-        subset = {it.id for it in stratified_subset(items, p.llm_eval_rows, seed)}
+        subset = {it.id for it in stratified_subset(b03.subset_pool(inputs, set_name, items),
+                                                    p.llm_eval_rows, seed)}
         for name, settings in p.scorers.items():
             chosen = b03.scorer_items(settings, set_name, items, subset, p)
             if chosen is None:
@@ -85,6 +86,10 @@ def run(stage: Stage) -> RemOutputs:
 
     p, seed = stage.p, stage.seed
     inputs = b03.load_inputs(p, repo_path(stage.params.shared.split))
+    if inputs.turns_left_out:
+        print(f"rem.turns: {len(inputs.turns_left_out)} row(s) left out, sharing a run of "
+              f"{p.construction.overlap_words} words with an eval-split dialogue: "
+              f"{sorted(inputs.turns_left_out)}")
     with stage.step("train"):
         base_model = stage.params.shared.llm.roles[p.role].model
         train = b03.train_rem(p, inputs, base_model, seed)

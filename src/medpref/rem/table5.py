@@ -28,6 +28,7 @@ from medpref.rem.evaluation import (
     paired_accuracy_difference,
     rule_ordering,
 )
+from medpref.rem.independent import is_independent_set
 
 SELECTION_COLUMNS = ["scorer", "n_common", "exact_common_%", "fuzzy02_common_%", "n",
                      "exact_%", "chosen"]
@@ -76,10 +77,20 @@ def table5_rows(scorer_runs, predictions, near_constant_share: float,
             continue
         judged = _preds(predictions, run["scorer"], eval_set)
         rows.append({"scorer": run["scorer"], "method": run["method"],
-                     "items": items_of_run(run), **metrics_row(judged, near_constant_share),
-                     "wall_s": run["wall_s"], "model_calls": run["calls"],
-                     "cache_hits": run["cache_hits"]})
+                     "items": items_of_run(run), **metrics_row(judged, near_constant_share)})
     return pd.DataFrame(rows)
+
+
+def cost_rows(scorer_runs) -> pd.DataFrame:
+    """What each scorer run cost: wall seconds, model calls, cache hits, per set. Kept out
+    of Table 5 (which stage 04 reads) so that a rerun's timings and cache state do not make
+    the stages after it stale."""
+    return pd.DataFrame([{"eval_set": eval_set_of(run), "scorer": run["scorer"],
+                          "items": items_of_run(run), "n": run.get("n"),
+                          "wall_s": run["wall_s"], "model_calls": run["calls"],
+                          "cache_hits": run["cache_hits"]} for run in scorer_runs],
+                        columns=["eval_set", "scorer", "items", "n", "wall_s", "model_calls",
+                                 "cache_hits"])
 
 
 def table5_sets(scorer_runs, predictions, near_constant_share: float) -> pd.DataFrame:
@@ -148,7 +159,7 @@ def paired_sets(predictions) -> dict[str, tuple[str, ...]]:
     """The paired table's sets, each the record sets it reads: test, hand test, each
     independent draw and, when there are several draws, all of them pooled."""
     present = list(dict.fromkeys(eval_set_of(r) for r in predictions))
-    draws = [s for s in present if s == "independent" or s.startswith("independent_")]
+    draws = [s for s in present if is_independent_set(s)]
     sets = {s: (s,) for s in ("test", "hand_test", *draws) if s in present}
     if len(draws) > 1:
         sets[POOLED] = tuple(draws)

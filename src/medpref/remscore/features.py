@@ -9,7 +9,12 @@ here, by a named feature set:
   (word lists from the lexicon's semantic types);
 * ``encoder``   — frozen sentence embeddings of the doctor turn, the last patient turn and
   the earlier doctor turns (their mean), and a few structural counts: question marks in the
-  turn, questions asked before, doctor turns so far, and the two surface word flags.
+  turn, questions asked before, doctor turns so far, and the two surface word flags; then
+  how the turn relates to what was said (rule A's "builds on what the patient said"): its
+  cosine with the last patient turn, its highest cosine with an earlier doctor turn (a
+  repeat), and the element-wise product of its embedding and the patient turn's (a
+  similarity the regression weighs per dimension). The relation features were chosen on
+  the labelled turns' development part (docs/rem.md, "The encoder REM and the baselines").
 
 Embeddings are cached per text for the life of a :class:`StateFeatures` (a stage embeds
 each distinct text once, however many rules and scorers read it).
@@ -182,4 +187,14 @@ class StateFeatures:
         earlier = np.stack([self.embed(list(p.earlier)).mean(axis=0) if p.earlier
                             else np.zeros(turn.shape[1], dtype=turn.dtype) for p in parts])
         structure = np.array([structure_row(p, self.words) for p in parts])
-        return np.hstack([turn, patient, earlier, structure])
+        return np.hstack([turn, patient, earlier, structure, self._relation(parts, turn, patient)])
+
+    def _relation(self, parts: Sequence[StateParts], turn: np.ndarray, patient: np.ndarray
+                  ) -> np.ndarray:
+        """The turn against what was said: cosine with the last patient turn, the highest
+        cosine with an earlier doctor turn (0 with none), and the element-wise product with
+        the patient turn's embedding (the vectors are L2-normalised: a dot is a cosine)."""
+        to_patient = (turn * patient).sum(axis=1, keepdims=True)
+        repeat = np.array([[max(float((self.embed(list(p.earlier)) @ t).max()), 0.0)
+                            if p.earlier else 0.0] for p, t in zip(parts, turn, strict=True)])
+        return np.hstack([to_patient, repeat, turn * patient])

@@ -109,8 +109,9 @@ class FittedModel:
         return self.heads[key]
 
     def to_json(self) -> str:
+        # no fit time: the file is a data product later stages read, and a timing would
+        # make them stale after every refit (the time is in stage 03's records)
         return json.dumps({"name": self.name, "mode": self.mode, "spec": asdict(self.spec),
-                           "fit_s": self.fit_s,
                            "heads": {k: asdict(h) for k, h in self.heads.items()}})
 
     @classmethod
@@ -123,6 +124,7 @@ class FittedModel:
     def content_id(self) -> str:
         from medpref.outputs import content_key
 
+        # fit_s: None keeps the ids the models had when the file held their fit time
         return content_key(json.loads(self.to_json()) | {"fit_s": None})
 
     def summary(self) -> dict[str, Any]:
