@@ -12,8 +12,10 @@ chose, with a Wilson interval; and how many of its pairs prefer a turn the reade
 unusable over a usable one. A reading may carry a second, independent reader's answers
 (``second``: better, X_usable, Y_usable); their agreement is counted beside.
 
-The committed readings (``data/embedded/rem/pair_readings.jsonl``) are of the run whose
-commit each row names (``run``); a later stage-04 run needs a new draw and reading.
+The committed readings (``data/embedded/rem/pair_readings.jsonl``) are of the items of the
+run whose commit each row names (``run``). They judge the two candidates, not a strategy's
+choice, so a later stage-04 run on the same stage-01 items (a retrained REM, other weights)
+is scored against them as they are; new items need a new draw and reading.
 
   python scripts/pair_readings.py draw --root RUN --out items.jsonl
   python scripts/pair_readings.py score --root RUN --readings data/embedded/rem/pair_readings.jsonl

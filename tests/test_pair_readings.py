@@ -51,26 +51,37 @@ def test_a_bad_reading_names_its_line(tmp_path):
         pr.score(tmp_path, tmp_path / "r.jsonl")
 
 
-#: the commit that landed the records of run c4d3594, whose stage-04 decisions were read
+#: the commit that landed the records of run c4d3594, whose stage-04 items were read
 READ_RUN_LANDED = "a6483c4"
 
 
+def _unlabeled_md5(lock_text: str) -> set[str]:
+    """The md5 of stage 01's items (``data/01_sampling/unlabeled.jsonl``) as a dvc.lock
+    records it (every stage that lists it, as output or dependency)."""
+    import yaml
+
+    lock = yaml.safe_load(lock_text)
+    return {f["md5"] for st in lock["stages"].values() for kind in ("outs", "deps")
+            for f in st.get(kind, []) if f["path"] == "data/01_sampling/unlabeled.jsonl"}
+
+
 def test_the_committed_readings_cover_the_committed_runs_items():
+    """The readings judge stage 04's items (a history and its two candidate turns), not a
+    strategy's choice: they stay valid while stage 01's items are the ones read (a retrained
+    REM changes the decisions, which are then scored against the same readings)."""
+    import subprocess
+
     rows = [json.loads(line) for line in (REPO_ROOT / "data/embedded/rem/pair_readings.jsonl")
             .read_text(encoding="utf-8").splitlines() if line]
     decisions = [json.loads(line) for line in (REPO_ROOT / "reports/04_annotation/records/"
                  "decisions.jsonl").read_text(encoding="utf-8").splitlines() if line]
     assert {r["item_id"] for r in rows} == {d["item_id"] for d in decisions}
-    # the readings are of these decisions: stage 04's records of the run they name, as the
-    # commit that landed that run committed them (a later rerun that writes the same
-    # records keeps them valid; one that writes others needs a new reading)
-    import subprocess
-
-    then = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{READ_RUN_LANDED}:reports/"
-                           "04_annotation/records/decisions.jsonl"],
+    then = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{READ_RUN_LANDED}:dvc.lock"],
                           capture_output=True, text=True, check=True)
-    now = (REPO_ROOT / "reports/04_annotation/records/decisions.jsonl").read_text(encoding="utf-8")
-    assert then.stdout == now, "stage 04's decisions changed since they were read: read anew"
+    now = (REPO_ROOT / "dvc.lock").read_text(encoding="utf-8")
+    assert len(_unlabeled_md5(then.stdout)) == 1
+    assert _unlabeled_md5(now) == _unlabeled_md5(then.stdout), \
+        "stage 01's items changed since they were read: read anew"
     assert {r["run"] for r in rows} == {"c4d3594"}
     got = pr.score(REPO_ROOT, REPO_ROOT / "data/embedded/rem/pair_readings.jsonl")
     assert got["second_reader"]["items"] == len(rows)
