@@ -172,8 +172,8 @@ def test_the_sample_keeps_every_credit_and_refuses_too_few_pairs():
 
 
 def test_the_committed_run_reads_validated_and_without_its_labels_it_does_not():
-    """Table 2 of the committed run (c4d3594): all 59 of its model-doctor credits are
-    hand-graded (31 in earlier batches, every one in its own batch run-c4d3594); with the
+    """Table 2 of the committed run (72d0bfb): all 68 of its model-doctor credits are
+    hand-graded (33 in earlier batches, every one in its own batch run-72d0bfb); with the
     run batches taken out of the verdict records the share falls under the minimum, and
     Table 2 and the corrected table say so on every model row (the controls' rows say
     nothing)."""
@@ -186,12 +186,12 @@ def test_the_committed_run_reads_validated_and_without_its_labels_it_does_not():
     t2 = outputs.table2_table(records, params)
     models = t2["kind"] == "model"
     assert set(t2.loc[models, "grader"]) == {
-        "grader validated on 59/59 credits of these doctors"}   # the run of c4d3594
+        "grader validated on 68/68 credits of these doctors"}   # the run of 72d0bfb
     assert set(t2.loc[~models, "grader"]) == {""}
     without = {**records, "grader_verdicts": [r for r in records["grader_verdicts"]
                                               if not r["batch"].startswith("run-")]}
     t2 = outputs.table2_table(without, params)
-    assert all(g.startswith(NOT_VALIDATED + " (") and "/59" in g for g in t2.loc[models, "grader"])
+    assert all(g.startswith(NOT_VALIDATED + " (") and "/68" in g for g in t2.loc[models, "grader"])
     corrected = outputs.table2_corrected_table(without, params)
     assert all(g.startswith(NOT_VALIDATED) for g in corrected["grader"])
     assert corrected["corrected"].isna().all()

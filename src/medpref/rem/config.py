@@ -102,8 +102,10 @@ class RemTurnsParams(StrictModel):
 
     files: list[str] = Field(default_factory=lambda: [
         "data/embedded/rem/real_turns.jsonl", "data/embedded/rem/train_turns.jsonl"])
-    sp_test_cases: list[str] = Field(default_factory=list)
-    sp_dev_cases: list[str] = Field(default_factory=list)
+    # the embedded cases: 8 of 17 seeded as test cases, 3 of the other 9 as dev cases
+    sp_test_cases: list[str] = Field(default_factory=lambda: [
+        "sp-0001", "sp-0002", "sp-0003", "sp-0004", "sp-0005", "sp-0012", "sp-0013", "sp-0017"])
+    sp_dev_cases: list[str] = Field(default_factory=lambda: ["sp-0006", "sp-0010", "sp-0011"])
 
     @model_validator(mode="after")
     def _disjoint(self) -> RemTurnsParams:
@@ -200,10 +202,10 @@ class RemParams(SectionCalls):
     independent: str | None = "data/embedded/rem/independent.jsonl"   # rows per turn
     dev_split: str = "dev"                         # the constructed rows' development split
     # labelled turns the fitted scorers (and the LoRA REM's sample) learn from; None: none
-    turns: RemTurnsParams | None = None
+    turns: RemTurnsParams | None = Field(default_factory=RemTurnsParams)
     # where C and the default REM are chosen: the constructed ``dev`` split, or the
     # labelled turns' development part (``turns_dev``; needs ``turns``)
-    select_on: Literal["dev", "turns_dev"] = "dev"
+    select_on: Literal["dev", "turns_dev"] = "turns_dev"
     eval_split: str = "test"
     eval_per_rule: int | None = Field(None, ge=1)  # per rule, every score first; None: all
     scorers: dict[str, RemScorerSettings]          # Table 5's rows, by name
@@ -212,7 +214,7 @@ class RemParams(SectionCalls):
     # every fitted row scores the whole set and is also shown on that subset
     llm_eval_rows: int | None = Field(60, ge=1)
     llm_eval_sets: list[Literal["dev", "turns_dev", "test", "hand_test", "independent"]] = Field(
-        default_factory=lambda: ["dev", "independent"])
+        default_factory=lambda: ["dev", "turns_dev", "independent"])
     paired_against: list[str] = Field(default_factory=lambda: ["length", "surface",
                                                                "encoder_blind"])
     bootstrap_rounds: int = Field(2000, ge=1000, le=100_000)
