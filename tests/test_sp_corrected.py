@@ -1,7 +1,8 @@
 """Table 2 corrected for the grader's error (``medpref.simulation.corrected``) and the
 blinded run pairs it is measured on (``medpref.simulation.runpairs``): the Rogan–Gladen
 formula on a worked example, its interval covering the truth behind a simulated grader,
-the validated share on both sides of its threshold, and the labels' contract."""
+the validated share on both sides of its threshold, the read score (what a blind reader
+found earned) on a worked example and on the committed run, and the labels' contract."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from medpref.simulation.corrected import (
     corrected_scores,
     error_rates,
     hand_graded_run_items,
+    read_per_case,
+    read_table,
     rogan_gladen,
     validated_share,
     validation_reading,
@@ -195,3 +198,47 @@ def test_the_committed_run_reads_validated_and_without_its_labels_it_does_not():
     corrected = outputs.table2_corrected_table(without, params)
     assert all(g.startswith(NOT_VALIDATED) for g in corrected["grader"])
     assert corrected["corrected"].isna().all()
+
+
+def _ri(doctor, case, item, credited, gold, category="symptoms"):
+    return RunItem(case, doctor, category, item, credited, gold, None if gold is None else "dev")
+
+
+def test_the_read_score_counts_what_a_reader_found_earned_by_hand():
+    """Doctor d: in c1 a credit read real (cough), a credit read false (fever), a miss
+    read earned (rash) and an item nobody read (pain); in c2 two unread items. Read score:
+    c1 2/4, c2 0/2 → 25 %; the grader's own score is 50 % and 0 % → 25 % too, so the two
+    agree in total while the credits they count differ."""
+    items = [_ri("d", "c1", "cough", True, True), _ri("d", "c1", "fever", True, False),
+             _ri("d", "c1", "rash", False, True), _ri("d", "c1", "pain", False, None),
+             _ri("d", "c2", "cough", False, None), _ri("d", "c2", "fever", False, None),
+             _ri("base", "c1", "cough", False, None), _ri("base", "c2", "cough", False, None)]
+    per = read_per_case(items).set_index(["doctor", "case"])
+    assert per.loc[("d", "c1"), "symptoms"] == 0.5 and per.loc[("d", "c2"), "symptoms"] == 0.0
+    assert np.isnan(per.loc[("d", "c1"), "tests"])     # no test item in the case
+    observed = pd.DataFrame([{"doctor": "d", "case": "c1", "symptoms": 0.5},
+                             {"doctor": "d", "case": "c2", "symptoms": 0.0},
+                             {"doctor": "base", "case": "c1", "symptoms": 0.0},
+                             {"doctor": "base", "case": "c2", "symptoms": 0.0}]).assign(
+        tests=np.nan, diseases=np.nan)
+    t = read_table(observed, items, n_boot=200, seed=0).set_index(["doctor", "metric"])
+    row = t.loc[("d", "Sym.")]
+    assert (row["observed"], row["read"]) == (25.0, 25.0)
+    assert (row["credits"], row["credits_read"], row["credits_earned"],
+            row["missed_earned"]) == (2, 2, 1, 1)
+    assert row["vs"] == "base" and row["diff"] == 25.0
+    assert t.loc[("base", "Sym.")]["vs"] == ""
+
+
+def test_the_committed_run_read_credit_by_credit():
+    """The committed run (72d0bfb): 68 credits, all read, 25 found earned; cai_dep's
+    Sym. rests on 18 credits of which a reader found 2 earned, so its read score is far
+    under its Table 2 score, while a doctor whose credits hold keeps most of its own."""
+    from medpref import REPO_ROOT
+
+    t = pd.read_csv(REPO_ROOT / "reports/06_simulation/table2_read.csv")
+    assert (t["credits"].sum(), t["credits_read"].sum(), t["credits_earned"].sum()) == (68, 68, 25)
+    dep = t[(t["doctor"] == "cai_dep") & (t["metric"] == "Sym.")].iloc[0]
+    assert (dep["credits"], dep["credits_earned"]) == (18, 2)
+    assert float(dep["read"]) < float(dep["observed"]) / 4
+    assert set(t["grader"]) == {"grader validated on 68/68 credits of these doctors"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from medpref.dvcgen import Dep, DvcStage, Pipeline, Plot
+from medpref.handoffs import POLICY_ADAPTERS, POLICY_ROLES
 from medpref.outputs import Data
 from medpref.pipeline import STAGES as OUT
 
@@ -197,12 +198,12 @@ STAGES = [
               "data/embedded/sp_script_coverage.jsonl", DIALOGUES,
               Dep(SPLIT, "shared.split: held-out states and next-turn items"),
               Dep("data/embedded/sp_cases_gloss_en.yaml", "simulation.split_overlap.gloss"),
-              ICL, "data/03_rem/rem_lora", *FITTED_REM, "data/05_training/sft",
-              "reports/05_training/summary/policies.json", MODELS],
+              ICL, "data/03_rem/rem_lora", *FITTED_REM,
+              Dep(POLICY_ROLES, "the trained policies stage 06 tests (stage 05's hand-off)"),
+              *POLICY_ADAPTERS, MODELS],
         params=["shared.seed", "shared.split", "shared.llm.roles.policy",
                 "shared.llm.roles.patient", "shared.llm.roles.judge", "shared.llm.roles.rem",
-                "training.base_role", "training.sft.output_dir", "training.sft.dialogues",
-                "training.dpo", "annotation.strategies", "annotation.output_dir",
+                "training.base_role",
                 Dep("annotation.grid.weightings",
                     "Table 3's cells when no grid policy was SP-tested"),
                 "annotation.grid.trajectories", *REM_SCORING_PARAMS, "simulation"]),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import field_validator
 
@@ -29,11 +29,14 @@ class IndependentSource(Record):
     draw: int = 1          # which draw of scripts/rem_independent_items.py made the row
 
 
-class IndependentRow(Record):
+class LabelledTurn(Record):
+    """A doctor turn after its history, scored per rule by one or more labellers
+    (``labels[labeller][rule]``); the base of the independent test's rows and of the
+    labelled policy turns (:mod:`medpref.rem.turns`)."""
+
     id: str
     history: list[Turn]
     turn: str
-    source: IndependentSource
     labels: dict[str, dict[str, Literal[0, 1, 2]]]
 
     @field_validator("turn")
@@ -48,11 +51,18 @@ class IndependentRow(Record):
         return [*self.history, Turn(role="doctor", text=self.turn)]
 
 
-def load_independent(path: str | Path, rule_ids: Sequence[str]) -> list[IndependentRow]:
-    """The rows, validated: every row has ``labels.l1`` with a 0/1/2 score for every rule,
-    names no rule outside ``rule_ids`` and has a distinct id; an error names the file, the
-    line and the field."""
-    rows = read_jsonl(path, IndependentRow)
+class IndependentRow(LabelledTurn):
+    source: IndependentSource
+
+
+R = TypeVar("R", bound=LabelledTurn)
+
+
+def load_labelled(path: str | Path, model: type[R], rule_ids: Sequence[str]) -> list[R]:
+    """The rows of one labelled-turn file, validated: a distinct id, labeller ``l1``'s
+    score for every rule, and no labeller scoring a rule outside ``rule_ids``; an error
+    names the file, the line and the field."""
+    rows = read_jsonl(path, model)
     seen: set[str] = set()
     for line, row in enumerate(rows, start=1):
         if row.id in seen:
@@ -68,6 +78,11 @@ def load_independent(path: str | Path, rule_ids: Sequence[str]) -> list[Independ
         if missing:
             raise ContractError(path, line, f"labels.{GOLD}", f"no score for rule(s) {missing}")
     return rows
+
+
+def load_independent(path: str | Path, rule_ids: Sequence[str]) -> list[IndependentRow]:
+    """The independent test's rows, validated (:func:`load_labelled`)."""
+    return load_labelled(path, IndependentRow, rule_ids)
 
 
 def independent_items(rows: Sequence[IndependentRow], rule_ids: Sequence[str],

@@ -63,29 +63,41 @@ def training_table(records: Rows, params) -> pd.DataFrame:
     return loss_table(records["training_loss"])
 
 
-#: the record sets of the independent test's predictions (one file of their own: with the
-#: dev, test and hand-test rows the judgements would pass the size a text file in git
-#: should keep)
-INDEPENDENT = "independent_predictions"
+#: the independent test's draws, one record file each (``<set>_predictions``: together
+#: with the dev, test and hand-test rows they would pass the size a text file in git
+#: should keep); a new draw's set needs its file declared here
+INDEPENDENT_SETS = ("independent", "independent_2", "independent_3")
+
+
+def independent_records(eval_set: str) -> str:
+    return f"{eval_set}_predictions"
 
 
 def split_predictions(rows) -> dict[str, list]:
-    """Every prediction record under its record file: the independent test's draws in
-    ``independent_predictions``, the other sets in ``predictions``."""
+    """Every prediction record under its record file: each independent draw's in its own
+    (:data:`INDEPENDENT_SETS`), the dev, test and hand-test sets' in ``predictions``."""
     from medpref.rem.independent import is_independent_set
     from medpref.rem.table5 import eval_set_of
 
-    def independent(r) -> bool:
-        return is_independent_set(eval_set_of(r))
-
-    return {"predictions": [r for r in rows if not independent(r)],
-            INDEPENDENT: [r for r in rows if independent(r)]}
+    out: dict[str, list] = {"predictions": [], **{independent_records(s): []
+                                                  for s in INDEPENDENT_SETS}}
+    for r in rows:
+        name = eval_set_of(r)
+        if not is_independent_set(name):
+            out["predictions"].append(r)
+        elif name in INDEPENDENT_SETS:
+            out[independent_records(name)].append(r)
+        else:
+            raise ValueError(f"independent draw '{name}' has no record file: add it to "
+                             "INDEPENDENT_SETS in medpref/rem/outputs.py")
+    return out
 
 
 def predictions(records: Rows) -> list[dict[str, Any]]:
-    """Every prediction record: the dev, test and hand-test rows, then the independent
-    test's."""
-    return [*records["predictions"], *records.get(INDEPENDENT, [])]
+    """Every prediction record: the dev, test and hand-test rows, then each independent
+    draw's."""
+    return [*records["predictions"],
+            *(r for s in INDEPENDENT_SETS for r in records.get(independent_records(s), []))]
 
 
 def table5_table(records: Rows, params) -> pd.DataFrame:
@@ -197,8 +209,8 @@ OUTPUTS = StageOutputs("03_rem", (
             "and hand-test sets (scorer × item): gold, label, score, score-token "
             "probabilities; an LLM scorer's also its samples and raw answers; key: settings, "
             "model, messages and the row"),
-    Records(INDEPENDENT, "the same for the independent test's draws (independent, "
-            "independent_2 …)"),
+    *(Records(independent_records(s), f"the same for the independent test's set {s}")
+      for s in INDEPENDENT_SETS),
     Records("scorer_runs", "each scorer's evaluation run on one set: Table 5's method "
             "line, items, wall time and model use, a fitted scorer's fit",
             key=("scorer", "eval_set", "method", "model_id", "n")),

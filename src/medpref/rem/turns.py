@@ -25,52 +25,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import field_validator
-
-from medpref.contracts import ContractError, Record, RemAnnotation, Turn, read_jsonl
+from medpref.contracts import RemAnnotation, Turn
 from medpref.rem.config import TURNS_DEV, RemTurnsParams
-from medpref.rem.independent import GOLD, IndependentRow
+from medpref.rem.independent import GOLD, IndependentRow, LabelledTurn, load_labelled
 
 #: the row's part → the annotations' split
 SPLIT_OF = {"train": "train", "dev": TURNS_DEV}
 
 
-class TurnRow(Record):
-    id: str
+class TurnRow(LabelledTurn):
     part: Literal["train", "dev"]
-    history: list[Turn]
-    turn: str
     source: dict[str, Any]
-    labels: dict[str, dict[str, Literal[0, 1, 2]]]
     notes: dict[str, str] = {}
-
-    @field_validator("turn")
-    @classmethod
-    def _turn_has_text(cls, turn: str) -> str:
-        if not turn.strip():
-            raise ValueError("empty doctor turn")
-        return turn
 
 
 def load_turn_rows(path: str | Path, rule_ids: Sequence[str]) -> list[TurnRow]:
-    """The rows of one labelled-turn file, validated: a distinct id, labeller ``l1``'s
-    score for every rule and no other rule; an error names the file, line and field."""
-    rows = read_jsonl(path, TurnRow)
-    seen: set[str] = set()
-    for line, row in enumerate(rows, start=1):
-        if row.id in seen:
-            raise ContractError(path, line, "id", f"'{row.id}' appears twice")
-        seen.add(row.id)
-        gold = row.labels.get(GOLD)
-        if gold is None:
-            raise ContractError(path, line, f"labels.{GOLD}", "missing (the gold labeller)")
-        missing = [r for r in rule_ids if r not in gold]
-        unknown = sorted(set(gold) - set(rule_ids))
-        if missing or unknown:
-            raise ContractError(path, line, f"labels.{GOLD}",
-                                f"no score for rule(s) {missing}" if missing
-                                else f"unknown rule(s) {unknown}")
-    return rows
+    """The rows of one labelled-turn file, validated
+    (:func:`~medpref.rem.independent.load_labelled`)."""
+    return load_labelled(path, TurnRow, rule_ids)
 
 
 def _rows(turn_id: str, history: Sequence[Turn], turn: str, labels: dict[str, int],

@@ -204,3 +204,60 @@ def corrected_table(per_case: pd.DataFrame, items: Sequence[RunItem], n_boot: in
     validation reading (:func:`validation_reading`)."""
     rows = corrected_scores(per_case, items, n_boot, seed, margin)
     return pd.DataFrame(rows).assign(grader=validation_reading(items, min_share))
+
+
+# -- what a reader found earned ------------------------------------------------------------
+
+def read_per_case(items: Sequence[RunItem]) -> pd.DataFrame:
+    """Per model doctor × case, each category's share of checklist items a blind reader
+    found earned (c/m as Eq. 6, NaN for a category the case leaves out): a hand-graded
+    pass counts, whether the grader credited the item or missed it; an item no
+    hand-graded item covers counts as not earned (every credit of the reported doctors
+    is read when Table 2 says so; the uncredited items read are those a doctor sentence
+    came near, ``medpref.simulation.runpairs``)."""
+    cells: dict[tuple[str, str], dict[str, list[bool]]] = {}
+    for i in items:
+        cells.setdefault((i.doctor, i.case), {}).setdefault(i.category, []).append(bool(i.gold))
+    rows = [{"doctor": d, "case": c, **{cat: (sum(v[cat]) / len(v[cat]) if v.get(cat)
+                                              else float("nan")) for cat in CATEGORIES}}
+            for (d, c), v in cells.items()]
+    return pd.DataFrame(rows, columns=["doctor", "case", *CATEGORIES])
+
+
+def read_table(per_case: pd.DataFrame, items: Sequence[RunItem], n_boot: int, seed: int,
+               reference: str = "base") -> pd.DataFrame:
+    """Per model doctor and category: Table 2's ALL score (the grader's credits) beside
+    the read score (:func:`read_per_case`, averaged over cases), the credits, how many a
+    reader read and found earned, the items the grader missed that a reader found earned,
+    and the read score's paired difference from ``reference`` over the cases
+    (:func:`medpref.simulation.tables.table2_paired`). Where the grader's error differs
+    by doctor, a single Rogan–Gladen rate cannot undo it; this count can."""
+    from medpref.simulation.tables import table2_paired
+
+    read = read_per_case(items)
+    doctors = list(dict.fromkeys(i.doctor for i in items))
+    paired = table2_paired(read, references=(reference,), n_boot=n_boot, seed=seed)
+    paired = paired.set_index(["doctor", "metric"])
+    rows = []
+    for doctor in doctors:
+        for cat in CATEGORIES:
+            mine = [i for i in items if i.doctor == doctor and i.category == cat]
+            credits = [i for i in mine if i.credited]
+            obs = _scores(per_case, doctor, cat, sorted(per_case["case"].unique()))
+            got = read.loc[read["doctor"] == doctor, cat]
+            cmp = paired.loc[(doctor, SHORT[cat])] if (doctor, SHORT[cat]) in paired.index \
+                else None
+            rows.append({
+                "doctor": doctor, "metric": SHORT[cat],
+                "observed": 100.0 * float(np.nanmean(obs)) if np.isfinite(obs).any()
+                else float("nan"),
+                "read": 100.0 * float(got.mean()) if got.notna().any() else float("nan"),
+                "credits": len(credits), "credits_read": sum(i.gold is not None for i in credits),
+                "credits_earned": sum(bool(i.gold) for i in credits),
+                "missed_earned": sum(bool(i.gold) and not i.credited for i in mine),
+                "vs": reference if cmp is not None else "",
+                "diff": float("nan") if cmp is None else cmp["diff"],
+                "ci_lo": float("nan") if cmp is None else cmp["ci_lo"],
+                "ci_hi": float("nan") if cmp is None else cmp["ci_hi"],
+                "verdict": "" if cmp is None else cmp["verdict"]})
+    return pd.DataFrame(rows)

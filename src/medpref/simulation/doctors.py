@@ -1,26 +1,46 @@
 """Which doctors the SP test evaluates: the configured roles plus every trained policy.
 
-Trained policies come from stage 05 (:func:`medpref.finetune.policies.trained_policies`:
-the SFT run and each DPO run that trained); each is the policy role's base model + that
-run's LoRA adapter, named by its run (``sft``, ``cai_dep``, ``grid_avg_1`` …). The PLPF
-Table 3 cell of a policy (weighting × trajectory length) is read from its name.
+Trained policies come from stage 05's hand-off (:data:`medpref.handoffs.POLICY_ROLES`:
+the SFT run and each DPO run that trained, in training order); each is the policy role's
+base model + that run's LoRA adapter, named by its run (``sft``, ``cai_dep``,
+``grid_avg_1`` …). The PLPF Table 3 cell of a policy (weighting × trajectory length) is
+read from its name.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from medpref.simulation.config import DoctorConfig
 
 
-def trained_doctors(params) -> list[DoctorConfig]:
-    """Stage 05's trained policies as doctors (none before stage 05 has run)."""
-    from medpref.finetune.policies import trained_policies
+def trained_doctors(params, path: str | Path | None = None) -> list[DoctorConfig]:
+    """Stage 05's trained policies as doctors, read from its hand-off file (none before
+    stage 05 has run). Each is the base role (``training.base_role``) with the policy's
+    adapter; a record whose model is not the base role's, or that lacks a field, is an
+    error naming the file, line and field."""
+    from medpref.contracts import ContractError
+    from medpref.handoffs import POLICY_ROLES
+    from medpref.outputs import read_rows
+    from medpref.params import repo_path
 
+    path = Path(path) if path is not None else repo_path(POLICY_ROLES)
+    if not path.exists():
+        return []
     base_role = params.training.base_role
-    return [DoctorConfig(name=p.run, role=base_role, adapter=p.adapter)
-            for p in trained_policies(params)]
+    base_model = params.shared.llm.roles[base_role].model
+    out = []
+    for line, row in enumerate(read_rows(path), start=1):
+        for field in ("run", "model", "adapter"):
+            if not row.get(field):
+                raise ContractError(path, line, field, "missing")
+        if Path(row["model"]) != Path(base_model):
+            raise ContractError(path, line, "model", f"'{row['model']}' is not the "
+                                f"'{base_role}' role's model '{base_model}'")
+        out.append(DoctorConfig(name=row["run"], role=base_role, adapter=row["adapter"]))
+    return out
 
 
 def all_doctors(configured: Sequence[DoctorConfig], trained: Sequence[DoctorConfig]

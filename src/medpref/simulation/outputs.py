@@ -281,6 +281,18 @@ def table2_corrected_table(records: Rows, params) -> pd.DataFrame:
                                             g.min_validated_share), sp_view(records, params).kinds)
 
 
+def table2_read_table(records: Rows, params) -> pd.DataFrame:
+    """Each model doctor's ALL score per category beside what a blind reader found earned
+    (:func:`corrected.read_table`), with the grader's validation reading."""
+    from medpref.simulation.corrected import read_table, validation_reading
+
+    g, items = params.simulation.grader, run_items(records, params)
+    return tables.with_kind(read_table(sp_view(records, params).per_case, items,
+                                       _boot(params), params.shared.seed),
+                            sp_view(records, params).kinds).assign(
+        grader=validation_reading(items, g.min_validated_share))
+
+
 def per_case_builder(records: Rows, params) -> pd.DataFrame:
     return sp_view(records, params).per_case.copy()
 
@@ -601,6 +613,7 @@ OUTPUTS = StageOutputs("06_simulation", (
     Table("table2_paired", table2_paired_table, floatfmt=".3f"),
     Table("table2_range", table2_range_table, floatfmt=".1f"),
     Table("table2_corrected", table2_corrected_table, floatfmt=".3f"),
+    Table("table2_read", table2_read_table, floatfmt=".1f"),
     Table("controls_gate", controls_gate_table, floatfmt=".1f"),
     Table("compliance", compliance_table, floatfmt=".3f"),
     Figure("compliance_radar", radar_figure),

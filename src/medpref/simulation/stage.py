@@ -95,6 +95,7 @@ class SimulationOutputs:
     grader_validation: pd.DataFrame
     table2_ci: pd.DataFrame
     table2_paired: pd.DataFrame
+    table2_read: pd.DataFrame
     behaviour: pd.DataFrame
     table2_range: pd.DataFrame
     controls_gate: pd.DataFrame
@@ -576,7 +577,7 @@ def outputs_of(built: dict[str, Any], records: dict[str, list[dict]], stage,
         compliance=built["compliance"], grid=built["table3_grid"],
         table6=built["table6_rethinker"], grader_validation=built["grader_validation"],
         table2_ci=built["table2_ci"], table2_paired=built["table2_paired"],
-        behaviour=outputs.behaviour_table(records, stage.params),
+        table2_read=built["table2_read"], behaviour=outputs.behaviour_table(records, stage.params),
         table2_range=built["table2_range"], controls_gate=built["controls_gate"],
         doctors=doctors, model_ids=model_ids,
         prompts={n: t.sha for n, t in h.templates.items()},
