@@ -78,6 +78,15 @@ display(out.table2_ci)
 out.table2_paired
 
 # %% [markdown]
+# What a blind reader found earned, per model doctor and category: Table 2's score beside
+# the read score (the share of each case's checklist a reader found earned), the credits
+# read and found earned, the misses found earned, and the read score against `base`
+# (docs/sp-test.md, "What a reader found, doctor by doctor"):
+
+# %%
+out.table2_read
+
+# %% [markdown]
 # ## The instrument's range and the controls' gate
 #
 # Per category, `control_script` minus `control_lecture` paired by case: the widest

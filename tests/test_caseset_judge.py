@@ -1,0 +1,45 @@
+"""scripts/caseset_judge.py: the controls graded by the judge role, not by the rules."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import pytest
+
+from medpref import REPO_ROOT
+from medpref.llm.scripted import ScriptedBackend
+from medpref.llm.session import register_backend
+
+spec = importlib.util.spec_from_file_location("caseset_judge",
+                                              REPO_ROOT / "scripts" / "caseset_judge.py")
+cj = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cj)
+
+ANSWER = {"text": "Yes"}
+
+
+@register_backend("test_caseset_judge")
+def _backend(cfg, shared):
+    return ScriptedBackend(lambda req: ANSWER["text"], name="always")
+
+
+@pytest.mark.parametrize("answer, score", [("Yes", 100.0), ("No", 0.0)])
+def test_the_judge_not_the_rules_grades_the_controls(tmp_path, answer, score):
+    """A judge that says yes to everything passes the lecture on every symptom and test
+    item (the rules give it 0), one that says no fails the clinician's script: the rows
+    are the judge's, and its range shows in them. (A diagnosis also needs the judge's
+    count of candidates, which "Yes" does not give.)"""
+    ANSWER["text"] = answer
+    args = SimpleNamespace(source="embedded", path=None, limit=1, start=0,
+                           controls=["control_script", "control_lecture"], mode="generate",
+                           backend="test_caseset_judge", model="always", free=True,
+                           cache=str(tmp_path / "cache.sqlite"), out=None)
+    text = cj.run(args)
+    assert "role `judge` = test_caseset_judge" in text
+    table = text.split("control_script expected")[0]       # the controls' table, no gate
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()
+            if line.startswith("| control_")}
+    for control in ("control_script", "control_lecture"):
+        cells = [c.strip() for c in rows[control].split("|")[3:5]]     # Sym., Test
+        assert all(float(c) == score for c in cells if c != "nan"), rows[control]
