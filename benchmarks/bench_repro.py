@@ -38,12 +38,14 @@ The utilisation table (``repro_utilisation.json`` and ``.md`` beside the record)
 stage's model work against two rates of the machine: GFLOP/s (prompt and generated tokens
 at 2N FLOP, trained tokens at 6N, N the model's non-embedding parameters from its config)
 against a float32 matrix product's peak on the record's cores, and generated tokens/s
-against the embedded model generating in a batch of 16. Trained tokens are trl's
-``num_tokens`` in the trainer logs ``dvc.lock`` lists as each stage's outputs (the REM's,
-which its log lacks, derived from its examples' lengths). ``--run`` measures the peak
-before the run and writes the table with the record; ``--utilisation`` writes it for the
-record already in ``--timings-dir``, from this checkout's logs, both rates measured now
-(``--repeats``: the best of that many). docs/speed.md says what the count leaves out.
+against the embedded model generating in a batch of 16 (one row at a time beside it).
+Trained tokens are trl's ``num_tokens`` in the trainer logs ``dvc.lock`` lists as each
+stage's outputs (the REM's, which its log lacks, derived from its examples' lengths while
+this checkout's data is the one it trained on; else not recorded). ``--run`` measures the
+peak before the run and writes the table with the record; ``--utilisation`` writes it for
+the record already in ``--timings-dir``, from the trainer logs committed with it (the
+checkout's while it is not committed), both rates measured now (``--repeats``: the best
+of that many). docs/speed.md says what the count leaves out.
 
 Usage:
   PYTHONPATH=src .venv/bin/python benchmarks/bench_repro.py [--root .]
@@ -324,6 +326,7 @@ def in_place(starts: list[tuple[str, float]], end: float) -> tuple[dict[str, flo
 FLOP_PER_TOKEN = {"prompt": 2, "generated": 2, "trained": 6}  # × N (forward 2N, backward 4N)
 PEAK_SIZES = (1024, 1536, 2048)   # float32 matrix products n × n × n
 BATCH, BATCH_TOKENS = 16, 64      # the batched generation rate: 16 rows, 64 new tokens each
+GEN_BATCHES = (BATCH, 1)          # generation rates measured: batched and one row at a time
 MODEL = Path("models/smollm2-135m-instruct")
 
 
@@ -359,11 +362,11 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def batched_generator(model_dir: Path, threads: int):
-    """A function that times the embedded model's greedy generation for one batch of
-    ``BATCH`` short patient questions (bench_backends.py's), each row made to generate
-    exactly ``BATCH_TOKENS`` tokens (the short prompts' prefill included), in tokens/s;
-    the model is loaded and one batch run untimed first."""
+def generation_timer(model_dir: Path, threads: int):
+    """A function that times the embedded model's greedy generation of one batch of each
+    size in ``GEN_BATCHES`` (bench_backends.py's short patient questions), each row made to
+    generate exactly ``BATCH_TOKENS`` tokens (the short prompts' prefill included), and
+    returns tokens/s by batch size; the model is loaded and each batch run untimed first."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -375,24 +378,32 @@ def batched_generator(model_dir: Path, threads: int):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
                                      add_generation_prompt=True)
-             for q in (QUESTIONS * 2)[:BATCH]]
-    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+             for q in (QUESTIONS * 2)[:max(GEN_BATCHES)]]
+    runs = {}
+    for size in GEN_BATCHES:
+        enc = tok(texts[:size], return_tensors="pt", padding=True, add_special_tokens=False)
+        runs[size] = partial(model.generate, **enc, do_sample=False,
+                             min_new_tokens=BATCH_TOKENS, max_new_tokens=BATCH_TOKENS,
+                             pad_token_id=tok.pad_token_id)
 
-    def generate():
+    def timed(size: int) -> float:
         with torch.inference_mode():
-            model.generate(**enc, do_sample=False, min_new_tokens=BATCH_TOKENS,
-                           max_new_tokens=BATCH_TOKENS, pad_token_id=tok.pad_token_id)
+            return _timed(runs[size])
 
-    generate()
-    return lambda: round(BATCH * BATCH_TOKENS / _timed(generate), 1)
+    for size in GEN_BATCHES:
+        timed(size)
+    return lambda: {str(size): round(size * BATCH_TOKENS / timed(size), 1)
+                    for size in GEN_BATCHES}
 
 
 def machine_rates(model_dir: Path | None, threads: int, attempts: int,
                   gap_s: float = 0.0) -> dict:
-    """The peak and (with a ``model_dir``) the batched rate, measured ``attempts`` times
+    """The peak and (with a ``model_dir``) the generation rates, measured ``attempts`` times
     ``gap_s`` seconds apart, each attempt with its time and load average; the best of each
     rate is kept (on a shared machine every attempt is low, and the loads say so)."""
-    generate = batched_generator(model_dir, threads) if model_dir else None
+    import torch
+
+    generate = generation_timer(model_dir, threads) if model_dir else None
     runs = []
     for i in range(attempts):
         if i:
@@ -400,30 +411,53 @@ def machine_rates(model_dir: Path | None, threads: int, attempts: int,
         run = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "load": round(os.getloadavg()[0], 2), "peak": matmul_peak(threads)}
         if generate:
-            run["batched_tokens_per_s"] = generate()
+            run["generation_tokens_per_s"] = generate()
         runs.append(run)
         print(f"[bench_repro] rates, attempt {i + 1}: {run}", flush=True)
     best = max(runs, key=lambda r: r["peak"]["gflops"])
-    out = {"threads": threads, "attempts": runs, "peak": best["peak"]}
+    out = {"threads": threads, "torch": torch.__version__, "attempts": runs,
+           "peak": best["peak"]}
     if generate:
-        out["batched"] = batched_summary(max(r["batched_tokens_per_s"] for r in runs))
+        out["batched"] = batched_summary([r["generation_tokens_per_s"] for r in runs])
     return out
 
 
-def batched_summary(tokens_per_s: float) -> dict:
-    return {"tokens_per_s": tokens_per_s, "batch": BATCH, "new_tokens": BATCH_TOKENS}
+def batched_summary(attempts: list[dict[str, float]]) -> dict:
+    """The best generation rate of each batch size over ``attempts``; ``tokens_per_s`` is
+    the batched one (``BATCH`` rows), the one the stages are set against."""
+    best = {size: max(a[size] for a in attempts) for size in attempts[0]}
+    return {"tokens_per_s": best[str(BATCH)], "batch": BATCH, "new_tokens": BATCH_TOKENS,
+            "tokens_per_s_by_batch": best}
 
 
-def lock_outs(root: Path) -> dict[str, list[str]]:
+def reader(root: Path, rev: str | None):
+    """A function giving a file of ``root`` by its relative path, as text (None when
+    absent): the working tree's, or with ``rev`` the one committed at that git revision."""
+    def read(rel: str) -> str | None:
+        if rev is None:
+            path = root / rel
+            return path.read_text(encoding="utf-8") if path.exists() else None
+        shown = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=root, text=True,
+                               capture_output=True)
+        return None if shown.returncode else shown.stdout
+    return read
+
+
+def _json(read, rel: str):
+    text = read(rel)
+    return json.loads(text) if text else {}
+
+
+def lock_outs(read) -> dict[str, list[str]]:
     """Each dvc stage's outputs as ``dvc.lock`` records them (matrix cells expanded)."""
     import yaml
 
-    lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8")) or {}
+    lock = yaml.safe_load(read("dvc.lock") or "") or {}
     return {name: [o["path"] for o in st.get("outs", [])]
             for name, st in lock.get("stages", {}).items()}
 
 
-def trainer_tokens(root: Path, outs: list[str]) -> tuple[int, str] | None:
+def trainer_tokens(read, outs: list[str]) -> tuple[int, str] | None:
     """Tokens a stage's trainer processed, from its ``log_history.json`` (trl's
     ``num_tokens`` at the last step: the non-padding tokens of every batch, a DPO pair's
     prompt counted with each answer) and how they were read; 0 for a run that reused
@@ -431,43 +465,44 @@ def trainer_tokens(root: Path, outs: list[str]) -> tuple[int, str] | None:
     log = next((o for o in outs if o.endswith("log_history.json")), None)
     if log is None:
         return None
-    steps = read_json(root / Path(log).parent / "timings.json").get("steps_s", {})
+    steps = _json(read, str(Path(log).parent / "timings.json")).get("steps_s", {})
     if steps and "train" not in steps:
         return 0, f"{log}: reused another run's adapter ({', '.join(steps)})"
-    counts = [r["num_tokens"] for r in read_json(root / log) if "num_tokens" in r]
+    counts = [r["num_tokens"] for r in _json(read, log) if "num_tokens" in r]
     if not counts:
-        raise SystemExit(f"{root / log}: no num_tokens in any logged step")
+        raise SystemExit(f"{log}: no num_tokens in any logged step")
     return int(counts[-1]), f"{log}: num_tokens at the last step"
 
 
-def rem_trained_tokens(root: Path) -> tuple[int, str]:
+def rem_trained_tokens(root: Path, read) -> tuple[int | None, str]:
     """The REM's training tokens, which stage 03's loss record does not log: the tokens of
     each training example in the model's chat template (prompt and answer, as the stage
     measures them to drop the too long; the ``rem.train.max_rows`` rows the stage trains on),
-    summed, times the examples the trainer saw per
-    example (the epochs; fewer when the step cap cut them). The stage's ``metrics.json``
-    must count as many training examples as this checkout's data gives."""
+    summed, times the examples the trainer saw per example (the epochs; fewer when the step
+    cap cut them). Derived from ``root``'s data and params, so only when the run's
+    ``metrics.json`` (``read``) counts as many training examples as they give; else None,
+    not recorded."""
     from transformers import AutoTokenizer
 
     from medpref.finetune.hardware import load_hardware
     from medpref.finetune.sft import drop_too_long, token_length
     from medpref.params import load_params, repo_path
     from medpref.rem import build_rem as b03
+    from medpref.rem.eval_sets import stratified_subset
 
     params = load_params(root / "params.yaml")
     p, t = params.rem, params.rem.train
-    from medpref.rem.eval_sets import stratified_subset
-
     inputs = b03.load_inputs(p, repo_path(params.shared.split))
     rows = stratified_subset(inputs.split("train"), t.max_rows, params.shared.seed)  # as trained
     examples = b03.sft_examples(rows, inputs.flowchart, p.prompt, t.rule_detail,
                                 t.answer_order)
     tok = AutoTokenizer.from_pretrained(repo_path(params.shared.llm.roles[p.role].model))
     kept, _ = drop_too_long(tok, examples, t.recipe.max_length, ("completion",))
-    fit = read_json(root / "reports/03_rem/metrics.json").get("training", {})
+    fit = _json(read, "reports/03_rem/metrics.json").get("training", {})
     if fit.get("n_train") != len(kept):
-        raise SystemExit(f"{root / 'reports/03_rem/metrics.json'}: training.n_train "
-                         f"{fit.get('n_train')} but this checkout's data gives {len(kept)}")
+        return None, (f"not recorded: the loss record has no token counts, and the run's "
+                      f"{fit.get('n_train')} training examples are not the {len(kept)} this "
+                      "checkout's data gives")
     hw = load_hardware(t.hardware).rem
     seen = min(fit["steps"] * hw.per_device_train_batch_size * hw.gradient_accumulation_steps,
                len(kept) * t.recipe.num_train_epochs)
@@ -478,26 +513,30 @@ def rem_trained_tokens(root: Path) -> tuple[int, str]:
         f"{hw.per_device_train_batch_size} × {hw.gradient_accumulation_steps})")
 
 
-def trained_by_stage(root: Path, stages: list[str]) -> dict[str, tuple[int, str]]:
+def trained_by_stage(root: Path, stages: list[str],
+                     rev: str | None = None) -> dict[str, tuple[int | None, str]]:
     """Training tokens of every stage that trains, read from the logs ``dvc.lock`` names
-    as its outputs (the REM's derived: its loss record has no token counts)."""
-    outs, found = lock_outs(root), {}
+    as its outputs, in ``root``'s working tree or at git revision ``rev`` (the REM's
+    derived: its loss record has no token counts)."""
+    read = reader(root, rev)
+    outs, found = lock_outs(read), {}
     for name in stages:
-        got = trainer_tokens(root, outs.get(name, []))
+        got = trainer_tokens(read, outs.get(name, []))
         if got is None and any(o.endswith("records/training_loss.jsonl")
                                for o in outs.get(name, [])):
-            got = rem_trained_tokens(root)
+            got = rem_trained_tokens(root, read)
         if got is not None:
             found[name] = got
     return found
 
 
-def stage_work(st: dict, trained: int, n_params: int) -> dict:
+def stage_work(st: dict, trained: int | None, n_params: int) -> dict:
     """A stage's model FLOP: prompt and generated tokens at 2N each, trained tokens at
-    6N; its GFLOP/s over the stage's wall time and its generated tokens/s."""
+    6N (None: not recorded, left out); its GFLOP/s over the stage's wall time and its
+    generated tokens/s."""
     tin, tout = st.get("tokens_in") or 0, st.get("tokens_out") or 0
     flop = n_params * (FLOP_PER_TOKEN["prompt"] * tin + FLOP_PER_TOKEN["generated"] * tout
-                       + FLOP_PER_TOKEN["trained"] * trained)
+                       + FLOP_PER_TOKEN["trained"] * (trained or 0))
     wall = st["wall_s"]
     return {"stage": st["stage"], "wall_s": wall, "tokens_in": tin, "tokens_out": tout,
             "tokens_trained": trained, "tflop": round(flop / 1e12, 2),
@@ -505,7 +544,8 @@ def stage_work(st: dict, trained: int, n_params: int) -> dict:
             "gen_tokens_per_s": round(tout / wall, 1) if tout else None}
 
 
-def utilisation_record(timings: dict, trained: dict[str, tuple[int, str]], n_params: int,
+def utilisation_record(timings: dict, trained: dict[str, tuple[int | None, str]],
+                       n_params: int,
                        rates: dict, logs: str) -> dict:
     """Every stage of a cold-run record with its model work, GFLOP/s and share of the
     measured peak, generated tokens/s and share of the batched rate; the whole run too."""
@@ -515,7 +555,7 @@ def utilisation_record(timings: dict, trained: dict[str, tuple[int, str]], n_par
     total = stage_work({"stage": "total", "wall_s": timings["total_wall_s"],
                         "tokens_in": sum(r["tokens_in"] for r in rows),
                         "tokens_out": sum(r["tokens_out"] for r in rows)},
-                       sum(r["tokens_trained"] for r in rows), n_params)
+                       sum(r["tokens_trained"] or 0 for r in rows), n_params)
     for r in [*rows, total]:
         r["peak_pct"] = round(100 * r["gflops"] / peak, 1) if r["gflops"] else None
         r["batched_pct"] = (round(100 * r["gen_tokens_per_s"] / batched, 1)
@@ -542,7 +582,9 @@ def utilisation_markdown(rec: dict) -> str:
              f"average {loads[0]:.2f} to {loads[-1]:.2f}): matrix-product peak "
              f"{peak['gflops']:,.1f} GFLOP/s (float32, n = {', '.join(peak['gflops_by_n'])}), "
              f"batched generation {bat['tokens_per_s']:,.1f} tokens/s (batch {bat['batch']}, "
-             f"{bat['new_tokens']} new tokens each). N = {rec['n_params']:,} non-embedding "
+             f"{bat['new_tokens']} new tokens each; one row at a time "
+             f"{bat['tokens_per_s_by_batch']['1']:,.1f} tokens/s), torch {rates['torch']}. "
+             f"N = {rec['n_params']:,} non-embedding "
              f"parameters; a prompt or generated token counts "
              f"{rec['flop_per_token']['prompt']}N FLOP, a trained token "
              f"{rec['flop_per_token']['trained']}N.",
@@ -551,22 +593,29 @@ def utilisation_markdown(rec: dict) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in [*rec["stages"], rec["total"]]:
         name = f"**{r['stage']}**" if r is rec["total"] else r["stage"]
+        trained = ("not recorded" if r["tokens_trained"] is None
+                   else _num(r["tokens_trained"], ","))
         lines.append(f"| {name} | {r['wall_s']:,.1f} | {_num(r['tokens_in'], ',')} | "
-                     f"{_num(r['tokens_out'], ',')} | {_num(r['tokens_trained'], ',')} | "
+                     f"{_num(r['tokens_out'], ',')} | {trained} | "
                      f"{_num(r['tflop'], ',.2f')} | {_num(r['gflops'])} | "
                      f"{_num(r['peak_pct'])} | {_num(r['gen_tokens_per_s'])} | "
                      f"{_num(r['batched_pct'])} |")
     lines += ["", f"Prompt and generated tokens: the run's ledgers; trained tokens: the "
               f"trainer logs of {rec['logs']}:", ""]
     lines += [f"- {stage}: {how}" for stage, how in rec["trained_from"].items()]
+    if any(r["tokens_trained"] is None for r in rec["stages"]):
+        lines += ["", "Trained tokens not recorded count for nothing in their stage's "
+                  "FLOP and the total's: those rows understate the work done."]
     if loads[0] >= rates["threads"]:
         lines += ["", f"**Every attempt ran under a load average of at least {loads[0]:.2f} "
                   f"on {rates['threads']} threads:** the rates are far below this machine's "
                   "idle ones, and the shares of them above are too high by as much; rerun "
                   "`bench_repro.py --utilisation` on an idle machine."]
     lines += ["", "Not counted: attention over the context, the LM head, DPO's reference "
-              "pass. A LoRA run takes no gradient of the frozen weights, so a trained token "
-              "costs nearer 4N than 6N: the training rows overstate the work done (docs/speed.md)."]
+              "pass, the MiniLM encoder (the fitted REM scorers' and iMAP's embeddings, "
+              "outside the ledgers). A LoRA run takes no gradient of the frozen weights, so "
+              "a trained token costs nearer 4N than 6N: the training rows overstate the work "
+              "done (docs/speed.md)."]
     return "\n".join(lines) + "\n"
 
 
@@ -578,24 +627,26 @@ def write_utilisation(out_dir: Path, rec: dict) -> tuple[Path, Path]:
     return js, md
 
 
-def utilisation(root: Path, timings: dict, rates: dict, out_dir: Path, logs: str) -> None:
+def utilisation(root: Path, timings: dict, rates: dict, out_dir: Path, logs: str,
+                rev: str | None = None) -> None:
     """Build and write the utilisation table of a cold-run record, its trained tokens read
-    from ``root``'s trainer logs (``logs`` says which run wrote them) and N from ``root``'s
-    model config."""
-    trained = trained_by_stage(root, [s["stage"] for s in timings["stages"]])
+    from ``root``'s trainer logs (at git revision ``rev`` if given; ``logs`` says which
+    run wrote them) and N from ``root``'s model config."""
+    trained = trained_by_stage(root, [s["stage"] for s in timings["stages"]], rev)
     rec = utilisation_record(timings, trained, non_embedding_params(root / MODEL), rates, logs)
     for path in write_utilisation(out_dir, rec):
         print(f"wrote {path}")
     print(utilisation_markdown(rec))
 
 
-def committed_logs(root: Path) -> str:
-    """Which commit last changed the trainer logs in ``root``'s ``reports/``."""
-    logs = [o for outs in lock_outs(root).values() for o in outs
-            if o.endswith(("log_history.json", "records/training_loss.jsonl"))]
-    commit = subprocess.run(["git", "log", "-1", "--format=%h", "--", *logs], cwd=root,
-                            text=True, capture_output=True, check=True).stdout.strip()
-    return f"the checkout's reports/ (last changed at commit `{commit}`)"
+def record_revision(path: Path) -> str | None:
+    """The commit that last changed the record at ``path``: the one that holds the reports
+    of the run it records, committed with it. None when the record in the working tree is
+    not committed as it stands (a run just made: its reports are the checkout's)."""
+    git = partial(subprocess.run, cwd=path.parent, text=True, capture_output=True, check=True)
+    if git(["git", "status", "--porcelain", "--", path.name]).stdout.strip():
+        return None
+    return git(["git", "log", "-1", "--format=%h", "--", path.name]).stdout.strip() or None
 
 
 def main() -> None:
@@ -639,8 +690,8 @@ def main() -> None:
         load_before, started = os.getloadavg()[0], time.time()
         measured, total, cpu = run_repro(root, args.stage)
         if not weights:  # a fresh checkout: the run's own models stage wrote the weights
-            generate = batched_generator(root / MODEL, os.cpu_count())
-            rates["batched"] = batched_summary(max(generate() for _ in range(args.repeats)))
+            generate = generation_timer(root / MODEL, os.cpu_count())
+            rates["batched"] = batched_summary([generate() for _ in range(args.repeats)])
     if args.starts:
         if args.end is None:
             raise SystemExit("--starts needs --end (the epoch second the run ended)")
@@ -673,7 +724,10 @@ def main() -> None:
         if not record:
             raise SystemExit(f"--utilisation: no {args.timings_dir / 'repro_timings.json'}")
         rates = machine_rates(root / MODEL, record["cores"], args.repeats, args.gap)
-        utilisation(root, record, rates, args.timings_dir, committed_logs(root))
+        rev = record_revision(args.timings_dir / "repro_timings.json")
+        logs = (f"commit `{rev}`, where the record was committed" if rev
+                else "the checkout's reports/ (the record is not committed)")
+        utilisation(root, record, rates, args.timings_dir, logs, rev)
     if args.compare:
         current = args.timings_dir / "repro_timings.json"
         if not current.exists():

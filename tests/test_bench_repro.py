@@ -104,10 +104,11 @@ def test_a_run_is_dated_by_its_start():
 
 # -- the utilisation table (no model is loaded: a fake record, fake rates) -----------------
 PEAK = {"gflops": 100.0, "gflops_by_n": {"1024": 90.0, "2048": 100.0}}
-RATES = {"threads": 2, "peak": PEAK,
+RATES = {"threads": 2, "torch": "2.9.0+cpu", "peak": PEAK,
          "attempts": [{"date": "2026-01-01 01:00 UTC", "load": 3.5, "peak": PEAK},
                       {"date": "2026-01-01 01:10 UTC", "load": 0.5, "peak": PEAK}],
-         "batched": {"tokens_per_s": 50.0, "batch": 16, "new_tokens": 64}}
+         "batched": {"tokens_per_s": 50.0, "batch": 16, "new_tokens": 64,
+                     "tokens_per_s_by_batch": {"16": 50.0, "1": 12.5}}}
 TIMINGS = {"commit": "abc1234", "date": "2026-01-01 00:00 UTC", "cores": 2, "how": "fresh",
            "total_wall_s": 1000.0,
            "stages": [{"stage": "models", "wall_s": 10.0, "tokens_in": None, "tokens_out": None},
@@ -172,10 +173,32 @@ def test_the_table_has_its_columns_rates_and_sources(tmp_path):
     assert "commit `abc1234`" in head and "on 2 threads, the best of 2 attempts from " \
         "2026-01-01 01:00 UTC to 2026-01-01 01:10 UTC (load average 0.50 to 3.50)" in head
     assert "peak 100.0 GFLOP/s (float32, n = 1024, 2048)" in head
-    assert "batched generation 50.0 tokens/s (batch 16, 64 new tokens each)" in head
+    assert ("batched generation 50.0 tokens/s (batch 16, 64 new tokens each; one row at a "
+            "time 12.5 tokens/s), torch 2.9.0+cpu") in head
     assert "N = 100,000,000 non-embedding parameters" in head
     assert "- training_sft: sft log: num_tokens" in lines
     assert not any("Every attempt ran under a load" in line for line in lines)
+    assert not any("not recorded" in line for line in lines)
+
+
+def test_a_training_stage_whose_tokens_are_not_recorded_says_so_and_counts_its_reading():
+    """The REM's trained tokens unknown (None): its cell says so, its FLOP are its reading
+    and writing only (N = 1e8: 9,000 + 1,000 tokens = 2e12 FLOP in 400 s = 5 GFLOP/s), and
+    the total counts the SFT's 10,000 trained tokens alone (2e12 + 6e12 in 1,000 s)."""
+    b = bench()
+    timings = {**TIMINGS, "stages": [{**TIMINGS["stages"][1], "stage": "rem"},
+                                     *TIMINGS["stages"][2:]]}
+    rec = b.utilisation_record(timings, {"rem": (None, "not recorded: no counts"),
+                                         "training_sft": (10_000, "log")},
+                               100_000_000, RATES, "commit `abc1234`")
+    rem = rec["stages"][0]
+    assert (rem["tokens_trained"], rem["tflop"], rem["gflops"]) == (None, 2.0, 5.0)
+    assert (rec["total"]["tokens_trained"], rec["total"]["tflop"]) == (10_000, 8.0)
+    lines = b.utilisation_markdown(rec).splitlines()
+    assert "| rem | 400.0 | 9,000 | 1,000 | not recorded | 2.00 | 5.0 | 5.0 | 2.5 | 5.0 |" \
+        in lines
+    assert "- rem: not recorded: no counts" in lines
+    assert any(line.startswith("Trained tokens not recorded count for nothing") for line in lines)
 
 
 def test_rates_measured_on_a_busy_machine_are_flagged():
@@ -226,6 +249,48 @@ def test_trained_tokens_come_from_the_trainer_log_and_a_reused_run_trained_none(
         b.trained_by_stage(tmp_path, ["a"])
 
 
+def test_trained_tokens_are_read_at_the_commit_that_holds_the_record(tmp_path):
+    """A record committed with its run's trainer log: a later run's log in the working tree
+    (or a later commit of it alone) is not the one read; an uncommitted record reads the
+    working tree."""
+    import subprocess
+
+    import yaml
+
+    b = bench()
+
+    def git(*cmd):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *cmd],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    def log(tokens):
+        (tmp_path / "reports/s/log_history.json").write_text(json.dumps([{"num_tokens": tokens}]))
+
+    (tmp_path / "reports/s").mkdir(parents=True)
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(
+        {"stages": {"s": {"outs": [{"path": "reports/s/log_history.json"}]}}}))
+    record = tmp_path / "repro_timings.json"
+    record.write_text("{}")
+    log(100)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "run")
+    log(250)
+    git("commit", "-qam", "a later run of the stage")
+    log(400)
+    rev = b.record_revision(record)
+    assert rev and b.trained_by_stage(tmp_path, ["s"], rev)["s"][0] == 100
+    assert b.trained_by_stage(tmp_path, ["s"])["s"][0] == 400
+    record.write_text('{"commit": "new"}')
+    assert b.record_revision(record) is None
+
+
+def test_the_generation_rates_keep_each_batch_sizes_best():
+    got = bench().batched_summary([{"16": 90.0, "1": 30.0}, {"16": 120.0, "1": 25.0}])
+    assert got == {"tokens_per_s": 120.0, "batch": 16, "new_tokens": 64,
+                   "tokens_per_s_by_batch": {"16": 120.0, "1": 30.0}}
+
+
 def test_the_rates_keep_the_best_attempt_with_each_attempts_time_and_load(monkeypatch):
     """Attempts on a shared machine: each records when and under what load it ran; the
     best peak is kept with its sizes; without a model folder no batched rate is made."""
@@ -239,6 +304,7 @@ def test_the_rates_keep_the_best_attempt_with_each_attempts_time_and_load(monkey
     assert [a["peak"]["gflops"] for a in rates["attempts"]] == [50.0, 80.0, 60.0]
     assert all({"date", "load"} <= set(a) for a in rates["attempts"])
     assert "batched" not in rates and rates["threads"] == 2
+    assert rates["torch"] == __import__("torch").__version__
 
 
 def test_the_peak_is_two_n_cubed_over_the_best_time(monkeypatch):
