@@ -90,10 +90,27 @@ def run(args) -> str:
                        seconds=time.perf_counter() - t0)
     cfg = params.shared.llm.roles[role]
     abstained = sum(x.passed is None for x in grades)
+    spread = p_yes_spread(grades)
     head = (f"Judge grader `{args.mode}`, role `{role}` = {cfg.backend} `{cfg.model}`: "
             f"{len(grades)} items graded, {abstained} without a usable answer; model use "
-            f"{session.ledger.totals()['total']}\n\n")
+            f"{session.ledger.totals()['total']}\n\n" + spread)
     return head + casesets.render(table)
+
+
+def p_yes_spread(grades) -> str:
+    """Per control and category, the judge's p(yes) over the items (min, median, max)
+    against the pass threshold: whether it separates, or says the same to every item."""
+    import numpy as np
+
+    lines = []
+    for doctor in dict.fromkeys(g.doctor for g in grades):
+        for cat in grading.CATEGORIES:
+            ps = [g.p_yes for g in grades if g.doctor == doctor and g.category == cat
+                  and g.p_yes is not None]
+            if ps:
+                lines.append(f"- {doctor} {cat}: p(yes) min {min(ps):.3f}, median "
+                             f"{float(np.median(ps)):.3f}, max {max(ps):.3f} ({len(ps)} items)")
+    return ("\n".join(lines) + "\n\n") if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:

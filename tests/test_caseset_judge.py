@@ -37,6 +37,9 @@ def test_the_judge_not_the_rules_grades_the_controls(tmp_path, answer, score):
                            cache=str(tmp_path / "cache.sqlite"), out=None)
     text = cj.run(args)
     assert "role `judge` = test_caseset_judge" in text
+    # the judge's spread per control: every answer the same, so min = max
+    share = f"{score / 100:.3f}"
+    assert f"- control_lecture symptoms: p(yes) min {share}, median {share}, max {share}" in text
     table = text.split("control_script expected")[0]       # the controls' table, no gate
     rows = {line.split("|")[1].strip(): line for line in table.splitlines()
             if line.startswith("| control_")}
