@@ -7,30 +7,33 @@ from types import SimpleNamespace
 
 import pytest
 
-from medpref import REPO_ROOT
+from medpref import REPO_ROOT, registry
 from medpref.llm.scripted import ScriptedBackend
-from medpref.llm.session import register_backend
 
 spec = importlib.util.spec_from_file_location("caseset_judge",
                                               REPO_ROOT / "scripts" / "caseset_judge.py")
 cj = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cj)
 
-ANSWER = {"text": "Yes"}
 
-
-@register_backend("test_caseset_judge")
-def _backend(cfg, shared):
-    return ScriptedBackend(lambda req: ANSWER["text"], name="always")
+@pytest.fixture
+def always():
+    """A backend answering every request with ``answer["text"]``, registered for one test
+    (the registries are module state)."""
+    answer = {"text": "Yes"}
+    registry.register_backend("test_caseset_judge")(
+        lambda cfg, shared: ScriptedBackend(lambda req: answer["text"], name="always"))
+    yield answer
+    registry.BACKENDS.unregister("test_caseset_judge")
 
 
 @pytest.mark.parametrize("answer, score", [("Yes", 100.0), ("No", 0.0)])
-def test_the_judge_not_the_rules_grades_the_controls(tmp_path, answer, score):
+def test_the_judge_not_the_rules_grades_the_controls(tmp_path, always, answer, score):
     """A judge that says yes to everything passes the lecture on every symptom and test
     item (the rules give it 0), one that says no fails the clinician's script: the rows
     are the judge's, and its range shows in them. (A diagnosis also needs the judge's
     count of candidates, which "Yes" does not give.)"""
-    ANSWER["text"] = answer
+    always["text"] = answer
     args = SimpleNamespace(source="embedded", path=None, limit=1, start=0,
                            controls=["control_script", "control_lecture"], mode="generate",
                            backend="test_caseset_judge", model="always", free=True,

@@ -358,10 +358,15 @@ STEPS = [("01_sampling", "01_sampling", _s01), ("02_notechat", "02_notechat", _s
 
 
 def redirect(monkeypatch, root: Path) -> None:
-    """Every stage's own data/ and reports/ folders under ``root``."""
+    """Every stage's own data/ and reports/ folders under ``root``, and the hand-off files
+    between stages with them (``medpref.handoffs``: stage 06 reads the policies stage 05
+    trained here, not the committed ones)."""
+    from medpref import handoffs
+
     monkeypatch.setattr(Stage, "data_dir", property(lambda self: root / "data" / self.name))
     monkeypatch.setattr(Stage, "reports_dir",
                         property(lambda self: root / "reports" / self.name))
+    monkeypatch.setattr(handoffs, "POLICY_ROLES", str(root / handoffs.POLICY_ROLES))
 
 
 def run_chain(params, root: Path, model: str, start: int = 0) -> dict:
