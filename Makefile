@@ -45,7 +45,7 @@ tables:  ## every table and figure rebuilt from the committed per-item records (
 test:  ## the test suite (CPU, offline; ../shared/data tests skip when it is absent)
 	$(BIN)/python -m pytest -q
 
-test-fast:  ## without the tests that load the LLM or train
+test-fast:  ## without the tests marked slow: those that train, load the LLM, serve or browse
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench:  ## speed benchmarks (print their ratios; ~15 min on 2 cores)

@@ -38,22 +38,41 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_OVERLAY = "configs/overlays/paper.yaml"
 
-#: the role each prompt file serves in the default params (the cache records no role)
-PROMPT_ROLE = {
-    "trajectory_continuation": "annotator", "trajectory_patient": "patient",
-    "trajectory_doctor": "doctor",
-    "notechat_planning": "planner", "notechat_single_prompt": "planner",
-    "notechat_doctor": "doctor", "notechat_patient": "patient", "notechat_polish": "rethinker",
-    "rem_judge": "rem",
-    "annotation_judge": "judge", "annotation_long_plan": "planner",
-    "annotation_short_plan": "planner", "annotation_agent_rank": "ranker",
-    "annotation_rethink_need": "rethinker", "annotation_rethink": "rethinker",
-    "policy_doctor": "policy", "sp_gpt_distance": "judge", "sp_grade_turns_first": "judge",
-    "sp_grade_item_first": "judge", "sp_count_diseases": "judge", "sp_patient": "patient",
-    "imap_question": "judge", "imap_answer": "judge", "imap_relation": "judge",
-    "medqa_distill_text": "policy", "medqa_distill_tools": "policy", "medqa_read": "policy",
-    "medqa_read_closed": "policy", "medqa_judge": "judge",
-}
+#: prompts whose calls name no role in params.yaml, with the role they serve in the default
+#: params: the model under test (the doctors of stage 06 and the policy of stage 08, each
+#: its own role; by default the base doctor's ``policy``) and the single-prompt baseline of
+#: stage 02 (each baseline row names its role; the default rows' is ``planner``)
+UNDER_TEST_ROLE = {"policy_doctor": "policy", "medqa_distill_text": "policy",
+                   "medqa_distill_tools": "policy", "medqa_read": "policy",
+                   "medqa_read_closed": "policy", "notechat_single_prompt": "planner"}
+
+
+def prompt_roles(params: dict) -> dict[str, str]:
+    """The role each prompt file serves (the cache records no role), read from the params:
+    every ``calls`` entry's ``{role, prompt}``, the SP grader's judge prompts
+    (``simulation.grader.prompts``, ``count_prompt``: the role of ``calls.grader``), then
+    :data:`UNDER_TEST_ROLE` for the calls that name no role. A prompt two roles use is an
+    error."""
+    roles: dict[str, str] = {}
+
+    def add(prompt: str, role: str, where: str) -> None:
+        if roles.setdefault(prompt, role) != role:
+            raise ValueError(f"prompt {prompt}: role {roles[prompt]} and {role} ({where})")
+
+    for section, body in params.items():
+        calls = (body or {}).get("calls", {}) if isinstance(body, dict) else {}
+        for name, call in calls.items():
+            if isinstance(call, dict) and call.get("prompt") and call.get("role"):
+                add(call["prompt"], call["role"], f"{section}.calls.{name}")
+    sim = params.get("simulation", {})
+    judge = sim.get("calls", {}).get("grader", {}).get("role")
+    grader = sim.get("grader", {})
+    for prompt in [*grader.get("prompts", []), grader.get("count_prompt")]:
+        if prompt and judge:
+            add(prompt, judge, "simulation.grader")
+    for prompt, role in UNDER_TEST_ROLE.items():
+        add(prompt, role, "UNDER_TEST_ROLE")
+    return roles
 
 
 # ---------------------------------------------------------------- params
@@ -296,13 +315,18 @@ def role_price(paper: dict, role: str) -> tuple[str, dict[str, float] | None]:
 
 
 def estimate_role(drv: Driver, role: str, tally: dict, groups: dict[Group, GroupTokens],
-                  default: dict, paper: dict) -> RoleEstimate:
-    """Scale one role of one ledger: requests x per-group share, factor and tokens."""
+                  default: dict, paper: dict, roles: dict[str, str] | None = None
+                  ) -> RoleEstimate:
+    """Scale one role of one ledger: requests x per-group share, factor and tokens.
+    ``roles``: each prompt's role (:func:`prompt_roles`; default: the repository's
+    params.yaml)."""
     requests = int(tally.get("calls", 0)) + int(tally.get("cache_hits", 0))
     model, price = role_price(paper, role)
     est = RoleEstimate(drv.label, Path(drv.ledger).parent.name, role, model, price is not None,
                        requests)
-    mine = {g: t for g, t in groups.items() if PROMPT_ROLE.get(g.prompt) == role and t.n}
+    if roles is None:
+        roles = prompt_roles(yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")))
+    mine = {g: t for g, t in groups.items() if roles.get(g.prompt) == role and t.n}
     if not mine:  # no cached requests of this role: the ledger's own tokens per call
         calls = max(int(tally.get("calls", 0)), 1)
         mine = {Group("ledger", "chat", False): GroupTokens(
@@ -326,6 +350,7 @@ def estimate_role(drv: Driver, role: str, tally: dict, groups: dict[Group, Group
 
 def estimate(root: Path, cache_dir: Path, default: dict, paper: dict) -> list[RoleEstimate]:
     templates = load_templates(root / "configs" / "prompts")
+    roles = prompt_roles(default)
     out = []
     for drv in DRIVERS:
         groups: dict[Group, GroupTokens] = {}
@@ -334,7 +359,7 @@ def estimate(root: Path, cache_dir: Path, default: dict, paper: dict) -> list[Ro
             if groups:
                 break
         for role, tally in sorted(read_ledger(root / drv.ledger).items()):
-            out.append(estimate_role(drv, role, tally, groups, default, paper))
+            out.append(estimate_role(drv, role, tally, groups, default, paper, roles))
     return out
 
 

@@ -5,10 +5,14 @@ outcomes, the hand-read coverage the gate uses, and the real files where they ar
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from medpref.contracts import ContractError, SPCase, Turn
@@ -16,13 +20,15 @@ from medpref.data.agentclinic import agentclinic_cases
 from medpref.data.cspt import cspt_cases
 from medpref.data.readers import shared_data_dir
 from medpref.echo import asks_history, doctor_sentences, names_disease, zh_item_parts, zh_share
-from medpref.params import REPO_ROOT
+from medpref.params import REPO_ROOT, load_params
 from medpref.simulation import casesets, consult, controls, grading
 from medpref.simulation.config import GraderParams
 from medpref.simulation.graders import GraderContext, build_grader
 
 FIXTURES = Path(__file__).parent / "fixtures" / "casesets"
 COVERAGE = REPO_ROOT / "data" / "embedded" / "sp_script_coverage.jsonl"
+#: the hand-read CSPT rows kept beside stage 06's until it reruns (data/casesets/README.md)
+EXTRA = REPO_ROOT / casesets.EXTRA_COVERAGE[0]
 NEGATIVE = ("control_reciter", "control_lecture", "control_echo", "control_testlist")
 #: where a user keeps CSPT's two published archives (the project may not ship them)
 CSPT_ENV = "MEDPREF_CSPT"
@@ -208,6 +214,107 @@ def test_the_gate_expects_nothing_of_a_category_that_cannot_measure(nejm_case):
     assert expected[(nejm_case.id, "tests")] == 1.0
 
 
+# -- hand-read coverage beside stage 06's file: what the case-set check reads --------------
+
+def toy_encode(texts):
+    """Hashed bag of words and Han characters, L2-normalised (no model to load)."""
+    vecs = np.zeros((len(texts), 256), dtype=np.float32)
+    for i, t in enumerate(texts):
+        for w in re.findall(r"[a-z]+|[\u4e00-\u9fff]", t.lower()):
+            vecs[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % 256] += 1
+    return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-9)
+
+
+def coverage_row(case: SPCase, category: str, covered: int) -> dict:
+    items = getattr(case.checklist, category)
+    return {"case": case.id, "category": category, "covered": covered, "total": len(items),
+            "items_sha": controls.items_fingerprint(items), "note": "read by hand"}
+
+
+def write_rows(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                    encoding="utf-8")
+    return path
+
+
+def with_stage_coverage(path: Path):
+    """The repository's params (what run_case_set reads of them: the stage 06 section)
+    with stage 06's coverage file replaced by ``path``."""
+    sim = load_params().simulation
+    gate = sim.controls_gate.model_copy(update={"script_coverage": str(path)})
+    return SimpleNamespace(simulation=sim.model_copy(update={"controls_gate": gate}))
+
+
+def test_an_extra_coverage_files_rows_reach_the_gate(tmp_path, monkeypatch, cspt_case):
+    """The fixture's script is real (not derived), so without a reading its symptoms are
+    not gated; a row in the extra file (2 of 4 asked) sets the gate's expectation to 50
+    and its limit to 0.8 x 50, while stage 06's file (here: 1 of its 3 tests) still sets
+    the tests' expectation."""
+    from medpref import embedding
+
+    monkeypatch.setattr(embedding, "load_encoder", lambda *a, **k: toy_encode)
+    params = with_stage_coverage(write_rows(tmp_path / "stage.jsonl",
+                                            [coverage_row(cspt_case, "tests", 1)]))
+    extra = write_rows(tmp_path / "extra.jsonl", [coverage_row(cspt_case, "symptoms", 2)])
+
+    def script_gate(coverage):
+        table, _, _ = casesets.run_case_set("cspt", FIXTURES / "cspt", params=params,
+                                            names=["control_script", "control_lecture"],
+                                            coverage=coverage)
+        gate = table.attrs["gate"].set_index(["control", "metric"])
+        return table, gate.loc["control_script"]
+
+    table, gate = script_gate([extra])
+    assert gate.loc["Sym.", "expected_coverage"] == pytest.approx(50.0)
+    assert gate.loc["Sym.", "limit"] == pytest.approx(40.0)
+    assert gate.loc["Sym.", "passed"] is not None
+    assert gate.loc["Test", "expected_coverage"] == pytest.approx(100 / 3)
+    assert table.attrs["hand_read"] == [cspt_case.id]
+    assert "hand-read cases in this run: 1" in casesets.render(table)
+    _, gate = script_gate([])
+    assert np.isnan(gate.loc["Sym.", "expected_coverage"])
+    assert gate.loc["Sym.", "passed"] is None                         # not gated
+    assert gate.loc["Test", "expected_coverage"] == pytest.approx(100 / 3)
+
+
+def test_a_case_read_in_two_files_is_refused_naming_both(tmp_path, cspt_case):
+    row = coverage_row(cspt_case, "tests", 0)
+    first = write_rows(tmp_path / "first.jsonl", [coverage_row(cspt_case, "symptoms", 3), row])
+    second = write_rows(tmp_path / "second.jsonl", [row])
+    with pytest.raises(ContractError, match=r"second\.jsonl:1: field 'case'.*"
+                                            r"cspt-internal_medicine-01 tests.*first\.jsonl:2"):
+        casesets.hand_coverage([first, second], [cspt_case])
+    # refused as well when the case is not in the run: the files merge at the next rerun
+    absent = {**row, "case": "cspt-surgery-09"}
+    write_rows(first, [absent])
+    write_rows(second, [absent])
+    with pytest.raises(ContractError, match="cspt-surgery-09 tests is read in two files"):
+        casesets.hand_coverage([first, second], [cspt_case])
+    write_rows(second, [coverage_row(cspt_case, "symptoms", 3)])
+    assert set(casesets.hand_coverage([first, second], [cspt_case])) == {
+        (cspt_case.id, "symptoms")}
+
+
+def test_cases_are_picked_by_id_and_an_unknown_id_is_refused():
+    (case,) = casesets.load_case_set("cspt", FIXTURES / "cspt", ids=["cspt-internal_medicine-01"])
+    assert case.id == "cspt-internal_medicine-01"
+    with pytest.raises(ValueError, match="has no case cspt-surgery-01"):
+        casesets.load_case_set("cspt", FIXTURES / "cspt", ids=["cspt-surgery-01"])
+
+
+def test_the_extra_cspt_coverage_quotes_no_text_and_repeats_no_stage_row():
+    rows = [json.loads(line) for line in EXTRA.read_text(encoding="utf-8").splitlines()]
+    assert rows and all(r["case"].startswith("cspt-") for r in rows)
+    assert all(r["items_sha"] and not r.get("asked") and not r.get("uncovered") for r in rows)
+    assert len({r["case"] for r in rows}) >= 5
+    files = casesets.coverage_files(load_params().simulation)
+    assert files == [COVERAGE, EXTRA]                 # the default: stage 06's, then this one
+    casesets.hand_coverage(files, [])                 # no (case, category) in both files
+    stage = {json.loads(line)["case"] for line in COVERAGE.read_text(encoding="utf-8")
+             .splitlines()}
+    assert len({c for c in stage if c.startswith("cspt-")} | {r["case"] for r in rows}) >= 20
+
+
 # -- the real files, where they are ---------------------------------------------------------
 
 def shared_agentclinic(name: str):
@@ -242,3 +349,16 @@ def test_cspt_as_published_has_72_cases_and_its_read_rows_match():
     assert len(cases) == 72
     hand = controls.load_script_coverage(COVERAGE, cases)
     assert len({case for case, _ in hand}) == 15
+
+
+@pytest.mark.shared_data
+def test_every_extra_cspt_row_fits_its_published_case():
+    source = os.environ.get(CSPT_ENV)
+    if not source or not Path(source).exists():
+        pytest.skip(f"set {CSPT_ENV} to the folder of CSPT's two published archives")
+    cases = cspt_cases(Path(source))
+    hand = controls.load_script_coverage(EXTRA, cases)       # a changed case raises
+    rows = [json.loads(line) for line in EXTRA.read_text(encoding="utf-8").splitlines()]
+    assert set(hand) == {(r["case"], r["category"]) for r in rows}   # no row for a lost case
+    both = casesets.hand_coverage([COVERAGE, EXTRA], cases)
+    assert len({case for case, _ in both if case.startswith("cspt-")}) == 25

@@ -1,13 +1,12 @@
 """Models known by their content: one identity for base models, adapters, embedding models
 and training inputs; a weight swap behind a folder name misses the cache and shows in
-``dvc status``; older caches carried over by ``medpref cache rekey``."""
+``dvc status``."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from medpref import REPO_ROOT, identity
-from medpref.identity import content_id, file_sha256
-from medpref.llm.cache import ResponseCache, canonical_json, request_key
+from medpref.identity import content_id
+from medpref.llm.cache import ResponseCache
 
 TOKENIZER = REPO_ROOT / "models" / "smollm2-135m-instruct"
 
@@ -177,62 +176,3 @@ def test_dvc_status_sees_a_weight_swap_in_a_model_folder_and_ignores_the_wheels(
     (tmp_path / "models" / "policy-base" / "model.safetensors").write_bytes(b"w2")
     status = dvc(["status"], tmp_path)
     assert "sp_test" in status and "modified" in status and "models" in status
-
-
-def legacy_entry(model: str, adapter_fp: str | None, text: str) -> tuple[str, dict]:
-    req = {"kind": "chat", "backend": "hf", "model": model,
-           "messages": [{"role": "user", "content": text}], "params": {"temperature": 0.0}}
-    if adapter_fp:
-        req["adapter"] = adapter_fp
-    return request_key(req), req
-
-
-def test_rekey_carries_older_entries_over_only_where_the_content_is_known(tmp_path):
-    from medpref.llm.rekey import legacy_adapter_fingerprint, rekey_caches
-
-    base = model_folder(tmp_path / "models", b"w1", name="smollm2-135m-instruct")
-    adapter = tmp_path / "data" / "05_training" / "sft" / "adapter"
-    adapter.mkdir(parents=True)
-    (adapter / "adapter_model.safetensors").write_bytes(b"lora")
-    (adapter / "adapter_config.json").write_text('{"r": 8, "target_modules": ["v", "q"]}')
-    cache_dir = tmp_path / "cache"
-    cache_dir.mkdir()
-    conn = sqlite3.connect(cache_dir / "06_simulation.sqlite")
-    conn.execute("CREATE TABLE completions (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
-                 "request TEXT NOT NULL, response TEXT NOT NULL, created REAL NOT NULL)")
-    entries = [legacy_entry("smollm2-135m-instruct", None, "a"),
-               legacy_entry("smollm2-135m-instruct", legacy_adapter_fingerprint(adapter), "b"),
-               legacy_entry("someone-elses-model", None, "c"),
-               legacy_entry("smollm2-135m-instruct", "0" * 16, "d")]
-    for key, req in entries:
-        answer = json.dumps({"text": req["messages"][0]["content"]})
-        conn.execute("INSERT INTO completions VALUES (?, 'chat', ?, ?, 0)",
-                     (key, canonical_json(req), answer))
-    conn.commit()
-    conn.close()
-
-    report = rekey_caches(cache_dir, {"smollm2-135m-instruct": base}, [adapter])
-    assert report.rekeyed == {"06_simulation.sqlite": 2}
-    assert report.kept == {"model 'someone-elses-model' not vouched for": 1,
-                           "adapter not found": 1}
-    cache = ResponseCache(cache_dir / "06_simulation.sqlite")
-    # what the client asks today: the identity with weights (and the adapter's content id)
-    for (_, req), extra, text in [(entries[0], {}, "a"),
-                                  (entries[1], {"adapter": content_id(adapter)}, "b")]:
-        today = {**req, "weights": content_id(base), **extra}
-        assert cache.get(request_key(today)) == {"text": text}
-    assert cache.get(entries[2][0]) == {"text": "c"}  # unknown model: left as it was
-    assert cache.get(entries[0][0]) is None             # the old key is gone
-    assert rekey_caches(cache_dir, {"smollm2-135m-instruct": base}, [adapter]).rekeyed == {}
-
-
-def test_embedded_models_are_vouched_for_by_the_manifest_only_while_they_match(tmp_path):
-    from medpref.llm.rekey import vouched_embedded_models
-
-    models = tmp_path / "models"
-    folder = model_folder(models, b"w1", name="smollm2-135m-instruct")
-    files = {f"smollm2-135m-instruct/{p.name}": file_sha256(p) for p in folder.iterdir()}
-    (models / "manifest.json").write_text(json.dumps({"files": files}))
-    assert vouched_embedded_models(models) == {"smollm2-135m-instruct": folder}
-    (folder / "model.safetensors").write_bytes(b"w2")
-    assert vouched_embedded_models(models) == {}

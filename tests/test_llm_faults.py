@@ -65,6 +65,7 @@ def _stage01(tmp_path, monkeypatch, server, n_items=4, guard=None, **server_kw) 
                              n_items=n_items, guard=guard, backoff_s=0.01, **server_kw)
 
 
+@pytest.mark.slow
 def test_all_503_fails_stage01_with_one_line_and_writes_nothing(tmp_path, monkeypatch):
     with StubServer(always_fail=503) as server:
         stage = _stage01(tmp_path, monkeypatch, server, max_retries=1)
@@ -79,6 +80,7 @@ def test_all_503_fails_stage01_with_one_line_and_writes_nothing(tmp_path, monkey
     assert not (tmp_path / "reports").exists()
 
 
+@pytest.mark.slow
 def test_401_fails_stage01_at_once_naming_role_and_server(tmp_path, monkeypatch):
     with StubServer(always_fail=401, echo_key=True) as server:
         stage = _stage01(tmp_path, monkeypatch, server, max_retries=3, max_concurrency=1)
@@ -93,6 +95,7 @@ def test_401_fails_stage01_at_once_naming_role_and_server(tmp_path, monkeypatch)
     assert not (tmp_path / "data" / "unlabeled.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_echoed_key_reaches_no_file_the_run_writes(tmp_path, monkeypatch, caplog):
     """Some calls fail with a body that quotes the key; the stage completes and writes its
     outputs, ledger and cache; the key is in none of them, nor in the log."""
@@ -134,6 +137,7 @@ client.option_scores(prompts, ("0", "1", "2"), "Score: ")
 """
 
 
+@pytest.mark.slow
 def test_sigkill_during_option_scoring_repeats_at_most_the_calls_in_flight(tmp_path,
                                                                            monkeypatch):
     cache_path = tmp_path / "rem.sqlite"
@@ -162,6 +166,7 @@ def test_sigkill_during_option_scoring_repeats_at_most_the_calls_in_flight(tmp_p
     assert set(first) | set(second) == {f"state {i}" for i in range(40)}
 
 
+@pytest.mark.slow
 def test_failed_option_call_is_recorded_and_the_scorer_skips_it(tmp_path, monkeypatch):
     from medpref.remscore.scorers import build_scorer
     from medpref.rules import load_rules
@@ -187,6 +192,7 @@ def test_failed_option_call_is_recorded_and_the_scorer_skips_it(tmp_path, monkey
     assert len(cache) == 2  # the failure is not cached
 
 
+@pytest.mark.slow
 def test_server_without_logprobs_is_detected_once_with_the_mode_to_use(monkeypatch):
     with StubServer(reply="Score: 2", logprobs=False) as server:
         client = LLMClient("rem", _backend(server, monkeypatch), GenerationParams())
@@ -214,6 +220,7 @@ def test_unpriced_model_on_a_paid_server_is_refused_unless_priced_or_free(monkey
     assert LLMSession("t", params.shared).role("judge").price.input_per_1m == 2.5
 
 
+@pytest.mark.slow
 def test_local_server_needs_no_price(monkeypatch):
     with StubServer() as server:
         _env(monkeypatch, server)
@@ -225,6 +232,7 @@ def test_local_server_needs_no_price(monkeypatch):
         assert LLMSession("t", params.shared).role("judge").price == Price()
 
 
+@pytest.mark.slow
 def test_billed_usage_overspend_stops_the_next_call(monkeypatch, tmp_path):
     """Each call is estimated at a few tokens but billed 1M input tokens ($1): after two
     calls the server-reported spend ($2) is over the $1.5 budget and the third never goes."""
@@ -248,6 +256,7 @@ def test_cjk_prompt_is_estimated_near_a_token_per_character():
 
 
 # -- retries and answers -----------------------------------------------------------------
+@pytest.mark.slow
 def test_retry_after_is_waited_for(monkeypatch):
     with StubServer(fail_with=[429], retry_after=2) as server:
         client = LLMClient("judge", _backend(server, monkeypatch, max_retries=2),
@@ -258,6 +267,7 @@ def test_retry_after_is_waited_for(monkeypatch):
     assert 2.0 <= gap < 4.0, gap  # the backoff alone would be ~0.01 s
 
 
+@pytest.mark.slow
 def test_one_deadline_bounds_a_call_and_its_retries(monkeypatch):
     with StubServer(always_fail=503, latency_s=0.1) as server:
         backend = _backend(server, monkeypatch, max_retries=20, backoff_s=0.2, deadline_s=1.0)
@@ -268,6 +278,7 @@ def test_one_deadline_bounds_a_call_and_its_retries(monkeypatch):
     assert elapsed < 1.5 and len(server.requests) < 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reply", ["", None])
 def test_empty_or_null_completion_is_a_failure_never_cached(monkeypatch, tmp_path, reply):
     cache = ResponseCache(tmp_path / "c.sqlite")
@@ -280,6 +291,7 @@ def test_empty_or_null_completion_is_a_failure_never_cached(monkeypatch, tmp_pat
     assert len(cache) == 0 and ledger.totals()["total"]["failures"] == 1
 
 
+@pytest.mark.slow
 def test_cache_key_includes_the_server(monkeypatch, tmp_path):
     cache = ResponseCache(tmp_path / "c.sqlite")
     with StubServer(reply="from A") as a, StubServer(reply="from B") as b:
@@ -291,6 +303,7 @@ def test_cache_key_includes_the_server(monkeypatch, tmp_path):
     assert not second.cached and len(b.requests) == 1
 
 
+@pytest.mark.slow
 def test_identical_sampled_answers_are_warned_about(monkeypatch, caplog):
     with StubServer() as server:  # answers the same whatever the temperature
         client = LLMClient("judge", _backend(server, monkeypatch), GenerationParams())
@@ -300,6 +313,7 @@ def test_identical_sampled_answers_are_warned_about(monkeypatch, caplog):
     assert "identical" in caplog.text and "temperature" in caplog.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("continue_prefix", [False, True])
 def test_the_answer_prefix_is_sent_like_the_hf_backend(monkeypatch, continue_prefix):
     with StubServer(reply="Doctor: How long?") as server:
@@ -316,6 +330,7 @@ def test_the_answer_prefix_is_sent_like_the_hf_backend(monkeypatch, continue_pre
     assert comp.text.startswith("How long?")  # an echoed prefix is removed
 
 
+@pytest.mark.slow
 def test_a_batch_shows_a_progress_bar(monkeypatch, capsys):
     monkeypatch.setenv("MEDPREF_PROGRESS", "1")
     with StubServer() as server:

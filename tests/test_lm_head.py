@@ -88,6 +88,7 @@ def test_the_compact_head_projects_the_answer_only_and_keeps_the_loss(tiny_model
     assert compact == pytest.approx(plain, rel=1e-6, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_compact_run_follows_the_plain_run(tiny_model_dir, tmp_path):
     """Three optimizer steps from one seed: the loss curves and the trained adapters agree
     to float32 round-off; trl's switch is its own again after the compact run."""

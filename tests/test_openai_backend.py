@@ -33,6 +33,7 @@ def _msgs(n: int) -> list[list[dict]]:
     return [[{"role": "user", "content": f"question {i}"}] for i in range(n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 500, 503])
 def test_retries_then_succeeds(monkeypatch, status):
     with StubServer(fail_with=[status, status]) as server:
@@ -43,6 +44,7 @@ def test_retries_then_succeeds(monkeypatch, status):
     assert len(server.requests) == 3  # two failures, then the answer
 
 
+@pytest.mark.slow
 def test_gives_up_after_the_bound_and_records_the_failure(monkeypatch, tmp_path):
     cache = ResponseCache(tmp_path / "c.sqlite")
     with StubServer(always_fail=500) as server:
@@ -55,6 +57,7 @@ def test_gives_up_after_the_bound_and_records_the_failure(monkeypatch, tmp_path)
     assert len(cache) == 0
 
 
+@pytest.mark.slow
 def test_client_errors_are_not_retried(monkeypatch):
     with StubServer(always_fail=400) as server:
         comp = LLMClient("judge", _backend(server, monkeypatch, max_retries=4),
@@ -62,6 +65,7 @@ def test_client_errors_are_not_retried(monkeypatch):
     assert not comp.ok and len(server.requests) == 1
 
 
+@pytest.mark.slow
 def test_concurrency_never_exceeds_the_limit(monkeypatch):
     with StubServer(latency_s=0.05) as server:
         client = LLMClient("judge", _backend(server, monkeypatch, max_concurrency=3),
@@ -73,6 +77,7 @@ def test_concurrency_never_exceeds_the_limit(monkeypatch):
     assert [c.text for c in out] == [f"stub answer: question {i}" for i in range(20)]
 
 
+@pytest.mark.slow
 def test_key_is_sent_but_never_stored(monkeypatch, tmp_path):
     cache = ResponseCache(tmp_path / "cache.sqlite")
     ledger = Ledger("t")
@@ -100,6 +105,7 @@ def test_missing_key_for_the_default_url_is_a_clear_error(monkeypatch):
 LOGPROBS = {"0": math.log(0.1), "1": math.log(0.2), "2": math.log(0.6)}  # mass 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("continue_prefix", [False, True])
 def test_option_probs_from_top_logprobs(monkeypatch, continue_prefix):
     with StubServer(reply="Comment: asks about the fever.\nScore: 2",
@@ -119,6 +125,7 @@ def test_option_probs_from_top_logprobs(monkeypatch, continue_prefix):
         assert body["messages"][-1]["role"] == "user" and body["max_tokens"] > 1
 
 
+@pytest.mark.slow
 def test_option_probs_without_the_prefix_in_the_answer_is_unusable(monkeypatch):
     """An answer that never writes 'Score:' gives zero mass, which the REM records as
     unusable (never as the uniform distribution's 1.0)."""
@@ -132,6 +139,7 @@ def test_option_probs_without_the_prefix_in_the_answer_is_unusable(monkeypatch):
     assert judged.score is None and judged.unparsable == 1
 
 
+@pytest.mark.slow
 def test_option_probs_failure_after_retries_raises(monkeypatch):
     from medpref.llm.errors import BackendError
 
@@ -141,6 +149,7 @@ def test_option_probs_failure_after_retries_raises(monkeypatch):
             backend.option_probs(_msgs(1), ("0", "1", "2"), ["Score: "])
 
 
+@pytest.mark.slow
 def test_a_server_without_loop_controls_gets_none_and_the_cache_key_says_so(monkeypatch,
                                                                               tmp_path, caplog):
     controls = GenerationParams(repetition_penalty=1.3, no_repeat_ngram_size=3)

@@ -130,9 +130,22 @@ def test_read_cache_groups_requests_by_prompt_kind_and_sampling(tmp_path):
     assert pc.read_cache(tmp_path / "absent.sqlite", {}) == {}
 
 
-def test_every_prompt_file_has_a_role():
+def test_every_prompt_file_has_a_role_read_from_the_params():
+    import yaml
+
     names = {p.stem for p in (ROOT / "configs" / "prompts").glob("*.yaml")}
-    assert names and names <= set(pc.PROMPT_ROLE)
+    roles = pc.prompt_roles(yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")))
+    assert names and names <= set(roles)
+    assert roles["rem_judge"] == "rem" and roles["sp_count_diseases"] == "judge"
+    assert roles["trajectory_patient"] == "patient" and roles["policy_doctor"] == "policy"
+    assert len(pc.UNDER_TEST_ROLE) < len(roles) / 4   # most come from the params
+
+
+def test_a_prompt_serving_two_roles_is_refused():
+    params = {"a": {"calls": {"x": {"role": "judge", "prompt": "p"}}},
+              "b": {"calls": {"y": {"role": "planner", "prompt": "p"}}}}
+    with pytest.raises(ValueError, match="prompt p: role judge and planner"):
+        pc.prompt_roles(params)
 
 
 def _cache_with_one_judge_request(cache_dir: Path, tokens_in: int, tokens_out: int) -> None:

@@ -38,6 +38,7 @@ def _gpus() -> int:
     return torch.cuda.device_count()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_gpus() < 2, reason="needs at least 2 CUDA devices")
 def test_ddp_replicas_on_gpus_end_identical(tmp_path):
     report = _check(tmp_path, [str(BIN / "accelerate"), "launch", "--config_file",

@@ -132,6 +132,7 @@ def test_pair_becomes_conversational_with_the_chat_template_applied_once(
     assert tok.decode(row["rejected_ids"]) == pair.rejected + "<|im_end|>\n"
 
 
+@pytest.mark.slow
 def test_dpo_steps_move_every_lora_weight_and_raise_the_margin(
         tiny_model_dir, sft_adapter, recipe, hardware, tmp_path):
     examples = [pair_to_conversation(p, SYSTEM) for p in _pairs(4)]
@@ -158,6 +159,7 @@ class _Killed(RuntimeError):
     pass
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint(tiny_model_dir, sft_adapter, recipe,
                                                      hardware, tmp_path):
     from transformers import TrainerCallback
@@ -260,6 +262,7 @@ def test_a_strategy_that_made_no_pair_is_skipped_not_a_crash(tmp_path):
     assert read_run_card(tmp_path / "dpo" / "empty")["reason"] == "0 pairs < min_pairs 4"
 
 
+@pytest.mark.slow
 def test_identical_pairs_files_train_once_and_share_the_adapter(
         tiny_model_dir, sft_adapter, recipe, hardware, tmp_path, monkeypatch, caplog):
     """Run b's pairs file has run a's content: b copies a's adapter (it does not train),
@@ -497,6 +500,7 @@ def test_steps_follow_epochs_and_the_override():
     assert optimizer_steps(13, hw, 3, None, world_size=2) == 6
 
 
+@pytest.mark.slow
 def test_epochs_are_whole_passes_with_the_trainers_step_count(tiny_model_dir, sft_adapter,
                                                              recipe, hardware, tmp_path):
     """No step cap: 2 epochs over 5 pairs at batch 1 × accumulation 2 are 2 × ceil(5/2) = 6
@@ -628,6 +632,7 @@ def test_margin_is_beta_times_the_change_of_the_log_prob_gap():
     assert s["heldout_margin"] == pytest.approx(0.225)
 
 
+@pytest.mark.slow
 def test_crossfit_finds_a_learnable_preference_and_not_shuffled_labels(
         tiny_model_dir, sft_adapter, recipe, hardware, tmp_path):
     from medpref.training.heldout import crossfit, summarise

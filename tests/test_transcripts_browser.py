@@ -21,6 +21,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "sp_transcripts" / "records.jsonl
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 
+pytestmark = pytest.mark.slow
+
 
 def missing(reason: str):
     """Skip, or fail under CI=true (CI must run these tests, not skip them)."""

@@ -1,13 +1,13 @@
-"""The ``medpref`` command: run a stage, move the LLM caches, check the machine.
+"""The ``medpref`` command: run a stage, rebuild the tables, check the machine.
 
     medpref run 03_rem                 # = dvc repro rem (upstream stages only if changed)
     medpref run --overlay paper tables # = dvc exp run -S ... (configs/overlays/paper.yaml)
     medpref tables [--check] [STAGE]   # every table and figure, rebuilt from the committed records
     medpref dvc-yaml [--check]         # write dvc.yaml from src/medpref/dvcstages.py (or diff)
-    medpref cache export [PATH]        # every stage's LLM cache as one .tar.gz + manifest
-    medpref cache import PATH          # restore them: dvc repro then replays every call
-    medpref cache rekey [--model DIR]  # carry a cache keyed by model names to content ids
     medpref doctor                     # models, kernel, python/torch, backends' env, dvc
+
+A run is shared by DVC itself: every output, the LLM caches included, goes to a remote
+with `dvc push` and comes back with `dvc pull` (docs/reviewers-path.md).
 """
 
 from __future__ import annotations
@@ -19,17 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from medpref import REPO_ROOT, cache_archive, doctor
+from medpref import REPO_ROOT, doctor
 from medpref.stagekit import stage_key
-
-DEFAULT_ARCHIVE = "medpref-cache.tar.gz"
-
-
-class _Renamed(argparse.Action):
-    """``--profile`` was renamed ``--overlay``: say so instead of running without it."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(f"{option_string} is now --overlay (configs/overlays/NAME.yaml)")
 
 
 def dvc_stages(root: Path) -> list[str]:
@@ -111,44 +102,6 @@ def cmd_dvc_yaml(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cache_export(args: argparse.Namespace) -> int:
-    from medpref.provenance import git_commit
-
-    dest = Path(args.path)
-    manifest = cache_archive.export_archive(args.root, dest, commit=git_commit())
-    files = manifest["files"]
-    size = sum(f["size"] for f in files.values())
-    print(f"wrote {dest}: {len(files)} LLM cache file(s), {size / 1e6:.2f} MB before "
-          f"compression; manifest {cache_archive.MANIFEST} inside (outputs travel by "
-          "`dvc push` / `dvc pull`)")
-    return 0
-
-
-def cmd_cache_import(args: argparse.Namespace) -> int:
-    report = cache_archive.import_archive(Path(args.path), args.root, force=args.force)
-    print(f"restored {len(report.written)} file(s), {len(report.unchanged)} already identical; "
-          "`dvc repro` now answers model calls from the cache")
-    return 0
-
-
-def cmd_cache_rekey(args: argparse.Namespace) -> int:
-    from medpref.llm.rekey import find_adapters, rekey_caches, vouched_embedded_models
-
-    models = vouched_embedded_models(args.root / "models")
-    for folder in args.model:
-        if not (folder / "config.json").exists():
-            print(f"medpref cache rekey: --model {folder}: no config.json there", file=sys.stderr)
-            return 1
-        models[folder.name] = folder
-    adapters = find_adapters(args.root) + list(args.adapter)
-    report = rekey_caches(cache_archive.cache_dir(args.root), models, adapters)
-    print(f"models vouched for: {', '.join(sorted(models)) or 'none'}; "
-          f"{len(adapters)} adapter folder(s) matched by their older fingerprint")
-    for line in report.lines() or ["nothing to rekey"]:
-        print(line)
-    return 0
-
-
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks = doctor.run_checks(args.root, verify_hashes=not args.quick)
     for check in checks:
@@ -170,7 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("stage")
     run.add_argument("--overlay", help="a params overlay (configs/overlays/NAME.yaml) applied "
                      "as `dvc exp run -S ...`, e.g. paper")
-    run.add_argument("--profile", action=_Renamed, help=argparse.SUPPRESS)
     run.add_argument("dvc_args", nargs=argparse.REMAINDER,
                      help="passed to dvc repro (e.g. --force, --single-item)")
     run.set_defaults(func=cmd_run)
@@ -190,26 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
                       "and exit 1 on any difference")
     dvcy.set_defaults(func=cmd_dvc_yaml)
 
-    cache = sub.add_parser("cache", help="export or import the LLM caches as one archive")
-    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
-    export = cache_sub.add_parser("export", help="write the LLM caches to an archive")
-    export.add_argument("path", nargs="?", default=DEFAULT_ARCHIVE)
-    export.set_defaults(func=cmd_cache_export)
-    imp = cache_sub.add_parser("import", help="restore an archive made by export")
-    imp.add_argument("path")
-    imp.add_argument("--force", action="store_true", help="overwrite files that differ")
-    imp.set_defaults(func=cmd_cache_import)
-
-    rekey = cache_sub.add_parser(
-        "rekey", help="rewrite entries keyed by a model's folder name (older caches) under "
-        "its content identity; embedded models are vouched for by models/manifest.json")
-    rekey.add_argument("--model", type=Path, action="append", default=[],
-                       help="a model folder that still holds the weights that made its "
-                       "cached answers (repeatable)")
-    rekey.add_argument("--adapter", type=Path, action="append", default=[],
-                       help="an adapter folder outside data/ (repeatable)")
-    rekey.set_defaults(func=cmd_cache_rekey)
-
     doc = sub.add_parser("doctor", help="check models, kernel, versions, backends, dvc")
     doc.add_argument("--quick", action="store_true", help="skip hashing the model files")
     doc.set_defaults(func=cmd_doctor)
@@ -218,11 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except cache_archive.ArchiveError as err:
-        print(f"medpref {args.command}: {err}", file=sys.stderr)
-        return 1
+    return args.func(args)
 
 
 if __name__ == "__main__":

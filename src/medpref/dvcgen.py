@@ -12,7 +12,11 @@ assembled folders (committed: ``cache: false``), then the files every run writes
 (``provenance.json``, ``ledger.json`` for a stage that calls a model, ``timings.json``,
 ``metrics.json``). Code deps are every module file the notebook (or ``python -m`` module)
 imports, transitively; a package folder all of whose modules are in that closure is
-listed as the folder. The declared deps (data, prompts, configs, upstream outputs) follow.
+listed as the folder. Then the deps its params name (:func:`params_deps`): every prompt
+file and every input file (under ``data/embedded/`` or ``configs/``) that a value of its
+params keys names, so a path or prompt typed in params.yaml is not typed again here. The
+declared deps (upstream outputs, files no params key names) follow. Likewise the
+``shared.llm.roles.<role>`` keys of every role its params name join its params.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ from medpref import REPO_ROOT
 from medpref.importwalk import code_closure
 from medpref.outputs import Data, StageOutputs
 
+#: where the files a params value may name as a stage's input live (outputs of other stages
+#: are declared deps: a params value naming one does not make it an input)
+INPUT_ROOTS = ("data/embedded/", "configs/")
+PROMPTS_DIR = "configs/prompts"
 #: where a stage's LLM cache lives (``shared.llm.cache_dir``'s default)
 LLM_CACHE_DIR = "data/cache/llm"
 PAPERMILL = "papermill --log-level WARNING"
@@ -65,7 +73,9 @@ class DvcStage:
     that is not Python (data, prompts, configs, upstream outputs); ``by_name``: packages
     whose modules it imports by name at run time (each module's closure joins its deps).
     ``llm``: it calls a model (an LLM cache and a ledger). ``metrics``: the comment of its
-    ``metrics:`` section when its metrics.json is dvc's metrics file.
+    ``metrics:`` section when its metrics.json is dvc's metrics file. ``unread``: params
+    keys whose value names a file the stage does not read (a generator's config kept in the
+    stage's section); ``why``: a note per params key, written beside the dep it names.
     """
 
     name: str
@@ -89,6 +99,8 @@ class DvcStage:
     foreach_note: str = ""
     matrix: dict[str, str] = field(default_factory=dict)
     comment: str = ""
+    unread: Sequence[str] = ()
+    why: dict[str, str] = field(default_factory=dict)
 
     @property
     def run_name(self) -> str:
@@ -176,6 +188,83 @@ def _folders(files: set[str], root: Path) -> list[str]:
     return out
 
 
+# -- deps and params named by params values ------------------------------------------------
+
+def params_tree(root: Path) -> dict:
+    """params.yaml at ``root``, validated, every section with its defaults filled in."""
+    from medpref.params import SECTIONS, load_params
+
+    params = load_params(root / "params.yaml")
+    return {name: getattr(params, name).model_dump(mode="json") for name in SECTIONS}
+
+
+def _value(tree: dict, dotted: str):
+    node = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ValueError(f"params key '{dotted}' is not in params.yaml")
+        node = node[part]
+    return node
+
+
+def _leaves(node, key: str):
+    """(dotted key, value) of every scalar under ``node``; a list's items keep its key."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, f"{key}.{k}")
+    elif isinstance(node, list):
+        for v in node:
+            yield from _leaves(v, key)
+    else:
+        yield key, node
+
+
+def _is_prompt_key(dotted: str) -> bool:
+    return dotted.rsplit(".", 1)[-1].endswith(("prompt", "prompts"))
+
+
+def params_deps(stage: DvcStage, tree: dict, root: Path) -> tuple[list[Dep], list[Dep]]:
+    """(prompt deps, input deps) that the values of the stage's params keys name: a
+    ``*prompt``/``*prompts`` value with a file under configs/prompts/, and a path under
+    :data:`INPUT_ROOTS` that exists (not under a folder the stage declares, not under an
+    ``unread`` key). Each is noted with the first key naming it (and its ``why``)."""
+    folders = [(d.path if isinstance(d, Dep) else d).rstrip("/") + "/" for d in stage.deps]
+    unread = tuple(stage.unread)
+    prompts: dict[str, str] = {}
+    inputs: dict[str, str] = {}
+    for entry in stage.params:
+        key = entry.path if isinstance(entry, Dep) else entry
+        for dotted, value in _leaves(_value(tree, key), key):
+            if not isinstance(value, str) or dotted.startswith(unread):
+                continue
+            if _is_prompt_key(dotted) and (root / PROMPTS_DIR / f"{value}.yaml").is_file():
+                prompts.setdefault(f"{PROMPTS_DIR}/{value}.yaml", dotted)
+            elif (value.startswith(INPUT_ROOTS) and (root / value).exists()
+                  and not any(value.startswith(f) for f in folders)):
+                inputs.setdefault(value, dotted)
+
+    def note(dotted: str) -> str:
+        why = next((w for k, w in stage.why.items() if dotted.startswith(k)), "")
+        return f"{dotted}: {why}" if why else dotted
+
+    return ([Dep(p, note(k)) for p, k in prompts.items()],
+            [Dep(p, note(k)) for p, k in inputs.items()])
+
+
+def params_roles(stage: DvcStage, tree: dict) -> list[str]:
+    """``shared.llm.roles.<role>`` for every role a value of the stage's params keys names
+    (a ``role`` or ``*_role`` key), not already among its keys."""
+    keys = [e.path if isinstance(e, Dep) else e for e in stage.params]
+    roles: list[str] = []
+    for key in keys:
+        for dotted, value in _leaves(_value(tree, key), key):
+            if dotted.rsplit(".", 1)[-1].endswith("role") and isinstance(value, str):
+                role = f"shared.llm.roles.{value}"
+                if role not in keys and role not in roles:
+                    roles.append(role)
+    return roles
+
+
 # -- rendering ------------------------------------------------------------------------------
 
 def scalar(text: str) -> str:
@@ -216,7 +305,7 @@ def _item(entry: str | Dep, pad: str) -> str:
     return f"{pad}- {entry}"
 
 
-def render_stage(stage: DvcStage, root: Path) -> list[str]:
+def render_stage(stage: DvcStage, root: Path, tree: dict | None = None) -> list[str]:
     lines = comment(stage.comment, 2) if stage.comment else []
     lines.append(f"  {stage.name}:")
     ind = "    "
@@ -233,21 +322,27 @@ def render_stage(stage: DvcStage, root: Path) -> list[str]:
     else:
         lines += [f"{ind}cmd: >-", *(f"{ind}  {c}" for c in cmd)]
     item = ind + "  "
+    tree = params_tree(root) if tree is None else tree
+    prompts, inputs = params_deps(stage, tree, root)
+    named = [d.path for d in prompts + inputs]
     declared = [d.path if isinstance(d, Dep) else d for d in stage.deps]
     code = code_deps(stage, root)
-    twice = sorted(set(declared) & set(code)) + sorted(
+    twice = sorted(set(declared) & (set(code) | set(named))) + sorted(
         {d for d in declared if declared.count(d) > 1})
     if twice:
-        raise ValueError(f"stage {stage.name}: deps declared twice (or also code): {twice}")
+        raise ValueError(f"stage {stage.name}: deps declared twice (or also code, or named "
+                         f"by its params): {twice}")
     notes = {f"src/{d.path.replace('.', '/')}": d.note for d in stage.by_name}
     lines.append(f"{ind}deps:")
     if stage.notebook:
         lines.append(f"{item}- notebooks/{stage.notebook}.ipynb")
     lines += [_item(Dep(c, notes.get(c, "")), item) for c in code]
+    lines += [_item(d, item) for d in prompts + inputs]
     lines += [_item(d, item) for d in stage.deps]
-    if stage.params:
+    params = [*stage.params, *params_roles(stage, tree)]
+    if params:
         lines.append(f"{ind}params:")
-        lines += [_item(p, item) for p in stage.params]
+        lines += [_item(p, item) for p in params]
     lines += _render_outs(stage, ind)
     return lines
 
@@ -332,9 +427,10 @@ def render(pipeline: Pipeline, root: Path | None = None) -> str:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ValueError(f"dvc stages declared twice: {twice}")
+    tree = params_tree(root)
     lines = [*comment(pipeline.header, 0), "stages:"]
     for n, stage in enumerate(pipeline.stages):
-        lines += ([""] if n else []) + render_stage(stage, root)
+        lines += ([""] if n else []) + render_stage(stage, root, tree)
     if pipeline.plots:
         lines += ["", *comment(pipeline.plots_note, 0), *render_plots(pipeline.plots)]
     return "\n".join(lines) + "\n"

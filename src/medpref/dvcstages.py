@@ -3,52 +3,88 @@ params keys, and its outputs list. ``medpref dvc-yaml`` (``make dvc-yaml``) writ
 dvc.yaml from :data:`PIPELINE`; tests/test_dvc_generated.py fails when dvc.yaml differs.
 
 A stage's code deps are not typed here: they are the import closure of its notebook
-(:mod:`medpref.importwalk`). Its outputs come from its :class:`~medpref.outputs.StageOutputs`
-(:data:`medpref.pipeline.STAGES`); a stage without one (an index, the models, a DPO run,
-a grid cell) names its data and report files here. Adding a stage: write its entry
-below, run ``make dvc-yaml``, commit both (docs/extending.md).
+(:mod:`medpref.importwalk`). Nor are the prompt and input files its params keys name, or
+the ``shared.llm.roles.<role>`` keys of the roles they name: the generator reads them from
+params.yaml (:func:`medpref.dvcgen.params_deps`); only what no params key names is listed.
+Its outputs come from its :class:`~medpref.outputs.StageOutputs` (imported below;
+:data:`medpref.pipeline.STAGES` lists them in this file's order); a stage without one (an
+index, the models, a DPO run, a grid cell) names its data and report files here. A file
+another stage writes for it is named through the writer's outputs list (:func:`produced`).
+Adding a stage: write its entry below, run ``make dvc-yaml``, commit both
+(docs/extending.md).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from medpref.annotation.grid_outputs import OUTPUTS as ANNOTATION_GRID_TABLE
+from medpref.annotation.outputs import OUTPUTS as ANNOTATION
 from medpref.dvcgen import Dep, DvcStage, Pipeline, Plot
 from medpref.handoffs import POLICY_ADAPTERS, POLICY_ROLES
+from medpref.imap.outputs import OUTPUTS as IMAPSCORE
+from medpref.medqa.outputs import OUTPUTS as MEDQA
+from medpref.notechat.outputs import OUTPUTS as NOTECHAT
 from medpref.outputs import Data
-from medpref.pipeline import STAGES as OUT
+from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
+from medpref.rem.outputs import OUTPUTS as REM
+from medpref.sampling.outputs import OUTPUTS as SAMPLING
+from medpref.simulation.outputs import OUTPUTS as SIMULATION
+from medpref.training.outputs import SFT_OUTPUTS as TRAINING_SFT
+from medpref.training.outputs import SUMMARY_OUTPUTS as TRAINING
+
+#: each stage's outputs list by its name (the ``outputs=`` of its declaration below)
+OUT = {o.stage: o for o in (SAMPLING, NOTECHAT, REM, ANNOTATION, ANNOTATION_GRID_TABLE,
+                            TRAINING_SFT, TRAINING, SIMULATION, IMAPSCORE, MEDQA,
+                            PAPER_TABLES)}
 
 MODELS = Dep("models", "every model folder (content; .dvcignore leaves out wheels)")
 HARDWARE = ("configs/hardware/cpu.yaml", "configs/hardware/gpu.yaml")
-RULES = "configs/rules/plpf_flowchart.yaml"
-ICL = "data/embedded/rem/icl_examples.jsonl"
-DIALOGUES = "data/embedded/dialogues.jsonl"
-SPLIT = "data/embedded/dialogue_split.yaml"
 STRATEGIES_BY_NAME = Dep("medpref.annotation", "the folder: a strategy module is found by "
                          "name (medpref.registry), control_process too")
 
 
 def prompts(*names: str) -> list[str]:
+    """Prompt files a stage reads that no params key of its names."""
     return [f"configs/prompts/{n}.yaml" for n in names]
+
+
+def produced(stage: str, name: str) -> str:
+    """The data product ``name`` (its last path part) that ``stage``'s outputs list declares:
+    a hand-off named by the stage that writes it (an unknown name is an error)."""
+    paths = [d.path for d in OUT[stage].data if Path(d.path).name == name]
+    if len(paths) != 1:
+        raise ValueError(f"{stage} declares no data product '{name}'")
+    return paths[0]
+
+
+def _csv(stage: str, table: str) -> str:
+    """A table's CSV as the stage's outputs list writes it (an unknown name is an error)."""
+    outputs = OUT[stage]
+    names = {o.name for o in outputs.built}
+    if table not in names:
+        raise ValueError(f"{stage} declares no table '{table}'")
+    return f"{outputs.reports_dir(Path('.')).as_posix()}/{table}.csv"
 
 
 # -- stage 04: the REM's settings it scores with, the parts the grid cells share ----------------
 REM_SCORING_PARAMS = ["rem.scorers", "rem.calls", "rem.icl_examples",
                       "rem.train.adapter_dir", "rem.fitted"]
-#: what a fitted REM scorer reads (rem.fitted): its models and its word lists
-FITTED_REM = ["data/03_rem/rem_encoder", "data/embedded/lexicon"]
-ANNOTATION_READS = [*prompts("rem_judge"), RULES, "data/01_sampling/unlabeled.jsonl",
-                    Dep(SPLIT, "shared.split: items of dev/eval dialogues are refused"),
-                    "data/03_rem/rem_lora", *FITTED_REM,
-                    Dep("reports/03_rem/thresholds.csv", "annotation.rem_thresholds: Eq. 4's "
+#: what a fitted REM scorer reads (rem.fitted) from stage 03: its models (its word lists
+#: are named by rem.fitted.lexicon)
+REM_ADAPTER = produced("03_rem", "rem_lora")
+FITTED_REM = [produced("03_rem", "rem_encoder")]
+ANNOTATION_READS = [produced("01_sampling", "unlabeled.jsonl"), REM_ADAPTER, *FITTED_REM,
+                    Dep(_csv("03_rem", "thresholds"), "annotation.rem_thresholds: Eq. 4's "
                         "'met' cut per rule when annotation.scoring.met is rem_dev")]
+SFT_POLICY = produced("05_training_sft", "sft")
 
 # -- stage 05: one notebook, three parts; every DPO run (strategy or grid cell) alike -------
 TRAINING_PARAMS = ["training.recipe", "training.recipes", "training.hardware",
                    "training.base_role"]
 RUN_PARAMS = ["training.checkpoints_dir", "training.keep_checkpoints", "training.reports",
               "training.warn_below_steps", "training.guard"]
-DPO_PARAMS = ["shared.seed", "shared.llm.roles.policy", *TRAINING_PARAMS,
+DPO_PARAMS = ["shared.seed", *TRAINING_PARAMS,
               "training.sft.system_prompt", "training.sft.output_dir", "training.dpo.runs",
               "annotation.strategies", "annotation.output_dir", "training.dpo.min_pairs",
               "training.dpo.max_pairs", "training.dpo.eval_pairs",
@@ -68,68 +104,58 @@ def dpo_stage(name: str, var: str, pairs: str, foreach: str, note: str, comment:
         files=("log_history.json", "heldout.csv", "log_history.csv"),
         plots=(Plot("log_history.csv", "step", "rewards/margins",
                     f"DPO reward margin (chosen − rejected), {var}"),),
-        deps=[*prompts("policy_doctor"), *HARDWARE, "data/05_training/sft", pairs, MODELS],
-        params=DPO_PARAMS)
+        deps=[*HARDWARE, SFT_POLICY, pairs, MODELS], params=DPO_PARAMS)
 
 
+#: every stage, in a dependency order: a stage comes after the stages whose outputs it reads
+#: (tests/test_dvc_generated.py checks it), so :data:`medpref.pipeline.STAGES` (the
+#: stages' outputs lists in this order) rebuilds a stage's tables after those it reads
 STAGES = [
     DvcStage(
-        "sampling", notebook="01_sampling", outputs=OUT["01_sampling"], llm=True,
-        deps=[*prompts("trajectory_continuation", "trajectory_patient", "trajectory_doctor"),
-              DIALOGUES, Dep(SPLIT, "shared.split: stage 01 samples its train part"), MODELS],
-        params=["shared.seed", "shared.split", "shared.llm.max_cost_usd", "shared.llm.prices",
-                "shared.llm.servers", "shared.llm.roles.annotator", "shared.llm.roles.patient",
-                "shared.llm.roles.doctor", "sampling"]),
+        "models", module="medpref.models.prepare", params=[],
+        comment="The embedded models as a stage, so `dvc exp run --temp/--queue` workspaces "
+                "(and a DVC remote) get them from the DVC cache like any other output. "
+                "`make models` runs it.",
+        data=(Data("models/smollm2-135m-instruct"), Data("models/all-minilm-l6-v2"),
+              Data("models/manifest.json"))),
     DvcStage(
-        "imapscore", notebook="07_imapscore", outputs=OUT["07_imapscore"], llm=True,
-        deps=[*prompts("imap_question", "imap_answer", "imap_relation"),
-              "data/embedded/qa_human_scores.jsonl", "data/embedded/lexicon", MODELS],
-        params=["shared.seed", "shared.llm.roles.judge", "imapscore"]),
+        "sampling", notebook="01_sampling", outputs=SAMPLING, llm=True,
+        why={"shared.split": "stage 01 samples its train part"}, deps=[MODELS],
+        params=["shared.seed", "shared.split", "shared.llm.max_cost_usd", "shared.llm.prices",
+                "shared.llm.servers", "sampling"]),
     DvcStage(
         "notechat_index", module="medpref.notechat.lexicon_index",
         args="data/embedded/lexicon data/02_notechat/quickumls_index",
         data=(Data("data/02_notechat/quickumls_index"),),
         deps=["data/embedded/lexicon"], params=[]),
     DvcStage(
-        "notechat", notebook="02_notechat", outputs=OUT["02_notechat"], llm=True,
-        deps=[*prompts("notechat_planning", "notechat_doctor", "notechat_patient",
-                       "notechat_polish", "notechat_single_prompt"),
-              "configs/notechat", "data/embedded/notes.jsonl",
-              Dep("data/embedded/turn_quality_labels.jsonl", "notechat.turn_quality_labels"),
+        "notechat", notebook="02_notechat", outputs=NOTECHAT, llm=True,
+        unread=["notechat.lexicon"],   # stage notechat_index builds the index from it
+        deps=["configs/notechat",
               Dep("data/embedded/turn_quality_notes.jsonl",
                   "the labels' notes (the note read aloud)"),
               "data/02_notechat/quickumls_index", MODELS],
-        params=["shared.seed", "shared.llm.roles.planner", "shared.llm.roles.doctor",
-                "shared.llm.roles.patient", "shared.llm.roles.rethinker", "notechat"]),
+        params=["shared.seed", "notechat"]),
     DvcStage(
-        "rem", notebook="03_rem", outputs=OUT["03_rem"], llm=True,
-        deps=[RULES, *prompts("rem_judge"), *HARDWARE, "data/embedded/rem/annotations.jsonl",
-              Dep("data/embedded/rem/constructed.jsonl",
-                  "rem.constructed: generated by python -m medpref.rem.constructions"),
-              Dep("data/embedded/rem/independent.jsonl",
-                  "rem.independent: turns no construction made, labelled blind"),
-              Dep("data/embedded/rem/real_turns.jsonl",
-                  "rem.turns.files: labelled turns the REM learns from"),
-              Dep("data/embedded/rem/train_turns.jsonl",
-                  "rem.turns.files: the policies' labelled turns on training states"),
-              ICL, Dep("data/embedded/lexicon", "rem.fitted.lexicon: the surface word lists"),
-              Dep(SPLIT, "shared.split: hand training rows sharing text with an eval "
-                  "dialogue are left out"), DIALOGUES, MODELS],
-        params=["shared.seed", "shared.split", "shared.llm.roles.rem", "rem"]),
+        "rem", notebook="03_rem", outputs=REM, llm=True,
+        unread=["rem.construction"],   # the generator's (python -m medpref.rem.constructions)
+        why={"rem.constructed": "generated by python -m medpref.rem.constructions",
+             "rem.independent": "turns no construction made, labelled blind",
+             "rem.turns.files": "labelled turns the REM learns from",
+             "rem.fitted.lexicon": "the surface word lists",
+             "shared.split": "hand training rows sharing text with an eval dialogue are left "
+                             "out"},
+        deps=[*HARDWARE, MODELS], params=["shared.seed", "shared.split", "rem"]),
     DvcStage(
-        "annotation", notebook="04_annotation", outputs=OUT["04_annotation"], llm=True,
+        "annotation", notebook="04_annotation", outputs=ANNOTATION, llm=True,
         comment="Stage 04 scores with stage 03's REM by name (annotation.rem_scorer → "
                 "rem.scorers): the adapter, the scorer settings and the Table 5 row it shows "
                 "are its dependencies.",
         by_name=[STRATEGIES_BY_NAME],
-        deps=[*prompts("annotation_judge", "annotation_long_plan", "annotation_short_plan",
-                       "annotation_agent_rank", "annotation_rethink_need",
-                       "annotation_rethink"),
-              *ANNOTATION_READS, "reports/03_rem/table5.csv", ICL, MODELS,
-              Dep(DIALOGUES, "control_process: the dialogues whose train part it reads")],
-        params=["shared.seed", "shared.split", "shared.llm.roles.judge", "shared.llm.roles.rem",
-                "shared.llm.roles.planner", "shared.llm.roles.ranker",
-                "shared.llm.roles.rethinker", *REM_SCORING_PARAMS, "annotation.strategies",
+        why={"shared.split": "items of dev/eval dialogues are refused",
+             "annotation.control": "control_process: the dialogues whose train part it reads"},
+        deps=[*ANNOTATION_READS, _csv("03_rem", "table5"), MODELS],
+        params=["shared.seed", "shared.split", *REM_SCORING_PARAMS, "annotation.strategies",
                 "annotation.input", "annotation.rules", "annotation.max_items",
                 "annotation.history_max_turns", "annotation.output_dir",
                 "annotation.reports", "annotation.rem_scorer", "annotation.rem_table5",
@@ -151,62 +177,19 @@ STAGES = [
         nb_params=(("weighting", "${item.weighting}"), ("trajectory", "${item.trajectory}")),
         llm=True, reports="04_annotation/grid/${item.weighting}_${item.trajectory}",
         data=(Data("data/04_annotation/grid/${item.weighting}_${item.trajectory}"),),
-        deps=[*ANNOTATION_READS, ICL, MODELS, "data/cache/llm/04_annotation.sqlite"],
-        params=["shared.seed", "shared.split", "shared.llm.roles.rem", *REM_SCORING_PARAMS,
+        why={"shared.split": "items of dev/eval dialogues are refused"},
+        deps=[*ANNOTATION_READS, MODELS, "data/cache/llm/04_annotation.sqlite"],
+        params=["shared.seed", "shared.split", *REM_SCORING_PARAMS,
                 "annotation.input", "annotation.rules", "annotation.max_items",
                 "annotation.rem_scorer", "annotation.rem_thresholds", "annotation.scoring",
                 "annotation.grid", "annotation.guard"]),
     DvcStage(
         "annotation_grid_table", notebook="04_annotation_grid_table",
-        outputs=OUT["04_annotation_grid_table"],
+        outputs=ANNOTATION_GRID_TABLE,
         deps=["reports/04_annotation/grid",
               Dep("data/04_annotation/grid", "the cells' decisions (records: decisions.jsonl)"),
               "reports/04_annotation/summary.csv"],
         params=["annotation.grid", "annotation.reports"]),
-    DvcStage(
-        "medqa", notebook="08_medqa", outputs=OUT["08_medqa"], llm=True,
-        deps=[*prompts("medqa_distill_text", "medqa_distill_tools", "medqa_read",
-                       "medqa_read_closed", "medqa_judge"),
-              "data/embedded/medicines.jsonl", "data/embedded/medicineqa.jsonl", MODELS],
-        params=["shared.seed", "shared.llm.roles.policy", "shared.llm.roles.judge", "medqa"]),
-    DvcStage(
-        "tables", notebook="09_tables", outputs=OUT["09_tables"], also=["reports/index.md"],
-        metrics="The only metrics file: the headline numbers of configs/paper_tables.yaml "
-                "(`dvc metrics show`, `dvc exp show`); every stage's full metrics.json is a "
-                "plain output.",
-        deps=["configs/paper_tables.yaml", "reports/02_notechat", "reports/03_rem",
-              "reports/04_annotation/metrics.json", "reports/04_annotation/summary.csv",
-              "reports/04_annotation/source_preferences.png", "reports/06_simulation",
-              "reports/07_imapscore", "reports/08_medqa"],
-        params=["tables"]),
-    DvcStage(
-        "models", module="medpref.models.prepare", params=[],
-        comment="The embedded models as a stage, so `dvc exp run --temp/--queue` workspaces "
-                "(and a DVC remote) get them from the DVC cache like any other output. "
-                "`make models` runs it.",
-        data=(Data("models/smollm2-135m-instruct"), Data("models/all-minilm-l6-v2"),
-              Data("models/manifest.json"))),
-    DvcStage(
-        "simulation", notebook="06_simulation", outputs=OUT["06_simulation"], llm=True,
-        comment="Stage 06: Standardized Patient test (PLPF §3, App. B) and next-turn "
-                "evaluation, for the base model and every trained policy (stage 05 runs "
-                "that trained).",
-        deps=[*prompts("sp_patient", "policy_doctor", "sp_grade_turns_first",
-                       "sp_grade_item_first", "sp_count_diseases", "sp_gpt_distance",
-                       "rem_judge"),
-              RULES, "data/embedded/sp_cases.jsonl", "data/embedded/sp_graded.jsonl",
-              "data/embedded/sp_script_coverage.jsonl", DIALOGUES,
-              Dep(SPLIT, "shared.split: held-out states and next-turn items"),
-              Dep("data/embedded/sp_cases_gloss_en.yaml", "simulation.split_overlap.gloss"),
-              ICL, "data/03_rem/rem_lora", *FITTED_REM,
-              Dep(POLICY_ROLES, "the trained policies stage 06 tests (stage 05's hand-off)"),
-              *POLICY_ADAPTERS, MODELS],
-        params=["shared.seed", "shared.split", "shared.llm.roles.policy",
-                "shared.llm.roles.patient", "shared.llm.roles.judge", "shared.llm.roles.rem",
-                "training.base_role",
-                Dep("annotation.grid.weightings",
-                    "Table 3's cells when no grid policy was SP-tested"),
-                "annotation.grid.trajectories", *REM_SCORING_PARAMS, "simulation"]),
     DvcStage(
         "training_sft", comment=(
             "Stage 05 (PLPF §2.4): SFT on dialogues, then one DPO run per pairs file, then a "
@@ -218,17 +201,16 @@ STAGES = [
             "paper); where and how fast: training.hardware (configs/hardware/<name>.yaml); "
             "how many processes: an accelerate config (docs/training.md)."),
         notebook="05_training", executed="05_training/sft", nb_params=(("part", "sft"),),
-        outputs=OUT["05_training_sft"],
+        outputs=TRAINING_SFT,
         plots=(Plot("log_history.csv", "step", "loss", "SFT loss (doctor turns only)"),
                Plot("dev_loss.csv", "epoch", "dev_loss", "SFT development loss per epoch "
                     "(epoch 0 the base model; the lowest is kept)")),
-        deps=[*prompts("policy_doctor"), *HARDWARE,
+        why={"shared.split": "train: trained on; dev: the epoch's loss; eval: never"},
+        deps=[*HARDWARE,
               *prompts("notechat_doctor", "notechat_patient", "notechat_planning",
                        "notechat_polish", "notechat_single_prompt"),
-              DIALOGUES, Dep(SPLIT, "train: trained on; dev: the epoch's loss; eval: never"),
-              "data/02_notechat/dialogues.jsonl", MODELS],
-        params=["shared.seed", "shared.split", "shared.llm.roles.policy", *TRAINING_PARAMS,
-                "training.sft", *RUN_PARAMS]),
+              produced("02_notechat", "dialogues.jsonl"), MODELS],
+        params=["shared.seed", "shared.split", *TRAINING_PARAMS, "training.sft", *RUN_PARAMS]),
     dpo_stage("training_dpo", "${item}", "data/04_annotation/pairs/${item}.jsonl",
               "${annotation.strategies}", "the pairs file stage 04 writes for each"),
     dpo_stage("training_dpo_grid", "${key}", "${item}", "${training.dpo.runs}", "",
@@ -236,24 +218,43 @@ STAGES = [
                       "training_dpo does them"),
     DvcStage(
         "training", notebook="05_training", executed="05_training/summary",
-        nb_params=(("part", "summary"),), outputs=OUT["05_training"],
-        deps=[*HARDWARE, "data/05_training/sft", "data/05_training/dpo",
+        nb_params=(("part", "summary"),), outputs=TRAINING,
+        deps=[*HARDWARE, SFT_POLICY, "data/05_training/dpo",
               "reports/05_training/dpo"],
-        params=["shared.llm.roles.policy",
-                Dep("training.recipe", "the notebook shows the recipe and hardware it checks"),
+        params=[Dep("training.recipe", "the notebook shows the recipe and hardware it checks"),
                 "training.recipes", "training.hardware", "training.base_role",
                 "training.dpo.runs", "training.dpo.output_dir", "training.sft.output_dir",
                 "training.reports", "annotation.strategies", "annotation.output_dir"]),
+    DvcStage(
+        "simulation", notebook="06_simulation", outputs=SIMULATION, llm=True,
+        comment="Stage 06: Standardized Patient test (PLPF §3, App. B) and next-turn "
+                "evaluation, for the base model and every trained policy (stage 05 runs "
+                "that trained).",
+        why={"shared.split": "held-out states and next-turn items"},
+        deps=[REM_ADAPTER, *FITTED_REM,
+              Dep(POLICY_ROLES, "the trained policies stage 06 tests (stage 05's hand-off)"),
+              *POLICY_ADAPTERS, MODELS],
+        params=["shared.seed", "shared.split", "training.base_role",
+                Dep("annotation.grid.weightings",
+                    "Table 3's cells when no grid policy was SP-tested"),
+                "annotation.grid.trajectories", *REM_SCORING_PARAMS, "simulation"]),
+    DvcStage(
+        "imapscore", notebook="07_imapscore", outputs=IMAPSCORE, llm=True,
+        deps=[MODELS], params=["shared.seed", "imapscore"]),
+    DvcStage(
+        "medqa", notebook="08_medqa", outputs=MEDQA, llm=True,
+        deps=[MODELS], params=["shared.seed", "medqa"]),
+    DvcStage(
+        "tables", notebook="09_tables", outputs=PAPER_TABLES, also=["reports/index.md"],
+        metrics="The only metrics file: the headline numbers of configs/paper_tables.yaml "
+                "(`dvc metrics show`, `dvc exp show`); every stage's full metrics.json is a "
+                "plain output.",
+        deps=["reports/02_notechat", "reports/03_rem",
+              "reports/04_annotation/metrics.json", "reports/04_annotation/summary.csv",
+              "reports/04_annotation/source_preferences.png", "reports/06_simulation",
+              "reports/07_imapscore", "reports/08_medqa"],
+        params=["tables"]),
 ]
-
-
-def _csv(stage: str, table: str) -> str:
-    """A table's CSV as the stage's outputs list writes it (an unknown name is an error)."""
-    outputs = OUT[stage]
-    names = {o.name for o in outputs.built}
-    if table not in names:
-        raise ValueError(f"{stage} declares no table '{table}'")
-    return f"{outputs.reports_dir(Path('.')).as_posix()}/{table}.csv"
 
 
 def _bars(title: str, stage: str, table: str, x: str, y: str) -> dict:

@@ -1,5 +1,5 @@
-"""The pipeline's stages and what each writes, in one list (the stages' ``outputs``
-modules, imported by name here and nowhere else).
+"""The pipeline's stages and what each writes, in pipeline order: the outputs lists that
+the stages' dvc declarations name (:mod:`medpref.dvcstages`).
 
 ``medpref tables`` rebuilds every table and figure of the listed stages from their
 committed records (:meth:`medpref.outputs.StageOutputs.rebuild`), with no model call and
@@ -14,24 +14,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from medpref.annotation.grid_outputs import OUTPUTS as ANNOTATION_GRID_TABLE
-from medpref.annotation.outputs import OUTPUTS as ANNOTATION
-from medpref.imap.outputs import OUTPUTS as IMAPSCORE
-from medpref.medqa.outputs import OUTPUTS as MEDQA
-from medpref.notechat.outputs import OUTPUTS as NOTECHAT
+from medpref.dvcstages import STAGES as DECLARED
 from medpref.outputs import StageOutputs
-from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
-from medpref.rem.outputs import OUTPUTS as REM
-from medpref.sampling.outputs import OUTPUTS as SAMPLING
-from medpref.simulation.outputs import OUTPUTS as SIMULATION
-from medpref.training.outputs import SFT_OUTPUTS as TRAINING_SFT
-from medpref.training.outputs import SUMMARY_OUTPUTS as TRAINING
 
-#: stage name → its declared outputs, in pipeline order
-STAGES: dict[str, StageOutputs] = {o.stage: o for o in (SAMPLING, NOTECHAT, REM, ANNOTATION,
-                                                         ANNOTATION_GRID_TABLE, TRAINING_SFT,
-                                                         TRAINING, SIMULATION,
-                                                         IMAPSCORE, MEDQA, PAPER_TABLES)}
+#: stage name → its declared outputs, in pipeline order: the outputs lists of the dvc
+#: stages' declarations (:data:`medpref.dvcstages.STAGES`, a dependency order)
+STAGES: dict[str, StageOutputs] = {s.outputs.stage: s.outputs for s in DECLARED
+                                   if s.outputs is not None}
 
 #: stages whose outputs are declared here but whose records no committed run has written
 #: yet (their tables are still the last run's, written before the declaration): the

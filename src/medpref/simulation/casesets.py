@@ -15,11 +15,19 @@ data directory). A category a case cannot measure (every item named in its openi
 complaint, :func:`~medpref.simulation.grading.unmeasurable_categories`) is left out of
 every score; the table says where a whole set cannot measure one (:func:`unmeasurable`).
 Below the table stands the stage's gate on the set, as stage 06 would judge it.
+
+What a clinician reads in each script comes from stage 06's file
+(``simulation.controls_gate.script_coverage``) and from the hand-read files of
+:data:`EXTRA_COVERAGE` (``--coverage``), so that rows read since the stage last ran
+gate the set too; ``--cases`` or ``--hand-read`` play only some cases::
+
+    python -m medpref.simulation.casesets --source cspt --path DIR --hand-read
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from medpref.contracts import SPCase
+from medpref.contracts import ContractError, SPCase, text_lines
 from medpref.simulation import controls, grading, tables
 from medpref.simulation.config import SimulationParams
 
@@ -37,11 +45,16 @@ CASE_SETS = {"embedded": ("embedded", None), "cspt": ("cspt", None),
              "medqa_extended": ("agentclinic", "medqa_extended"),
              "nejm": ("agentclinic", "nejm"), "nejm_extended": ("agentclinic", "nejm_extended")}
 SHORT = {"symptoms": "Sym.", "tests": "Test", "diseases": "Dis."}
+#: hand-read script coverage read besides stage 06's (``controls_gate.script_coverage``):
+#: rows read after that stage's last run, kept apart so its pinned dependency is unchanged;
+#: the two merge into stage 06's file when it next reruns (data/casesets/README.md)
+EXTRA_COVERAGE = ("data/casesets/cspt_script_coverage.jsonl",)
 
 
 def load_case_set(name: str, path: str | Path | None = None, limit: int | None = None,
-                  start: int = 0) -> list[SPCase]:
-    """The cases of one named case set (:data:`CASE_SETS`): ``limit`` of them from the
+                  start: int = 0, ids: Sequence[str] | None = None) -> list[SPCase]:
+    """The cases of one named case set (:data:`CASE_SETS`): those named in ``ids`` (in the
+    set's order; an id the set lacks is refused) or all, then ``limit`` of them from the
     ``start``-th (0-based; the extended AgentClinic files begin with the cases of the
     shorter ones)."""
     from medpref.data import adapters
@@ -57,7 +70,52 @@ def load_case_set(name: str, path: str | Path | None = None, limit: int | None =
         cases = adapters.cspt_cases(Path(path))
     else:
         cases = adapters.agentclinic_cases(path, file=file)
-    return list(cases)[start:None if limit is None else start + limit]
+    cases = list(cases)
+    if ids is not None:
+        missing = sorted(set(ids) - {c.id for c in cases})
+        if missing:
+            raise ValueError(f"case set {name!r} has no case {', '.join(missing)}")
+        wanted = set(ids)
+        cases = [c for c in cases if c.id in wanted]
+    return cases[start:None if limit is None else start + limit]
+
+
+def coverage_files(p: SimulationParams, extra: Sequence[str | Path] = EXTRA_COVERAGE
+                   ) -> list[Path]:
+    """The hand-read coverage files a control run reads: stage 06's (when configured),
+    then ``extra`` (paths relative to the repository unless absolute)."""
+    from medpref.params import repo_path
+
+    stage = [p.controls_gate.script_coverage] if p.controls_gate.script_coverage else []
+    return [repo_path(f) for f in (*stage, *extra)]
+
+
+def hand_coverage(paths: Sequence[Path], cases: Sequence[SPCase]
+                  ) -> dict[tuple[str, str], controls.ScriptCoverage]:
+    """The hand-read rows of these cases from every file, each checked against its case
+    (:func:`~medpref.simulation.controls.load_script_coverage`). A (case, category) read
+    in two files is refused naming both, whether or not the case is in this run: the
+    files merge into one at stage 06's next rerun, and two readings of one script would
+    leave the gate to whichever file came last."""
+    out: dict[tuple[str, str], controls.ScriptCoverage] = {}
+    first: dict[tuple[str, str], str] = {}
+    for path in paths:
+        out.update(controls.load_script_coverage(path, cases))
+        for line, key in _row_keys(path):
+            if key in first:
+                raise ContractError(path, line, "case", f"{key[0]} {key[1]} is read in two "
+                                    f"files: here and {first[key]}")
+            first[key] = f"{path}:{line}"
+    return out
+
+
+def _row_keys(path: Path):
+    """(line, (case, category)) of each row of a coverage file that
+    :func:`~medpref.simulation.controls.load_script_coverage` has already accepted."""
+    for line, raw in text_lines(path):
+        if raw.strip():
+            row = json.loads(raw)
+            yield line, (row["case"], row["category"])
 
 
 @dataclass
@@ -148,17 +206,26 @@ def _expected_mean(per_case, expected, cat) -> float:
 
 
 def run_case_set(name: str, path=None, limit: int | None = None, params=None,
-                 names: Sequence[str] | None = None, start: int = 0):
-    """The controls' table of one case set, its per-case rows, grades and what it cost."""
+                 names: Sequence[str] | None = None, start: int = 0,
+                 coverage: Sequence[str | Path] = EXTRA_COVERAGE,
+                 ids: Sequence[str] | None = None, hand_read: bool = False):
+    """The controls' table of one case set, its per-case rows, grades and what it cost.
+    ``coverage``: hand-read files read besides stage 06's (:func:`coverage_files`);
+    ``ids``: only these cases; ``hand_read``: only the cases some file has a row for."""
     from medpref.embedding import load_encoder
     from medpref.params import load_params, repo_path
 
     p = (params or load_params()).simulation
-    cases = load_case_set(name, path, limit, start)
+    cases = load_case_set(name, path, limit, start, ids)
     t0 = time.perf_counter()
     # the hand reading first: a row that no longer fits its case stops before the long part
-    hand = (controls.load_script_coverage(repo_path(p.controls_gate.script_coverage), cases)
-            if p.controls_gate.script_coverage else {})
+    files = coverage_files(p, coverage)
+    hand = hand_coverage(files, cases)
+    if hand_read:
+        cases = [c for c in cases if any((c.id, cat) in hand for cat in grading.CATEGORIES)]
+        if not cases:
+            raise ValueError(f"no case of {name!r} has a hand-read row in "
+                             f"{', '.join(map(str, files))}")
     expected = controls.expected_coverage(cases, hand)
     encode = load_encoder(repo_path(p.embedding_model))
     inst = build_instrument(p, cases, encode)
@@ -169,8 +236,10 @@ def run_case_set(name: str, path=None, limit: int | None = None, params=None,
     polarity = {n: controls.CONTROLS[n].polarity for n in per_case["doctor"].unique()}
     gate = tables.controls_gate(per_case, polarity, expected, g.max_negative_pass,
                                 g.script_fraction)
+    read = sorted({case for case, _ in hand})
     table.attrs.update(case_set=name, n_cases=len(cases), unmeasurable=skip, gate=gate,
-                       seconds=time.perf_counter() - t0)
+                       seconds=time.perf_counter() - t0, hand_read=read,
+                       coverage=[_shown(f) for f in files])
     return table, per_case, grades
 
 
@@ -181,11 +250,24 @@ def render(table: pd.DataFrame) -> str:
              table.to_markdown(index=False, floatfmt=".1f"), "",
              "control_script expected (hand-read or derived coverage): "
              + ", ".join(f"{k} {v:.1f}" for k, v in a["expected"].items())]
+    if "hand_read" in a:      # scripts/caseset_judge.py renders tables without it
+        lines.append(f"hand-read cases in this run: {len(a['hand_read'])} "
+                     f"(from {', '.join(a['coverage']) or 'no file'})")
     for cat, why in a["unmeasurable"].items():
         lines.append(f"{SHORT[cat]} left out of every score: {why}")
     lines += ["", "The stage's gate on this set (simulation.controls_gate):", "",
               a["gate"].to_markdown(index=False, floatfmt=".1f")]
     return "\n".join(lines) + "\n"
+
+
+def _shown(path: Path) -> str:
+    """A path as the table prints it: relative to the repository where it lies inside."""
+    from medpref.params import REPO_ROOT
+
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT.resolve()))
+    except ValueError:
+        return str(path)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -197,10 +279,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--start", type=int, default=0, help="skip this many cases first")
     ap.add_argument("--controls", nargs="+", default=None, choices=sorted(controls.CONTROLS),
                     help="the controls to play (default: every registered one)")
+    ap.add_argument("--cases", nargs="+", default=None, metavar="ID",
+                    help="play only these cases (before --start/--limit)")
+    ap.add_argument("--hand-read", action="store_true",
+                    help="play only the cases with a hand-read coverage row (after "
+                         "--cases/--start/--limit)")
+    ap.add_argument("--coverage", nargs="*", default=list(EXTRA_COVERAGE), metavar="FILE",
+                    help="hand-read coverage read besides stage 06's "
+                         "(simulation.controls_gate.script_coverage), relative to the "
+                         "repository unless absolute; default: %(default)s; --coverage "
+                         "alone: none")
     ap.add_argument("--per-case", default=None, help="write the per-case rows (CSV) here")
     args = ap.parse_args(argv)
     table, per_case, _ = run_case_set(args.source, args.path, args.limit, names=args.controls,
-                                   start=args.start)
+                                      start=args.start, coverage=args.coverage, ids=args.cases,
+                                      hand_read=args.hand_read)
     print(render(table))
     if args.per_case:
         per_case.to_csv(args.per_case, index=False)
