@@ -340,23 +340,26 @@ def test_the_read_agentclinic_cases_match_their_coverage_rows():
     assert len({case for case, _ in hand}) == 15 + 11 + 15   # medqa, nejm, medqa_extended
 
 
-@pytest.mark.shared_data
-def test_cspt_as_published_has_72_cases_and_its_read_rows_match():
+@pytest.fixture
+def cspt_published():
+    """CSPT's cases as published (the folder of its two archives in MEDPREF_CSPT)."""
     source = os.environ.get(CSPT_ENV)
     if not source or not Path(source).exists():
         pytest.skip(f"set {CSPT_ENV} to the folder of CSPT's two published archives")
-    cases = cspt_cases(Path(source))
+    return cspt_cases(Path(source))
+
+
+@pytest.mark.shared_data
+def test_cspt_as_published_has_72_cases_and_its_read_rows_match(cspt_published):
+    cases = cspt_published
     assert len(cases) == 72
     hand = controls.load_script_coverage(COVERAGE, cases)
     assert len({case for case, _ in hand}) == 15
 
 
 @pytest.mark.shared_data
-def test_every_extra_cspt_row_fits_its_published_case():
-    source = os.environ.get(CSPT_ENV)
-    if not source or not Path(source).exists():
-        pytest.skip(f"set {CSPT_ENV} to the folder of CSPT's two published archives")
-    cases = cspt_cases(Path(source))
+def test_every_extra_cspt_row_fits_its_published_case(cspt_published):
+    cases = cspt_published
     hand = controls.load_script_coverage(EXTRA, cases)       # a changed case raises
     rows = [json.loads(line) for line in EXTRA.read_text(encoding="utf-8").splitlines()]
     assert set(hand) == {(r["case"], r["category"]) for r in rows}   # no row for a lost case

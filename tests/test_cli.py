@@ -1,6 +1,6 @@
 """The ``medpref`` command: doctor, run's stage names and dvc calls, --help.
 
-Sharing a run (the LLM caches included) is DVC's: tests/test_llm_cache_remote.py."""
+Sharing a run (the LLM caches included) is DVC's: tests/test_dvc_remote.py."""
 
 from __future__ import annotations
 
