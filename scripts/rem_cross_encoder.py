@@ -1,0 +1,249 @@
+"""A joint reader for the REM, tried on the development set only (issue 40): the embedded
+sentence encoder (all-MiniLM-L6-v2) fine-tuned as a cross-encoder that reads the history's
+last turns and the doctor turn as one sequence ("[history tail] [SEP] [doctor turn]"),
+mean-pooled, with a 3-way head per rule (a state's rules without a label are left out of
+the loss). It trains on stage 03's training rows and is scored on ``rem.select_on``'s set
+(``turns_dev``) after each half epoch; the independent draws are never read.
+
+    python scripts/rem_cross_encoder.py [--epochs 2] [--turn-only] [--out DIR]
+
+It prints the development exact agreement, overall and on rule A, at each evaluation, the
+half epoch the development set chooses, and the training seconds; ``--out`` keeps every
+evaluation's class probabilities per (state, rule) and the run's settings (JSON lines and
+JSON). ``--turn-only`` is the ablation: the doctor turn alone, no history. Not a stage: a
+scorer chosen here becomes a stage-03 scorer (``rem.scorers``) before any blind draw
+scores it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from medpref.rem.constructions import RULE_IDS
+
+ROLE_NAMES = {"patient": "Patient", "doctor": "Doctor"}
+N_LABELS = 3
+IGNORE = -100
+
+
+@dataclass
+class Settings:
+    """The cross-encoder's input and training settings (the defaults: issue 40's run)."""
+
+    history_turns: int = 4
+    max_tokens: int = 256
+    turn_tokens: int = 128
+    epochs: int = 2
+    batch: int = 16
+    lr_encoder: float = 5e-5
+    lr_head: float = 1e-3
+    evals_per_epoch: int = 2
+    turn_only: bool = False
+    seed: int = 0
+
+
+@dataclass
+class State:
+    """One history (ending with the doctor turn judged) and its gold score per rule."""
+
+    key: str
+    history: list
+    gold: dict[str, int] = field(default_factory=dict)
+
+
+def states_of(rows) -> list[State]:
+    """Rows of (history, rule, score) grouped by their history, in first-seen order."""
+    by: dict[str, State] = {}
+    for row in rows:
+        key = json.dumps([[t.role, t.text] for t in row.history], ensure_ascii=False)
+        by.setdefault(key, State(key, list(row.history))).gold[row.rule] = row.score
+    return list(by.values())
+
+
+def encode(tok, history, s: Settings) -> tuple[list[int], list[int]]:
+    """Token ids and segment ids of "[CLS] history tail [SEP] doctor turn [SEP]": the
+    turn cut to ``turn_tokens``, the history (its last ``history_turns`` turns) cut from
+    the left to what ``max_tokens`` leaves."""
+    turn = tok(history[-1].text, add_special_tokens=False)["input_ids"][:s.turn_tokens]
+    before = history[:-1][-s.history_turns:]
+    text = " ".join(f"{ROLE_NAMES.get(t.role, t.role)}: {t.text}" for t in before)
+    hist = [] if s.turn_only else tok(text or "(start of consultation)",
+                                      add_special_tokens=False)["input_ids"]
+    room = s.max_tokens - 3 - len(turn)
+    hist = hist[-room:] if room > 0 else []
+    ids = [tok.cls_token_id, *hist, tok.sep_token_id, *turn, tok.sep_token_id]
+    return ids, [0] * (len(hist) + 2) + [1] * (len(turn) + 1)
+
+
+def examples(tok, states: list[State], s: Settings) -> list[tuple]:
+    return [(*encode(tok, st.history, s), [st.gold.get(r, IGNORE) for r in RULE_IDS])
+            for st in states]
+
+
+def collate(batch):
+    import torch
+
+    width = max(len(b[0]) for b in batch)
+    ids = torch.zeros(len(batch), width, dtype=torch.long)
+    seg, mask = torch.zeros_like(ids), torch.zeros_like(ids)
+    for i, (a, t, _) in enumerate(batch):
+        ids[i, :len(a)], seg[i, :len(t)], mask[i, :len(a)] = (
+            torch.tensor(a), torch.tensor(t), 1)
+    return ids, seg, mask, torch.tensor([b[2] for b in batch])
+
+
+def build_model(encoder_dir: str):
+    import torch
+    from transformers import AutoModel
+
+    class CrossEncoderREM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = AutoModel.from_pretrained(encoder_dir)
+            self.drop = torch.nn.Dropout(0.1)
+            self.head = torch.nn.Linear(self.encoder.config.hidden_size,
+                                        len(RULE_IDS) * N_LABELS)
+
+        def forward(self, ids, seg, mask):
+            h = self.encoder(input_ids=ids, token_type_ids=seg,
+                             attention_mask=mask).last_hidden_state
+            m = mask.unsqueeze(-1).float()
+            pooled = (h * m).sum(1) / m.sum(1)   # mean pooling, as the sentence encoder
+            return self.head(self.drop(pooled)).view(-1, len(RULE_IDS), N_LABELS)
+
+    return CrossEncoderREM()
+
+
+def batches(data: list, size: int, rng: random.Random | None) -> list[list[int]]:
+    """Batches of similar length: shuffled in chunks of fifty batches (``rng``), or in
+    length order for prediction."""
+    order = list(range(len(data)))
+    if rng is None:
+        order.sort(key=lambda j: len(data[j][0]))
+        return [order[i:i + size] for i in range(0, len(order), size)]
+    rng.shuffle(order)
+    chunks = [sorted(order[i:i + size * 50], key=lambda j: len(data[j][0]))
+              for i in range(0, len(order), size * 50)]
+    out = [c[i:i + size] for c in chunks for i in range(0, len(c), size)]
+    rng.shuffle(out)
+    return out
+
+
+def predict(model, data: list) -> np.ndarray:
+    """Class probabilities, (examples, rules, labels)."""
+    import torch
+
+    model.eval()
+    probs = np.zeros((len(data), len(RULE_IDS), N_LABELS))
+    with torch.no_grad():
+        for b in batches(data, 64, None):
+            ids, seg, mask, _ = collate([data[i] for i in b])
+            probs[b] = torch.softmax(model(ids, seg, mask), -1).numpy()
+    model.train()
+    return probs
+
+
+def exact(probs: np.ndarray, states: list[State], rules=RULE_IDS) -> float:
+    """Exact agreement (%) of the argmax with the gold over the states' labelled rules."""
+    hits = [probs[i, RULE_IDS.index(r)].argmax() == y for i, st in enumerate(states)
+            for r, y in st.gold.items() if r in rules]
+    return 100.0 * float(np.mean(hits)) if hits else float("nan")
+
+
+def train(model, data: list, dev: list, dev_states: list[State], s: Settings,
+          log=print) -> dict[int, np.ndarray]:
+    """Fine-tune ``model``; returns the development probabilities at each evaluation
+    (keyed by step)."""
+    import torch
+
+    rng = random.Random(s.seed)
+    torch.manual_seed(s.seed)
+    opt = torch.optim.AdamW([{"params": model.encoder.parameters(), "lr": s.lr_encoder},
+                             {"params": model.head.parameters(), "lr": s.lr_head}],
+                            weight_decay=0.01)
+    per_epoch = math.ceil(len(data) / s.batch)
+    total = per_epoch * s.epochs
+    warm = max(1, int(0.06 * total))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda k: min((k + 1) / warm, max(0.0, (total - k) / max(1, total - warm))))
+    loss_of = torch.nn.CrossEntropyLoss(ignore_index=IGNORE)
+    evals = {round(per_epoch * (e + f / s.evals_per_epoch)) for e in range(s.epochs)
+             for f in range(1, s.evals_per_epoch + 1)}
+    out, step, t0 = {}, 0, time.perf_counter()
+    model.train()
+    for _ in range(s.epochs):
+        for b in batches(data, s.batch, rng):
+            ids, seg, mask, y = collate([data[i] for i in b])
+            loss = loss_of(model(ids, seg, mask).reshape(-1, N_LABELS), y.reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            step += 1
+            if step in evals:
+                out[step] = predict(model, dev)
+                log(f"step {step}/{total} (epoch {step / per_epoch:.2f}): development exact "
+                    f"{exact(out[step], dev_states):.1f} %, rule A "
+                    f"{exact(out[step], dev_states, ('A',)):.1f} % "
+                    f"({time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import torch
+    from transformers import AutoTokenizer
+
+    from medpref.params import load_params, repo_path
+    from medpref.rem.build_rem import load_inputs
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--epochs", type=int, default=Settings.epochs)
+    ap.add_argument("--turn-only", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    s = Settings(epochs=args.epochs, turn_only=args.turn_only)
+    torch.set_num_threads(2)
+    params = load_params()
+    p = params.rem
+    inputs = load_inputs(p, repo_path(params.shared.split))
+    train_states = states_of(inputs.split("train"))
+    dev_states = states_of(inputs.split(p.select_split))
+    encoder = str(repo_path(p.fitted.embedding_model))
+    tok = AutoTokenizer.from_pretrained(encoder)
+    print(f"{len(train_states)} training states, {len(dev_states)} development states "
+          f"({p.select_split})", flush=True)
+    t0 = time.perf_counter()
+    found = train(build_model(encoder), examples(tok, train_states, s),
+                  examples(tok, dev_states, s), dev_states, s,
+                  log=lambda m: print(m, flush=True))
+    seconds = time.perf_counter() - t0
+    chosen = max(found, key=lambda k: (exact(found[k], dev_states), -k))
+    result = {"settings": vars(s), "seconds": round(seconds, 1), "chosen_step": chosen,
+              "development": {k: {"exact": exact(v, dev_states),
+                                  "A": exact(v, dev_states, ("A",))}
+                              for k, v in found.items()}}
+    print(f"chosen on {p.select_split}: step {chosen}; {seconds:.0f} s")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "run.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+        with open(args.out / "development_probabilities.jsonl", "w", encoding="utf-8") as fh:
+            for k, v in found.items():
+                for i, st in enumerate(dev_states):
+                    for r, y in st.gold.items():
+                        fh.write(json.dumps({"step": k, "state": i, "rule": r, "gold": y,
+                                             "p": v[i, RULE_IDS.index(r)].tolist()}) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

@@ -1,0 +1,91 @@
+"""scripts/rem_cross_encoder.py: states grouped by their history, the joint input (history
+tail and turn in their segments, the turn-only ablation without history), agreement by
+hand, and a two-step training run on the embedded encoder."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from medpref import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location(
+    "rem_cross_encoder", REPO_ROOT / "scripts" / "rem_cross_encoder.py")
+rce = importlib.util.module_from_spec(_spec)
+sys.modules["rem_cross_encoder"] = rce   # dataclasses look their module up
+_spec.loader.exec_module(rce)
+
+ENCODER = REPO_ROOT / "models" / "all-minilm-l6-v2"
+
+
+def _turn(role: str, text: str):
+    return SimpleNamespace(role=role, text=text)
+
+
+def _row(history, rule, score):
+    return SimpleNamespace(history=history, rule=rule, score=score)
+
+
+H1 = [_turn("patient", "I have had a cough for two weeks."),
+      _turn("doctor", "Do you bring up any phlegm?")]
+H2 = [_turn("patient", "My knee hurts."), _turn("doctor", "You have arthritis.")]
+
+
+def test_rows_of_one_history_make_one_state_with_a_score_per_rule():
+    states = rce.states_of([_row(H1, "A", 2), _row(H2, "A", 0), _row(H1, "B", 1)])
+    assert [s.gold for s in states] == [{"A": 2, "B": 1}, {"A": 0}]
+    assert states[0].history[-1].text == "Do you bring up any phlegm?"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    if not ENCODER.exists():
+        pytest.skip("the embedded encoder is not prepared (make setup)")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(ENCODER))
+
+
+def test_the_history_tail_and_the_turn_sit_in_their_own_segments(tok):
+    ids, seg = rce.encode(tok, H1, rce.Settings())
+    turn = tok("Do you bring up any phlegm?", add_special_tokens=False)["input_ids"]
+    assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+    assert ids[-len(turn) - 1:-1] == turn
+    assert seg.count(1) == len(turn) + 1 and seg[:seg.index(1)] == [0] * seg.index(1)
+    assert "cough" in tok.decode(ids[:seg.index(1)])
+    only, seg_only = rce.encode(tok, H1, rce.Settings(turn_only=True))
+    assert only == [tok.cls_token_id, tok.sep_token_id, *turn, tok.sep_token_id]
+    assert seg_only == [0, 0] + [1] * (len(turn) + 1)
+
+
+def test_a_long_history_is_cut_from_the_left_to_the_budget(tok):
+    long = [_turn("patient", " ".join(["early"] * 300 + ["recent", "pain"])), H1[-1]]
+    ids, _ = rce.encode(tok, long, rce.Settings(max_tokens=64))
+    assert len(ids) == 64
+    assert "recent pain" in tok.decode(ids)
+
+
+def test_exact_agreement_by_hand():
+    states = [rce.State("a", H1, {"A": 2, "B": 1}), rce.State("b", H2, {"A": 0})]
+    probs = np.zeros((2, len(rce.RULE_IDS), 3))
+    probs[0, 0, 2] = probs[0, 1, 0] = probs[1, 0, 0] = 1.0   # A right, B wrong, A right
+    assert rce.exact(probs, states) == pytest.approx(100 * 2 / 3)
+    assert rce.exact(probs, states, ("A",)) == 100.0
+    assert np.isnan(rce.exact(probs, states, ("F",)))
+
+
+@pytest.mark.slow
+def test_two_training_steps_give_development_probabilities(tok):
+    states = [rce.State(str(i), h, {"A": a, "C": 0})
+              for i, (h, a) in enumerate([(H1, 2), (H2, 0)] * 4)]
+    s = rce.Settings(epochs=1, batch=4, evals_per_epoch=1)
+    data = rce.examples(tok, states, s)
+    found = rce.train(rce.build_model(str(ENCODER)), data, data, states, s, log=lambda m: None)
+    assert list(found) == [2]
+    probs = found[2]
+    assert probs.shape == (8, len(rce.RULE_IDS), 3)
+    assert np.allclose(probs.sum(-1), 1.0)
