@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,4 +245,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    main()
