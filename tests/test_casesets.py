@@ -27,8 +27,6 @@ from medpref.simulation.graders import GraderContext, build_grader
 
 FIXTURES = Path(__file__).parent / "fixtures" / "casesets"
 COVERAGE = REPO_ROOT / "data" / "embedded" / "sp_script_coverage.jsonl"
-#: the hand-read CSPT rows kept beside stage 06's until it reruns (data/casesets/README.md)
-EXTRA = REPO_ROOT / casesets.EXTRA_COVERAGE[0]
 NEGATIVE = ("control_reciter", "control_lecture", "control_echo", "control_testlist")
 #: where a user keeps CSPT's two published archives (the project may not ship them)
 CSPT_ENV = "MEDPREF_CSPT"
@@ -302,17 +300,10 @@ def test_cases_are_picked_by_id_and_an_unknown_id_is_refused():
         casesets.load_case_set("cspt", FIXTURES / "cspt", ids=["cspt-surgery-01"])
 
 
-def test_the_extra_cspt_coverage_quotes_no_text_and_repeats_no_stage_row():
-    rows = [json.loads(line) for line in EXTRA.read_text(encoding="utf-8").splitlines()]
-    assert rows and all(r["case"].startswith("cspt-") for r in rows)
-    assert all(r["items_sha"] and not r.get("asked") and not r.get("uncovered") for r in rows)
-    assert len({r["case"] for r in rows}) >= 5
-    files = casesets.coverage_files(load_params().simulation)
-    assert files == [COVERAGE, EXTRA]                 # the default: stage 06's, then this one
-    casesets.hand_coverage(files, [])                 # no (case, category) in both files
-    stage = {json.loads(line)["case"] for line in COVERAGE.read_text(encoding="utf-8")
-             .splitlines()}
-    assert len({c for c in stage if c.startswith("cspt-")} | {r["case"] for r in rows}) >= 20
+def test_stage_06s_file_holds_every_cspt_reading_and_is_the_default():
+    rows = [json.loads(line) for line in COVERAGE.read_text(encoding="utf-8").splitlines()]
+    assert len({r["case"] for r in rows if r["case"].startswith("cspt-")}) >= 25
+    assert casesets.coverage_files(load_params().simulation) == [COVERAGE]
 
 
 # -- the real files, where they are ---------------------------------------------------------
@@ -354,14 +345,14 @@ def test_cspt_as_published_has_72_cases_and_its_read_rows_match(cspt_published):
     cases = cspt_published
     assert len(cases) == 72
     hand = controls.load_script_coverage(COVERAGE, cases)
-    assert len({case for case, _ in hand}) == 15
+    assert len({case for case, _ in hand}) == 25
 
 
 @pytest.mark.shared_data
-def test_every_extra_cspt_row_fits_its_published_case(cspt_published):
+def test_every_cspt_row_fits_its_published_case(cspt_published):
     cases = cspt_published
-    hand = controls.load_script_coverage(EXTRA, cases)       # a changed case raises
-    rows = [json.loads(line) for line in EXTRA.read_text(encoding="utf-8").splitlines()]
-    assert set(hand) == {(r["case"], r["category"]) for r in rows}   # no row for a lost case
-    both = casesets.hand_coverage([COVERAGE, EXTRA], cases)
-    assert len({case for case, _ in both if case.startswith("cspt-")}) == 25
+    hand = controls.load_script_coverage(COVERAGE, cases)       # a changed case raises
+    rows = [json.loads(line) for line in COVERAGE.read_text(encoding="utf-8").splitlines()]
+    assert {k for k in hand if k[0].startswith("cspt-")} == {
+        (r["case"], r["category"]) for r in rows if r["case"].startswith("cspt-")}
+    assert len({case for case, _ in hand if case.startswith("cspt-")}) == 25

@@ -264,3 +264,19 @@ def test_a_label_with_a_ratio_in_it_is_spoken_as_a_finding():
     # a time of day is a value, not a label
     assert section_facts("Onset: at 10:30 this morning", False, False) == (
         ["At 10:30 this morning"], [])
+
+
+def test_instructions_and_stage_directions_are_found_and_not_said():
+    from medpref.simulation.voice import section_facts, without_stage_directions
+
+    assert voice_faults("The duration is not specified in this scenario.", "How long?") == [
+        "instruction"]
+    assert voice_faults("Imagine the pain is sharp.", "Where?") == ["instruction"]
+    assert voice_faults("（手捂下腹部）这里疼。", "哪里不舒服？") == ["stage_direction"]
+    assert voice_faults("(sighs) It hurts.", "Where?") == ["stage_direction"]
+    # a drug's name or a grade in brackets is not a stage direction
+    assert voice_faults("胃镜示食管黏膜破损（洛杉矶分级A级）。", "查过胃镜吗？") == []
+    assert without_stage_directions("我肚子痛（被动体位）。") == "我肚子痛。"
+    history, _ = section_facts("Mention that you have been coughing at night. The onset "
+                               "is not specified in the scenario.", False, False)
+    assert history == ["I have been coughing at night."]

@@ -261,3 +261,76 @@ def test_no_scripted_question_is_about_someone_else():
     lines = [s for c in embedded_sp_cases() for t in c.script
              for s in split_sentences(t["doctor"])]
     assert len(lines) > 300 and not [s for s in lines if about_someone_else(s)]
+
+
+# -- change clause-and-meaning (sp_grader_changes.yaml) -------------------------------------
+
+@pytest.mark.parametrize("sentence, asks", [
+    ("That's depression without any other changes: does anyone notice an absence of "
+     "pleasure?", "does anyone notice an absence of pleasure?"),
+    ("Have there been fits since then - full spells followed by breathlessness all day "
+     "long instead of just waking up to breathe out", "Have there been fits since then"),
+    ("hay fever fits after winter holidays when people have allergies against grass spores "
+     "which they inhale while sleeping inside their homes?", ""),
+    ("You've had a fever?", "You've had a fever?"),
+    ("Any fever, chills or night sweats?", "Any fever, chills or night sweats?"),
+    ("您咳嗽多久了？", "您咳嗽多久了？"),
+])
+def test_a_question_asks_only_by_its_asking_clauses(sentence, asks):
+    from medpref.simulation.graders import asking_part
+
+    assert asking_part(sentence) == asks
+
+
+def test_a_disease_is_counted_in_the_clause_that_names_it():
+    from medpref.simulation.graders import naming_clause
+    from medpref.simulation.grading import heuristic_disease_count
+
+    s = ("That's depression without any other signs of mania or psychosis at first: low "
+         "blood pressure (hypotension), little energy, loss of weight, poor sleep")
+    clause = naming_clause(s, "major depressive disorder (moderate to severe episode)")
+    assert clause.startswith("That's depression") and "hypotension" not in clause
+    assert heuristic_disease_count(clause, "depression") < 4 <= heuristic_disease_count(s, "x")
+    # a Chinese sentence ends at its own mark, with or without a space after it
+    turn = ("根据您现有的症状和资料，我们初步诊断为慢性宫颈炎、滴虫性阴道炎。"
+            "您还需要进一步做些检查，比如B超、血常规、白带常规。希望您能积极配合。")
+    assert heuristic_disease_count(turn, "慢性宫颈炎") == 3
+
+
+def test_the_grader_reads_the_clause_the_act_and_who_speaks():
+    """Through the grader itself (MiniLM loaded only for the cosine)."""
+    from medpref.contracts import Turn
+    from medpref.embedding import load_encoder
+    from medpref.params import repo_path
+    from medpref.simulation.consult import Consultation
+    from medpref.simulation.graders import EchoAwareGrader
+
+    p = load_params().simulation
+    model = repo_path(p.embedding_model)
+    if not (model / "modules.json").exists():
+        pytest.skip(f"no MiniLM at {model}")
+    setup = GradingSetup(judge=None, templates=[], count_template=None,
+                         encode=load_encoder(model), max_candidates=p.grader.max_candidates)
+    grader = EchoAwareGrader(GraderContext(p.grader, setup))
+    from medpref.contracts import SPCase
+
+    case = SPCase.model_validate({
+        "id": "t-1", "department": "internal_medicine", "lang": "en",
+        "chief_complaint": "Tired and thirsty for two months",
+        "patient_info": {"history": "I am thirsty."},
+        "checklist": {"symptoms": ["appetite and weight loss", "family history of asthma"],
+                      "tests": [], "diseases": ["type 2 diabetes mellitus"]}})
+
+    def grade(doctor: str) -> dict[str, bool]:
+        c = Consultation("t-1", "internal_medicine", "en", "d", "m",
+                         [Turn(role="patient", text=case.chief_complaint),
+                          Turn(role="doctor", text=doctor)])
+        return {g.item: g.passed for g in grader.grade([c], {"t-1": case})}
+
+    assert grade("Have there been any changes to your appetite since then")[
+        "appetite and weight loss"]                      # a question without its mark
+    assert not grade("This could be bronchitis because of asthma attacks during those "
+                     "episodes: do they get any fever?")["family history of asthma"]
+    assert grade("This could be diabetes or high blood pressure.")["type 2 diabetes mellitus"]
+    assert not grade("That suggests diabetic ketoacidosis.")["type 2 diabetes mellitus"]
+    assert not grade("That suggests diabetes,' says Dr. John Kidd.")["type 2 diabetes mellitus"]

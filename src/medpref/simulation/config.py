@@ -104,6 +104,8 @@ class GraderParams(StrictModel):
     strip_echoes: bool = True          # judge modes: the judge reads the echo-free transcript
     match_threshold: float = Field(0.45, ge=-1.0, le=1.0)   # echo_aware: MiniLM cosine
     lexical_threshold: float = Field(0.6, ge=0.0, le=1.0)  # echo_aware: item units covered
+    # echo_aware: the MiniLM cosine a symptom question needs (tests keep match_threshold)
+    strong_match_threshold: float = Field(0.55, ge=-1.0, le=1.0)
     # echo_aware, Chinese items: share of the item part's content characters the sentence
     # asks (or Dice with its best clause), the item's frame removed
     zh_char_threshold: float = Field(0.6, ge=0.0, le=1.0)

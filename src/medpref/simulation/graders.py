@@ -23,12 +23,24 @@ item. Four are registered:
   contacts ("Does anyone have diabetes…?", "Have I had…?":
   :func:`~medpref.echo.about_someone_else`).
 
+  Since issue 41's run-sentence batches (``data/embedded/sp_grader_changes.yaml``,
+  ``clause-and-meaning``): a question asks only by its asking clauses
+  (:func:`asking_part`: "That's depression…: does anyone notice…?" asks after the colon;
+  a long statement closed with "?" asks nothing); a symptom needs a shared content
+  share of ``lexical_threshold`` or a MiniLM cosine of ``strong_match_threshold``
+  (tests keep ``match_threshold``); a question that lost its question mark ("Have there
+  been any changes to your appetite") is a question; words put in someone else's mouth
+  (",' says Dr. …") earn nothing; a disease's candidates are counted in the clause that
+  names it, and a word that only modifies another disease ("diabetic ketoacidosis")
+  does not name it.
+
 Adding a grader: one class with ``grade(consults, cases)`` and ``@register_grader``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,6 +53,7 @@ from medpref.echo import (
     about_alcohol,
     about_someone_else,
     content_units,
+    disease_core,
     disease_words,
     doctor_sentences,
     fluid_intake_item,
@@ -69,6 +82,65 @@ RECITAL_ITEMS = 3
 # which speech acts can earn an item of each category
 ACTS_FOR = {"symptoms": ("question",), "tests": ("question", "recommendation"),
             "diseases": ("question", "recommendation", "statement")}
+
+# clauses of one sentence: a colon, a dash between spaces, a semicolon
+_CLAUSE_CUT = re.compile(r"\s*:\s+|\s+[-–—]+\s+|\s*;\s*")
+_ASKS = re.compile(
+    r"^\W*(?:so\s+|and\s+|also\s+|now\s+|okay\s*,?\s+|ok\s*,?\s+|but\s+)?(?:how|what|when|"
+    r"where|which|who|why|do|does|did|have|has|had|are|is|was|were|can|could|would|will|any|"
+    r"tell me|describe|please (?:tell|describe))\b", re.IGNORECASE)
+#: a clause with a question mark but no question word asks only when it is this short
+#: ("You've had a fever?"); a longer one is a statement the model closed with "?"
+DECLARATIVE_QUESTION_WORDS = 12
+#: a symptom question longer than this many words (its asking clauses) needs the strong
+#: cosine to match by meaning alone
+STRICT_AFTER_WORDS = 10
+
+
+def asking_part(sentence: str) -> str:
+    """The clauses of an English question that ask (rubric: a run-on turn is judged clause
+    by clause; "That's depression…: does anyone notice…?" asks only after the colon):
+    each clause opening with a question word, or ending with a question mark and at most
+    :data:`DECLARATIVE_QUESTION_WORDS` words long; "" when none does. A Chinese sentence
+    is kept whole."""
+    if is_chinese(sentence):
+        return sentence
+    clauses = [c for c in _CLAUSE_CUT.split(sentence.strip()) if c.strip()]
+    return " ".join(c for c in clauses
+                    if _ASKS.match(c) or (c.rstrip().endswith("?")
+                                          and len(c.split()) <= DECLARATIVE_QUESTION_WORDS))
+
+
+_AUX_QUESTION = re.compile(r"^\W*(?:so\s+|and\s+)?(?:have|has|had|do|does|did|is|are|was|were)\s+"
+                           r"(?:there|you|he|she|they|we|it)\b", re.IGNORECASE)
+
+
+#: words put in someone else's mouth ("That suggests prediabetes,' says Dr. …"): a made-up
+#: quotation is not the doctor's own act
+_REPORTED = re.compile(r"['\"’”]\s*,?\s*(?:says|said|adds|added|replies|replied|explains)\b|"
+                       r"\b(?:says|said) (?:dr|doctor|nurse|professor)\b", re.IGNORECASE)
+
+
+def _question_act(s: DoctorSentence) -> DoctorSentence:
+    """A question that lost its question mark ("Have there been any changes to your
+    appetite since then") is a question, not the request its opening verb looks like."""
+    if s.act == "recommendation" and _AUX_QUESTION.match(s.text):
+        return dataclasses.replace(s, act="question")
+    return s
+
+
+def naming_clause(sentence: str, item: str) -> str:
+    """The clause of the sentence that names the disease (the whole sentence when none
+    does by a unit of its name, or for Chinese)."""
+    if is_chinese(sentence):
+        return sentence
+    core = disease_core(item)
+    return next((c for c in _CLAUSE_CUT.split(sentence) if core & content_units(c)), sentence)
+
+
+#: a checklist word used as the modifier of another disease ("diabetic ketoacidosis" does
+#: not name diabetes)
+_MODIFIED = r"\s+[a-z]+(?:itis|osis|pathy|a?emia|uria)\b"
 
 
 class Grader(Protocol):
@@ -157,6 +229,7 @@ class EchoAwareGrader:
         p = ctx.params
         self.encode = ctx.setup.encode
         self.match = p.match_threshold
+        self.strong = p.strong_match_threshold
         self.lexical = p.lexical_threshold
         self.zh_chars = p.zh_char_threshold
         self.max_requests = p.max_requests
@@ -164,11 +237,19 @@ class EchoAwareGrader:
         self.max_candidates = ctx.setup.max_candidates
 
     def grade(self, consults, cases):
-        per = [doctor_sentences(c.turns, *self.echo) for c in consults]
+        per = [[_question_act(s) for s in doctor_sentences(c.turns, *self.echo)]
+               for c in consults]
+        # a question asks by the clauses that ask, not by a statement before them
+        asks = [[dataclasses.replace(s, text=asking_part(s.text)) if s.act == "question"
+                 else s for s in sents] for sents in per]
         items = [(ci, cat, item) for ci, c in enumerate(consults)
                  for cat in CATEGORIES for item in getattr(cases[c.case_id].checklist, cat)]
         sims = self._similarities(per, items)
-        hits = {(ci, cat, item): self._matches(item, per[ci], sims.get((ci, item)))
+        ask_sims = self._similarities(asks, [x for x in items if x[1] != "diseases"])
+        hits = {(ci, cat, item): (self._matches(item, asks[ci], ask_sims.get((ci, item)),
+                                                strict=cat == "symptoms")
+                                  if cat != "diseases" else
+                                  self._matches(item, per[ci], sims.get((ci, item))))
                 for ci, cat, item in items}
         # the items a sentence names by their words (no cosine: MiniLM's loose match puts a
         # single-topic question near several items of one case)
@@ -176,7 +257,7 @@ class EchoAwareGrader:
                                                                               None))
                  for ci, cat, item in items}
         # the items each sentence mentions by their words, whatever its act (a recital)
-        mentioned = {key: self._matches(key[2], per[key[0]], None) for key in items}
+        mentioned = {key: self._matches(key[2], asks[key[0]], None) for key in items}
         listing = [self._listing(sents, [named[key] for key in items if key[0] == ci],
                                  [(key[1], mentioned[key]) for key in items if key[0] == ci])
                    for ci, sents in enumerate(per)]
@@ -190,7 +271,9 @@ class EchoAwareGrader:
         """The matched sentences that could earn the item: the doctor's own (no echo), of
         the act the category needs, and for a disease, naming it."""
         own = [k for k in hits if not sents[k].echo and sents[k].act in ACTS_FOR[cat]
-               and not about_someone_else(sents[k].text)]
+               and not about_someone_else(sents[k].text) and not _REPORTED.search(sents[k].text)
+               and not (sents[k].act == "question"
+                        and about_someone_else(asking_part(sents[k].text)))]
         if cat == "diseases":
             own = [k for k in own if names_disease(sents[k].text, item)]
         return own
@@ -221,7 +304,8 @@ class EchoAwareGrader:
         if self.encode is None:
             return {}
         parts = {item: [x for x in item_parts(item) if not is_chinese(x)] for _, _, item in items}
-        texts = sorted({s.text for sents in per for s in sents if not is_chinese(s.text)}
+        texts = sorted({s.text for sents in per for s in sents
+                        if s.text and not is_chinese(s.text)}
                        | {x for xs in parts.values() for x in xs})
         if not texts:
             return {}
@@ -234,20 +318,40 @@ class EchoAwareGrader:
         return out
 
     def _matches(self, item: str, sents: Sequence[DoctorSentence],
-                 cos: np.ndarray | None) -> list[int]:
+                 cos: np.ndarray | None, strict: bool = False) -> list[int]:
         if is_chinese(item):
             return self._matches_zh(item, sents)
         wants = [u for u in (content_units(x) for x in item_parts(item)) if u]
         fluid = fluid_intake_item(item)
         hits = []
         for k, s in enumerate(sents):
-            if fluid and about_alcohol(s.text):   # drinking alcohol is not thirst
+            if not s.text or (fluid and about_alcohol(s.text)):   # alcohol is not thirst
                 continue
             have = content_units(s.text)
             lexical = max((len(w & have) / len(w) for w in wants), default=0.0)
-            if lexical >= self.lexical or (cos is not None and cos[k] >= self.match):
+            # a symptom question is matched by meaning only when MiniLM is sure: at the
+            # match threshold its loose match puts the model doctors' questions near items
+            # they do not ask ("Have your kidneys checked?" near nocturia)
+            strict_here = strict and len(s.text.split()) > STRICT_AFTER_WORDS
+            near = cos is not None and cos[k] >= (self.strong if strict_here else self.match)
+            if lexical >= self.lexical or near:
                 hits.append(k)
         return hits
+
+    @staticmethod
+    def _only_as_modifier(sentence: str, item: str) -> bool:
+        """Every English word of the sentence that names the disease modifies another
+        disease right after it ("diabetic ketoacidosis" for type 2 diabetes mellitus)."""
+        if is_chinese(sentence):
+            return False
+        core = disease_core(item)
+        words = [m for m in re.finditer(r"[a-z]+", sentence.lower())
+                 if content_units(m.group(0)) & core]
+        if not words:
+            return False
+        return all(re.match(_MODIFIED, sentence.lower()[m.end():])
+                   and not content_units(re.match(_MODIFIED, sentence.lower()[m.end():])
+                                         .group(0)) & core for m in words)
 
     def _matches_zh(self, item: str, sents: Sequence[DoctorSentence]) -> list[int]:
         """A Chinese item: the sentences that ask one of its parts by its characters, the
@@ -264,16 +368,21 @@ class EchoAwareGrader:
         grade = ItemGrade(c.case_id, c.doctor, cat, item, False, "echo_aware",
                           echo_excluded=echoes)
         if cat == "diseases":
-            # candidates: the list pieces of the turn, or the disease-shaped words of the
-            # sentence when a run-on list has no separators, whichever is more
-            counts = {k: max(heuristic_disease_count(c.turns[sents[k].turn].text, item),
-                             disease_words(sents[k].text)) for k in own}
+            # candidates: the list pieces of the clause that names it (rubric: "in one
+            # sentence or one run-on clause"), or its disease-shaped words when a run-on
+            # list has no separators, whichever is more; a word that only modifies another
+            # disease ("diabetic ketoacidosis") does not name it
+            own = [k for k in own if not self._only_as_modifier(sents[k].text, item)]
+            clause = {k: naming_clause(sents[k].text, item) for k in own}
+            counts = {k: max(heuristic_disease_count(clause[k], item), disease_words(clause[k]))
+                      for k in own}
             grade.turns_named = [sents[k].turn for k in own]
             grade.candidates = [counts[k] for k in own]
             own = [k for k in own if counts[k] < self.max_candidates]
         # listing is not asking: a sentence naming too many candidates at once earns nothing
         grade.listing_excluded = [sents[k].text for k in own if k in listing]
         own = [k for k in own if k not in listing]
+        grade.earners = [sents[k].text for k in own]
         if own:
             best = own[0] if cos is None else max(own, key=lambda k: cos[k])
             grade.passed = True

@@ -96,7 +96,8 @@ _LIST_SPLIT = re.compile(r",|;|\bor\b|\band\b|、|，|；|或者|或|\n\s*(?:[-*
 def heuristic_disease_count(turn: str, disease: str) -> int:
     """Fallback count of candidate diseases named with ``disease``: the pieces of the
     sentence (or list) that names it, split at commas, 'or', 'and' and list bullets."""
-    sentences = re.split(r"(?<=[.!?。！？])\s+", turn)
+    # a Chinese sentence ends at its mark, with or without a space after it
+    sentences = re.split(r"(?<=[.!?])\s+|(?<=[。！？])\s*", turn)
     holder = next((s for s in sentences if disease.lower() in s.lower()), turn)
     return max(1, len([p for p in _LIST_SPLIT.split(holder) if p and p.strip()]))
 
@@ -206,6 +207,8 @@ class ItemGrade:
     echo_excluded: list[str] = field(default_factory=list)   # echoes that matched the item
     # matched sentences that name too many candidates at once (the listing rule)
     listing_excluded: list[str] = field(default_factory=list)
+    # every doctor sentence that earns the item (the evidence is the closest of them)
+    earners: list[str] = field(default_factory=list)
 
 
 @dataclass

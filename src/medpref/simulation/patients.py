@@ -39,7 +39,12 @@ from medpref.simulation.knowledge import (
     section_sentences,
 )
 from medpref.simulation.patient import parse_patient_answer, render_patient_prompt
-from medpref.simulation.voice import FINDINGS_SECTION, asks_for_test, patient_facts
+from medpref.simulation.voice import (
+    FINDINGS_SECTION,
+    asks_for_test,
+    patient_facts,
+    without_stage_directions,
+)
 
 DONT_KNOW = {"en": "I'm not sure about that.", "zh": "这个我不太清楚。"}
 # the two ways the extractive patient answers with no case text (step["fallback"])
@@ -193,6 +198,8 @@ class ExtractivePatient:
                 (findings if FINDINGS.search(section) else history).extend(
                     section_sentences(text))
         pairs = [(q.get("doctor", "").strip(), q.get("patient", "").strip()) for q in case.script]
+        if voice == "patient":     # a script's stage directions are not said ("（手捂下腹部）")
+            pairs = [(q, without_stage_directions(a)) for q, a in pairs]
         pairs = [(q, a) for q, a in pairs if q and a]
         return _Source([q for q, _ in pairs], [a for _, a in pairs], history, findings,
                        case.chief_complaint)

@@ -120,7 +120,31 @@ def asks_for_test(doctor_turn: str) -> bool:
 
 
 #: the faults :func:`voice_faults` names, in the order the reports give them
-FAULTS = ("second_person", "field_label", "markdown", "third_person", "unrequested_result")
+FAULTS = ("second_person", "field_label", "markdown", "third_person", "unrequested_result",
+          "instruction", "stage_direction")
+
+#: an actor's or a record's instruction or note, not something a patient says ("Mention
+#: that I have a cough", "Imagine the pain ...", "not specified in this scenario")
+_META = re.compile(
+    r"^(?:mention|make sure|be sure|portray|express|act as|describe to the doctor)\b|"
+    r"\bimagine\b|\b(?:this|the) (?:scenario|case (?:text|description)|brief)\b|"
+    r"\bpatient actor\b|\b(?:not|isn't|is not|wasn't|was not) (?:detailed|specified|provided|"
+    r"mentioned|given|stated|described|available|included) in (?:the|this|my) "
+    r"(?:scenario|case|text|information|record|report|brief|notes?)\b", re.IGNORECASE)
+#: a stage direction in brackets, one that describes the speaker's body or manner
+#: ("（手捂下腹部）", "（面带笑容）", "(sighs)", "(points to the chest)"), not a drug's name
+#: or a grade in brackets ("（格列齐特）", "（洛杉矶分级A级）")
+_STAGE = re.compile(r"[（(][^（）()]*(?:手|指向|指着|面带|表情|面容|讲话|言语|声音|体位|拿出|"
+                    r"捂|按着|哭|笑|叹|停顿|点头|摇头|皱眉|咳)[^（）()]*[）)]|\((?:[^()]*\b(?:sighs?|"
+                    r"pauses?|points?|pointing|looks?|looking|cries|crying|coughs?|laughs?|"
+                    r"nods?|shakes?|winces?|grimaces?|gestures?|appears?)\b[^()]*)\)",
+                    re.IGNORECASE)
+
+
+def without_stage_directions(text: str) -> str:
+    """The text with its bracketed stage directions taken out (:data:`_STAGE`): a
+    scripted answer "我肚子痛（被动体位）。" is said as "我肚子痛。"."""
+    return re.sub(r"\s{2,}", " ", _STAGE.sub("", text)).strip()
 
 
 def _addresses_patient(sentence: str) -> bool:
@@ -138,7 +162,8 @@ def voice_faults(sentence: str, doctor_turn: str, informant: bool = False,
     person or an actor instruction, a field label, markdown, the third person (only when
     the patient speaks for themself, ``informant`` False; "he" or "she" counts only when
     the sentence's ``line`` names nobody else they could be), a result when
-    ``doctor_turn`` asked for no test or examination."""
+    ``doctor_turn`` asked for no test or examination, an actor's or record's instruction
+    or note, a stage direction in brackets."""
     found = []
     if _addresses_patient(sentence):
         found.append("second_person")
@@ -152,6 +177,10 @@ def voice_faults(sentence: str, doctor_turn: str, informant: bool = False,
         found.append("third_person")
     if reports_result(sentence) and not asks_for_test(doctor_turn):
         found.append("unrequested_result")
+    if _META.search(sentence):
+        found.append("instruction")
+    if _STAGE.search(sentence):
+        found.append("stage_direction")
     return found
 
 
@@ -177,6 +206,8 @@ _INSTRUCTION = re.compile(
 _ACTOR_ASIDE = re.compile(r"\s*\([^()]*\b(?:you|your)\b[^()]*\)", re.IGNORECASE)
 _MENTION = re.compile(r"^mention (?:that )?(noticing|having|experiencing|feeling)\b",
                       re.IGNORECASE)
+_TELL = re.compile(r"^(?:mention|say|state|explain|tell (?:the doctor|them))(?: that)?\s+"
+                   r"(?=(?:you|your|I|my|he|she|his|her|the patient)\b)", re.IGNORECASE)
 _LABEL_ONLY = re.compile(rf"^{_LABEL_EN}\s*:\s*$")
 _LABEL_HEAD = re.compile(rf"^({_LABEL_EN})\s*:\s+(?=\S)")
 _ZH_LABEL_HEAD = re.compile(r"^([\u4e00-\u9fff]{2,8})[：:]\s*(?=\S)")
@@ -405,6 +436,11 @@ def _sentence_fact(sentence: str, informant: bool) -> str:
     that the record gives nothing ("Information not provided.")."""
     sentence = _PREAMBLE.sub("", sentence.strip())
     sentence = _MENTION.sub(lambda m: "I have been " + m.group(1), sentence)
+    # "Mention that you have ..." is the fact without its instruction; a stage direction
+    # in brackets is not said
+    sentence = _TELL.sub("", _STAGE.sub("", sentence)).strip()
+    if _META.search(sentence):
+        return ""
     sentence = re.sub(r"\s*\.?;$", ".", sentence)
     sentence = re.sub(r"\(((?:normal|reference) (?:range|values?)):\s*", r"(\1 ", sentence,
                       flags=re.IGNORECASE)
