@@ -45,11 +45,9 @@ CASE_SETS = {"embedded": ("embedded", None), "cspt": ("cspt", None),
              "medqa_extended": ("agentclinic", "medqa_extended"),
              "nejm": ("agentclinic", "nejm"), "nejm_extended": ("agentclinic", "nejm_extended")}
 SHORT = {"symptoms": "Sym.", "tests": "Test", "diseases": "Dis."}
-#: hand-read script coverage read besides stage 06's (``controls_gate.script_coverage``):
-#: rows read after that stage's last run, kept apart so its pinned dependency is unchanged;
-#: the two merge into stage 06's file when it next reruns (data/casesets/README.md)
-#: hand-read coverage files read besides stage 06's: rows read after the stage last ran
-#: (its own file is a pinned input), merged into it at the stage's next run; none today
+#: hand-read script coverage files read besides stage 06's (``controls_gate.script_coverage``,
+#: a pinned input of the stage): rows read after the stage last ran, kept apart until its
+#: next run merges them into the stage's file; none today (``--coverage`` names some)
 EXTRA_COVERAGE: tuple[str, ...] = ()
 
 
