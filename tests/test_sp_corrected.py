@@ -175,9 +175,10 @@ def test_the_sample_keeps_every_credit_and_refuses_too_few_pairs():
 
 
 def test_the_committed_run_reads_validated_and_without_its_labels_it_does_not():
-    """Table 2 of the committed run (72d0bfb): all 68 of its model-doctor credits are
-    hand-graded (33 in earlier batches, every one in its own batch run-72d0bfb); with the
-    run batches taken out of the verdict records the share falls under the minimum, and
+    """Table 2 of the committed run (stage 06 at 4b4a491, grader clause-and-meaning): 39
+    of its 40 model-doctor credits are covered by hand-graded items (its doctors are the
+    policies batch run-72d0bfb read, and their sentences recur); with the run batches
+    taken out of the verdict records the share falls under the minimum, and
     Table 2 and the corrected table say so on every model row (the controls' rows say
     nothing)."""
     from medpref import REPO_ROOT
@@ -189,12 +190,12 @@ def test_the_committed_run_reads_validated_and_without_its_labels_it_does_not():
     t2 = outputs.table2_table(records, params)
     models = t2["kind"] == "model"
     assert set(t2.loc[models, "grader"]) == {
-        "grader validated on 68/68 credits of these doctors"}   # the run of 72d0bfb
+        "grader validated on 39/40 credits of these doctors"}   # the run of 4b4a491
     assert set(t2.loc[~models, "grader"]) == {""}
     without = {**records, "grader_verdicts": [r for r in records["grader_verdicts"]
                                               if not r["batch"].startswith("run-")]}
     t2 = outputs.table2_table(without, params)
-    assert all(g.startswith(NOT_VALIDATED + " (") and "/68" in g for g in t2.loc[models, "grader"])
+    assert all(g.startswith(NOT_VALIDATED + " (") and "/40" in g for g in t2.loc[models, "grader"])
     corrected = outputs.table2_corrected_table(without, params)
     assert all(g.startswith(NOT_VALIDATED) for g in corrected["grader"])
     assert corrected["corrected"].isna().all()
@@ -231,14 +232,18 @@ def test_the_read_score_counts_what_a_reader_found_earned_by_hand():
 
 
 def test_the_committed_run_read_credit_by_credit():
-    """The committed run (72d0bfb): 68 credits, all read, 25 found earned; cai_dep's
-    Sym. rests on 18 credits of which a reader found 2 earned, so its read score is far
-    under its Table 2 score, while a doctor whose credits hold keeps most of its own."""
+    """The committed run (4b4a491): 40 credits, 39 read, 23 found earned. sft's Sym.
+    rests on 2 credits, neither earned, while a reader found 4 of its misses earned, so
+    its read score is above its Table 2 score: the grader errs both ways on one doctor.
+    gpt4_rank's Dis. (6 credits, 5 read, 4 earned) mostly holds."""
     from medpref import REPO_ROOT
 
     t = pd.read_csv(REPO_ROOT / "reports/06_simulation/table2_read.csv")
-    assert (t["credits"].sum(), t["credits_read"].sum(), t["credits_earned"].sum()) == (68, 68, 25)
-    dep = t[(t["doctor"] == "cai_dep") & (t["metric"] == "Sym.")].iloc[0]
-    assert (dep["credits"], dep["credits_earned"]) == (18, 2)
-    assert float(dep["read"]) < float(dep["observed"]) / 4
-    assert set(t["grader"]) == {"grader validated on 68/68 credits of these doctors"}
+    assert (t["credits"].sum(), t["credits_read"].sum(), t["credits_earned"].sum()) == (40, 39, 23)
+    row = t.set_index(["doctor", "metric"])
+    sft = row.loc[("sft", "Sym.")]
+    assert (sft["credits"], sft["credits_earned"], sft["missed_earned"]) == (2, 0, 4)
+    assert float(sft["read"]) > float(sft["observed"])
+    dis = row.loc[("gpt4_rank", "Dis.")]
+    assert (dis["credits"], dis["credits_read"], dis["credits_earned"]) == (6, 5, 4)
+    assert set(t["grader"]) == {"grader validated on 39/40 credits of these doctors"}

@@ -334,3 +334,44 @@ def test_the_grader_reads_the_clause_the_act_and_who_speaks():
     assert grade("This could be diabetes or high blood pressure.")["type 2 diabetes mellitus"]
     assert not grade("That suggests diabetic ketoacidosis.")["type 2 diabetes mellitus"]
     assert not grade("That suggests diabetes,' says Dr. John Kidd.")["type 2 diabetes mellitus"]
+
+
+# -- change zh-meaning: a Chinese symptom asked in other words --------------------------------
+
+def test_a_chinese_symptom_asked_in_other_words_is_matched_by_meaning(items, grader):
+    """'您抽烟吗？平时喜欢吃辣的…', '孩子的疫苗都按时打了吗？' and '会不会有酸水冒上来…' ask
+    吸烟及饮食习惯, 疫苗接种史 and 反酸 in other characters: the Chinese encoder matches
+    them (dev g-0201, g-0203, g-0204); without it the characters alone do not."""
+    ids = ["g-0201", "g-0203", "g-0204"]
+    assert verdicts(grader, items, ids) == {i: True for i in ids}
+    g = load_params().simulation.grader.model_copy(update={"zh_encoder": None})
+    setup = GradingSetup(judge=None, templates=[], count_template=load_prompt(g.count_prompt),
+                         encode=None, max_candidates=g.max_candidates)
+    chars_only = build_grader("echo_aware", GraderContext(g, setup))
+    assert verdicts(chars_only, items, ids) == {i: False for i in ids}
+
+
+def test_a_chinese_test_is_not_matched_by_its_topic(grader):
+    """A question on a test's topic does not ask for the test: '以前得过肝炎吗？' is near
+    肝功能 for the encoder, and Chinese tests are matched by their characters only."""
+    from medpref.contracts import SPCase, Turn
+    from medpref.simulation.consult import Consultation
+    from medpref.simulation.graders import zh_item_texts
+
+    assert zh_item_texts("是否了解患者有无流涕、咳痰。") == ["流涕、咳痰", "流涕", "咳痰"]
+    case = SPCase(id="zh-1", department="internal_medicine", lang="zh",
+                  chief_complaint="乏力两周", patient_info={"现病史": "乏力两周，食欲差。"},
+                  checklist={"symptoms": ["饮酒史"], "tests": ["肝功能"], "diseases": []})
+    consult = Consultation("zh-1", "internal_medicine", "zh", "d", "m", [
+        Turn(role="patient", text="我最近总觉得累，没胃口。"),
+        Turn(role="doctor", text="以前得过肝炎吗？平时喝酒吗？")])
+    got = {g.item: g.passed for g in grader.grade([consult], {"zh-1": case})}
+    assert got == {"饮酒史": True, "肝功能": False}
+
+
+def test_an_unknown_chinese_encoder_is_refused():
+    from medpref.simulation.zh_encoder import zh_encoder
+
+    with pytest.raises(ValueError, match="unknown encoder 'bge'.*use_multilingual"):
+        zh_encoder("bge")
+    assert zh_encoder(None) is None

@@ -109,6 +109,10 @@ class GraderParams(StrictModel):
     # echo_aware, Chinese items: share of the item part's content characters the sentence
     # asks (or Dice with its best clause), the item's frame removed
     zh_char_threshold: float = Field(0.6, ge=0.0, le=1.0)
+    # echo_aware, Chinese symptom items: the encoder that matches them by meaning as well
+    # (simulation.zh_encoder; null: characters only) and the cosine it needs
+    zh_encoder: str | None = "use_multilingual"
+    zh_match_threshold: float = Field(0.4, ge=-1.0, le=1.0)
     # a request listing this many tests at once is an order for everything: it earns none
     max_requests: int = Field(6, ge=2, le=50)
     bootstrap_rounds: int = Field(2000, ge=100, le=100000)  # κ's interval

@@ -49,6 +49,7 @@ import numpy as np
 
 from medpref.contracts import SPCase, Turn
 from medpref.echo import (
+    ZH_ITEM_FRAME,
     DoctorSentence,
     about_alcohol,
     about_someone_else,
@@ -75,6 +76,7 @@ from medpref.simulation.grading import (
     grade_consultations,
     heuristic_disease_count,
 )
+from medpref.simulation.zh_encoder import zh_encoder
 
 #: a question mentioning this many checklist items of more than one category recites them
 RECITAL_ITEMS = 3
@@ -141,6 +143,31 @@ def naming_clause(sentence: str, item: str) -> str:
 #: a checklist word used as the modifier of another disease ("diabetic ketoacidosis" does
 #: not name diabetes)
 _MODIFIED = r"\s+[a-z]+(?:itis|osis|pathy|a?emia|uria)\b"
+
+
+def zh_item_texts(item: str) -> list[str]:
+    """A Chinese checklist item as the texts the encoder reads: the item and each of its
+    parts, its frame removed (the text form of :func:`~medpref.echo.zh_item_parts`)."""
+    core = ZH_ITEM_FRAME.sub(" ", item)
+    parts = [core, *re.split(r"[、，,；;/（）()]|或者|或|及|和", core)]
+    return list(dict.fromkeys(p.strip(" 。？?") for p in parts if p.strip(" 。？?")))
+
+
+def _cosines(encode, per, items, parts_of, readable) -> dict[tuple[int, str], np.ndarray]:
+    """Per (consultation, item): each doctor sentence's best cosine with one of the item's
+    parts (``parts_of(item)``), -1 for a sentence the encoder does not read (``readable``
+    false); one encoder batch; empty without an encoder."""
+    if encode is None:
+        return {}
+    parts = {item: parts_of(item) for _, _, item in items}
+    texts = sorted({s.text for ci, _, _ in items for s in per[ci] if s.text and readable(s.text)}
+                   | {x for xs in parts.values() for x in xs})
+    if not texts:
+        return {}
+    vecs = dict(zip(texts, encode(texts)))
+    return {(ci, item): np.array([max(float(vecs[s.text] @ vecs[x]) for x in parts[item])
+                                  if s.text in vecs else -1.0 for s in per[ci]])
+            for ci, _, item in items if parts[item]}
 
 
 class Grader(Protocol):
@@ -232,6 +259,8 @@ class EchoAwareGrader:
         self.strong = p.strong_match_threshold
         self.lexical = p.lexical_threshold
         self.zh_chars = p.zh_char_threshold
+        self.zh_match = p.zh_match_threshold
+        self.zh_encoder = p.zh_encoder
         self.max_requests = p.max_requests
         self.echo = (p.echo_overlap, p.echo_min_new)
         self.max_candidates = ctx.setup.max_candidates
@@ -298,29 +327,23 @@ class EchoAwareGrader:
         return out
 
     def _similarities(self, per, items) -> dict[tuple[int, str], np.ndarray]:
-        """Per consultation and item: each doctor sentence's best MiniLM cosine with the
-        item or one of its parts, one batch (English only: the embedded MiniLM is an
-        English model)."""
-        if self.encode is None:
-            return {}
-        parts = {item: [x for x in item_parts(item) if not is_chinese(x)] for _, _, item in items}
-        texts = sorted({s.text for sents in per for s in sents
-                        if s.text and not is_chinese(s.text)}
-                       | {x for xs in parts.values() for x in xs})
-        if not texts:
-            return {}
-        vecs = dict(zip(texts, self.encode(texts)))
-        out = {}
-        for ci, _, item in items:
-            if parts[item]:
-                out[(ci, item)] = np.array([max(float(vecs[s.text] @ vecs[x]) for x in parts[item])
-                                            if s.text in vecs else -1.0 for s in per[ci]])
-        return out
+        """Per consultation and item: each doctor sentence's best cosine with the item or
+        one of its parts, one batch per language: MiniLM for English, the Chinese encoder
+        (``zh_encoder``, :mod:`~medpref.simulation.zh_encoder`) for a Chinese symptom item
+        and Chinese sentences (none when it is off: characters alone then). A Chinese test
+        or disease is matched by its characters only: a test is asked for by its name, and
+        the encoder puts a question on the same topic near it ("得过肝炎吗？" near 肝功能)."""
+        english = _cosines(self.encode, per, items, lambda item: [
+            x for x in item_parts(item) if not is_chinese(x)], lambda text: not is_chinese(text))
+        chinese = _cosines(zh_encoder(self.zh_encoder), per,
+                           [x for x in items if is_chinese(x[2]) and x[1] == "symptoms"],
+                           zh_item_texts, is_chinese)
+        return {**english, **chinese}
 
     def _matches(self, item: str, sents: Sequence[DoctorSentence],
                  cos: np.ndarray | None, strict: bool = False) -> list[int]:
         if is_chinese(item):
-            return self._matches_zh(item, sents)
+            return self._matches_zh(item, sents, cos)
         wants = [u for u in (content_units(x) for x in item_parts(item)) if u]
         fluid = fluid_intake_item(item)
         hits = []
@@ -353,12 +376,15 @@ class EchoAwareGrader:
                    and not content_units(re.match(_MODIFIED, sentence.lower()[m.end():])
                                          .group(0)) & core for m in words)
 
-    def _matches_zh(self, item: str, sents: Sequence[DoctorSentence]) -> list[int]:
+    def _matches_zh(self, item: str, sents: Sequence[DoctorSentence],
+                    cos: np.ndarray | None = None) -> list[int]:
         """A Chinese item: the sentences that ask one of its parts by its characters, the
-        item's frame removed (:func:`~medpref.echo.zh_item_parts`, ``zh_char_threshold``)."""
+        item's frame removed (:func:`~medpref.echo.zh_item_parts`, ``zh_char_threshold``),
+        or by meaning (the Chinese encoder's cosine, ``zh_match_threshold``)."""
         parts = zh_item_parts(item)
         return [k for k, s in enumerate(sents)
-                if max((zh_share(x, s.text) for x in parts), default=0.0) >= self.zh_chars]
+                if max((zh_share(x, s.text) for x in parts), default=0.0) >= self.zh_chars
+                or (cos is not None and cos[k] >= self.zh_match)]
 
     def _grade(self, c, sents, cat, item, cos, hits, listing) -> ItemGrade:
         echoes = [sents[k].text for k in hits if sents[k].echo]
