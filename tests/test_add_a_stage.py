@@ -118,7 +118,10 @@ def copy(tmp_path: Path) -> Path:
 
 
 def test_a_stage_is_added_in_its_notebook_package_params_and_declaration(copy):
-    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "GIT_AUTHOR_NAME": "t",
+    # the stage's command runs papermill from the interpreter's own environment
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                  os.environ.get("PATH", "")]),
+           "PYTHONPATH": str(copy / "src"), "GIT_AUTHOR_NAME": "t",
            "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     py = [sys.executable]
     dvc = [sys.executable, "-m", "dvc"]
