@@ -69,8 +69,12 @@ def with_budgets(section, **budgets: int):
 
 
 def stage01_on_server(tmp_path, monkeypatch, model: str, url_env: str, key_env: str,
-                      n_items: int = 4, guard=None, max_new_tokens: int = 64, **server_kw):
-    """Stage 01 with its annotator on an OpenAI-compatible server, folders under tmp_path."""
+                      n_items: int = 4, guard=None, max_new_tokens: int = 64,
+                      rounds: bool = True, **server_kw):
+    """Stage 01 with its annotator on an OpenAI-compatible server, folders under tmp_path.
+    ``rounds=False``: a future the annotator leaves short stays short (no round-by-round
+    continuation by the local patient and doctor roles, which generate with the embedded
+    model: minutes on 2 cores for tests whose subject is the annotator's server)."""
     from medpref.llm.session import LLMSession
     from medpref.params import RoleConfig, ServerConfig, load_params
     from medpref.stagekit import Stage
@@ -82,6 +86,8 @@ def stage01_on_server(tmp_path, monkeypatch, model: str, url_env: str, key_env: 
     llm.servers["test"] = ServerConfig(base_url_env=url_env, api_key_env=key_env, **server_kw)
     llm.roles["annotator"] = RoleConfig(backend="openai", model=model, server="test")
     update = {"n_items": n_items, "future_rounds": 2}
+    if not rounds:
+        update["rounds"] = params.sampling.rounds.model_copy(update={"enabled": False})
     if guard is not None:
         update["guard"] = guard
     params._sections["sampling"] = with_budgets(params.sampling.model_copy(update=update),

@@ -62,7 +62,8 @@ def _msgs(n: int, tag: str = "question") -> list[list[dict]]:
 def _stage01(tmp_path, monkeypatch, server, n_items=4, guard=None, **server_kw) -> Stage:
     _env(monkeypatch, server)
     return stage01_on_server(tmp_path, monkeypatch, "stub-model", URL_ENV, KEY_ENV,
-                             n_items=n_items, guard=guard, backoff_s=0.01, **server_kw)
+                             n_items=n_items, guard=guard, rounds=False, backoff_s=0.01,
+                             **server_kw)
 
 
 @pytest.mark.slow

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.slow
 
 def _run(tmp_path, cache_name: str, out_name: str):
     params = load_params()
+    # small budgets: the subject is determinism and the cache, not the futures' length
     p = with_budgets(params.sampling.model_copy(update={"n_items": 3, "future_rounds": 2}),
-                     continuation=48)
+                     continuation=32, patient_turn=16, doctor_turn=16)
     session = LLMSession("01_test", params.shared,
                          cache=ResponseCache(tmp_path / cache_name / "01.sqlite"))
     dialogues = read_jsonl(repo_path(p.dialogues), Dialogue)

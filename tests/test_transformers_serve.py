@@ -38,8 +38,8 @@ def test_stage01_against_transformers_serve(tmp_path, monkeypatch, served_model)
     # the README's recipe for a server that answers one request at a time
     stage = stage01_on_server(tmp_path, monkeypatch, model, URL_ENV, KEY_ENV, n_items=2,
                               guard=GuardParams(min_yield=0.5, max_failure_rate=0.0),
-                              max_new_tokens=48, max_concurrency=1, timeout_s=600.0,
-                              max_retries=1)
+                              max_new_tokens=48, rounds=False, max_concurrency=1,
+                              timeout_s=600.0, max_retries=1)
     out = run_stage01(stage)
     stage.finish(out.metrics)
     lines = (tmp_path / "data" / "unlabeled.jsonl").read_text().splitlines()
@@ -55,7 +55,7 @@ def test_stage01_against_transformers_serve(tmp_path, monkeypatch, served_model)
     assert tally["calls"] >= 2 and tally["failures"] == 0
     assert tally["tokens_in"] > 100 and tally["tokens_out"] > 0  # the server's own usage
     roles = json.loads((tmp_path / "reports" / "provenance.json").read_text())["roles"]
-    assert roles["annotator"] == f"openai:{model}"   # the round-by-round speakers stay hf
+    assert roles["annotator"] == f"openai:{model}"
 
 
 def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monkeypatch,
