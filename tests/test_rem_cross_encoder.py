@@ -26,8 +26,8 @@ def _turn(role: str, text: str):
     return SimpleNamespace(role=role, text=text)
 
 
-def _row(history, rule, score):
-    return SimpleNamespace(history=history, rule=rule, score=score)
+def _row(history, rule, score, id_="x-0001"):
+    return SimpleNamespace(history=history, rule=rule, score=score, id=f"{id_}:{rule}")
 
 
 H1 = [_turn("patient", "I have had a cough for two weeks."),
@@ -76,6 +76,18 @@ def test_exact_agreement_by_hand():
     assert rce.exact(probs, states) == pytest.approx(100 * 2 / 3)
     assert rce.exact(probs, states, ("A",)) == 100.0
     assert np.isnan(rce.exact(probs, states, ("F",)))
+    assert rce.exact(probs, states, only=[0]) == 50.0              # state a alone: A right, B wrong
+
+
+def test_the_model_written_turns_are_those_the_labelled_files_say_a_model_wrote():
+    """The selection set: a state is model-written when its rows' stem is a turn whose
+    source kind is a model's (the 120 of the 162 development states the notes count)."""
+    states = rce.states_of([_row(H1, "A", 2, "tt-0001"), _row(H1, "B", 1, "tt-0001"),
+                            _row(H2, "A", 0, "rt-0002")])
+    assert [st.ids for st in states] == [["tt-0001:A", "tt-0001:B"], ["rt-0002:A"]]
+    stems = rce.model_written_ids(REPO_ROOT)
+    assert "tt-0001" in stems and "rt-0002" not in stems      # a policy's turn; a human's
+    assert [rce.is_model_written(st, stems) for st in states] == [True, False]
 
 
 @pytest.mark.slow
