@@ -5,7 +5,7 @@ mean-pooled, with a 3-way head per rule (a state's rules without a label are lef
 the loss). It trains on stage 03's training rows and is scored on ``rem.select_on``'s set
 (``turns_dev``) after each half epoch; the independent draws are never read.
 
-    python scripts/rem_cross_encoder.py [--epochs 2] [--turn-only] [--out DIR]
+    python scripts/rem_cross_encoder.py [--epochs 2] [--turn-only] [--balanced] [--out DIR]
 
 It prints the development exact agreement at each evaluation, overall, on rule A, and on
 rule A over the development turns a model wrote (the policies' turns and the generated
@@ -13,7 +13,10 @@ ones: ``MODEL_WRITTEN``; the human turns are all gold 2 on rule A, which a lengt
 gets right), the half epoch that last figure chooses (ties: the overall figure, then the
 earlier), and the training seconds; ``--out`` keeps every
 evaluation's class probabilities per (state, rule) and the run's settings (JSON lines and
-JSON). ``--turn-only`` is the ablation: the doctor turn alone, no history. Not a stage: a
+JSON). ``--turn-only`` is the ablation: the doctor turn alone, no history. ``--balanced``
+weighs each rule's labels by the inverse of their training frequency (a rule's rare
+score counts as much as its common one: without it, rule A's 1 is lost after an epoch).
+Not a stage: a
 scorer chosen here becomes a stage-03 scorer (``rem.scorers``) before any blind draw
 scores it.
 """
@@ -50,6 +53,7 @@ class Settings:
     lr_head: float = 1e-3
     evals_per_epoch: int = 2
     turn_only: bool = False
+    balanced: bool = False      # per-rule label weights: inverse training frequency
     seed: int = 0
 
 
@@ -188,6 +192,33 @@ def exact(probs: np.ndarray, states: list[State], rules=RULE_IDS, only=None) -> 
     return 100.0 * float(np.mean(hits)) if hits else float("nan")
 
 
+def label_weights(data: list) -> np.ndarray:
+    """(rules, labels) weights: per rule, n / (labels × count of the label) over that rule's
+    labelled training examples (scikit-learn's "balanced" weights; a label never seen
+    weighs 0)."""
+    y = np.array([ex[2] for ex in data])
+    w = np.zeros((len(RULE_IDS), N_LABELS))
+    for r in range(len(RULE_IDS)):
+        seen = y[:, r][y[:, r] != IGNORE]
+        counts = np.bincount(seen, minlength=N_LABELS)
+        w[r] = np.where(counts > 0, len(seen) / (N_LABELS * np.maximum(counts, 1)), 0.0)
+    return w
+
+
+def weighted_loss(logits, y, weights):
+    """Cross-entropy over the labelled (example, rule) cells, each weighted by its rule's
+    label weight (``weights``: a (rules, labels) tensor), normalised by the weights."""
+    import torch
+
+    valid = y != IGNORE
+    safe = torch.where(valid, y, torch.zeros_like(y))
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, N_LABELS), safe.reshape(-1),
+                                           reduction="none").view_as(y)
+    rules = torch.arange(y.shape[1]).expand_as(y)
+    w = weights[rules, safe] * valid
+    return (ce * w).sum() / w.sum().clamp_min(1e-9)
+
+
 def train(model, data: list, dev: list, dev_states: list[State], s: Settings,
           log=print, model_idx=None) -> dict[int, np.ndarray]:
     """Fine-tune ``model``; returns the development probabilities at each evaluation
@@ -204,7 +235,8 @@ def train(model, data: list, dev: list, dev_states: list[State], s: Settings,
     warm = max(1, int(0.06 * total))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda k: min((k + 1) / warm, max(0.0, (total - k) / max(1, total - warm))))
-    loss_of = torch.nn.CrossEntropyLoss(ignore_index=IGNORE)
+    weights = torch.tensor(label_weights(data) if s.balanced
+                           else np.ones((len(RULE_IDS), N_LABELS)), dtype=torch.float32)
     evals = {round(per_epoch * (e + f / s.evals_per_epoch)) for e in range(s.epochs)
              for f in range(1, s.evals_per_epoch + 1)}
     out, step, t0 = {}, 0, time.perf_counter()
@@ -212,7 +244,7 @@ def train(model, data: list, dev: list, dev_states: list[State], s: Settings,
     for _ in range(s.epochs):
         for b in batches(data, s.batch, rng):
             ids, seg, mask, y = collate([data[i] for i in b])
-            loss = loss_of(model(ids, seg, mask).reshape(-1, N_LABELS), y.reshape(-1))
+            loss = weighted_loss(model(ids, seg, mask), y, weights)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -239,9 +271,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--epochs", type=int, default=Settings.epochs)
     ap.add_argument("--turn-only", action="store_true")
+    ap.add_argument("--balanced", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    s = Settings(epochs=args.epochs, turn_only=args.turn_only)
+    s = Settings(epochs=args.epochs, turn_only=args.turn_only, balanced=args.balanced)
     torch.set_num_threads(2)
     params = load_params()
     p = params.rem

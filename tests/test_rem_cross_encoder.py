@@ -101,3 +101,29 @@ def test_two_training_steps_give_development_probabilities(tok):
     probs = found[2]
     assert probs.shape == (8, len(rce.RULE_IDS), 3)
     assert np.allclose(probs.sum(-1), 1.0)
+
+
+def test_balanced_weights_and_the_weighted_loss_by_hand():
+    """Rule A labelled 0, 0, 1 and rule B labelled 2 once: A's weights 3/(3·2), 3/(3·1), 0;
+    B's 0, 0, 1/3. With every weight 1 the loss is torch's cross-entropy over the labelled
+    cells; weighting A's 1 up moves the loss towards that cell's."""
+    import torch
+
+    rules = len(rce.RULE_IDS)
+    ign = [rce.IGNORE] * (rules - 2)
+    data = [([1], [0], [0, rce.IGNORE, *ign]), ([1], [0], [0, rce.IGNORE, *ign]),
+            ([1], [0], [1, 2, *ign])]
+    w = rce.label_weights(data)
+    assert w[0].tolist() == [0.5, 1.0, 0.0] and w[1].tolist() == pytest.approx([0, 0, 1 / 3])
+    torch.manual_seed(0)
+    logits = torch.randn(3, rules, 3)
+    y = torch.tensor([d[2] for d in data])
+    plain = torch.nn.CrossEntropyLoss(ignore_index=rce.IGNORE)(logits.reshape(-1, 3),
+                                                               y.reshape(-1))
+    assert float(rce.weighted_loss(logits, y, torch.ones(rules, 3))) == pytest.approx(
+        float(plain), rel=1e-6)
+    only_a1 = torch.zeros(rules, 3)
+    only_a1[0, 1] = 1.0
+    cell = torch.nn.functional.cross_entropy(logits[2, 0:1], y[2, 0:1])
+    assert float(rce.weighted_loss(logits, y, only_a1)) == pytest.approx(float(cell), rel=1e-6)
+
