@@ -73,12 +73,12 @@ class State:
 MODEL_WRITTEN = frozenset({"model_train", "generated", "model_heldout", "model_sp"})
 
 
-def model_written_ids(root: Path) -> frozenset[str]:
-    """The row-id stems (``tt-0001``) of every labelled turn a model wrote."""
+def model_written_ids(paths) -> frozenset[str]:
+    """The row-id stems (``tt-0001``) of every labelled turn a model wrote, in the
+    labelled-turn files ``paths`` (``rem.turns.files`` and ``rem.independent``)."""
     out = set()
-    for name in ("real_turns", "train_turns", "independent"):
-        path = root / "data" / "embedded" / "rem" / f"{name}.jsonl"
-        for line in path.read_text(encoding="utf-8").splitlines():
+    for path in paths:
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             if (row.get("source") or {}).get("kind") in MODEL_WRITTEN:
                 out.add(row["id"])
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> dict:
     inputs = load_inputs(p, repo_path(params.shared.split))
     train_states = states_of(inputs.split("train"))
     dev_states = states_of(inputs.split(p.select_split))
-    stems = model_written_ids(repo_path("."))
+    stems = model_written_ids([repo_path(f) for f in [*p.turns.files, p.independent]])
     model_idx = [i for i, st in enumerate(dev_states) if is_model_written(st, stems)]
     encoder = str(repo_path(p.fitted.embedding_model))
     tok = AutoTokenizer.from_pretrained(encoder)

@@ -85,7 +85,10 @@ def test_the_model_written_turns_are_those_the_labelled_files_say_a_model_wrote(
     states = rce.states_of([_row(H1, "A", 2, "tt-0001"), _row(H1, "B", 1, "tt-0001"),
                             _row(H2, "A", 0, "rt-0002")])
     assert [st.ids for st in states] == [["tt-0001:A", "tt-0001:B"], ["rt-0002:A"]]
-    stems = rce.model_written_ids(REPO_ROOT)
+    from medpref.params import load_params
+
+    rem = load_params().rem
+    stems = rce.model_written_ids([REPO_ROOT / f for f in [*rem.turns.files, rem.independent]])
     assert "tt-0001" in stems and "rt-0002" not in stems      # a policy's turn; a human's
     assert [rce.is_model_written(st, stems) for st in states] == [True, False]
 
