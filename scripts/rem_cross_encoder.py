@@ -6,6 +6,8 @@ the loss). It trains on stage 03's training rows and is scored on ``rem.select_o
 (``turns_dev``) after each half epoch; the independent draws are never read.
 
     python scripts/rem_cross_encoder.py [--epochs 2] [--turn-only] [--balanced] [--out DIR]
+        [--turns-file FILE ...] [--dev-only]
+    python scripts/rem_cross_encoder.py --score DIR [DIR ...]
 
 It prints the development exact agreement at each evaluation, overall, on rule A, and on
 rule A over the development turns a model wrote (the policies' turns and the generated
@@ -16,6 +18,15 @@ evaluation's class probabilities per (state, rule) and the run's settings (JSON 
 JSON). ``--turn-only`` is the ablation: the doctor turn alone, no history. ``--balanced``
 weighs each rule's labels by the inverse of their training frequency (a rule's rare
 score counts as much as its common one: without it, rule A's 1 is lost after an epoch).
+``--turns-file`` adds labelled-turn files beside ``rem.turns.files`` (their ``train`` rows
+train, their ``dev`` rows join the development set; ``--dev-only``: only the latter, the
+control run for the same development set); ``scripts/rem_sp_turns.py`` draws one. Each run
+also fits two baselines on the same training states and keeps their development
+probabilities beside its own: each rule's majority label and a per-rule logistic fit on the
+doctor turn's log word count (the ``length`` scorer's feature). ``--score`` reads runs' output
+folders again, takes the gold from the labelled-turn files as they are now (a development
+row labelled after the run is scored), and prints rule A on the model-written development
+turns at the chosen step against both baselines, with a paired bootstrap interval by state.
 Not a stage: a
 scorer chosen here becomes a stage-03 scorer (``rem.scorers``) before any blind draw
 scores it.
@@ -65,6 +76,12 @@ class State:
     history: list
     gold: dict[str, int] = field(default_factory=dict)
     ids: list[str] = field(default_factory=list)    # the rows' ids ("tt-0001:A", …)
+
+    @property
+    def turn_id(self) -> str:
+        """The labelled turn's id (``tt-0001``), or the first row's id for a constructed
+        state."""
+        return self.ids[0].split(":")[0]
 
 
 #: the labelled-turn files' source kinds of a turn a model wrote (rem.turns: the policies'
@@ -219,6 +236,33 @@ def weighted_loss(logits, y, weights):
     return (ce * w).sum() / w.sum().clamp_min(1e-9)
 
 
+def words(state: State) -> int:
+    return len(state.history[-1].text.split())
+
+
+def baselines(train_states: list[State], dev_states: list[State]) -> dict[str, np.ndarray]:
+    """Development probabilities (states, rules, labels) of two baselines fitted on the
+    training states: ``majority`` (each rule's label frequencies) and ``length`` (per rule,
+    a logistic fit on log(1 + words of the doctor turn), scikit-learn's default C)."""
+    from sklearn.linear_model import LogisticRegression
+
+    out = {name: np.zeros((len(dev_states), len(RULE_IDS), N_LABELS))
+           for name in ("majority", "length")}
+    x_dev = np.log1p([[words(st)] for st in dev_states])
+    for r, rule in enumerate(RULE_IDS):
+        rows = [(words(st), st.gold[rule]) for st in train_states if rule in st.gold]
+        if not rows:   # a rule without training labels: uniform
+            for v in out.values():
+                v[:, r] = 1.0 / N_LABELS
+            continue
+        y = np.array([g for _, g in rows], dtype=int)
+        freq = np.bincount(y, minlength=N_LABELS) / len(y)
+        out["majority"][:, r] = freq
+        fit = LogisticRegression(max_iter=1000).fit(np.log1p([[w] for w, _ in rows]), y)
+        out["length"][:, r][:, fit.classes_] = fit.predict_proba(x_dev)
+    return out
+
+
 def train(model, data: list, dev: list, dev_states: list[State], s: Settings,
           log=print, model_idx=None) -> dict[int, np.ndarray]:
     """Fine-tune ``model``; returns the development probabilities at each evaluation
@@ -261,6 +305,64 @@ def train(model, data: list, dev: list, dev_states: list[State], s: Settings,
     return out
 
 
+def gold_of(paths) -> dict[tuple[str, str], int]:
+    """(turn id, rule) → labeller ``l1``'s score, over the labelled-turn files ``paths``."""
+    out = {}
+    for path in paths:
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            for rule, y in row["labels"]["l1"].items():
+                out[row["id"], rule] = y
+    return out
+
+
+def paired_interval(a: np.ndarray, b: np.ndarray, rounds: int = 2000, seed: int = 0
+                    ) -> tuple[float, float, float]:
+    """Mean of a − b (per-state hits, in points) and its 95 % percentile bootstrap
+    interval, states resampled."""
+    d = 100.0 * (np.asarray(a, float) - np.asarray(b, float))
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), (rounds, len(d)))].mean(1)
+    return float(d.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def score(folder: Path, label_files, rule: str = "A") -> dict:
+    """One run's chosen step against its baselines on ``rule`` over the model-written
+    development turns, with the gold read now from ``label_files`` (the run's own
+    labelled-turn files and the independent test)."""
+    run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    files = [*label_files, *run.get("turns_files", [])]
+    gold, stems = gold_of(files), model_written_ids(files)
+    probs: dict[tuple[str, int], dict[str, list]] = {}
+    for line in (folder / "development_probabilities.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["rule"] == rule:
+            probs.setdefault((row["step"], row["turn"]), {})["p"] = row["p"]
+    base = {}
+    for line in (folder / "baseline_probabilities.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["rule"] == rule:
+            base[row["scorer"], row["turn"]] = row["p"]
+    turns = sorted({t for (_, t) in probs if t in stems and (t, rule) in gold})
+    y = np.array([gold[t, rule] for t in turns])
+    hits = {k: np.array([np.argmax(probs[k, t]["p"]) for t in turns]) == y
+            for k in sorted({k for k, _ in probs})}
+    chosen = max(hits, key=lambda k: (hits[k].mean(), -k))
+    out = {"folder": str(folder), "n": len(turns), "gold": np.bincount(y, minlength=3).tolist(),
+           "by_step": {k: round(100 * v.mean(), 1) for k, v in hits.items()},
+           "chosen_step": chosen, "chosen": round(100 * hits[chosen].mean(), 1),
+           "run_chosen_step": run["chosen_step"],
+           "predicted": np.bincount([np.argmax(probs[chosen, t]["p"]) for t in turns],
+                                    minlength=3).tolist()}
+    for name in ("majority", "length"):
+        b = np.array([np.argmax(base[name, t]) for t in turns]) == y
+        out[name] = round(100 * b.mean(), 1)
+        for label, k in (("chosen", chosen), ("run_chosen", run["chosen_step"])):
+            if k in hits:
+                out[f"{label}_minus_{name}"] = [round(v, 1) for v in paired_interval(hits[k], b)]
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     import torch
     from transformers import AutoTokenizer
@@ -273,15 +375,34 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--turn-only", action="store_true")
     ap.add_argument("--balanced", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--turns-file", action="append", default=[], metavar="FILE",
+                    help="a labelled-turn file added to rem.turns.files (repeatable)")
+    ap.add_argument("--dev-only", action="store_true",
+                    help="the --turns-file rows join the development set only")
+    ap.add_argument("--score", type=Path, nargs="+", metavar="DIR",
+                    help="score the runs in these output folders again (no training)")
     args = ap.parse_args(argv)
-    s = Settings(epochs=args.epochs, turn_only=args.turn_only, balanced=args.balanced)
-    torch.set_num_threads(2)
     params = load_params()
     p = params.rem
+    label_files = [repo_path(f) for f in [*p.turns.files, p.independent]]
+    if args.score:
+        results = [score(folder, label_files) for folder in args.score]
+        for r in results:
+            print(json.dumps(r))
+        return {"scores": results}
+    s = Settings(epochs=args.epochs, turn_only=args.turn_only, balanced=args.balanced)
+    torch.set_num_threads(2)
+    extra = [str(Path(f).resolve()) for f in args.turns_file]
+    if extra:
+        p = p.model_copy(update={"turns": p.turns.model_copy(
+            update={"files": [*p.turns.files, *extra]})})
     inputs = load_inputs(p, repo_path(params.shared.split))
-    train_states = states_of(inputs.split("train"))
+    extra_ids = frozenset(json.loads(line)["id"] for f in extra
+                          for line in Path(f).read_text(encoding="utf-8").splitlines())
+    train_states = [st for st in states_of(inputs.split("train"))
+                    if not (args.dev_only and st.turn_id in extra_ids)]
     dev_states = states_of(inputs.split(p.select_split))
-    stems = model_written_ids([repo_path(f) for f in [*p.turns.files, p.independent]])
+    stems = model_written_ids([*label_files, *extra])
     model_idx = [i for i, st in enumerate(dev_states) if is_model_written(st, stems)]
     encoder = str(repo_path(p.fitted.embedding_model))
     tok = AutoTokenizer.from_pretrained(encoder)
@@ -296,6 +417,8 @@ def main(argv: list[str] | None = None) -> dict:
                                        exact(found[k], dev_states), -k))
     result = {"settings": vars(s), "seconds": round(seconds, 1), "chosen_step": chosen,
               "chosen_by": "rule A on the model-written development turns",
+              "turns_files": extra, "dev_only": args.dev_only,
+              "training_states": len(train_states),
               "model_written_states": len(model_idx),
               "development": {k: {"exact": exact(v, dev_states),
                                   "A": exact(v, dev_states, ("A",)),
@@ -309,7 +432,14 @@ def main(argv: list[str] | None = None) -> dict:
             for k, v in found.items():
                 for i, st in enumerate(dev_states):
                     for r, y in st.gold.items():
-                        fh.write(json.dumps({"step": k, "state": i, "rule": r, "gold": y,
+                        fh.write(json.dumps({"step": k, "state": i, "turn": st.turn_id,
+                                             "rule": r, "gold": y,
+                                             "p": v[i, RULE_IDS.index(r)].tolist()}) + "\n")
+        with open(args.out / "baseline_probabilities.jsonl", "w", encoding="utf-8") as fh:
+            for name, v in baselines(train_states, dev_states).items():
+                for i, st in enumerate(dev_states):
+                    for r in st.gold:
+                        fh.write(json.dumps({"scorer": name, "turn": st.turn_id, "rule": r,
                                              "p": v[i, RULE_IDS.index(r)].tolist()}) + "\n")
     return result
 

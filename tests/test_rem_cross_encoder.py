@@ -130,3 +130,71 @@ def test_balanced_weights_and_the_weighted_loss_by_hand():
     cell = torch.nn.functional.cross_entropy(logits[2, 0:1], y[2, 0:1])
     assert float(rce.weighted_loss(logits, y, only_a1)) == pytest.approx(float(cell), rel=1e-6)
 
+
+
+def test_the_baselines_by_hand():
+    """majority: the training label frequencies; length: a fit that, with short turns at 0
+    and long ones at 2, answers 0 for a short turn and 2 for a long one."""
+    short, long = [_turn("doctor", "Yes.")], [_turn("doctor", " ".join(["word"] * 40))]
+    train = [rce.State(f"s{i}", short, {"A": 0}) for i in range(6)] + [
+        rce.State(f"l{i}", long, {"A": 2}) for i in range(4)]
+    dev = [rce.State("d0", short, {"A": 0}), rce.State("d1", long, {"A": 2})]
+    out = rce.baselines(train, dev)
+    assert out["majority"][0, 0].tolist() == pytest.approx([0.6, 0.0, 0.4])
+    assert out["length"][:, 0].argmax(-1).tolist() == [0, 2]
+    assert np.allclose(out["length"][:, 0].sum(-1), 1.0)
+
+
+def test_the_paired_interval_by_hand():
+    mean, lo, hi = rce.paired_interval(np.array([1, 1, 1, 0]), np.array([0, 1, 1, 0]))
+    assert mean == 25.0 and 0.0 <= lo <= mean <= hi <= 100.0
+    assert rce.paired_interval(np.ones(5), np.ones(5)) == (0.0, 0.0, 0.0)
+
+
+def _sp_turns():
+    spec = importlib.util.spec_from_file_location("rem_sp_turns",
+                                                  REPO_ROOT / "scripts" / "rem_sp_turns.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_sp_turn_draw_leaves_the_test_cases_and_every_labelled_text_out():
+    """scripts/rem_sp_turns.py: no SP test case, no turn text any labelled file holds, the
+    part set by case, and the committed rows are the seeded draw."""
+    import json
+
+    import yaml
+
+    m = _sp_turns()
+    try:
+        items = m.draw()
+    except SystemExit as err:   # a shallow clone lacks the records' commit
+        pytest.skip(str(err))
+    turns = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["rem"]["turns"]
+    assert items and not {it["source"]["case"] for it in items} & set(turns["sp_test_cases"])
+    assert {it["part"] for it in items if it["source"]["case"] in turns["sp_dev_cases"]} == {"dev"}
+    assert {it["part"] for it in items if it["source"]["case"] not in turns["sp_dev_cases"]} == {
+        "train"}
+    labelled = {json.loads(line)["turn"] for f in m.LABELLED
+                for line in (REPO_ROOT / f).read_text().splitlines()}
+    assert not labelled & {it["turn"] for it in items}
+    assert len({it["turn"] for it in items}) == len(items)
+    assert m.main(["--check"]) == 0
+
+
+def test_merging_labels_names_the_sheet_line_and_field(tmp_path):
+    m = _sp_turns()
+    items = [{"id": "st-0001", "part": "train", "history": [], "turn": "t", "source": {}}]
+    bad = tmp_path / "l1.jsonl"
+    bad.write_text('{"id": "st-0001", "labels": {"A": 0, "B": 3}}\n')
+    with pytest.raises(SystemExit, match=r"l1.jsonl:1: labels: no 0/1/2 score for \['B'"):
+        m.merge(items, [("l1", bad)])
+    good = tmp_path / "ok.jsonl"
+    good.write_text('{"id": "st-0001", "labels": {"A": 0, "B": 1, "C": 2, "D": 0, "E": 1, '
+                    '"F": 2}, "note": "n"}\n')
+    (row,) = m.merge(items, [("l1", good)])
+    assert row["labels"] == {"l1": {"A": 0, "B": 1, "C": 2, "D": 0, "E": 1, "F": 2}}
+    assert row["notes"] == {"l1": "n"}
+    with pytest.raises(SystemExit, match="no l1 label"):
+        m.merge(items, [("l2", good)])
