@@ -67,6 +67,16 @@ def changed_deps():
                           if changed(st)}] if deps}
 
 
+def test_no_stage_is_stale(changed_deps):
+    """The committed reports describe the tree: every stage's code, params and data deps
+    are as dvc.lock recorded them when the stage ran (issue 42). A change to a stage's
+    inputs lands with that stage rerun, never ahead of it; outputs a fresh clone lacks
+    (DVC-cached) count as no change."""
+    assert not changed_deps, (
+        "stages whose recorded deps differ from this tree (rerun them, `dvc repro`, and "
+        f"commit dvc.lock with their reports): {changed_deps}")
+
+
 def test_there_are_committed_provenances_with_ledgers():
     assert sum(p.with_name("ledger.json").exists() for p in _provenances()) >= 6
 
