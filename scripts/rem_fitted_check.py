@@ -10,16 +10,23 @@ minute of fitting on two idle cores once the MiniLM embeddings are cached (``--c
 The LLM rows (sampled, expected, finetuned) need stage 03 itself.
 
     PYTHONPATH=src python scripts/rem_fitted_check.py [--cache FILE] [--predictions FILE]
+        [--turns-file FILE ...] [--dev-only] [--sets turns_dev ...]
+
+``--turns-file`` adds labelled-turn files beside ``rem.turns.files`` (``--dev-only``: only
+their development rows, the control with the same development set); ``--sets`` scores only
+the named sets (a data change is compared on ``turns_dev`` before a blind draw sees it).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pickle
 import tempfile
 import time
+from pathlib import Path
 
 import pandas as pd
 
@@ -37,13 +44,28 @@ def main() -> None:
                                                     "medpref_rem_emb.pkl"),
                     help="MiniLM embeddings by text, reused between runs")
     ap.add_argument("--predictions", help="also write every prediction record (JSONL)")
+    ap.add_argument("--turns-file", action="append", default=[], metavar="FILE",
+                    help="a labelled-turn file added to rem.turns.files (repeatable)")
+    ap.add_argument("--dev-only", action="store_true",
+                    help="the --turns-file rows join the development set only")
+    ap.add_argument("--sets", nargs="+", help="score only these sets (default: all)")
     args = ap.parse_args()
     params = load_params()
     p = params.rem
+    extra = [os.path.abspath(f) for f in args.turns_file]
+    if extra:
+        p = p.model_copy(update={"turns": p.turns.model_copy(
+            update={"files": [*p.turns.files, *extra]})})
     p = p.model_copy(update={"fitted": p.fitted.model_copy(
         update={"model_dir": tempfile.mkdtemp()})})
     seed = params.shared.seed
     inputs = b03.load_inputs(p, repo_path(params.shared.split))
+    if args.dev_only:
+        ids = {json.loads(line)["id"] for f in extra
+               for line in Path(f).read_text(encoding="utf-8").splitlines()}
+        inputs = dataclasses.replace(inputs, annotations=[
+            a for a in inputs.annotations
+            if not (a.split == "train" and a.id.split(":")[0] in ids)])
     features = state_features(p)
     if os.path.exists(args.cache):
         with open(args.cache, "rb") as fh:
@@ -54,6 +76,8 @@ def main() -> None:
           {k: round(v.fit_s, 1) for k, v in fits.items()}, flush=True)
     runs = []
     for set_name, items in b03.eval_sets(p, inputs).items():
+        if args.sets and set_name not in args.sets:
+            continue
         subset = {it.id for it in stratified_subset(items, p.llm_eval_rows, seed)}
         for name in fits:
             runs.append(b03.run_scorer(name, None, p, inputs, items, seed, set_name, subset,
