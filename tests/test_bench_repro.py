@@ -4,18 +4,14 @@ the docs include."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 from medpref import REPO_ROOT
+from script_module import script_module
 
 
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_repro",
-                                                  REPO_ROOT / "benchmarks" / "bench_repro.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("benchmarks/bench_repro.py")
 
 
 def test_a_cold_run_is_written_per_stage_with_its_total(tmp_path):
@@ -338,10 +334,7 @@ def test_disk_usage_counts_each_file_once_and_per_part(tmp_path):
 
 
 def test_the_readme_block_shows_the_records_cost(tmp_path):
-    spec = importlib.util.spec_from_file_location("docs_includes",
-                                                  REPO_ROOT / "scripts" / "docs_includes.py")
-    inc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(inc)
+    inc = script_module("scripts/docs_includes.py")
     (tmp_path / "benchmarks").mkdir()
     record = {"commit": "abc1234", "date": "2026-12-02 00:47 UTC", "cores": 2,
               "total_wall_min": 150.2, "cpu_s": 600.0, "load_before": 1.2, "load_after": 2.0}

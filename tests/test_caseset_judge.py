@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from types import SimpleNamespace
 
 import pytest
 
-from medpref import REPO_ROOT, registry
+from medpref import registry
 from medpref.llm.scripted import ScriptedBackend
+from script_module import script_module
 
-spec = importlib.util.spec_from_file_location("caseset_judge",
-                                              REPO_ROOT / "scripts" / "caseset_judge.py")
-cj = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(cj)
+cj = script_module("scripts/caseset_judge.py")
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -31,6 +30,7 @@ import yaml
 
 from medpref import REPO_ROOT
 from medpref.params import SECTIONS, load_params
+from script_module import script_module
 
 README = REPO_ROOT / "README.md"
 README_MAX_LINES = 200
@@ -38,11 +38,7 @@ README_COMMANDS = ["make setup", "make repro", "make test"]
 
 
 def _load_includes():
-    spec = importlib.util.spec_from_file_location(
-        "docs_includes", REPO_ROOT / "scripts" / "docs_includes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("scripts/docs_includes.py")
 
 
 includes = _load_includes()

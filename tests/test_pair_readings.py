@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
 from medpref import REPO_ROOT
+from script_module import script_module
 
-spec = importlib.util.spec_from_file_location("pair_readings",
-                                              REPO_ROOT / "scripts" / "pair_readings.py")
-pr = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pr)
+pr = script_module("scripts/pair_readings.py")
 
 
 def write(path, rows):

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 
+from script_module import script_module
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("paper_cost", ROOT / "scripts" / "paper_cost.py")
-pc = importlib.util.module_from_spec(_spec)
-sys.modules["paper_cost"] = pc  # dataclasses look their module up
-_spec.loader.exec_module(pc)
+pc = script_module("scripts/paper_cost.py")
 
 PRICES = {"gpt-4o": {"input_per_1m": 2.5, "output_per_1m": 10.0},
           "gpt-4o-mini": {"input_per_1m": 0.15, "output_per_1m": 0.6}}

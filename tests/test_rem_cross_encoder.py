@@ -4,20 +4,15 @@ hand, and a two-step training run on the embedded encoder."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from medpref import REPO_ROOT
+from script_module import script_module
 
-_spec = importlib.util.spec_from_file_location(
-    "rem_cross_encoder", REPO_ROOT / "scripts" / "rem_cross_encoder.py")
-rce = importlib.util.module_from_spec(_spec)
-sys.modules["rem_cross_encoder"] = rce   # dataclasses look their module up
-_spec.loader.exec_module(rce)
+rce = script_module("scripts/rem_cross_encoder.py")
 
 ENCODER = REPO_ROOT / "models" / "all-minilm-l6-v2"
 
@@ -152,11 +147,7 @@ def test_the_paired_interval_by_hand():
 
 
 def _sp_turns():
-    spec = importlib.util.spec_from_file_location("rem_sp_turns",
-                                                  REPO_ROOT / "scripts" / "rem_sp_turns.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("scripts/rem_sp_turns.py")
 
 
 def test_the_sp_turn_draw_leaves_the_test_cases_and_every_labelled_text_out():

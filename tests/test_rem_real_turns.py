@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections import Counter
 
 import yaml
 
 from medpref import REPO_ROOT
+from script_module import script_module
 
 SCRIPT = REPO_ROOT / "scripts" / "rem_real_items.py"
-spec = importlib.util.spec_from_file_location("rem_real_items", SCRIPT)
-real_items = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(real_items)
+real_items = script_module("scripts/rem_real_items.py")
 
 ROWS = [json.loads(line) for line in real_items.COMMITTED.read_text(encoding="utf-8")
         .splitlines() if line]

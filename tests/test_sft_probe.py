@@ -3,23 +3,16 @@ question keeps the "?" that makes it one."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
-from medpref import REPO_ROOT
 from medpref.contracts import Turn
 from medpref.llm.types import Completion
 from medpref.params import load_params
 from medpref.prompts import load_prompt
 from medpref.simulation.nextturn import asks_question
+from script_module import script_module
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("sft_probe", REPO_ROOT / "scripts/sft_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sft_probe"] = module          # its dataclasses look themselves up there
-    spec.loader.exec_module(module)
-    return module
+    return script_module("scripts/sft_probe.py")
 
 
 class StopCutting:
