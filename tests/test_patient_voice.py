@@ -19,10 +19,15 @@ import pytest
 from medpref.contracts import SPCase, Turn
 from medpref.data.agentclinic import nejm_case_record, osce_case_record
 from medpref.echo import split_sentences
-from medpref.simulation import consult, controls
+from medpref.simulation import consult, controls, grading
 from medpref.simulation.config import PatientParams
-from medpref.simulation.knowledge import case_sentences, normalise_sentence
-from medpref.simulation.patients import ExtractivePatient, PatientContext, fallback_sentences
+from medpref.simulation.knowledge import case_sentences, listed_findings, normalise_sentence
+from medpref.simulation.patients import (
+    ExtractivePatient,
+    PatientContext,
+    fallback_sentences,
+    said_alone,
+)
 from medpref.simulation.voice import (
     first_person,
     has_informant,
@@ -32,6 +37,7 @@ from medpref.simulation.voice import (
     voice_counts,
     voice_faults,
 )
+from test_casesets import lexical_grader
 from test_simulation import toy_encode
 
 NEJM_ROW = {
@@ -217,7 +223,8 @@ FINDINGS_LEFT = {"medqa": 0, "medqa_extended": 1, "nejm": 0, "nejm_extended": 0}
 
 @pytest.mark.parametrize("file", list(FINDINGS_LEFT))
 def test_the_published_agentclinic_files_speak_as_a_patient(file):
-    """Every history sentence of every published case, after the rewrite, is free of
+    """Every history sentence of every published case (and each finding of a line that
+    lists them, said alone), after the rewrite, is free of
     the second person, labels, markdown, the third person and results; the findings
     keep only the measured leftovers."""
     from medpref.data.agentclinic import agentclinic_cases
@@ -227,7 +234,7 @@ def test_the_published_agentclinic_files_speak_as_a_patient(file):
         pytest.skip(f"agentclinic_{file}.jsonl absent (shared data or "
                     "$MEDPREF_AGENTCLINIC_DATA)")
     cases = agentclinic_cases(root, file=file)
-    history = [(c.id, s, f) for c in cases for s in patient_facts(c).history
+    history = [(c.id, s, f) for c in cases for s in said_alone(patient_facts(c).history)
                for f in voice_faults(s, "Tell me more.", has_informant(c))]
     assert history == []
     findings = [(c.id, s) for c in cases for s in patient_facts(c).findings
@@ -280,3 +287,90 @@ def test_instructions_and_stage_directions_are_found_and_not_said():
     history, _ = section_facts("Mention that you have been coughing at night. The onset "
                                "is not specified in the scenario.", False, False)
     assert history == ["I have been coughing at night."]
+
+
+# -- a line that lists findings: answered one finding a question ----------------------------
+
+#: a MedQA OSCE record whose secondary symptoms AgentClinic writes as one list line
+#: ("Numbness and tingling in the left hand, Slurred speech, Double vision"), beside a
+#: history sentence whose commas are prose ("I have not had fever, headache, or ...")
+LISTED_ROW = {"OSCE_Examination": {
+    "Objective_for_Doctor": "Assess the patient with unsteady walking.",
+    "Patient_Actor": {
+        "Demographics": "35-year-old woman",
+        "History": "The patient reports that her walking has become unsteady over a month.",
+        "Symptoms": {"Primary_Symptom": "Unsteady walking",
+                     "Secondary_Symptoms": ["Numbness and tingling in the left hand",
+                                            "Slurred speech", "Double vision"]},
+        "Past_Medical_History": "Crohn disease, treated with natalizumab.",
+        "Review_of_Systems": "Denies fever, headache, or neck stiffness."},
+    "Physical_Examination_Findings": {"Neurological_Examination": "Ataxic gait."},
+    "Test_Results": {"MRI_Brain": {"Findings": "Multifocal white matter lesions."}},
+    "Correct_Diagnosis": "Progressive multifocal leukoencephalopathy"}}
+LISTED = "Numbness and tingling in the left hand, Slurred speech, Double vision"
+
+
+def listed_case() -> SPCase:
+    return SPCase(id="medqa-listed", **osce_case_record(LISTED_ROW, Path("medqa.jsonl"), 1))
+
+
+def test_a_list_line_is_told_from_prose_with_commas():
+    assert listed_findings(LISTED) == ["Numbness and tingling in the left hand",
+                                       "Slurred speech", "Double vision"]
+    assert listed_findings("Insulin, Mesalamine, Enalapril, Aspirin") == [
+        "Insulin", "Mesalamine", "Enalapril", "Aspirin"]
+    # an item may hold prose commas of its own
+    assert listed_findings("Pain in both knees, Right leg is shortened, flexed, and "
+                           "adducted") == ["Pain in both knees",
+                                           "Right leg is shortened, flexed, and adducted"]
+    for prose in ("I have not had fever, headache, or neck stiffness.",
+                  "Crying, especially intense with abdominal palpation",
+                  "When I stand up, I feel dizzy.", "Double vision"):
+        assert listed_findings(prose) == [], prose
+
+
+def test_a_listed_line_is_answered_finding_by_finding():
+    case = listed_case()
+    assert LISTED in patient_facts(case).history
+    patient = ExtractivePatient(PatientContext(PatientParams(), {case.id: case}, {}, toy_encode))
+    for finding in ("Numbness and tingling in the left hand", "Slurred speech",
+                    "Double vision"):
+        said, trace = patient.answer(case.id, "en", f"Any {finding.lower()}?")
+        assert said == finding and trace[0]["from"] == "history"
+        assert normalise_sentence(said) in case_sentences(case)   # the case's own words
+    # two findings asked in one turn: each question its own finding, nothing more
+    said, _ = patient.answer(case.id, "en", "Any slurred speech? Any double vision?")
+    assert said == "Slurred speech. Double vision."
+
+
+def test_a_question_about_the_whole_list_gets_the_line_and_prose_stays_whole():
+    case = listed_case()
+    patient = ExtractivePatient(PatientContext(PatientParams(), {case.id: case}, {}, toy_encode))
+    # closer to the whole line than to any one finding: the line, as before
+    said, _ = patient.answer(case.id, "en", "Any numbness and tingling in the left hand, "
+                                            "slurred speech or double vision?")
+    assert said == LISTED
+    # a general question the case does not answer is answered as before
+    said, trace = patient.answer(case.id, "en", "Do you have any other symptoms?")
+    assert trace[0]["from"] == "dont_know"
+    # a sentence whose commas are prose is said whole, never cut into a piece
+    said, _ = patient.answer(case.id, "en", "Have you had fever or headache?")
+    assert said == "I have not had fever, headache, or neck stiffness."
+
+
+def test_the_scripted_interview_earns_each_listed_symptom():
+    """The bug this guards: the patient gave the whole list to the question about its
+    first finding, and the grader then took the questions about the others for echoes of
+    the patient (no credit): the script earned 1 of the 3 secondary symptoms."""
+    case = listed_case()
+    consults, _ = run_controls([case])
+    script = next(c for c in consults if c.doctor == "control_script")
+    patient_turns = [t.text for t in script.turns[1:] if t.role == "patient"]
+    assert LISTED not in patient_turns
+    grades = grading.leave_out_unmeasurable(
+        lexical_grader().grade([script], {case.id: case}), {case.id: case})
+    symptoms = {g.item: g.passed for g in grades if g.category == "symptoms"}
+    # the primary symptom is the opening complaint: asking it back is an echo
+    assert symptoms == {"Unsteady walking": False,
+                        "Numbness and tingling in the left hand": True,
+                        "Slurred speech": True, "Double vision": True}

@@ -39,6 +39,22 @@ def section_sentences(text: str) -> list[str]:
     return [s for line in str(text).splitlines() for s in split_sentences(line)]
 
 
+#: where a record's list breaks: a comma before the next item's capital letter (AgentClinic
+#: writes a JSON list as "Gait ataxia, Limb ataxia, Reduced strength in the right upper
+#: limb"); "I" after a comma starts a clause ("When I stand up, I feel dizzy"), not an item
+_LIST_BREAK = re.compile(r",\s+(?=[A-Z])(?!I\b)")
+
+
+def listed_findings(line: str) -> list[str]:
+    """The findings of a line that lists them as a record's list is written ("Difficulty
+    climbing stairs, Weakness in upper limbs, Improvement of symptoms after rest" -> its
+    three findings); [] for any other line. A comma before a lower-case word is the prose
+    of one sentence ("Crying, especially intense with abdominal palpation"; "No fever,
+    vomiting or diarrhoea"), not a break between findings."""
+    items = [s.strip() for s in _LIST_BREAK.split(line) if s.strip()]
+    return items if len(items) > 1 else []
+
+
 def _hard_split(text: str, limit: int) -> list[str]:
     """Cut a text with no usable sentence break into pieces of ``limit`` tokens."""
     spans = [m.span() for m in _TOKEN.finditer(text)]
@@ -109,13 +125,14 @@ def normalise_sentence(text: str) -> str:
 
 def case_sentences(case: SPCase, voice: str = "patient") -> frozenset[str]:
     """Every sentence of the case's opening words (chief complaint), information (as
-    :func:`information` gives it) and scripted answers, normalised. The opening words are
-    the patient's own for every case source: an adapter may derive them (AgentClinic
-    NEJM: "Gross hematuria") from text that is not in any section."""
+    :func:`information` gives it) and scripted answers, and each finding of a line that
+    lists them (:func:`listed_findings`, which the patient says one at a time), normalised.
+    The opening words are the patient's own for every case source: an adapter may derive
+    them (AgentClinic NEJM: "Gross hematuria") from text that is not in any section."""
     texts = [case.chief_complaint, *information(case, voice).values()]
     texts += [pair.get("patient", "") for pair in case.script]
-    return frozenset(n for t in texts for s in section_sentences(t)
-                     if (n := normalise_sentence(s)))
+    return frozenset(n for t in texts for line in section_sentences(t)
+                     for s in [line, *listed_findings(line)] if (n := normalise_sentence(s)))
 
 
 @dataclass

@@ -6,15 +6,19 @@ A patient answers the doctor's newest turn of every open consultation in one bat
 - ``extractive`` (the default with the embedded 135M model): answers only with text of
   its own case. With a script, the scripted answer whose doctor question is closest to
   each question of the doctor's turn (MiniLM cosine for English; character-bigram Dice
-  with the question frame removed for Chinese); else the history sentences of the
-  patient information closest to it; examination and test findings only when the
-  doctor asks for an examination or a test; "what brings you in?" gets the chief
-  complaint. Nothing above its threshold: "I'm not sure about that."; a turn that asks
-  nothing: a neutral sentence (``patient.nothing_asked``, "I'm not sure what else to
-  tell you."), never a request for a diagnosis, which would steer a doctor that has not
-  asked towards naming one. Both are *fallbacks* (the case answered nothing), recorded in
-  each reply's ``step["fallback"]`` and counted per doctor. It cannot invent a fact and
-  never speaks as the doctor.
+  with the question frame removed for Chinese); else the history sentence of the patient
+  information closest to it, where a line that lists findings (AgentClinic's "Gait
+  ataxia, Limb ataxia, ...") offers each of them too: a question about one finding gets
+  that one, as a standardized patient answers what was asked and says no more of the
+  list, while a question closer to the whole line (one naming several of them) still
+  gets the line; examination and test findings only when the doctor asks for an
+  examination or a test; "what brings you in?" gets the chief complaint. Nothing above
+  its threshold: "I'm not sure about that."; a turn that asks nothing: a neutral
+  sentence (``patient.nothing_asked``, "I'm not sure what else to tell you."), never a
+  request for a diagnosis, which would steer a doctor that has not asked towards naming
+  one. Both are *fallbacks* (the case answered nothing), recorded in each reply's
+  ``step["fallback"]`` and counted per doctor. It cannot invent a fact and never speaks
+  as the doctor.
 - ``llm``: PLPF's retrieval-augmented patient (the last rounds as the query, the top
   chunks of the case's knowledge base in its prompt), for served models that can keep
   the role.
@@ -35,6 +39,7 @@ from medpref.registry import PATIENTS, register_patient
 from medpref.simulation.knowledge import (
     Encoder,
     KnowledgeBase,
+    listed_findings,
     retrieval_query,
     section_sentences,
 )
@@ -166,13 +171,23 @@ class LLMPatient:
 
 @dataclass
 class _Source:
-    """One case's answerable text: script pairs, history and findings sentences."""
+    """One case's answerable text: script pairs, history and findings sentences (a
+    history line that lists findings is followed by each of them, :func:`said_alone`)."""
 
     questions: list[str]
     answers: list[str]
     history: list[str]
     findings: list[str]
     complaint: str = ""
+
+
+def said_alone(history: Sequence[str]) -> list[str]:
+    """The history sentences a patient may answer with: each line, and after a line that
+    lists findings (:func:`~medpref.simulation.knowledge.listed_findings`) each of its
+    findings, so that a question about one of them is answered with that one. Findings
+    lines are not split: they are one test or examination a sentence already, and a
+    comma there is often inside one result ("blood group A, Rh-negative")."""
+    return list(dict.fromkeys(s for line in history for s in [line, *listed_findings(line)]))
 
 
 @register_patient("extractive")
@@ -201,8 +216,8 @@ class ExtractivePatient:
         if voice == "patient":     # a script's stage directions are not said ("（手捂下腹部）")
             pairs = [(q, without_stage_directions(a)) for q, a in pairs]
         pairs = [(q, a) for q, a in pairs if q and a]
-        return _Source([q for q, _ in pairs], [a for _, a in pairs], history, findings,
-                       case.chief_complaint)
+        return _Source([q for q, _ in pairs], [a for _, a in pairs], said_alone(history),
+                       findings, case.chief_complaint)
 
     def _vectors(self, texts: Sequence[str]) -> np.ndarray:
         todo = [t for t in dict.fromkeys(texts) if t not in self._vec_cache]
