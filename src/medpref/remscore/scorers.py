@@ -372,9 +372,9 @@ def state_features(rem) -> StateFeatures:
 
     def encode(texts):
         if "encode" not in loaded:
-            from medpref.embedding import load_encoder
+            from medpref.embedding import encoder_for
 
-            loaded["encode"] = load_encoder(repo_path(f.embedding_model))
+            loaded["encode"] = encoder_for(f.embedding_model)
         return loaded["encode"](texts)
 
     return StateFeatures(encode, lambda: WordLists.from_lexicon(

