@@ -240,26 +240,32 @@ def words(state: State) -> int:
     return len(state.history[-1].text.split())
 
 
-def baselines(train_states: list[State], dev_states: list[State]) -> dict[str, np.ndarray]:
+def baselines(train_states: list[State], dev_states: list[State], c_grid: list[float],
+              seed: int) -> dict[str, np.ndarray]:
     """Development probabilities (states, rules, labels) of two baselines fitted on the
-    training states: ``majority`` (each rule's label frequencies) and ``length`` (per rule,
-    a logistic fit on log(1 + words of the doctor turn), scikit-learn's default C)."""
-    from sklearn.linear_model import LogisticRegression
+    training states as stage 03 fits them (``medpref.remscore.fitted``): ``majority``
+    (each rule's label frequencies) and ``length`` (per rule, a logistic fit on the doctor
+    turn's log word count, C chosen from ``c_grid`` on the development states)."""
+    from types import SimpleNamespace
 
-    out = {name: np.zeros((len(dev_states), len(RULE_IDS), N_LABELS))
-           for name in ("majority", "length")}
-    x_dev = np.log1p([[words(st)] for st in dev_states])
-    for r, rule in enumerate(RULE_IDS):
-        rows = [(words(st), st.gold[rule]) for st in train_states if rule in st.gold]
-        if not rows:   # a rule without training labels: uniform
-            for v in out.values():
-                v[:, r] = 1.0 / N_LABELS
-            continue
-        y = np.array([g for _, g in rows], dtype=int)
-        freq = np.bincount(y, minlength=N_LABELS) / len(y)
-        out["majority"][:, r] = freq
-        fit = LogisticRegression(max_iter=1000).fit(np.log1p([[w] for w, _ in rows]), y)
-        out["length"][:, r][:, fit.classes_] = fit.predict_proba(x_dev)
+    from medpref.remscore.features import StateFeatures
+    from medpref.remscore.fitted import fit_model, length_mode, majority_mode
+
+    def items(states):
+        return [SimpleNamespace(rule=r, history=st.history, score=y)
+                for st in states for r, y in st.gold.items()]
+
+    features = StateFeatures()
+    out = {}
+    for name, spec in (("majority", majority_mode(None)), ("length", length_mode(None))):
+        model = fit_model(name, name, spec, items(train_states), items(dev_states), features,
+                          c_grid, seed)
+        probs = np.full((len(dev_states), len(RULE_IDS), N_LABELS), 1.0 / N_LABELS)
+        X = features.matrix(spec.features, [st.history for st in dev_states])
+        for r, rule in enumerate(RULE_IDS):
+            if rule in model.heads or spec.pooled:
+                probs[:, r] = model.head(rule).probs(X)
+        out[name] = probs
     return out
 
 
@@ -374,6 +380,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--epochs", type=int, default=Settings.epochs)
     ap.add_argument("--turn-only", action="store_true")
     ap.add_argument("--balanced", action="store_true")
+    ap.add_argument("--encoder", default="models/all-minilm-l6-v2",
+                    help="the sentence-transformers folder fine-tuned (not "
+                         "rem.fitted.embedding_model, which may name a packaged encoder)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--turns-file", action="append", default=[], metavar="FILE",
                     help="a labelled-turn file added to rem.turns.files (repeatable)")
@@ -404,7 +413,7 @@ def main(argv: list[str] | None = None) -> dict:
     dev_states = states_of(inputs.split(p.select_split))
     stems = model_written_ids([*label_files, *extra])
     model_idx = [i for i, st in enumerate(dev_states) if is_model_written(st, stems)]
-    encoder = str(repo_path(p.fitted.embedding_model))
+    encoder = str(repo_path(args.encoder))
     tok = AutoTokenizer.from_pretrained(encoder)
     print(f"{len(train_states)} training states, {len(dev_states)} development states "
           f"({p.select_split}; {len(model_idx)} of them model-written)", flush=True)
@@ -436,7 +445,8 @@ def main(argv: list[str] | None = None) -> dict:
                                              "rule": r, "gold": y,
                                              "p": v[i, RULE_IDS.index(r)].tolist()}) + "\n")
         with open(args.out / "baseline_probabilities.jsonl", "w", encoding="utf-8") as fh:
-            for name, v in baselines(train_states, dev_states).items():
+            for name, v in baselines(train_states, dev_states, p.fitted.c_grid,
+                                     params.shared.seed).items():
                 for i, st in enumerate(dev_states):
                     for r in st.gold:
                         fh.write(json.dumps({"scorer": name, "turn": st.turn_id, "rule": r,

@@ -22,8 +22,22 @@ model turns (issue 40: the plan fixed before it was drawn): the same records as 
 42, 20 held-out turns per policy and 120 SP turns of the test cases (``TEST_CASES``) only,
 leaving out every turn text of draws 1 and 2; no human part (the eval split has none left).
 
+A fourth draw (``--draw 4``, ids ri-0777 …) tests the REM that also learns from the SP turns
+of the trained policies (``sp_turns.jsonl``) and embeds with the multilingual encoder, both
+chosen on ``turns_dev`` without reading any draw: the same recipe as draw 3 on the records
+of ``f4fcdd2`` (the policies whose non-test SP turns ``sp_turns.jsonl`` holds), seed 44,
+leaving out every turn text of draws 1–3: up to 20 held-out turns per policy (the policies
+not retrained since draw 3 have fewer than 20 new ones) and up to 140 distinct SP turns of
+the test cases (fewer are left).
+A drawn turn whose text ``sp_turns.jsonl`` holds (the same words in another case's history,
+which the REM trains on) is left out after the ids are given, so the ids keep a gap. It is
+kept in its own file (``independent_draw4.jsonl``) until a stage-03 run reads it with the
+others.
+
     python scripts/rem_independent_items.py --check   # the committed items are these draws
     python scripts/rem_independent_items.py --blind OUT.jsonl [--draw 2]
+    python scripts/rem_independent_items.py --merge l1=A.jsonl l1=B.jsonl l2=C.jsonl --draw 4
+                                           # a draw with its own file: its labels written there
 """
 
 from __future__ import annotations
@@ -51,7 +65,10 @@ TEST_CASES = ("sp-0001", "sp-0002", "sp-0003", "sp-0004", "sp-0005", "sp-0012", 
 DRAWS = {1: dict(rev=RECORDS_REV, seed=40, heldout=20, sp=80, start=1),
          2: dict(rev="a6483c4", seed=41, heldout=20, sp=80, start=301),
          3: dict(rev="a6483c4", seed=42, heldout=20, sp=120, start=537, human=0,
-                 sp_cases=TEST_CASES)}
+                 sp_cases=TEST_CASES),
+         4: dict(rev="f4fcdd2", seed=44, heldout=20, sp=140, start=777, human=0,
+                 sp_cases=TEST_CASES, file="data/embedded/rem/independent_draw4.jsonl",
+                 not_in=("data/embedded/rem/sp_turns.jsonl",))}
 COMMITTED = ROOT / "data/embedded/rem/independent.jsonl"
 POLICIES = ("base", "sft", "gpt4_rank", "cai_avg", "cai_dep", "agent")
 SEED = 40
@@ -87,7 +104,7 @@ def draw(number: int = 1, taken: list[dict] = ()) -> list[dict]:
     for pol in POLICIES:
         rows = [r for r in heldout if r["policy"] == pol and r["turn"] and not r.get("error")
                 and (number == 1 or r["turn"] not in seen)]
-        for r in rng.sample(rows, spec["heldout"]):
+        for r in rng.sample(rows, min(spec["heldout"], len(rows))):
             seen.add(r["turn"])
             items.append((dict(kind="model_heldout", policy=pol, dialogue=r["dialogue"],
                                cut=r["cut"], key=r["key"]),
@@ -116,8 +133,12 @@ def draw(number: int = 1, taken: list[dict] = ()) -> list[dict]:
     if number > 1:
         for source, _, _ in items:
             source["draw"] = number
-    return [{"id": f"ri-{n:04d}", "history": hist, "turn": turn, "source": source}
-            for n, (source, hist, turn) in enumerate(items, start=spec["start"])]
+    out = [{"id": f"ri-{n:04d}", "history": hist, "turn": turn, "source": source}
+           for n, (source, hist, turn) in enumerate(items, start=spec["start"])]
+    # a text the REM trains on, in another history, is not a test item (ids keep their gap)
+    trained = {json.loads(line)["turn"] for name in spec.get("not_in", ())
+               for line in (ROOT / name).read_text(encoding="utf-8").splitlines() if line}
+    return [it for it in out if it["turn"] not in trained]
 
 
 def all_draws() -> list[dict]:
@@ -132,22 +153,47 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed items")
     ap.add_argument("--blind", type=Path, help="write the labellers' view (history, turn)")
-    ap.add_argument("--draw", type=int, choices=sorted(DRAWS), help="only this draw (--blind)")
+    ap.add_argument("--draw", type=int, choices=sorted(DRAWS),
+                    help="only this draw (--blind, --merge)")
+    ap.add_argument("--merge", nargs="+", metavar="WHO=FILE",
+                    help="write the labellers' sheets into the draw's own file (--draw)")
     args = ap.parse_args(argv)
     items = all_draws()
+    if args.merge:
+        if not args.draw or "file" not in DRAWS[args.draw]:
+            ap.error("--merge needs --draw N of a draw with its own file")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from rem_sp_turns import merge
+
+        sheets = [(who, Path(path)) for who, _, path in (m.partition("=") for m in args.merge)]
+        mine = [it for it in items if it["source"].get("draw", 1) == args.draw]
+        out = ROOT / DRAWS[args.draw]["file"]
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n"
+                               for row in merge(mine, sheets)), encoding="utf-8")
+        tmp.replace(out)
+        print(f"{out}: {len(mine)} items with their labels")
     if args.blind:
         if args.draw:
             items = [it for it in items if it["source"].get("draw", 1) == args.draw]
         args.blind.write_text("".join(json.dumps({k: it[k] for k in ("id", "history", "turn")},
                                                  ensure_ascii=False) + "\n" for it in items))
     if args.check:
-        committed = [{k: r[k] for k in ("id", "history", "turn", "source")}
-                     for r in _jsonl(COMMITTED)]
-        if committed != items:
-            print(f"{COMMITTED}: differs from the seeded draw", file=sys.stderr)
-            return 1
-        print(f"{COMMITTED}: {len(items)} items, the seeded draw")
+        for path in dict.fromkeys(_file(it) for it in items):
+            mine = [it for it in items if _file(it) == path]
+            committed = [{k: r[k] for k in ("id", "history", "turn", "source")}
+                         for r in _jsonl(path)]
+            if committed != mine:
+                print(f"{path}: differs from the seeded draw", file=sys.stderr)
+                return 1
+            print(f"{path}: {len(mine)} items, the seeded draw")
     return 0
+
+
+def _file(item: dict) -> Path:
+    """The committed file an item lives in (its draw's own file, else the shared one)."""
+    spec = DRAWS[item["source"].get("draw", 1)]
+    return ROOT / spec["file"] if "file" in spec else COMMITTED
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ def test_the_baselines_by_hand():
     train = [rce.State(f"s{i}", short, {"A": 0}) for i in range(6)] + [
         rce.State(f"l{i}", long, {"A": 2}) for i in range(4)]
     dev = [rce.State("d0", short, {"A": 0}), rce.State("d1", long, {"A": 2})]
-    out = rce.baselines(train, dev)
+    out = rce.baselines(train, dev, [1.0], 0)
     assert out["majority"][0, 0].tolist() == pytest.approx([0.6, 0.0, 0.4])
     assert out["length"][:, 0].argmax(-1).tolist() == [0, 2]
     assert np.allclose(out["length"][:, 0].sum(-1), 1.0)

@@ -61,3 +61,56 @@ def test_every_label_has_all_three_scores_somewhere_except_where_the_set_has_non
     data = rows()
     for rule in RULES:
         assert len({r["labels"]["l1"][rule] for r in data}) >= 2, rule
+
+
+DRAW4 = REPO_ROOT / "data/embedded/rem/independent_draw4.jsonl"
+
+
+def test_the_fourth_draw_is_new_turns_of_the_test_cases_with_two_labellers():
+    """Draw 4 (its own file until a stage-03 run reads it): no turn of draws 1–3 or of any
+    labelled training file, SP turns of the test cases only, l1 on all and l2 on 60."""
+    four = [json.loads(line) for line in DRAW4.read_text(encoding="utf-8").splitlines()]
+    assert {r["source"]["draw"] for r in four} == {4}
+    taken = {r["turn"] for r in rows()}
+    for name in ("real_turns", "train_turns", "sp_turns"):
+        taken |= {json.loads(line)["turn"] for line in (REPO_ROOT / "data/embedded/rem" /
+                  f"{name}.jsonl").read_text(encoding="utf-8").splitlines()}
+    turns = [r["turn"] for r in four]
+    assert len(set(turns)) == len(turns) and not taken & set(turns)
+    test_cases = set(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+                     ["rem"]["turns"]["sp_test_cases"])
+    assert {r["source"]["case"] for r in four if r["source"]["kind"] == "model_sp"} <= test_cases
+    assert {r["source"]["kind"] for r in four} == {"model_heldout", "model_sp"}
+    assert all(set(r["labels"]["l1"]) == set(RULES) for r in four)
+    assert sum("l2" in r["labels"] for r in four) == 60
+
+
+def test_kappa_from_agreement_tables_equals_scikit_learn_and_its_bootstrap():
+    """kappa_interval's summed-table κ is scikit-learn's κ, on the whole set and on each
+    bootstrap resample (the same seeded resamples the row-by-row loop drew)."""
+    import math
+    import random
+
+    import numpy as np
+    import pytest
+    from sklearn.metrics import cohen_kappa_score
+
+    from medpref.rem.independent import cohen_kappa, kappa_interval
+
+    rng = random.Random(3)
+    by_row = [[(rng.choice([0, 0, 1, 2]), rng.choice([0, 1, 2, 2]))
+               for _ in range(rng.randint(0, 6))] for _ in range(40)]
+    flat = [p for row in by_row for p in row]
+    a, b = zip(*flat)
+    assert cohen_kappa(flat) == pytest.approx(cohen_kappa_score(a, b, labels=[0, 1, 2]))
+    assert math.isnan(cohen_kappa([(2, 2), (2, 2)])) and math.isnan(cohen_kappa([]))
+    got = kappa_interval(by_row, 200, 7)
+    draws, boots = np.random.default_rng(7), []
+    for _ in range(200):
+        pick = draws.integers(0, len(by_row), size=len(by_row))
+        x = [p for i in pick for p in by_row[i]]
+        if len({v for pair in x for v in pair}) > 1:
+            boots.append(cohen_kappa_score(*zip(*x), labels=[0, 1, 2]))
+    lo, hi = np.quantile(boots, [0.025, 0.975])
+    assert (got["lo"], got["hi"]) == pytest.approx((lo, hi))
+    assert got["kappa"] == pytest.approx(cohen_kappa_score(a, b, labels=[0, 1, 2]))
