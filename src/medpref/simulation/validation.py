@@ -78,9 +78,16 @@ def case_split(cases: Sequence[SPCase], seed: int) -> dict[str, str]:
     return out
 
 
+def _opening(g: SPGradedItem) -> str:
+    """The item's opening complaint: its transcript's first turn when the patient speaks
+    it; an excerpt that opens with the doctor has none ("…", no content of its own)."""
+    first = g.transcript[0] if g.transcript else None
+    return first.text if first is not None and first.role == "patient" else "\u2026"
+
+
 def _as_consultation(g: SPGradedItem) -> tuple[Consultation, SPCase]:
     case = SPCase(id=g.id, department="graded", lang=getattr(g, "lang", "en"),
-                  chief_complaint=g.transcript[0].text if g.transcript else g.item,
+                  chief_complaint=_opening(g),
                   patient_info={"item": g.item}, checklist={g.category: [g.item]})
     return Consultation(g.id, "graded", case.lang, "hand-graded", "", list(g.transcript)), case
 
