@@ -22,17 +22,15 @@ import functools
 
 from medpref.embedding import PACKAGED_ENCODERS, Encoder, memoized
 
-#: the encoders ``simulation.grader.zh_encoder`` may name
-ZH_ENCODERS = PACKAGED_ENCODERS
-
 
 @functools.cache
 def zh_encoder(name: str | None) -> Encoder | None:
-    """The named Chinese encoder, loaded once per process and memoized per text (None
-    for ``None``); an unknown name is refused with the names there are."""
+    """The named Chinese encoder (one of :data:`medpref.embedding.PACKAGED_ENCODERS`),
+    loaded once per process and memoized per text (None for ``None``); an unknown name is
+    refused with the names there are."""
     if name is None:
         return None
-    if name not in ZH_ENCODERS:
+    if name not in PACKAGED_ENCODERS:
         raise ValueError(f"simulation.grader.zh_encoder: unknown encoder {name!r} "
-                         f"(known: {', '.join(ZH_ENCODERS)}, or null)")
-    return memoized(ZH_ENCODERS[name]())
+                         f"(known: {', '.join(PACKAGED_ENCODERS)}, or null)")
+    return memoized(PACKAGED_ENCODERS[name]())
