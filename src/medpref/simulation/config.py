@@ -106,9 +106,6 @@ class GraderParams(StrictModel):
     lexical_threshold: float = Field(0.6, ge=0.0, le=1.0)  # echo_aware: item units covered
     # echo_aware: the MiniLM cosine a symptom question needs (tests keep match_threshold)
     strong_match_threshold: float = Field(0.55, ge=-1.0, le=1.0)
-    # echo_aware: a symptom matched only through words of the opening complaint needs this
-    # MiniLM cosine with what the item adds to the complaint (issue 41)
-    complaint_remainder_threshold: float = Field(0.2, ge=-1.0, le=1.0)
     # echo_aware, Chinese items: share of the item part's content characters the sentence
     # asks (or Dice with its best clause), the item's frame removed
     zh_char_threshold: float = Field(0.6, ge=0.0, le=1.0)

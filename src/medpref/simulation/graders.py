@@ -265,7 +265,6 @@ class EchoAwareGrader:
         self.match = p.match_threshold
         self.strong = p.strong_match_threshold
         self.lexical = p.lexical_threshold
-        self.remainder = p.complaint_remainder_threshold
         self.zh_chars = p.zh_char_threshold
         self.zh_match = p.zh_match_threshold
         self.zh_encoder = p.zh_encoder
@@ -283,9 +282,8 @@ class EchoAwareGrader:
                  for cat in CATEGORIES for item in getattr(cases[c.case_id].checklist, cat)]
         sims = self._similarities(per, items)
         ask_sims = self._similarities(asks, [x for x in items if x[1] != "diseases"])
-        said = [content_units(cases[c.case_id].chief_complaint) for c in consults]
         hits = {(ci, cat, item): (self._matches(item, asks[ci], ask_sims.get((ci, item)),
-                                                strict=cat == "symptoms", complaint=said[ci])
+                                                strict=cat == "symptoms")
                                   if cat != "diseases" else
                                   self._matches(item, per[ci], sims.get((ci, item))))
                 for ci, cat, item in items}
@@ -350,17 +348,11 @@ class EchoAwareGrader:
         return {**english, **chinese}
 
     def _matches(self, item: str, sents: Sequence[DoctorSentence],
-                 cos: np.ndarray | None, strict: bool = False,
-                 complaint: frozenset[str] = frozenset()) -> list[int]:
+                 cos: np.ndarray | None, strict: bool = False) -> list[int]:
         """The sentences that match the item: by a share of its content units
         (``lexical_threshold``) or by MiniLM cosine. ``strict`` (a symptom question) adds
-        the symptom rules: a long question needs the strong cosine; a family-history item
-        is asked only with a family word (:data:`FAMILY_WORDS`); and a partial match whose
-        shared words are all words of the opening ``complaint`` asks the item only when
-        the sentence also meets what the item adds to the complaint
-        (``complaint_remainder_threshold``): "Any vomiting after coughing?" in a cough case
-        is not "productive cough and sputum colour", "How many nights a week does the
-        cough wake him?" is "nocturnal cough"."""
+        the symptom rules: a long question needs the strong cosine, and a family-history
+        item is asked only with a family word (:data:`FAMILY_WORDS`)."""
         if is_chinese(item):
             return self._matches_zh(item, sents, cos)
         wants = [u for u in (content_units(x) for x in item_parts(item)) if u]
@@ -379,30 +371,9 @@ class EchoAwareGrader:
             # they do not ask ("Have your kidneys checked?" near nocturia)
             strict_here = strict and len(s.text.split()) > STRICT_AFTER_WORDS
             near = cos is not None and cos[k] >= (self.strong if strict_here else self.match)
-            if lexical >= self.lexical or (near and not (
-                    strict and self._rests_on_complaint(item, have & frozenset().union(*wants),
-                                                        complaint, s.text))):
+            if lexical >= self.lexical or near:
                 hits.append(k)
         return hits
-
-    def _rests_on_complaint(self, item: str, shared: frozenset[str],
-                            complaint: frozenset[str], sentence: str) -> bool:
-        """The sentence meets the item only through words of the opening complaint: it
-        shares units with the item, all of them the complaint's, and is far from what the
-        item adds to the complaint (``complaint_remainder_threshold``)."""
-        return (bool(shared) and shared <= complaint
-                and self._remainder_cosine(item, complaint, sentence) < self.remainder)
-
-    def _remainder_cosine(self, item: str, complaint: frozenset[str], sentence: str) -> float:
-        """MiniLM cosine of the sentence and what the item adds to the complaint (the
-        item's words whose units the complaint lacks: "nocturnal" of "nocturnal cough"
-        after "Night-time cough…"); 0 when the item adds nothing."""
-        rest = " ".join(w for w in re.findall(r"[A-Za-z][A-Za-z'-]*", item)
-                        if not content_units(w) <= complaint)
-        if not content_units(rest):
-            return 0.0
-        a, b = (v / (np.linalg.norm(v) or 1.0) for v in self.encode([sentence, rest]))
-        return float(a @ b)
 
     @staticmethod
     def _only_as_modifier(sentence: str, item: str) -> bool:
