@@ -169,3 +169,24 @@ def transformers_serve(model: str, log: Path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def configured_grader_with_minilm():
+    """The SP grader as params configure it, reading with the embedded MiniLM (memoized);
+    the calling test is skipped when the model is not set up."""
+    from medpref.embedding import load_encoder, memoized
+    from medpref.params import load_params, repo_path
+    from medpref.prompts import load_prompt
+    from medpref.simulation.graders import GraderContext, build_grader
+    from medpref.simulation.grading import GradingSetup
+
+    p = load_params().simulation
+    model = repo_path(p.embedding_model)
+    if not (model / "modules.json").exists():
+        pytest.skip(f"no MiniLM at {model}")
+    g = p.grader
+    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
+                         count_template=load_prompt(g.count_prompt),
+                         encode=memoized(load_encoder(model)), max_candidates=g.max_candidates,
+                         embedding_threshold=g.embedding_threshold)
+    return build_grader(g.mode, GraderContext(g, setup))

@@ -18,7 +18,7 @@ import yaml
 
 from medpref import REPO_ROOT
 from medpref.data.sp_cases import embedded_sp_graded
-from medpref.params import load_params, repo_path
+from medpref.params import load_params
 from medpref.simulation.validation import agreement_rows, grade_hand_items
 
 FLOORS = REPO_ROOT / "data" / "embedded" / "sp_grader_floors.yaml"
@@ -33,22 +33,11 @@ def group_of(batch: str, group: str) -> bool:
 
 @pytest.fixture(scope="module")
 def measured():
-    p = load_params().simulation
-    model = repo_path(p.embedding_model)
-    if not (model / "modules.json").exists():
-        pytest.skip(f"no MiniLM at {model}")
-    from medpref.embedding import load_encoder
-    from medpref.prompts import load_prompt
-    from medpref.simulation.graders import GraderContext, build_grader
-    from medpref.simulation.grading import GradingSetup
+    from conftest import configured_grader_with_minilm
 
-    g = p.grader
-    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
-                         count_template=load_prompt(g.count_prompt),
-                         encode=load_encoder(model), max_candidates=g.max_candidates,
-                         embedding_threshold=g.embedding_threshold)
+    grader = configured_grader_with_minilm()
     items = embedded_sp_graded()
-    grades = grade_hand_items(items, build_grader(g.mode, GraderContext(g, setup)))
+    grades = grade_hand_items(items, grader)
     by_id = {gr.case: gr for gr in grades}
     out = {}
     for group in ("all", "run", "other"):

@@ -407,18 +407,9 @@ def test_a_family_history_item_is_asked_only_with_a_family_word(grader, doctor, 
 
 @pytest.fixture(scope="module")
 def minilm_grader():
-    from medpref.embedding import load_encoder, memoized
-    from medpref.params import repo_path
+    from conftest import configured_grader_with_minilm
 
-    p = load_params().simulation
-    model = repo_path(p.embedding_model)
-    if not (model / "modules.json").exists():
-        pytest.skip(f"no MiniLM at {model}")
-    g = p.grader
-    setup = GradingSetup(judge=None, templates=[load_prompt(n) for n in g.prompts],
-                         count_template=load_prompt(g.count_prompt),
-                         encode=memoized(load_encoder(model)), max_candidates=g.max_candidates)
-    return build_grader("echo_aware", GraderContext(g, setup))
+    return configured_grader_with_minilm()
 
 
 def test_family_history_credits_for_the_patients_own_history_are_refused(items,
