@@ -137,6 +137,26 @@ def test_a_label_floated_while_questioning_and_a_turn_that_only_examines():
                                       "See a specialist.")
 
 
+def test_a_clinical_question_from_another_dialogue():
+    """Another dialogue's real question (another diagnosis, same REM part) in this
+    dialogue's place: A 0 on the opening alone, 1 once the history has begun (it relates
+    only weakly to what this patient said); no diagnosis, test or plan yet."""
+    other = "Is there any pain or swelling at the back of the heel?"
+    assert labels("foreign_question", COUGH, 1, "thin", other) == {"A": 0, "B": 0, "C": 0}
+    assert labels("foreign_question", COUGH, 3, "questioning", other) == {
+        "A": 1, "B": 0, "C": 0}
+    pool = C.foreign_questions([COUGH, GOUT], {COUGH.id: "train", GOUT.id: "train"})
+    # GOUT's one question shares its turn with a statement, so COUGH gets none
+    assert pool[COUGH.id] == () and pool[GOUT.id] == (
+        "How high has the fever been, and are you bringing anything up?",)
+    # never across the REM's parts, never the same diagnosis
+    assert C.foreign_questions([COUGH, GOUT], {COUGH.id: "train", GOUT.id: "dev"}) == {
+        COUGH.id: (), GOUT.id: ()}
+    rows = C.construct_dialogue(GOUT, SPEC, 0, 10, "", "train", pool[GOUT.id])
+    built = {r.history[-1][1] for r in rows if r.construction == "foreign_question"}
+    assert built == {"How high has the fever been, and are you bringing anything up?"}
+
+
 def test_questions_are_counted_by_clause():
     assert C.count_questions("Any fever, cough or rash?") == 1  # a grouped list is one
     assert C.count_questions("When did it start, and how long does it last? Any fever?") == 3

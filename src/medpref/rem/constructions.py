@@ -111,6 +111,7 @@ class State:
     kind: StateKind
     others: str = ""   # the dialogue's diagnosis among four others, unranked ({others})
     part: str = "train"  # the REM's split the dialogue is in (held-out templates)
+    foreign: tuple[str, ...] = ()  # real doctor questions of other dialogues (other diagnoses)
 
     @property
     def diagnosis_turn(self) -> int:
@@ -214,6 +215,14 @@ def build_three_or_four(state, c, spec, rng):
 _ANSWERS_WORRY = re.compile(r"serious|worr|concern|reassur|danger|common|nothing to", re.I)
 
 
+def build_foreign_question(state, c, spec, rng):
+    """A fluent clinical question another dialogue's doctor asked (a patient with another
+    diagnosis), in this dialogue's place: well formed, medical, and not following from
+    what this patient said."""
+    return Built(turn_dicts(state.dialogue, state.k), rng.choice(state.foreign)) \
+        if state.foreign else None
+
+
 def build_patient_asks(state, c, spec, rng):
     """The patient's last turn gains a worried question; the doctor's real next turn,
     when it opens with a question and says nothing about seriousness, passes over it."""
@@ -310,7 +319,8 @@ BUILDERS: dict[str, Callable[..., Built | None]] = {
     "diagnosis_turn": build_diagnosis_turn, "diagnosis_plus_drug": build_diagnosis_plus_drug,
     "volunteered": build_volunteered, "volunteered_plan": build_volunteered_plan,
     "volunteered_first_sentence": build_volunteered_first_sentence,
-    "label_first": build_label_first, "real_statement": build_real_statement}
+    "label_first": build_label_first, "real_statement": build_real_statement,
+    "foreign_question": build_foreign_question}
 
 
 # -- conditions and labels --------------------------------------------------------------
@@ -391,12 +401,12 @@ class Row:
         return len(self.history[-1][1].split())
 
 
-def states_of(d: Dialogue, kind: StateKind, others: str = "", part: str = "train"
-              ) -> list[State]:
+def states_of(d: Dialogue, kind: StateKind, others: str = "", part: str = "train",
+              foreign: tuple[str, ...] = ()) -> list[State]:
     D = int(d.meta["diagnosis_turn"])
     ks = {"questioning": range(1, D, 2), "thin": [1], "diagnosis": [D]}[kind]
-    return [State(d, k, "thin" if k == 1 and kind != "diagnosis" else kind, others, part)
-            for k in ks]
+    return [State(d, k, "thin" if k == 1 and kind != "diagnosis" else kind, others, part,
+                  foreign) for k in ks]
 
 
 def trim(history: list[dict[str, str]], max_turns: int) -> tuple[tuple[str, str], ...]:
@@ -404,13 +414,14 @@ def trim(history: list[dict[str, str]], max_turns: int) -> tuple[tuple[str, str]
 
 
 def construct_dialogue(d: Dialogue, spec: ConstructionFile, seed: int, max_turns: int,
-                       others: str = "", part: str = "train") -> list[Row]:
+                       others: str = "", part: str = "train",
+                       foreign: tuple[str, ...] = ()) -> list[Row]:
     """Every construction at every state it applies to, one row per rule it scores."""
     rows = []
     for name, c in spec.constructions.items():
         seen = set()
         for kind in c.state_kinds:
-            for state in states_of(d, kind, others, part):
+            for state in states_of(d, kind, others, part, foreign):
                 if state.k in seen:
                     continue
                 seen.add(state.k)
@@ -436,6 +447,20 @@ def unranked_lists(dialogues: Sequence[Dialogue], seed: int) -> dict[str, str]:
         rng.shuffle(pick)
         lists[d.id] = ", ".join(pick[:-1]) + " or " + pick[-1]
     return lists
+
+
+def foreign_questions(dialogues: Sequence[Dialogue], parts: dict[str, str]
+                      ) -> dict[str, tuple[str, ...]]:
+    """Per dialogue, the single-question doctor turns of the other dialogues of its own
+    REM part whose diagnosis differs (no text crosses the REM's train/dev/test split)."""
+    def asks(d: Dialogue) -> list[str]:
+        return [t.text for t in d.turns[1:int(d.meta["diagnosis_turn"])]
+                if t.role == "doctor" and len(questions(t.text)) == 1
+                and len(sentences(t.text)) == 1]
+    pool = {d.id: asks(d) for d in dialogues}
+    return {d.id: tuple(q for o in dialogues if o.id != d.id and parts[o.id] == parts[d.id]
+                        and o.meta["diagnosis"] != d.meta["diagnosis"] for q in pool[o.id])
+            for d in dialogues}
 
 
 def split_dialogues(groups: Sequence[Sequence[str]], dev_share: float, test_share: float,
@@ -529,8 +554,9 @@ def build_rows(p: RemParams, dialogues: Sequence[Dialogue], split: DialogueSplit
               [i for i in ids if i not in spec.urgent_dialogues
                and i not in spec.routine_dialogues]]
     parts = split_dialogues(groups, cp.dev_share, cp.test_share, cp.seed)
+    foreign = foreign_questions(train, parts)
     rows = [r for d in train for r in construct_dialogue(
-        d, spec, cp.seed, cp.max_history_turns, others[d.id], parts[d.id])]
+        d, spec, cp.seed, cp.max_history_turns, others[d.id], parts[d.id], foreign[d.id])]
     chosen = select_rows(rows, cp.per_cell, cp.length_bins, cp.seed, cp.per_label_floor)
     chosen.sort(key=lambda r: ({"train": 0, "dev": 1, "test": 2}[r.split], r.dialogue, r.k,
                                r.construction, r.rule))
