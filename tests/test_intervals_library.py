@@ -1,6 +1,7 @@
 """``medpref.metrics.intervals`` pinned to its outputs before its internals moved to
 scipy.stats and scikit-learn (values printed by the home-made code of 06c7d04 on the fixed
-inputs below), and checked against the library functions themselves.
+inputs below; the Wilson edges and ``rem.independent``'s κ by that of c6229b3, before
+those two moved), and checked against the library functions themselves.
 
 Tolerances, one per kind of result:
 
@@ -8,8 +9,10 @@ Tolerances, one per kind of result:
   t interval) and the item bootstrap, whose resamples scipy.stats.bootstrap draws with the
   same ``np.random.default_rng(seed).integers`` calls as the old loop did (its bootstrap
   distribution is bit-identical; see ``test_scipy_bootstrap_draws_the_old_resamples``).
-- ``WILSON_ULP`` (1e-15): the closed-form Wilson bounds against scipy's, which does the
-  same arithmetic in another order (differences of a few units in the last place).
+- ``WILSON_ULP`` (1e-15): scipy's Wilson bounds against the closed form they replaced,
+  which did the same arithmetic in another order (a few units in the last place; the
+  largest, on every k ≤ n ≤ 300 at three levels, 4.4e-16). scipy's are exactly 0 at k = 0
+  and 1 at k = n, where the closed form could land 1 ulp inside.
 - ``mc_tolerance(p, n_perm)``: two Monte-Carlo p-values of the same test drawn with
   different random sign vectors (ours: seeded integer signs; scipy: its own draws) differ
   by less than 4.5 standard errors of their difference, sqrt(2 p (1 − p) / n_perm), plus
@@ -74,15 +77,37 @@ def test_wilson_pins(k, n, level, lo, hi):
     assert w.lo == pytest.approx(lo, abs=EXACT) and w.hi == pytest.approx(hi, abs=EXACT)
 
 
-def test_wilson_equals_scipy_binomtest():
+@pytest.mark.parametrize(("k", "n", "level", "lo", "hi"), [
+    (0, 3, 0.95, 5.551115123125783e-17, 0.5614970317550454),      # closed form: 1 ulp > 0
+    (1, 1, 0.9, 0.2698659487840541, 0.9999999999999999),          # closed form: 1 ulp < 1
+    (1, 3, 0.95, 0.06149194472039621, 0.7923403991979522),
+    (29, 240, 0.95, 0.08546347834981291, 0.16814991093920253),
+    (236, 236, 0.95, 0.9839833411638562, 1.0),
+])
+def test_wilson_edge_pins_of_the_closed_form(k, n, level, lo, hi):
+    w = iv.proportion_ci(k, n, level)
+    assert w.lo == pytest.approx(lo, abs=WILSON_ULP) and w.hi == pytest.approx(hi, abs=WILSON_ULP)
+    assert (w.lo == 0.0) == (k == 0) and (w.hi == 1.0) == (k == n)
+
+
+def _wilson_closed_form(k: int, n: int, level: float) -> tuple[float, float]:
+    """The Wilson bounds as intervals.proportion_ci wrote them until c6229b3."""
+    p, z = k / n, float(st.norm.ppf(0.5 + level / 2))
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def test_wilson_equals_the_closed_form_it_replaced():
     counts = [(k, n) for n in range(1, 31) for k in range(n + 1)]
     counts += [(k, n) for n in (68, 250, 1000) for k in range(0, n + 1, max(1, n // 25))]
     worst = 0.0
     for k, n in counts:
-        for level in (0.9, 0.95):
-            ours = iv.proportion_ci(k, n, level)
-            lib = st.binomtest(k, n).proportion_ci(confidence_level=level, method="wilson")
-            worst = max(worst, abs(ours.lo - lib.low), abs(ours.hi - lib.high))
+        for level in (0.9, 0.95, 0.99):
+            w = iv.proportion_ci(k, n, level)
+            lo, hi = _wilson_closed_form(k, n, level)
+            worst = max(worst, abs(w.lo - lo), abs(w.hi - hi))
     assert worst <= WILSON_ULP
 
 
@@ -245,6 +270,42 @@ def test_paired_difference_pins(clusters, pinned):
     assert c.correlation == pytest.approx(0.8353894012039275, abs=EXACT)
     assert (c.lo, c.hi, c.p_value, c.mde) == pytest.approx(pinned, abs=EXACT)
     assert c.correlation == pytest.approx(st.pearsonr(A40, B40).statistic, abs=EXACT)
+
+
+# ---------------------------------------------------------------- pins: κ of rem.independent
+
+
+def _rows_of_pairs() -> list[list[tuple[int, int]]]:
+    import random
+
+    rng = random.Random(3)
+    return [[(rng.choice([0, 0, 1, 2]), rng.choice([0, 1, 2, 2]))
+             for _ in range(rng.randint(0, 6))] for _ in range(40)]
+
+
+@pytest.mark.parametrize(("pairs", "kappa"), [
+    ([p for row in _rows_of_pairs() for p in row], 0.14024528730411087),
+    ([(0, 0), (1, 1), (2, 2), (0, 1), (1, 0), (2, 0), (0, 0)], 0.3225806451612902),
+    ([(0, 0), (0, 0), (1, 1), (0, 1), (1, 1), (1, 0)], 0.33333333333333326),
+    ([(0, 1), (1, 0), (0, 1), (1, 0)], -1.0),
+])
+def test_independent_kappa_pins(pairs, kappa):
+    from medpref.rem.independent import cohen_kappa, kappa_of_table
+
+    assert cohen_kappa(pairs) == pytest.approx(kappa, abs=EXACT)
+    table = np.zeros((3, 3))
+    np.add.at(table, tuple(np.array(pairs).T), 1)
+    assert kappa_of_table(table) == pytest.approx(kappa, abs=EXACT)   # the resamples' κ
+
+
+def test_independent_kappa_interval_pin():
+    from medpref.rem.independent import kappa_interval
+
+    got = kappa_interval(_rows_of_pairs(), 200, 7)
+    assert (got["n"], got["rows"]) == (113, 34)
+    assert (got["agreement"], got["kappa"], got["lo"], got["hi"]) == pytest.approx(
+        (0.40707964601769914, 0.14024528730411087, 0.01919176587425778, 0.24444405967750185),
+        abs=EXACT)
 
 
 # ---------------------------------------------------------------- the t interval

@@ -16,14 +16,13 @@ once (see the house evaluation guide, ``EVALUATION.md`` beside the repository):
 The statistics are the libraries' (``tests/test_intervals_library.py`` pins them to the
 values of the code they replaced): the t interval, the item bootstrap
 (``scipy.stats.bootstrap``) and the exact sign-flip test (``scipy.stats.permutation_test``),
-both read with this module's rules for undefined resamples and ties, Pearson's r, and
-Cohen's κ (``sklearn.metrics.cohen_kappa_score``). What stays here, and
-why: the cluster bootstrap and the cluster-robust sd (scipy has neither); the Monte-Carlo
-sign flips (scipy draws its random signs otherwise, which would move every committed
-p-value past 16 units by Monte-Carlo error); the Wilson bounds as a closed form (equal
-to ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")`` within 1e-15 but not
-bit for bit, and the committed tables print every bit); κ of each bootstrap resample
-(scikit-learn's input checks cost ~4 ms a call, minutes over a table's resamples).
+both read with this module's rules for undefined resamples and ties, the Wilson interval
+(``scipy.stats.binomtest``), Pearson's r, and Cohen's κ
+(``sklearn.metrics.cohen_kappa_score``). What stays here, and why: the cluster bootstrap
+and the cluster-robust sd (scipy has neither); the Monte-Carlo sign flips (scipy draws its
+random signs otherwise, which would move every committed p-value past 16 units by
+Monte-Carlo error); κ of each bootstrap resample (scikit-learn's input checks cost ~4 ms
+a call, minutes over a table's resamples).
 
 Everything random takes a ``seed`` and draws from ``np.random.default_rng(seed)``, so a
 rerun gives the same interval. Inputs holding NaN are refused: an abstention (a failed
@@ -185,19 +184,16 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, stat: Stat = np.mean,
 
 
 def proportion_ci(successes: int, n: int, level: float = 0.95) -> Interval:
-    """Proportion ``successes / n`` with the Wilson score interval, which stays inside
-    [0, 1] and keeps its coverage near 0 and 1 where the Wald interval fails."""
+    """Proportion ``successes / n`` with the Wilson score interval (scipy's
+    ``binomtest(...).proportion_ci(method="wilson")``), which stays inside [0, 1] and keeps
+    its coverage near 0 and 1 where the Wald interval fails. No trials: NaN interval."""
     _check_level(level)
     if n < 0 or not 0 <= successes <= max(n, 0):
         raise ValueError(f"need 0 ≤ successes ≤ n, got successes={successes}, n={n}")
     if n == 0:
         return Interval(_NAN, _NAN, _NAN, 0, "wilson")
-    p = successes / n
-    z = float(st.norm.ppf(0.5 + level / 2))
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n, "wilson")
+    ci = st.binomtest(successes, n).proportion_ci(confidence_level=level, method="wilson")
+    return Interval(successes / n, float(ci.low), float(ci.high), n, "wilson")
 
 
 def rule_of_three_upper(n: int) -> float:
