@@ -11,7 +11,7 @@ The LLM rows (sampled, expected, finetuned) need stage 03 itself.
 
     PYTHONPATH=src python scripts/rem_fitted_check.py [--cache FILE] [--predictions FILE]
         [--turns-file FILE ...] [--dev-only] [--sets turns_dev ...] [--embedding-model NAME]
-        [--independent-file data/embedded/rem/independent_draw4.jsonl] [--stage-models]
+        [--independent-file FILE ...] [--stage-models]
 
 ``--turns-file`` adds labelled-turn files beside ``rem.turns.files`` (``--dev-only``: only
 their development rows, the control with the same development set); ``--sets`` scores only

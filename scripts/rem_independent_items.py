@@ -30,14 +30,17 @@ leaving out every turn text of draws 1–3: up to 20 held-out turns per policy (
 not retrained since draw 3 have fewer than 20 new ones) and up to 140 distinct SP turns of
 the test cases (fewer are left).
 A drawn turn whose text ``sp_turns.jsonl`` holds (the same words in another case's history,
-which the REM trains on) is left out after the ids are given, so the ids keep a gap. It is
-kept in its own file (``independent_draw4.jsonl``) until a stage-03 run reads it with the
-others.
+which the REM trains on) is left out after the ids are given, so the ids keep a gap. It was
+labelled while a stage-03 run was under way and kept in its own file until the next cold run;
+its rows now follow draw 3's in the committed file, and stage 03 scores it as set
+``independent_4``.
 
     python scripts/rem_independent_items.py --check   # the committed items are these draws
     python scripts/rem_independent_items.py --blind OUT.jsonl [--draw 2]
-    python scripts/rem_independent_items.py --merge l1=A.jsonl l1=B.jsonl l2=C.jsonl --draw 4
-                                           # a draw with its own file: its labels written there
+    python scripts/rem_independent_items.py --merge l1=A.jsonl l1=B.jsonl l2=C.jsonl --draw N
+                                           # a new draw's labels, written to the draw's own
+                                           # file (its ``file`` in DRAWS) until a stage-03
+                                           # run reads it with the others
 """
 
 from __future__ import annotations
@@ -67,8 +70,7 @@ DRAWS = {1: dict(rev=RECORDS_REV, seed=40, heldout=20, sp=80, start=1),
          3: dict(rev="a6483c4", seed=42, heldout=20, sp=120, start=537, human=0,
                  sp_cases=TEST_CASES),
          4: dict(rev="f4fcdd2", seed=44, heldout=20, sp=140, start=777, human=0,
-                 sp_cases=TEST_CASES, file="data/embedded/rem/independent_draw4.jsonl",
-                 not_in=("data/embedded/rem/sp_turns.jsonl",))}
+                 sp_cases=TEST_CASES, not_in=("data/embedded/rem/sp_turns.jsonl",))}
 COMMITTED = ROOT / "data/embedded/rem/independent.jsonl"
 POLICIES = ("base", "sft", "gpt4_rank", "cai_avg", "cai_dep", "agent")
 SEED = 40

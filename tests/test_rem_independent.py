@@ -30,7 +30,8 @@ def test_sizes_sources_and_labels():
     kinds = Counter((r["source"].get("draw", 1), r["source"]["kind"]) for r in data)
     assert kinds == {(1, "model_heldout"): 120, (1, "model_sp"): 80, (1, "human_eval"): 100,
                      (2, "model_heldout"): 120, (2, "model_sp"): 80, (2, "human_eval"): 36,
-                     (3, "model_heldout"): 120, (3, "model_sp"): 120}
+                     (3, "model_heldout"): 120, (3, "model_sp"): 120,
+                     (4, "model_heldout"): 65, (4, "model_sp"): 120}
     turns = [r["turn"] for r in data if r["source"].get("draw", 1) > 1]
     first = {r["turn"] for r in data if r["source"].get("draw", 1) == 1}
     assert not first & set(turns)                            # no turn in two draws
@@ -46,7 +47,7 @@ def test_sizes_sources_and_labels():
         assert all(v in (0, 1, 2) for v in r["labels"]["l1"].values()), r["id"]
         assert r["history"] == [] or r["history"][-1]["role"] == "patient", r["id"]
     second = [r for r in data if "l2" in r["labels"]]
-    assert Counter(r["source"].get("draw", 1) for r in second) == {1: 60, 2: 59, 3: 60}
+    assert Counter(r["source"].get("draw", 1) for r in second) == {1: 60, 2: 59, 3: 60, 4: 60}
     assert all(set(r["labels"]["l2"]) == set(RULES) for r in second)
 
 
@@ -63,15 +64,15 @@ def test_every_label_has_all_three_scores_somewhere_except_where_the_set_has_non
         assert len({r["labels"]["l1"][rule] for r in data}) >= 2, rule
 
 
-DRAW4 = REPO_ROOT / "data/embedded/rem/independent_draw4.jsonl"
-
-
 def test_the_fourth_draw_is_new_turns_of_the_test_cases_with_two_labellers():
-    """Draw 4 (its own file until a stage-03 run reads it): no turn of draws 1–3 or of any
-    labelled training file, SP turns of the test cases only, l1 on all and l2 on 60."""
-    four = [json.loads(line) for line in DRAW4.read_text(encoding="utf-8").splitlines()]
-    assert {r["source"]["draw"] for r in four} == {4}
-    taken = {r["turn"] for r in rows()}
+    """Draw 4 (after draws 1–3 in rem.independent; stage 03's set ``independent_4``): no
+    turn of draws 1–3 or of any labelled training file, SP turns of the test cases only, l1
+    on all and l2 on 60."""
+    data = rows()
+    four = [r for r in data if r["source"].get("draw", 1) == 4]
+    assert [r["source"].get("draw", 1) for r in data] == sorted(
+        r["source"].get("draw", 1) for r in data)            # draw 4's rows come last
+    taken = {r["turn"] for r in data if r["source"].get("draw", 1) < 4}
     for name in ("real_turns", "train_turns", "sp_turns"):
         taken |= {json.loads(line)["turn"] for line in (REPO_ROOT / "data/embedded/rem" /
                   f"{name}.jsonl").read_text(encoding="utf-8").splitlines()}
@@ -114,3 +115,15 @@ def test_kappa_from_agreement_tables_equals_scikit_learn_and_its_bootstrap():
     lo, hi = np.quantile(boots, [0.025, 0.975])
     assert (got["lo"], got["hi"]) == pytest.approx((lo, hi))
     assert got["kappa"] == pytest.approx(cohen_kappa_score(a, b, labels=[0, 1, 2]))
+
+
+def test_stage_03_scores_each_draw_as_its_own_set_with_its_own_record_file():
+    """Every draw of rem.independent is an evaluation set of stage 03 (``independent``,
+    ``independent_2`` …, draw 4 ``independent_4``) and has a declared record file."""
+    from medpref.rem.independent import independent_set_name
+    from medpref.rem.outputs import INDEPENDENT_SETS
+
+    names = [independent_set_name(d) for d in sorted({r["source"].get("draw", 1)
+                                                       for r in rows()})]
+    assert names == ["independent", "independent_2", "independent_3", "independent_4"]
+    assert set(names) <= set(INDEPENDENT_SETS)
