@@ -27,3 +27,27 @@ def test_the_multilingual_encoder_gives_unit_vectors_that_rank_by_meaning():
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     sims = v @ v.T
     assert sims[0, 1] > sims[0, 2] and sims[0, 3] > sims[0, 2]
+
+
+def test_a_packaged_encoder_is_loaded_once_per_process(monkeypatch):
+    """The REM's encoder scorer and the SP grader's Chinese match name the same packaged
+    encoder in one stage-06 process: it is built once and shared."""
+    from medpref.simulation import zh_encoder
+
+    built = []
+
+    def factory():
+        built.append(1)
+        return lambda texts: np.ones((len(texts), 2), dtype=np.float32)
+
+    monkeypatch.setitem(embedding.PACKAGED_ENCODERS, "toy", factory)
+    embedding.packaged_encoder.cache_clear()
+    zh_encoder.zh_encoder.cache_clear()
+    try:
+        first = embedding.encoder_for("toy")
+        assert embedding.encoder_for("toy") is first
+        assert zh_encoder.zh_encoder("toy")(["a"]).shape == (1, 2)
+        assert built == [1]
+    finally:
+        embedding.packaged_encoder.cache_clear()
+        zh_encoder.zh_encoder.cache_clear()

@@ -12,6 +12,7 @@ from one setting (a folder path, or one of those names).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -62,11 +63,19 @@ def _use_multilingual() -> Encoder:
 PACKAGED_ENCODERS: dict[str, Callable[[], Encoder]] = {"use_multilingual": _use_multilingual}
 
 
+@functools.cache
+def packaged_encoder(name: str) -> Encoder:
+    """One of :data:`PACKAGED_ENCODERS`, loaded once per process: the REM's scorer and the
+    SP grader's Chinese match share one instance."""
+    return PACKAGED_ENCODERS[name]()
+
+
 def encoder_for(spec: str, batch_size: int = 32) -> Encoder:
-    """The encoder a setting names: one of :data:`PACKAGED_ENCODERS`, or else a
-    sentence-transformers folder, resolved against the repository root."""
+    """The encoder a setting names: one of :data:`PACKAGED_ENCODERS` (loaded once per
+    process, :func:`packaged_encoder`), or else a sentence-transformers folder, resolved
+    against the repository root."""
     if spec in PACKAGED_ENCODERS:
-        return PACKAGED_ENCODERS[spec]()
+        return packaged_encoder(spec)
     from medpref.params import repo_path
 
     return load_encoder(repo_path(spec), batch_size)

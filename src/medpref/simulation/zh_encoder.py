@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import functools
 
-from medpref.embedding import PACKAGED_ENCODERS, Encoder, memoized
+from medpref.embedding import PACKAGED_ENCODERS, Encoder, memoized, packaged_encoder
 
 
 @functools.cache
 def zh_encoder(name: str | None) -> Encoder | None:
     """The named Chinese encoder (one of :data:`medpref.embedding.PACKAGED_ENCODERS`),
-    loaded once per process and memoized per text (None for ``None``); an unknown name is
+    the process's one instance of it (:func:`~medpref.embedding.packaged_encoder`),
+    memoized per text (None for ``None``); an unknown name is
     refused with the names there are."""
     if name is None:
         return None
     if name not in PACKAGED_ENCODERS:
         raise ValueError(f"simulation.grader.zh_encoder: unknown encoder {name!r} "
                          f"(known: {', '.join(PACKAGED_ENCODERS)}, or null)")
-    return memoized(PACKAGED_ENCODERS[name]())
+    return memoized(packaged_encoder(name))
