@@ -87,6 +87,10 @@ class ServerConfig(StrictModel):
     continue_prefix: bool = False
     prefix_instruction: str = 'Start your reply with "{prefix}".'
     top_logprobs: int = Field(20, ge=1, le=20)
+    # the server returns log-probs (vLLM, OpenAI). `transformers serve` does not: set
+    # false, and params that score answer options with a role on this server are refused
+    # when they load (see option_scoring_uses), as is an option call to it
+    logprobs: bool = True
     #: every model on this server costs nothing (a local server on a paid-looking URL)
     free: bool = False
     # the server takes vLLM's sampling extras (repetition_penalty, no_repeat_ngram_size) in
@@ -220,7 +224,43 @@ def parse_params(raw: dict[str, Any], path: str | Path = "params.yaml") -> Param
         except ValidationError as exc:
             raise ParamsError(_explain(exc, name, model, str(path))) from None
     sections.setdefault("shared", SharedParams())
+    _refuse_options_without_logprobs(sections, path)
     return Params(sections, raw, path)
+
+
+def option_scoring_uses(sections: dict[str, StrictModel]) -> list[tuple[str, str]]:
+    """(params key, role) of every setting that scores answer options from log-probs
+    with that role: what each section's ``option_scoring(sections)`` says it will do."""
+    uses: list[tuple[str, str]] = []
+    for section in sections.values():
+        hook = getattr(section, "option_scoring", None)
+        if hook is not None:
+            uses += [(key, role) for key, role in hook(sections) if role]
+    return uses
+
+
+def _refuse_options_without_logprobs(sections: dict[str, StrictModel], path: Path) -> None:
+    """Option scoring on a served role whose server says ``logprobs: false`` is refused
+    here, before a stage makes any call (the backend would find it only at its first
+    option call, maybe after many minutes of other calls)."""
+    llm = sections["shared"].llm
+    bad: dict[tuple[str, str], str] = {}          # (key, role) -> server
+    for key, role in option_scoring_uses(sections):
+        cfg = llm.roles.get(role)
+        if cfg is None or cfg.backend != "openai" or cfg.server not in llm.servers:
+            continue
+        if not llm.servers[cfg.server].logprobs:
+            bad[(key, role)] = cfg.server
+    if bad:
+        from medpref.llm.openai_backend import NO_LOGPROBS_HINT
+
+        uses = "; ".join(f"'{key}' scores answer options with role '{role}' on server "
+                         f"'{server}'" for (key, role), server in bad.items())
+        servers = dict.fromkeys(bad.values())
+        flags = ", ".join(f"shared.llm.servers.{s}.logprobs: false" for s in servers)
+        says = "that server says" if len(servers) == 1 else "those servers say"
+        raise ParamsError(f"{path}: {uses}, but {says} it returns no log-probs ({flags}); "
+                          f"{NO_LOGPROBS_HINT}")
 
 
 def load_params(path: str | Path | None = None) -> Params:

@@ -191,6 +191,9 @@ class RemMode:
     describe: Callable[..., str] | None = None
     check: Callable[[Any], None] | None = None
     fitted: bool = False
+    #: the mode reads the score token's probabilities (option scoring): a served model
+    #: needs a server that returns log-probs
+    options: bool = False
 
     def method(self, name: str, settings: Any, adapter_card: dict | None = None) -> str:
         """Table 5's ``method`` text for settings of this mode."""
@@ -235,10 +238,11 @@ register_backend = BACKENDS.register
 
 def register_rem_scorer(name: str, *, adapter: bool = False,
                         describe: Callable[..., str] | None = None,
-                        check: Callable[[Any], None] | None = None, fitted: bool = False
+                        check: Callable[[Any], None] | None = None, fitted: bool = False,
+                        options: bool = False
                         ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator on a REM scorer mode's builder: registers ``RemMode(build, adapter,
-    describe, check, fitted)`` as mode ``name`` and returns the builder unchanged.
+    describe, check, fitted, options)`` as mode ``name`` and returns the builder unchanged.
 
     ``build(client, flowchart, examples, template, *, call, k, seed, n_examples,
     temperature, comment, detail, state_value) -> scorer`` (take the keywords you use,
@@ -249,8 +253,11 @@ def register_rem_scorer(name: str, *, adapter: bool = False,
     ``check(settings)``: raises ``ValueError`` on settings the mode cannot honour.
     ``fitted``: the mode is fitted on the REM data by stage 03 and read from
     ``rem.fitted.model_dir`` by name; its ``build(settings)`` returns what it reads and
-    how it learns (a :class:`medpref.remscore.fitted.FitSpec`), not a scorer."""
+    how it learns (a :class:`medpref.remscore.fitted.FitSpec`), not a scorer.
+    ``options``: the mode scores the answer options from their probabilities (the
+    client's ``option_scores``), so params refuse it for a role whose server says
+    ``logprobs: false``."""
     def deco(build: Callable[..., Any]) -> Callable[..., Any]:
-        REM_SCORERS.register(name)(RemMode(build, adapter, describe, check, fitted))
+        REM_SCORERS.register(name)(RemMode(build, adapter, describe, check, fitted, options))
         return build
     return deco

@@ -207,6 +207,14 @@ class AnnotationParams(SectionCalls):
     control: ControlConfig = Field(default_factory=ControlConfig)
     guard: GuardParams = Field(default_factory=GuardParams)
 
+    def option_scoring(self, sections: dict[str, Any]) -> list[tuple[str, str]]:
+        """(params key, role) of each option-scoring use: the REM that scores candidates
+        (``rem_scorer``, a ``rem.scorers`` entry read with ``rem``'s role)."""
+        rem = sections.get("rem")
+        if rem is None or self.rem_scorer not in rem.scorers:
+            return []
+        return [("annotation.rem_scorer", rem.role)] if rem.scores_options(self.rem_scorer) else []
+
     @field_validator("strategies")
     @classmethod
     def _strategy_names(cls, v: list[str]) -> list[str]:

@@ -93,6 +93,13 @@ class ImapParams(SectionCalls):
         """The role that extracts the imaps and judges the relations."""
         return self.calls["question"].role or ""
 
+    def option_scoring(self, sections: dict[str, Any]) -> list[tuple[str, str]]:
+        """(params key, role) of each option-scoring use: the judge's relations in
+        ``relation_mode: options``."""
+        if self.judge_relations and self.relation_mode == "options":
+            return [("imapscore.relation_mode", self.judge_role)]
+        return []
+
     @model_validator(mode="before")
     @classmethod
     def _no_call_keys(cls, data: Any) -> Any:

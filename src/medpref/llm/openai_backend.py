@@ -62,8 +62,9 @@ OPENAI_URL = "https://api.openai.com/v1"
 PAID_HOSTS = {"api.openai.com"}
 NO_LOGPROBS_HINT = ("option scoring needs log-probs: use the sampled mode instead "
                     "(rem.compliance_scorers / annotation.rem_scorer: a rem.scorers entry "
-                    "with mode: sampled; imapscore.relation_mode: generate), or a server "
-                    "that returns them (vLLM, OpenAI)")
+                    "with mode: sampled; imapscore.relation_mode: generate; "
+                    "simulation.grader.mode: generate; simulation.rem_scorer: a sampled or "
+                    "fitted rem.scorers entry), or a server that returns them (vLLM, OpenAI)")
 
 
 class EmptyCompletion(Exception):
@@ -119,7 +120,8 @@ class OpenAIBackend(Backend):
                  continue_prefix: bool = False, top_logprobs: int = 20,
                  option_search_tokens: int = 24, server: str = "openai",
                  prefix_instruction: str = 'Start your reply with "{prefix}".',
-                 max_backoff_s: float = 60.0, loop_controls: bool = True):
+                 max_backoff_s: float = 60.0, loop_controls: bool = True,
+                 logprobs: bool = True):
         import openai
 
         self.model = model
@@ -145,6 +147,9 @@ class OpenAIBackend(Backend):
         self.continue_prefix = continue_prefix
         self.prefix_instruction = prefix_instruction
         self.top_logprobs = top_logprobs
+        #: False: the server says it returns no log-probs, so an option call is refused
+        #: before any request (params refuse option-scoring settings on it at load)
+        self.logprobs = logprobs
         self.option_search_tokens = option_search_tokens
         # retries live in _retrying() only: the client's own retry loop is off
         self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0,
@@ -313,6 +318,10 @@ class OpenAIBackend(Backend):
                       before_call: CallGate | None = None) -> list[OptionScores]:
         """p(option) after each prefix from top log-probs, one call per prompt; a failed
         call is an ``OptionScores`` with ``error`` set (the scorers skip it)."""
+        if not self.logprobs and prompts:   # declared: refused at once, nothing is sent
+            raise BackendError(f"{self.describe()} declares `logprobs: false` "
+                               f"(shared.llm.servers.{self.server}.logprobs), so model "
+                               f"'{self.model}' cannot score answer options; {NO_LOGPROBS_HINT}")
         if self._logprobs_ok is None and prompts:  # the first call alone: checks support
             first = self._run_all(1, lambda i: self._options(prompts[0], options,
                                                              assistant_prefixes[0]),

@@ -77,7 +77,7 @@ def _openai(cfg: RoleConfig, shared: SharedParams) -> Backend:
                             deadline_s=s.deadline_s, continue_prefix=s.continue_prefix,
                             prefix_instruction=s.prefix_instruction,
                             top_logprobs=s.top_logprobs, server=cfg.server,
-                            loop_controls=s.loop_controls)
+                            loop_controls=s.loop_controls, logprobs=s.logprobs)
     backend.paid = backend.paid and not s.free
     return backend
 

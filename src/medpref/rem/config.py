@@ -237,6 +237,21 @@ class RemParams(SectionCalls):
         """The REM task's prompt (``calls.score.prompt``)."""
         return self.call("score").prompt
 
+    def scores_options(self, name: str) -> bool:
+        """Whether scorer ``name`` of ``scorers`` reads option probabilities (log-probs)."""
+        from medpref.remscore.scorers import REM_SCORERS  # registers the modes
+
+        return REM_SCORERS.get(self.scorers[name].mode).options
+
+    def option_scoring(self, sections: dict[str, Any]) -> list[tuple[str, str]]:
+        """(params key, role) of each option-scoring use (medpref.params checks the
+        role's server): stage 03 runs every LLM scorer on ``llm_eval_sets``, and the
+        compliance scorers on its dialogues."""
+        uses = [(f"rem.scorers.{name}.mode", self.role) for name in self.scorers
+                if self.llm_eval_sets and self.scores_options(name)]
+        return uses + [("rem.compliance_scorers", self.role)
+                       for name in self.compliance_scorers if self.scores_options(name)]
+
     @model_validator(mode="before")
     @classmethod
     def _no_call_keys(cls, data: Any) -> Any:

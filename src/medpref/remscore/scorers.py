@@ -252,7 +252,7 @@ def sampled_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[E
                          "comment_first", call, k=k, seed=seed, temperature=temperature)
 
 
-@register_rem_scorer("expected", describe=_describe_expected, check=_one_pass)
+@register_rem_scorer("expected", describe=_describe_expected, check=_one_pass, options=True)
 def expected_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
                     template: PromptTemplate, *, call: CallSpec, n_examples: int,
                     comment: bool | None, detail: RuleDetail | None,
@@ -264,7 +264,7 @@ def expected_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[
                           comment=with_comment, state_value=state_value)
 
 
-@register_rem_scorer("finetuned", adapter=True, describe=_describe_finetuned,
+@register_rem_scorer("finetuned", adapter=True, options=True, describe=_describe_finetuned,
                      check=_check_finetuned)
 def finetuned_scorer(client: LLMClient, flowchart: Flowchart, examples: Sequence[Example],
                      template: PromptTemplate, *, call: CallSpec, comment: bool | None,

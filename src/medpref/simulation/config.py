@@ -392,6 +392,25 @@ class SimulationParams(SectionCalls):
         """A compared policy's next turn on a held-out state (held-out compliance)."""
         return self.call("heldout_turn", role=d.role)
 
+    def option_scoring(self, sections: dict[str, Any]) -> list[tuple[str, str]]:
+        """(params key, role) of each option-scoring use: the grader and GPD judges in
+        ``grader.mode: options``, and the REM radar's REM (a ``rem.scorers`` entry, or
+        with ``rem_scorer`` null the LoRA or in-context expected REM, both read from
+        option probabilities)."""
+        uses = []
+        if self.grader.mode == "options":
+            uses.append(("simulation.grader.mode", self.call("grader").role))
+            if self.next_turn.enabled:
+                uses.append(("simulation.grader.mode", self.call("gpd").role))
+        if self.rem_radar and self.rem_scorer is None:
+            uses.append(("simulation.rem_scorer", self.call("rem_comment").role))
+        elif self.rem_radar:
+            rem = sections.get("rem")
+            if rem is not None and self.rem_scorer in rem.scorers \
+                    and rem.scores_options(self.rem_scorer):
+                uses.append(("simulation.rem_scorer", rem.role))
+        return uses
+
     def keyed_settings(self) -> dict[str, dict[str, Any]]:
         """The patient, grader, held-out and decoding settings that stage 06 hashes into
         its records' content keys, with the call fields they held before the calls
