@@ -175,12 +175,14 @@ def test_the_sample_keeps_every_credit_and_refuses_too_few_pairs():
 
 
 def test_the_committed_run_is_validated_on_its_own_credits_and_says_so_on_every_row():
-    """Table 2 of the committed run (stage 06 rerun at c6229b3 on the d8a243f policies,
-    with run-d8a243f's blind labels folded): every one of its 55 credits is a hand-graded
-    item, so Table 2 and the corrected table say "grader validated on 55/55" on every
-    model row (the controls' rows say nothing), beside corrected scores from the grader's
-    measured error rates. Taking the run batches out of the verdict records brings the
-    "not validated" flag back and leaves no error rates to correct with."""
+    """Table 2 of the committed run (the repro of 4a1068e with the REM's foreign_question
+    rows: its cai_avg and cai_dep policies say what the cai_dep policy of the 72d0bfb
+    run said, turn for turn, so batch run-72d0bfb holds their transcripts): every
+    one of its 35 credits is a hand-graded item, so Table 2 and the corrected table say
+    "grader validated on 35/35" on every model row (the controls' rows say nothing),
+    beside corrected scores from the grader's measured error rates. Taking the run
+    batches out of the verdict records brings the "not validated" flag back and leaves no
+    error rates to correct with."""
     from medpref import REPO_ROOT
     from medpref.params import load_params
     from medpref.simulation import outputs
@@ -190,7 +192,7 @@ def test_the_committed_run_is_validated_on_its_own_credits_and_says_so_on_every_
     t2 = outputs.table2_table(records, params)
     models = t2["kind"] == "model"
     assert set(t2.loc[models, "grader"]) == {
-        "grader validated on 55/55 credits of these doctors"}   # the rerun at c6229b3
+        "grader validated on 35/35 credits of these doctors"}
     assert set(t2.loc[~models, "grader"]) == {""}
     corrected = outputs.table2_corrected_table(records, params)
     assert all(g.startswith("grader validated") for g in corrected["grader"])
@@ -198,7 +200,7 @@ def test_the_committed_run_is_validated_on_its_own_credits_and_says_so_on_every_
     without = {**records, "grader_verdicts": [r for r in records["grader_verdicts"]
                                               if not r["batch"].startswith("run-")]}
     t2 = outputs.table2_table(without, params)
-    assert all(g.startswith(NOT_VALIDATED + " (") and "/55" in g for g in t2.loc[models, "grader"])
+    assert all(g.startswith(NOT_VALIDATED + " (") and "/35" in g for g in t2.loc[models, "grader"])
     corrected = outputs.table2_corrected_table(without, params)
     assert corrected["corrected"].isna().all()
 
@@ -234,15 +236,16 @@ def test_the_read_score_counts_what_a_reader_found_earned_by_hand():
 
 
 def test_the_committed_run_read_credit_by_credit():
-    """The committed run (the d8a243f policies, graded at c6229b3): 55 credits, all read,
-    32 found earned. sft's Sym. rests on 2 credits, neither earned, while a reader found 3
-    of its misses earned, so its read score is above its Table 2 score: the grader errs
-    both ways on one doctor. gpt4_rank's Dis. (6 credits, 4 earned) mostly holds;
-    cai_avg's 15 Sym. credits hold up 10 times, and its read Sym. is above base's."""
+    """The committed run (the repro of 4a1068e): 35 credits, all read, 18 found earned.
+    sft's Sym. rests on 2 credits, neither earned, while a reader found 3 of its misses
+    earned, so its read score is above its Table 2 score: the grader errs both ways on one
+    doctor. gpt4_rank's Dis. (6 credits, 4 earned) mostly holds. cai_avg's Sym. gain over
+    base of the last run (15 credits, 10 earned) is gone with the REM's new rows: 3
+    credits, 1 earned, no detectable difference from base."""
     from medpref import REPO_ROOT
 
     t = pd.read_csv(REPO_ROOT / "reports/06_simulation/table2_read.csv")
-    assert (t["credits"].sum(), t["credits_read"].sum(), t["credits_earned"].sum()) == (55, 55, 32)
+    assert (t["credits"].sum(), t["credits_read"].sum(), t["credits_earned"].sum()) == (35, 35, 18)
     row = t.set_index(["doctor", "metric"])
     sft = row.loc[("sft", "Sym.")]
     assert (sft["credits"], sft["credits_earned"], sft["missed_earned"]) == (2, 0, 3)
@@ -250,6 +253,6 @@ def test_the_committed_run_read_credit_by_credit():
     dis = row.loc[("gpt4_rank", "Dis.")]
     assert (dis["credits"], dis["credits_read"], dis["credits_earned"]) == (6, 6, 4)
     cai = row.loc[("cai_avg", "Sym.")]
-    assert (cai["credits"], cai["credits_read"], cai["credits_earned"]) == (15, 15, 10)
-    assert cai["verdict"] == "higher" and float(cai["ci_lo"]) > 0
-    assert set(t["grader"]) == {"grader validated on 55/55 credits of these doctors"}
+    assert (cai["credits"], cai["credits_read"], cai["credits_earned"]) == (3, 3, 1)
+    assert cai["verdict"] == "no detectable difference"
+    assert set(t["grader"]) == {"grader validated on 35/35 credits of these doctors"}

@@ -344,11 +344,18 @@ def test_a_chinese_symptom_asked_in_other_words_is_matched_by_meaning(items, gra
     them (dev g-0201, g-0203, g-0204); without it the characters alone do not."""
     ids = ["g-0201", "g-0203", "g-0204"]
     assert verdicts(grader, items, ids) == {i: True for i in ids}
-    g = load_params().simulation.grader.model_copy(update={"zh_encoder": None})
+    g = load_params().simulation.grader.model_copy(update={"zh_encoder": None,
+                                                           "zh_headings": None})
     setup = GradingSetup(judge=None, templates=[], count_template=load_prompt(g.count_prompt),
                          encode=None, max_candidates=g.max_candidates)
     chars_only = build_grader("echo_aware", GraderContext(g, setup))
     assert verdicts(chars_only, items, ids) == {i: False for i in ids}
+    # the history headings (change zh-history-headings) ask 疫苗接种史 by 疫苗 as well
+    headings = build_grader("echo_aware", GraderContext(
+        g.model_copy(update={"zh_headings": "data/embedded/sp_zh_history_headings.yaml"}),
+        setup))
+    assert verdicts(headings, items, ids) == {"g-0201": False, "g-0203": True,
+                                              "g-0204": False}
 
 
 def test_a_chinese_test_is_not_matched_by_its_topic(grader):
@@ -421,3 +428,56 @@ def test_family_history_credits_for_the_patients_own_history_are_refused(items,
     assert all(not items[i].passed for i in ids)
     assert all(items[i].item == "family history of asthma" for i in ids)
     assert verdicts(minilm_grader, items, ids) == {i: False for i in ids}
+
+
+# -- change zh-history-headings ---------------------------------------------------------------
+
+def _zh_grades(grader, doctor: str, symptoms: list[str]) -> dict[str, bool]:
+    from medpref.contracts import SPCase, Turn
+    from medpref.simulation.consult import Consultation
+
+    case = SPCase(id="h-1", department="internal_medicine", lang="zh",
+                  chief_complaint="反复咳嗽三年", patient_info={"现病史": "反复咳嗽三年，冬天加重。"},
+                  checklist={"symptoms": symptoms, "tests": [], "diseases": []})
+    consult = Consultation("h-1", "internal_medicine", "zh", "d", "m", [
+        Turn(role="patient", text="我咳嗽好几年了，一到冬天就厉害。"), Turn(role="doctor", text=doctor)])
+    return {g.item: g.passed for g in grader.grade([consult], {"h-1": case})}
+
+
+def _grader_without_headings():
+    g = load_params().simulation.grader.model_copy(update={"zh_headings": None})
+    setup = GradingSetup(judge=None, templates=[], count_template=None, encode=None,
+                         max_candidates=g.max_candidates)
+    return build_grader("echo_aware", GraderContext(g, setup))
+
+
+def test_a_history_heading_is_asked_in_everyday_words(grader):
+    """'家族史' is asked by a question about the relatives' health, though the two share no
+    character; the list of relatives is one question, not four candidates; a question on
+    another heading does not earn it, and with zh_headings null nothing changes."""
+    items = ["是否询问家族史。", "是否询问婚育史。", "是否了解诊疗经过。"]
+    asked = "您父母、兄弟姐妹、爱人、子女身体好吗？"
+    assert _zh_grades(grader, asked, items) == {items[0]: True, items[1]: False,
+                                                items[2]: False}
+    assert _zh_grades(grader, "这期间去医院看过医生吗？", items) == {
+        items[0]: False, items[1]: False, items[2]: True}
+    off = _grader_without_headings()
+    assert _zh_grades(off, asked, items) == dict.fromkeys(items, False)
+    # a statement is not a question: telling the family history asks nothing
+    assert not _zh_grades(grader, "你父母身体都很好。", items)[items[0]]
+
+
+def test_a_bad_headings_file_names_the_file_and_field(tmp_path):
+    from medpref.contracts import ContractError
+    from medpref.simulation.graders import load_zh_headings
+
+    path = tmp_path / "h.yaml"
+    path.write_text("relatives: 父母\nheadings:\n  - {id: x, item: 家族史, asks: '家里('}\n",
+                    encoding="utf-8")
+    with pytest.raises(ContractError, match=r"h\.yaml.*headings\[0\]\.asks.*regular expression"):
+        load_zh_headings(str(path))
+    path.write_text("headings: []\n", encoding="utf-8")
+    with pytest.raises(ContractError, match=r"h\.yaml.*relatives and headings"):
+        load_zh_headings(str(path))
+    committed = load_zh_headings(load_params().simulation.grader.zh_headings)
+    assert {"family", "past_history", "care_so_far"} <= {h.id for h in committed.headings}

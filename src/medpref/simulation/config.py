@@ -113,6 +113,9 @@ class GraderParams(StrictModel):
     # (simulation.zh_encoder; null: characters only) and the cosine it needs
     zh_encoder: str | None = "use_multilingual"
     zh_match_threshold: float = Field(0.4, ge=-1.0, le=1.0)
+    # echo_aware, Chinese symptom items: the history headings ("家族史") and the words of a
+    # question that asks each (null: off; graders.load_zh_headings)
+    zh_headings: str | None = "data/embedded/sp_zh_history_headings.yaml"
     # a request listing this many tests at once is an order for everything: it earns none
     max_requests: int = Field(6, ge=2, le=50)
     bootstrap_rounds: int = Field(2000, ge=100, le=100000)  # κ's interval

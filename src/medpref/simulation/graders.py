@@ -40,12 +40,14 @@ Adding a grader: one class with ``grade(consults, cases)`` and ``@register_grade
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import yaml
 
 from medpref.contracts import SPCase, Turn
 from medpref.echo import (
@@ -150,6 +152,64 @@ def naming_clause(sentence: str, item: str) -> str:
 #: a checklist word used as the modifier of another disease ("diabetic ketoacidosis" does
 #: not name diabetes)
 _MODIFIED = r"\s+[a-z]+(?:itis|osis|pathy|a?emia|uria)\b"
+
+
+@dataclass(frozen=True)
+class ZhHeading:
+    """A Chinese history heading: its words in an item and the words that ask it."""
+
+    id: str
+    item: re.Pattern
+    asks: re.Pattern
+
+
+@dataclass(frozen=True)
+class ZhHistory:
+    """``simulation.grader.zh_headings``: the headings, and the relatives a question may
+    list without listing candidates."""
+
+    headings: tuple[ZhHeading, ...]
+    relatives: re.Pattern
+
+
+def _pattern(path, field: str, value) -> re.Pattern:
+    from medpref.contracts import ContractError
+
+    try:
+        return re.compile(str(value))
+    except re.error as err:
+        raise ContractError(path, None, field, f"not a regular expression: {err}") from err
+
+
+@functools.cache
+def load_zh_headings(path: str) -> ZhHistory:
+    """The file of ``simulation.grader.zh_headings``: YAML with ``relatives`` (a regular
+    expression) and ``headings``, a list of ``{id, item, asks}`` (regular expressions); a
+    bad entry names the file and the field."""
+    from medpref.contracts import ContractError
+    from medpref.params import repo_path
+
+    full = repo_path(path)
+    try:
+        data = yaml.safe_load(full.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise ContractError(full, None, "headings", f"cannot read: {err}") from err
+    if not isinstance(data, dict) or set(data) != {"relatives", "headings"}:
+        raise ContractError(full, None, "headings", "expected exactly the keys relatives "
+                            "and headings")
+    entries = data["headings"]
+    if not isinstance(entries, list) or not entries:
+        raise ContractError(full, None, "headings", "expected a non-empty list of "
+                            "{id, item, asks}")
+    out = []
+    for n, entry in enumerate(entries):
+        if not isinstance(entry, dict) or set(entry) != {"id", "item", "asks"}:
+            raise ContractError(full, None, f"headings[{n}]", "expected exactly the keys "
+                                "id, item, asks")
+        out.append(ZhHeading(str(entry["id"]), _pattern(full, f"headings[{n}].item",
+                                                        entry["item"]),
+                             _pattern(full, f"headings[{n}].asks", entry["asks"])))
+    return ZhHistory(tuple(out), _pattern(full, "relatives", data["relatives"]))
 
 
 def zh_item_texts(item: str) -> list[str]:
@@ -268,6 +328,7 @@ class EchoAwareGrader:
         self.zh_chars = p.zh_char_threshold
         self.zh_match = p.zh_match_threshold
         self.zh_encoder = p.zh_encoder
+        self.zh_history = load_zh_headings(p.zh_headings) if p.zh_headings else None
         self.max_requests = p.max_requests
         self.echo = (p.echo_overlap, p.echo_min_new)
         self.max_candidates = ctx.setup.max_candidates
@@ -326,12 +387,20 @@ class EchoAwareGrader:
         out = set()
         for k, s in enumerate(sents):
             cats = [cat for cat, hits in mentions if k in hits]
-            if (lists_too_many(s.text, matched[k], s.act, self.max_candidates)
+            if (lists_too_many(self._without_relatives(s.text), matched[k], s.act,
+                               self.max_candidates)
                     or (s.act == "question" and len(cats) >= RECITAL_ITEMS
                         and len(set(cats)) > 1)
                     or (s.act == "recommendation" and list_pieces(s.text) >= self.max_requests)):
                 out.add(k)
         return out
+
+    def _without_relatives(self, text: str) -> str:
+        """A Chinese sentence with the relatives it lists taken out (``zh_headings``):
+        "父母、兄弟姐妹、爱人、子女身体好吗？" lists people, not candidates."""
+        if self.zh_history is None or not is_chinese(text):
+            return text
+        return self.zh_history.relatives.sub("", text)
 
     def _similarities(self, per, items) -> dict[tuple[int, str], np.ndarray]:
         """Per consultation and item: each doctor sentence's best cosine with the item or
@@ -396,9 +465,12 @@ class EchoAwareGrader:
         item's frame removed (:func:`~medpref.echo.zh_item_parts`, ``zh_char_threshold``),
         or by meaning (the Chinese encoder's cosine, ``zh_match_threshold``)."""
         parts = zh_item_parts(item)
+        asks = [h.asks for h in self.zh_history.headings
+                if h.item.search(item)] if self.zh_history else []
         return [k for k, s in enumerate(sents)
                 if max((zh_share(x, s.text) for x in parts), default=0.0) >= self.zh_chars
-                or (cos is not None and cos[k] >= self.zh_match)]
+                or (cos is not None and cos[k] >= self.zh_match)
+                or any(a.search(s.text) for a in asks)]
 
     def _grade(self, c, sents, cat, item, cos, hits, listing) -> ItemGrade:
         echoes = [sents[k].text for k in hits if sents[k].echo]
