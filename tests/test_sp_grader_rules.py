@@ -437,10 +437,12 @@ def _zh_grades(grader, doctor: str, symptoms: list[str]) -> dict[str, bool]:
     from medpref.simulation.consult import Consultation
 
     case = SPCase(id="h-1", department="internal_medicine", lang="zh",
-                  chief_complaint="反复咳嗽三年", patient_info={"现病史": "反复咳嗽三年，冬天加重。"},
+                  chief_complaint="反复咳嗽三年",
+                  patient_info={"现病史": "反复咳嗽三年，冬天加重。"},
                   checklist={"symptoms": symptoms, "tests": [], "diseases": []})
     consult = Consultation("h-1", "internal_medicine", "zh", "d", "m", [
-        Turn(role="patient", text="我咳嗽好几年了，一到冬天就厉害。"), Turn(role="doctor", text=doctor)])
+        Turn(role="patient", text="我咳嗽好几年了，一到冬天就厉害。"),
+        Turn(role="doctor", text=doctor)])
     return {g.item: g.passed for g in grader.grade([consult], {"h-1": case})}
 
 
