@@ -24,20 +24,18 @@ PATH is the folder of CSPT's two archives (SpTesting's ``check_list.zip`` and
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from medpref.simulation.controls import items_fingerprint  # noqa: E402
+
 LABELS = ROOT / "data/embedded/sp_script_items_cspt.jsonl"
 CONTROLS = ("control_script", "control_reciter", "control_testlist", "control_echo",
             "control_lecture")
-
-
-def sha12(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 def load_labels(path: Path = LABELS) -> list[dict]:
@@ -57,15 +55,16 @@ def check_against_cases(labels: list[dict], cases: dict) -> None:
     """Each label names its case's item by index and hash (a changed case stops here)."""
     for n, row in enumerate(labels, start=1):
         items = list(getattr(cases[row["case"]].checklist, row["category"]))
-        if sha12("\n".join(items)) != row["items_sha"]:
+        if items_fingerprint(items) != row["items_sha"]:
             raise SystemExit(f"{LABELS}:{n}: items_sha: {row['case']}'s {row['category']} "
                              "are not the items that were labelled")
-        if sha12(items[row["item_index"]]) != row["item_sha"]:
+        if items_fingerprint([items[row["item_index"]]]) != row["item_sha"]:
             raise SystemExit(f"{LABELS}:{n}: item_sha: item {row['item_index']} differs")
 
 
 def score(labels: list[dict], grades, doctor: str) -> dict:
-    got = {(g.case, sha12(g.item)): bool(g.passed) for g in grades if g.doctor == doctor}
+    got = {(g.case, items_fingerprint([g.item])): bool(g.passed) for g in grades
+           if g.doctor == doctor}
     pairs = [(r["covered"], got[(r["case"], r["item_sha"])]) for r in labels]
     tp = sum(1 for gold, pred in pairs if gold and pred)
     fp = sum(1 for gold, pred in pairs if pred and not gold)
@@ -73,6 +72,25 @@ def score(labels: list[dict], grades, doctor: str) -> dict:
     return dict(doctor=doctor, items=len(pairs), covered=tp + fn, credited=tp + fp, tp=tp,
                 fp=fp, fn=fn, recall=round(tp / max(1, tp + fn), 3),
                 precision=round(tp / max(1, tp + fp), 3))
+
+
+def run(cspt: str, split: str = "all", without_headings: bool = False):
+    """Each control's score against the labels of ``split`` (one dict per control) and the
+    controls' table of those cases."""
+    from medpref.params import load_params, parse_params
+    from medpref.simulation.casesets import load_case_set, run_case_set
+
+    params = load_params()
+    if without_headings:
+        params.raw["simulation"]["grader"]["zh_headings"] = None
+        params = parse_params(params.raw, params.path)
+    labels = [r for r in load_labels() if split in ("all", r["split"])]
+    ids = sorted({r["case"] for r in labels})
+    check_against_cases(labels, {c.id: c for c in load_case_set("cspt", cspt, ids=ids)})
+    table, _, grades = run_case_set("cspt", cspt, names=list(CONTROLS), ids=ids,
+                                    params=params)
+    grades = [g for g in grades if g.category == "symptoms"]
+    return [score(labels, grades, doctor) for doctor in CONTROLS], table
 
 
 def main(argv=None) -> int:
@@ -85,24 +103,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.cspt:
         ap.error("--cspt PATH (or MEDPREF_CSPT) is needed: CSPT is not shipped")
-    sys.path.insert(0, str(ROOT / "src"))
-    from medpref.params import load_params, parse_params
-    from medpref.simulation.casesets import load_case_set, run_case_set
-
-    params = load_params()
-    if args.without_headings:
-        params.raw["simulation"]["grader"]["zh_headings"] = None
-        params = parse_params(params.raw, params.path)
-    labels = [r for r in load_labels() if args.split in ("all", r["split"])]
-    ids = sorted({r["case"] for r in labels})
-    check_against_cases(labels, {c.id: c for c in load_case_set("cspt", args.cspt, ids=ids)})
-    table, _, grades = run_case_set("cspt", args.cspt, names=list(CONTROLS), ids=ids,
-                                    params=params)
-    grades = [g for g in grades if g.category == "symptoms"]
-    print(f"CSPT symptom items of {len(ids)} cases ({args.split}), zh_headings "
+    scores, table = run(args.cspt, args.split, args.without_headings)
+    print(f"CSPT symptom items ({args.split}), zh_headings "
           f"{'off' if args.without_headings else 'on'}:")
-    for doctor in CONTROLS:
-        print(json.dumps(score(labels, grades, doctor)))
+    for row in scores:
+        print(json.dumps(row))
     print(table.round(1).to_string())
     return 0
 

@@ -476,10 +476,13 @@ def test_a_bad_headings_file_names_the_file_and_field(tmp_path):
     path = tmp_path / "h.yaml"
     path.write_text("relatives: 父母\nheadings:\n  - {id: x, item: 家族史, asks: '家里('}\n",
                     encoding="utf-8")
-    with pytest.raises(ContractError, match=r"h\.yaml.*headings\[0\]\.asks.*regular expression"):
+    with pytest.raises(ContractError, match=r"h\.yaml.*headings\.0\.asks.*regular expression"):
         load_zh_headings(str(path))
     path.write_text("headings: []\n", encoding="utf-8")
-    with pytest.raises(ContractError, match=r"h\.yaml.*relatives and headings"):
+    with pytest.raises(ContractError, match=r"h\.yaml.*'relatives'.*required"):
+        load_zh_headings(str(path))
+    path.write_text("relatives: 父母\nheadings: []\n", encoding="utf-8")
+    with pytest.raises(ContractError, match=r"h\.yaml.*'headings'.*at least 1"):
         load_zh_headings(str(path))
     committed = load_zh_headings(load_params().simulation.grader.zh_headings)
     assert {"family", "past_history", "care_so_far"} <= {h.id for h in committed.headings}

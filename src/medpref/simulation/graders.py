@@ -48,6 +48,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
 from medpref.contracts import SPCase, Turn
 from medpref.echo import (
@@ -154,62 +155,33 @@ def naming_clause(sentence: str, item: str) -> str:
 _MODIFIED = r"\s+[a-z]+(?:itis|osis|pathy|a?emia|uria)\b"
 
 
-@dataclass(frozen=True)
-class ZhHeading:
+class ZhHeading(BaseModel):
     """A Chinese history heading: its words in an item and the words that ask it."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True)
     id: str
     item: re.Pattern
     asks: re.Pattern
 
 
-@dataclass(frozen=True)
-class ZhHistory:
-    """``simulation.grader.zh_headings``: the headings, and the relatives a question may
-    list without listing candidates."""
+class ZhHistory(BaseModel):
+    """The file of ``simulation.grader.zh_headings``: the headings, and the relatives a
+    question may list without listing candidates (both as regular expressions)."""
 
-    headings: tuple[ZhHeading, ...]
+    model_config = ConfigDict(extra="forbid", frozen=True)
     relatives: re.Pattern
-
-
-def _pattern(path, field: str, value) -> re.Pattern:
-    from medpref.contracts import ContractError
-
-    try:
-        return re.compile(str(value))
-    except re.error as err:
-        raise ContractError(path, None, field, f"not a regular expression: {err}") from err
+    headings: tuple[ZhHeading, ...] = Field(min_length=1)
 
 
 @functools.cache
 def load_zh_headings(path: str) -> ZhHistory:
-    """The file of ``simulation.grader.zh_headings``: YAML with ``relatives`` (a regular
-    expression) and ``headings``, a list of ``{id, item, asks}`` (regular expressions); a
-    bad entry names the file and the field."""
-    from medpref.contracts import ContractError
+    """``simulation.grader.zh_headings`` read once per process; a bad entry names the file
+    and the field (:func:`~medpref.contracts.parse_record`)."""
+    from medpref.contracts import parse_record
     from medpref.params import repo_path
 
     full = repo_path(path)
-    try:
-        data = yaml.safe_load(full.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise ContractError(full, None, "headings", f"cannot read: {err}") from err
-    if not isinstance(data, dict) or set(data) != {"relatives", "headings"}:
-        raise ContractError(full, None, "headings", "expected exactly the keys relatives "
-                            "and headings")
-    entries = data["headings"]
-    if not isinstance(entries, list) or not entries:
-        raise ContractError(full, None, "headings", "expected a non-empty list of "
-                            "{id, item, asks}")
-    out = []
-    for n, entry in enumerate(entries):
-        if not isinstance(entry, dict) or set(entry) != {"id", "item", "asks"}:
-            raise ContractError(full, None, f"headings[{n}]", "expected exactly the keys "
-                                "id, item, asks")
-        out.append(ZhHeading(str(entry["id"]), _pattern(full, f"headings[{n}].item",
-                                                        entry["item"]),
-                             _pattern(full, f"headings[{n}].asks", entry["asks"])))
-    return ZhHistory(tuple(out), _pattern(full, "relatives", data["relatives"]))
+    return parse_record(ZhHistory, yaml.safe_load(full.read_text(encoding="utf-8")), full)
 
 
 def zh_item_texts(item: str) -> list[str]:
