@@ -40,8 +40,9 @@ A fifth draw (``--draw 5``, ids ri-0963 …) tests the REM that also trains on t
 ``turns_dev``; the idea came from reading draw 4's rule-A errors, so draw 4 is no longer a
 test nobody read): the same recipe as draw 4 on the records of ``91cd359`` (the policies of
 the cold run of ``d8a243f``), seed 45, leaving out every turn text of draws 1–4 and of
-``sp_turns.jsonl``. It was labelled while a stage-03 run was under way, so it lives in its
-own file until the next stage-03 run adopts it.
+``sp_turns.jsonl``. It was labelled while a stage-03 run was under way and kept in its own
+file until the next stage-03 run; its rows now follow draw 4's in the committed file, and
+stage 03 scores it as set ``independent_5``.
 
     python scripts/rem_independent_items.py --check   # the committed items are these draws
     python scripts/rem_independent_items.py --blind OUT.jsonl [--draw 2]
@@ -80,8 +81,7 @@ DRAWS = {1: dict(rev=RECORDS_REV, seed=40, heldout=20, sp=80, start=1),
          4: dict(rev="f4fcdd2", seed=44, heldout=20, sp=140, start=777, human=0,
                  sp_cases=TEST_CASES, not_in=("data/embedded/rem/sp_turns.jsonl",)),
          5: dict(rev="91cd359", seed=45, heldout=20, sp=140, start=963, human=0,
-                 sp_cases=TEST_CASES, not_in=("data/embedded/rem/sp_turns.jsonl",),
-                 file="data/embedded/rem/independent_draw5.jsonl")}
+                 sp_cases=TEST_CASES, not_in=("data/embedded/rem/sp_turns.jsonl",))}
 COMMITTED = ROOT / "data/embedded/rem/independent.jsonl"
 POLICIES = ("base", "sft", "gpt4_rank", "cai_avg", "cai_dep", "agent")
 SEED = 40

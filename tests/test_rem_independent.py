@@ -31,7 +31,8 @@ def test_sizes_sources_and_labels():
     assert kinds == {(1, "model_heldout"): 120, (1, "model_sp"): 80, (1, "human_eval"): 100,
                      (2, "model_heldout"): 120, (2, "model_sp"): 80, (2, "human_eval"): 36,
                      (3, "model_heldout"): 120, (3, "model_sp"): 120,
-                     (4, "model_heldout"): 65, (4, "model_sp"): 120}
+                     (4, "model_heldout"): 65, (4, "model_sp"): 120,
+                     (5, "model_heldout"): 40, (5, "model_sp"): 40}
     turns = [r["turn"] for r in data if r["source"].get("draw", 1) > 1]
     first = {r["turn"] for r in data if r["source"].get("draw", 1) == 1}
     assert not first & set(turns)                            # no turn in two draws
@@ -47,7 +48,7 @@ def test_sizes_sources_and_labels():
         assert all(v in (0, 1, 2) for v in r["labels"]["l1"].values()), r["id"]
         assert r["history"] == [] or r["history"][-1]["role"] == "patient", r["id"]
     second = [r for r in data if "l2" in r["labels"]]
-    assert Counter(r["source"].get("draw", 1) for r in second) == {1: 60, 2: 59, 3: 60, 4: 60}
+    assert Counter(r["source"].get("draw", 1) for r in second) == {1: 60, 2: 59, 3: 60, 4: 60, 5: 40}
     assert all(set(r["labels"]["l2"]) == set(RULES) for r in second)
 
 
@@ -86,6 +87,26 @@ def test_the_fourth_draw_is_new_turns_of_the_test_cases_with_two_labellers():
     assert sum("l2" in r["labels"] for r in four) == 60
 
 
+def test_the_fifth_draw_is_new_turns_of_the_retrained_policies_after_draw_four():
+    """Draw 5 (stage 03's set ``independent_5``): its rows follow draw 4's, no turn of an
+    earlier draw or of a labelled training file, model turns of the test cases' SP
+    consultations and held-out turns only, l1 on all 80 and l2 on a seeded 40."""
+    data = rows()
+    five = [r for r in data if r["source"].get("draw", 1) == 5]
+    assert len(five) == 80 and data[-80:] == five
+    taken = {r["turn"] for r in data if r["source"].get("draw", 1) < 5}
+    for name in ("real_turns", "train_turns", "sp_turns"):
+        taken |= {json.loads(line)["turn"] for line in (REPO_ROOT / "data/embedded/rem" /
+                  f"{name}.jsonl").read_text(encoding="utf-8").splitlines()}
+    turns = [r["turn"] for r in five]
+    assert len(set(turns)) == len(turns) and not taken & set(turns)
+    test_cases = set(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+                     ["rem"]["turns"]["sp_test_cases"])
+    assert {r["source"]["case"] for r in five if r["source"]["kind"] == "model_sp"} <= test_cases
+    assert all(set(r["labels"]["l1"]) == set(RULES) for r in five)
+    assert sum("l2" in r["labels"] for r in five) == 40
+
+
 def test_kappa_from_agreement_tables_equals_scikit_learn_and_its_bootstrap():
     """kappa_interval's summed-table κ is scikit-learn's κ, on the whole set and on each
     bootstrap resample (the same seeded resamples the row-by-row loop drew)."""
@@ -119,11 +140,12 @@ def test_kappa_from_agreement_tables_equals_scikit_learn_and_its_bootstrap():
 
 def test_stage_03_scores_each_draw_as_its_own_set_with_its_own_record_file():
     """Every draw of rem.independent is an evaluation set of stage 03 (``independent``,
-    ``independent_2`` …, draw 4 ``independent_4``) and has a declared record file."""
+    ``independent_2`` …, draw 5 ``independent_5``) and has a declared record file."""
     from medpref.rem.independent import independent_set_name
     from medpref.rem.outputs import INDEPENDENT_SETS
 
     names = [independent_set_name(d) for d in sorted({r["source"].get("draw", 1)
                                                        for r in rows()})]
-    assert names == ["independent", "independent_2", "independent_3", "independent_4"]
+    assert names == ["independent", "independent_2", "independent_3", "independent_4",
+                     "independent_5"]
     assert set(names) <= set(INDEPENDENT_SETS)
