@@ -1,4 +1,5 @@
-"""Blinded (doctor sentence, checklist item) pairs from stage 06's committed records.
+"""Blinded (doctor sentence, checklist item) pairs from stage 06's committed records (the
+doctors' consultations and the grading stage's grades).
 
 The pairs are the run's credits and near misses as ``grades.jsonl`` records them. The
 committed consultations of the model doctors are also regraded with the configured grader
@@ -39,7 +40,8 @@ from medpref.simulation import runpairs
 from medpref.simulation.grading import ItemGrade
 from medpref.simulation.outputs import GRADE_FIELDS
 
-RECORDS = "reports/06_simulation/records"
+RECORDS = "reports/06_simulation/records"           # the doctors' consultations
+GRADES = "reports/06_sp_grading/records/grades.jsonl"  # the grading stage's grades
 
 
 
@@ -69,6 +71,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for the three files")
     ap.add_argument("--records", default=RECORDS)
+    ap.add_argument("--grades", default=GRADES)
     ap.add_argument("--total", type=int, default=None,
                     help="pairs in all (default: every uncredited candidate; >= 400)")
     ap.add_argument("--seed", type=int, default=41)
@@ -88,7 +91,7 @@ def main() -> None:
     consults = [c for c in runpairs.consultations_from(read(rec / "consultations.jsonl"))
                 if c.kind == runpairs.MODEL_KIND]
     doctors = {c.doctor for c in consults}
-    recorded = [g for g in read(rec / "grades.jsonl") if g["doctor"] in doctors]
+    recorded = [g for g in read(repo_path(args.grades)) if g["doctor"] in doctors]
     encode = memoized(load_encoder(repo_path(p.embedding_model)))
     diffs = runpairs.check_regrade(recorded, runpairs.regrade(p.grader, consults, cases,
                                                               encode))

@@ -1,13 +1,16 @@
-"""Rewrite stage 06's ``records/grader_verdicts.jsonl`` from the hand-graded items alone.
+"""Rewrite the grading stage's ``records/grader_verdicts.jsonl`` from the hand-graded items.
 
 The record holds every hand-graded item (``simulation.grader.graded_items``) with the
 verdict of the configured grader and of each compared one; it needs no doctor, patient
 or judge call when those graders are MiniLM-only (echo_aware, embedding), so a new batch
 of hand-graded items reaches ``grader_validation`` and ``table2_corrected`` without
-rerunning the stage. Then rebuild the tables from the records:
+rerunning a stage. Then rebuild the tables from the records:
 
     python scripts/grader_verdicts.py                  # ~1 min on 2 cores
-    python -m medpref tables 06_simulation             # the tables, from the records
+    python -m medpref tables 06_sp_grading             # the tables, from the records
+
+(``dvc repro sp_grading`` does the same and regrades the consultations, with no doctor
+model: the commit path.)
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from medpref.params import load_params, repo_path
 from medpref.prompts import load_prompt
 from medpref.simulation.graders import GRADERS, GraderContext, build_grader
 from medpref.simulation.grading import GradingSetup
-from medpref.simulation.outputs import OUTPUTS
-from medpref.simulation.stage import grader_verdicts
+from medpref.simulation.grading_outputs import OUTPUTS
+from medpref.simulation.grading_stage import grader_verdicts
 
 
 def graders_of(g, encode) -> dict:

@@ -213,7 +213,7 @@ def grader_judge_calls(root: Path, default: dict, paper: dict) -> int | None:
         if line.strip():
             case = json.loads(line)
             cases[case["id"]] = sum(len(v) for v in case["checklist"].values())
-    with open(root / "reports/06_simulation/per_case.csv", encoding="utf-8") as f:
+    with open(root / "reports/06_sp_grading/per_case.csv", encoding="utf-8") as f:
         items = sum(cases[row["case"]] for row in csv.DictReader(f))
     per_item = len(p["prompts"]) * (int(p["k"]) if p["mode"] == "generate" else 1)
     return items * per_item
@@ -223,7 +223,7 @@ def not_estimated(root: Path, default: dict, paper: dict) -> list[str]:
     calls = grader_judge_calls(root, default, paper)
     if calls is None:
         return []
-    return [f"06_simulation: the overlay's {paper['simulation']['grader']['mode']}-mode judge "
+    return [f"06_sp_grading: the overlay's {paper['simulation']['grader']['mode']}-mode judge "
             f"grader adds about {calls:,} judge calls (every checklist item of the default "
             "run's consultations, once per grader prompt; plus its disease-count calls) that "
             "the default run (a call-free grader) never made: their tokens and cost are not "

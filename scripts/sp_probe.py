@@ -55,11 +55,11 @@ def main() -> None:
     raw = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
     for s in args.sets:
         apply_override(raw, s)
-    from medpref.simulation import stage as sim_stage
+    from medpref.simulation import whole
 
     stage = ScratchStage(name="06_simulation", params=parse_params(raw))
     stage.out = args.out
-    out = sim_stage.run(stage)
+    out = whole.run(stage)
     print(f"wall {stage.wall_s:.0f} s; steps " +
           ", ".join(f"{k} {v:.0f} s" for k, v in stage.timings.items()))
     cols = [c for c in out.table2.columns if c.startswith("ALL") or c == "doctor"]

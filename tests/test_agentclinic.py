@@ -235,7 +235,7 @@ def test_stage_06_counts_the_skipped_rows_in_its_metrics(tmp_path, monkeypatch):
     """The adapter's ``skipped`` reaches stage 06's metrics; the symptom-free screening
     case is consulted like any other (the patient opens with its reason for the visit)."""
     from medpref.params import parse_params
-    from medpref.simulation import stage as sim_stage
+    from medpref.simulation import whole
     from test_simulation import client, keyword_judge, scripted_sim_stage
 
     params = parse_params({"simulation": {
@@ -248,7 +248,7 @@ def test_stage_06_counts_the_skipped_rows_in_its_metrics(tmp_path, monkeypatch):
     clients = {"policy": client(lambda r: "Any bleeding or weight loss?", "policy"),
                "patient": client(lambda r: "No.", "patient"),
                "judge": client(keyword_judge, "judge")}
-    out = sim_stage.run(scripted_sim_stage(tmp_path, monkeypatch, clients)(params))
+    out = whole.run(scripted_sim_stage(tmp_path, monkeypatch, clients)(params))
     assert out.metrics["cases_skipped_malformed"] == 1
     assert out.metrics["cases"] == 4
     screening = next(c for c in out.consultations if c.case_id.endswith("-0002"))

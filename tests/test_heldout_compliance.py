@@ -388,6 +388,7 @@ def test_run_makes_the_records_and_tables_with_scripted_policies(tmp_path):
 
 def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypatch):
     from medpref.simulation import stage as sim_stage
+    from medpref.simulation import whole
 
     cases = [case("sp-a", "internal_medicine"), case("sp-b", "surgery", tests=())]
     write_jsonl(tmp_path / "cases.jsonl", cases)
@@ -417,14 +418,14 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
     new_stage = scripted_sim_stage(tmp_path, monkeypatch, clients)
     monkeypatch.setattr(sim_stage, "rem_scorer",
                         lambda stage, p: (FakeScorer(), SimpleNamespace(rules=RULES), "fake"))
-    out = sim_stage.run(new_stage(params))
+    out = whole.run(new_stage(params))
     row = out.heldout.table.set_index(["policy", "rule"]).loc[("good", "all")]
     assert row["delta_vs_sft"] == 1.0 and row["n_states"] == 8
     assert out.metrics["heldout/good"]["mean"] == 1.0
-    assert (tmp_path / "reports" / "heldout_states.md").exists()
+    assert (tmp_path / "reports" / "06_simulation" / "heldout_states.md").exists()
     # the new tables exist beside it: the overlap check, the (empty) GPD check, questions
     for name in ("split_overlap", "next_turn_gpd_check", "question_share"):
-        assert (tmp_path / "reports" / f"{name}.md").exists()
+        assert (tmp_path / "reports" / "06_simulation" / f"{name}.md").exists()
     share = out.question_share.set_index(["setting", "doctor"])
     assert share.loc[("eval states", "good"), "share"] == 1.0     # "... do you have a fever?"
     assert share.loc[("SP openings", "sft"), "turns"] == 2

@@ -126,7 +126,8 @@ EXPECTED_SERVED = {
     "02_notechat": {"planner", "doctor", "patient", "rethinker"},
     # the Rethinker speaks on the Ranker's ties (gibberish makes none): asked in stage 02
     "04_annotation": {"judge", "planner", "ranker"},
-    "06_simulation": {"judge"},
+    "06_simulation": {"judge"},   # the GPD judge
+    "06_sp_grading": {"judge"},   # the overlay's grader (simulation.grader.mode: options)
     "07_imapscore": {"judge"},
     "08_medqa": {"judge"},
 }
@@ -303,7 +304,17 @@ def _s06(params, root):
     out = s.run(stage)
     stage.finish(out.metrics)
     assert {"base", "sft"} <= set(out.model_ids), out.model_ids   # the DPO run: skipped
-    assert (root / "reports" / "06_simulation" / "table2.csv").exists()
+    assert (root / "reports" / "06_simulation" / "next_turn.csv").exists()
+
+
+def _s06_grading(params, root):
+    """The judge grades the consultations stage 06's doctors recorded (no doctor model)."""
+    from medpref.simulation import grading_stage
+
+    stage = grading_stage.open_grading(Stage(name=grading_stage.NAME, params=params))
+    out = grading_stage.run(stage)
+    stage.finish(out.metrics)
+    assert (root / "reports" / "06_sp_grading" / "table2.csv").exists()
 
 
 def _s07(params, root):
@@ -353,7 +364,8 @@ STEPS = [("01_sampling", "01_sampling", _s01), ("02_notechat", "02_notechat", _s
          ("05_training/sft", "05_training/sft", _s05("sft")),
          (f"05_training/dpo/{DPO_RUN}", f"05_training/dpo/{DPO_RUN}", _s05("dpo", DPO_RUN)),
          ("05_training/summary", "05_training/summary", _s05("summary")),
-         ("06_simulation", "06_simulation", _s06), ("07_imapscore", "07_imapscore", _s07),
+         ("06_simulation", "06_simulation", _s06),
+         ("06_sp_grading", "06_sp_grading", _s06_grading), ("07_imapscore", "07_imapscore", _s07),
          ("08_medqa", "08_medqa", _s08), ("09_tables", "09_tables", _s09)]
 
 

@@ -48,7 +48,8 @@ def test_sizes_sources_and_labels():
         assert all(v in (0, 1, 2) for v in r["labels"]["l1"].values()), r["id"]
         assert r["history"] == [] or r["history"][-1]["role"] == "patient", r["id"]
     second = [r for r in data if "l2" in r["labels"]]
-    assert Counter(r["source"].get("draw", 1) for r in second) == {1: 60, 2: 59, 3: 60, 4: 60, 5: 40}
+    assert Counter(r["source"].get("draw", 1) for r in second) == {1: 60, 2: 59, 3: 60, 4: 60,
+                                                                   5: 40}
     assert all(set(r["labels"]["l2"]) == set(RULES) for r in second)
 
 

@@ -57,13 +57,14 @@ def case(cid="sp-t1", dept="internal_medicine", tests=("chest X-ray",), lang="en
 
 def scripted_sim_stage(tmp_path, monkeypatch, clients):
     """Stage 06 whose roles are the scripted ``clients``, whose folders live under
-    ``tmp_path`` and whose MiniLM is :func:`toy_encode`: call it with the params."""
+    ``tmp_path`` (``reports/06_simulation``; the grading writes ``reports/06_sp_grading``)
+    and whose MiniLM is :func:`toy_encode`: call it with the params."""
     from medpref import embedding
     from medpref.stagekit import Stage
 
     class TmpStage(Stage):
         data_dir = property(lambda self: tmp_path / "data")
-        reports_dir = property(lambda self: tmp_path / "reports")
+        reports_dir = property(lambda self: tmp_path / "reports" / "06_simulation")
 
         def role(self, name, **overrides):
             return clients[name]
@@ -565,7 +566,7 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
 
     from medpref.contracts import write_jsonl
     from medpref.params import parse_params
-    from medpref.simulation import stage as sim_stage
+    from medpref.simulation import whole
     from medpref.stagekit import StageFailed
 
     cases = [case("sp-a", "internal_medicine"), case("sp-b", "surgery", tests=())]
@@ -590,10 +591,10 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     # checklist: the gate says the instrument cannot tell listing from asking
     params.simulation.controls = ["control_reciter", "control_lecture"]
     with pytest.raises(StageFailed, match=r"control_reciter Sym\. 100\.0 \(must be ≤ 10\.0"):
-        sim_stage.run(new_stage(params))
-    assert not (tmp_path / "reports" / "table2.md").exists()
+        whole.run(new_stage(params))
+    assert not (tmp_path / "reports" / "06_sp_grading" / "table2.md").exists()
     params.simulation.controls = []
-    out = sim_stage.run(new_stage(params))
+    out = whole.run(new_stage(params))
     t2 = out.table2.set_index("doctor")
     # each case: fever asked; phlegm's judge answer is unparsable, so it abstains
     assert t2.loc["base", "ALL Sym."] == 100.0
@@ -612,16 +613,21 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     # ... in the patient's voice, the X-ray finding asked for: no line is faulty
     fid = out.fidelity.set_index("doctor").loc["base"]
     assert fid["voice_lines"] == 4 and fid["voice_faulty"] == 0     # two cases, two lines each
-    lines = (tmp_path / "reports" / "records" / "consultations.jsonl").read_text().splitlines()
+    lines = (tmp_path / "reports" / "06_simulation" / "records" / "consultations.jsonl"
+             ).read_text().splitlines()
     assert len(lines) == 4 and json.loads(lines[0])["rounds"] == 2
-    assert (tmp_path / "reports" / "table2.md").exists()
+    assert (tmp_path / "reports" / "06_sp_grading" / "table2.md").exists()
     assert out.metrics["sp/base"]["Sym."] == 100.0
-    assert (tmp_path / "reports" / "transcripts.html").exists()
+    assert (tmp_path / "reports" / "06_sp_grading" / "transcripts.html").exists()
     assert {"question_share", "repetition_share"} <= set(out.behaviour.columns)
     # every table and the page rebuild, byte for byte, from the records just written
+    from medpref.simulation.grading_outputs import OUTPUTS as GRADING
     from medpref.simulation.outputs import OUTPUTS
 
-    assert OUTPUTS.differences(tmp_path / "reports", params, tmp_path / "rebuilt") == []
+    assert OUTPUTS.differences(tmp_path / "reports" / "06_simulation", params,
+                               tmp_path / "rebuilt") == []
+    assert GRADING.differences(tmp_path / "reports" / "06_sp_grading", params,
+                               tmp_path / "rebuilt_graded") == []
     # a doctor whose every call fails produces nothing: the guard stops the stage
     failing = ScriptedBackend(lambda r: "")
     failing.generate = lambda reqs, cb=None: [
@@ -631,7 +637,7 @@ def test_stage_runs_end_to_end_with_scripted_models(tmp_path, monkeypatch):
     clients["policy"] = LLMClient("policy", failing, GenerationParams(), ledger=Ledger("t"))
     clients["mute"] = clients["policy"]
     with pytest.raises(StageFailed):
-        sim_stage.run(new_stage(params))
+        whole.run(new_stage(params))
 
 
 def test_embedding_only_grading_applies_the_four_disease_rule():

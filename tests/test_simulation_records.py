@@ -19,7 +19,9 @@ from medpref import REPO_ROOT
 from medpref.contracts import SPCase, write_jsonl
 from medpref.params import load_params, parse_params
 from medpref.remscore.base import RuleJudgement
+from medpref.simulation import grading_outputs as graded_outputs
 from medpref.simulation import outputs as sim_outputs
+from medpref.simulation.grading_outputs import OUTPUTS as GRADING
 from medpref.simulation.outputs import OUTPUTS
 from test_simulation import case, client, keyword_judge, toy_encode
 
@@ -47,6 +49,7 @@ def run_stage(root, monkeypatch, grid_cases=0, heavy=True):
     from medpref import embedding
     from medpref.rules import load_rules
     from medpref.simulation import stage as sim_stage
+    from medpref.simulation import whole
     from medpref.stagekit import Stage
 
     write_jsonl(root / "cases.jsonl", [four_symptom_case("sp-a", "internal_medicine"),
@@ -85,7 +88,7 @@ def run_stage(root, monkeypatch, grid_cases=0, heavy=True):
     monkeypatch.setattr(sim_stage, "rem_scorer", lambda stage, p: (
         RuleCounter(), load_rules("configs/rules/plpf_flowchart.yaml"), "counter"))
     (root / "params.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))
-    return sim_stage.run(RootStage(name="06_simulation", params=params)), params
+    return whole.run(RootStage(name="06_simulation", params=params)), params
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +104,21 @@ def reports_of(root):
     return root / "reports" / "06_simulation"
 
 
+def graded_of(root):
+    """The grading stage's folder beside the doctors'."""
+    return root / "reports" / "06_sp_grading"
+
+
+def both_differences(root, params, scratch):
+    return (OUTPUTS.differences(reports_of(root), params, scratch / "doctors")
+            + GRADING.differences(graded_of(root), params, scratch / "graded"))
+
+
 def test_every_declared_record_is_written_one_row_per_item_with_its_key(committed):
     root, out, _ = committed
-    records = OUTPUTS.load_records(reports_of(root))
-    assert set(records) == {r.name for r in OUTPUTS.records}
+    records = GRADING.load_records(graded_of(root))     # its own and the doctors'
+    assert set(records) == {r.name for r in (*OUTPUTS.records, *GRADING.records)}
+    assert set(GRADING.own_records(graded_of(root))) == {"grades", "grader_verdicts"}
     for name, rows in records.items():
         assert all(re.fullmatch(r"[0-9a-f]{16}", r["key"]) for r in rows), name
     sizes = {name: len(rows) for name, rows in records.items()}
@@ -136,17 +150,17 @@ def test_every_declared_record_is_written_one_row_per_item_with_its_key(committe
 
 def test_the_tables_rebuild_byte_for_byte_and_a_hand_edit_is_caught(committed, tmp_path):
     root, out, params = committed
-    reports = reports_of(root)
-    assert OUTPUTS.differences(reports, params, tmp_path / "s1") == []
-    written = {p.name for p in reports.iterdir() if p.is_file()}
-    assert {f.name for o in OUTPUTS.built for f in o.files(reports)} <= written
-    edited = tmp_path / "edited"
-    shutil.copytree(reports, edited)
+    assert both_differences(root, params, tmp_path / "s1") == []
+    for declared, reports in ((OUTPUTS, reports_of(root)), (GRADING, graded_of(root))):
+        written = {p.name for p in reports.iterdir() if p.is_file()}
+        assert {f.name for o in declared.built for f in o.files(reports)} <= written
+    shutil.copytree(root / "reports", tmp_path / "copy" / "reports")
+    edited = graded_of(tmp_path / "copy")
     table = (edited / "table2.md").read_text()
     (edited / "table2.md").write_text(table.replace("50.0", "51.0", 1))
     html = (edited / "transcripts.html").read_text()
     (edited / "transcripts.html").write_text(html.replace("✓ pass", "✗ fail", 1))
-    assert OUTPUTS.differences(edited, params, tmp_path / "s2") == [
+    assert GRADING.differences(edited, params, tmp_path / "s2") == [
         f"{edited / 'table2.md'}: differs from its rebuild from the records",
         f"{edited / 'transcripts.html'}: differs from its rebuild from the records"]
 
@@ -155,8 +169,9 @@ def test_medpref_tables_checks_the_stage_from_its_committed_records(committed, c
     from medpref.cli import main
 
     root, _, _ = committed
-    assert main(["--root", str(root), "tables", "--check", "06_simulation"]) == 0
-    assert "0 difference(s) in 06_simulation" in capsys.readouterr().out
+    assert main(["--root", str(root), "tables", "--check", "06_simulation",
+                 "06_sp_grading"]) == 0
+    assert "0 difference(s) in 06_simulation, 06_sp_grading" in capsys.readouterr().out
 
 
 def test_a_flipped_grade_moves_table2_by_the_amount_computed_by_hand(committed, tmp_path):
@@ -164,8 +179,8 @@ def test_a_flipped_grade_moves_table2_by_the_amount_computed_by_hand(committed, 
     with rash on sp-a moves sp-a's c/m by 1/4 and the mean over the 2 cases by
     100 · (1/4) / 2 = 12.5 points; nothing else of Table 2 moves."""
     root, _, params = committed
-    reports = tmp_path / "06_simulation"
-    shutil.copytree(reports_of(root), reports)
+    shutil.copytree(root / "reports", tmp_path / "reports")
+    reports = graded_of(tmp_path)
     path = reports / "records" / "grades.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     (flip,) = [r for r in rows if (r["doctor"], r["case"], r["item"]) == ("base", "sp-a", "rash")]
@@ -173,7 +188,7 @@ def test_a_flipped_grade_moves_table2_by_the_amount_computed_by_hand(committed, 
     before = pd.read_csv(reports / "table2.csv").set_index("doctor")
     flip["passed"] = True
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    diffs = OUTPUTS.differences(reports, params, tmp_path / "scratch")
+    diffs = GRADING.differences(reports, params, tmp_path / "scratch")
     assert f"{reports / 'table2.csv'}: differs from its rebuild from the records" in diffs
     after = pd.read_csv(tmp_path / "scratch" / "table2.csv").set_index("doctor")
     assert before.loc["base", "ALL Sym."] == 50.0
@@ -198,23 +213,23 @@ def test_table3_says_its_cells_were_not_sp_tested_and_stage_09_shows_why(committ
     from medpref.papertables.spec import load_registry
 
     root, out, _ = committed
-    grid = pd.read_csv(reports_of(root) / "table3_grid.csv")
+    grid = pd.read_csv(graded_of(root) / "table3_grid.csv")
     assert list(grid.columns) == ["weighting", "metric", "k=1", "k=2", "k=3", "note"]
     assert list(zip(grid["weighting"], grid["metric"])) == [
         (w, m) for w in ("avg", "dep") for m in ("Dis.", "Sym.", "Test")]
     assert grid[["k=1", "k=2", "k=3"]].isna().all().all()
-    assert set(grid["note"]) == {sim_outputs.GRID_NOT_RUN}
-    assert pd.read_csv(reports_of(root) / "table3_grid_ci.csv").empty
+    assert set(grid["note"]) == {graded_outputs.GRID_NOT_RUN}
+    assert pd.read_csv(graded_of(root) / "table3_grid_ci.csv").empty
     assert not {"grid_avg_1", "grid_dep_1"} & set(out.per_case["doctor"])
     # stage 09's PLPF Table 3: our cells empty, the reason under the table
     spec = next(a for a in load_registry(REPO_ROOT / "configs" / "paper_tables.yaml").artefacts
                 if a.id == "plpf_table3")
-    built = build_table(spec.model_copy(update={"source": "reports/06_simulation/"
+    built = build_table(spec.model_copy(update={"source": "reports/06_sp_grading/"
                                                           "table3_grid.csv"}), root)
     ours = built.table[built.table["source"] == "ours"]
     assert len(ours) == 6 and ours[["k=1", "k=2", "k=3"]].isna().all().all()
-    assert built.note == sim_outputs.GRID_NOT_RUN
-    assert f"Our rows: {sim_outputs.GRID_NOT_RUN}." in render_built(built)["plpf_table3.md"]
+    assert built.note == graded_outputs.GRID_NOT_RUN
+    assert f"Our rows: {graded_outputs.GRID_NOT_RUN}." in render_built(built)["plpf_table3.md"]
 
 
 @pytest.mark.parametrize("grid_cases,note", [
@@ -229,19 +244,19 @@ def test_grid_cells_run_on_the_cases_asked_for(tmp_path, monkeypatch, grid_cases
     assert list(grid.columns) == ["k=1", "note"] and set(grid["note"]) == {note}
     assert grid.loc[("dep", "Sym."), "k=1"] == 50.0       # asks fever and wheeze of 4
     assert grid.loc[("avg", "Sym."), "k=1"] == 25.0       # asks about the rash only
-    assert OUTPUTS.differences(reports_of(tmp_path), params, tmp_path / "s") == []
+    assert both_differences(tmp_path, params, tmp_path / "s") == []
 
 
 def test_no_grid_policy_keeps_table3s_cells_with_the_reason(committed):
     _, _, params = committed
-    records = {name: [] for name in (r.name for r in OUTPUTS.records)}
+    records = {r.name: [] for r in (*OUTPUTS.records, *GRADING.records)}
     records["sp_doctors"] = [{"doctor": "base", "kind": "model", "role": "policy",
                               "adapter": None, "model_id": "m", "sp_cases": 0}]
-    grid = sim_outputs.grid_table(records, params)
-    assert len(grid) == 6 and set(grid["note"]) == {sim_outputs.NO_GRID_POLICY}
+    grid = graded_outputs.grid_table(records, params)
+    assert len(grid) == 6 and set(grid["note"]) == {graded_outputs.NO_GRID_POLICY}
     bare = parse_params({"simulation": {}})                  # no annotation grid to lay out
-    assert sim_outputs.grid_table(records, bare).to_dict("records") == [
-        {"weighting": "", "metric": "", "note": sim_outputs.NO_GRID_POLICY}]
+    assert graded_outputs.grid_table(records, bare).to_dict("records") == [
+        {"weighting": "", "metric": "", "note": graded_outputs.NO_GRID_POLICY}]
 
 
 def test_the_hand_grading_queue_reads_the_stage_records(committed):
@@ -249,7 +264,8 @@ def test_the_hand_grading_queue_reads_the_stage_records(committed):
 
     root, _, _ = committed
     records = reports_of(root) / "records"
-    queue = hg.grading_queue(records / "consultations.jsonl", records / "grades.jsonl",
+    queue = hg.grading_queue(records / "consultations.jsonl",
+                             graded_of(root) / "records" / "grades.jsonl",
                              doctors=["base"])
     assert len(queue) == 2 * 6 and {w.case for w in queue} == {"sp-a", "sp-b"}
 
@@ -280,7 +296,8 @@ def test_a_page_output_is_written_as_built_and_compared_byte_for_byte(tmp_path):
 
 
 def test_the_gates_fail_the_run_before_a_record_is_written(tmp_path, monkeypatch):
-    """A control that passes what it must not stops the run with nothing written."""
+    """A control that passes what it must not stops the grading with none of its records
+    written (the doctors' consultations, a stage before, are kept)."""
     from medpref.stagekit import StageFailed
 
     monkeypatch.setattr(sim_outputs.tables, "controls_gate", lambda *a, **k: pd.DataFrame(
@@ -289,4 +306,5 @@ def test_the_gates_fail_the_run_before_a_record_is_written(tmp_path, monkeypatch
           "passed": False}]))
     with pytest.raises(StageFailed, match=r"control_lecture Sym\. 50\.0 \(must be ≤ 10\.0"):
         run_stage(tmp_path, monkeypatch, heavy=False)
-    assert not (tmp_path / "reports").exists()
+    assert not graded_of(tmp_path).exists()
+    assert (reports_of(tmp_path) / "records" / "consultations.jsonl").exists()

@@ -294,7 +294,7 @@ def test_the_range_table_sets_each_mde_against_script_minus_lecture():
 def test_the_stage_runs_the_controls_as_labelled_rows_and_writes_range_and_gate(
         tmp_path, monkeypatch):
     from medpref.params import parse_params
-    from medpref.simulation import stage as sim_stage
+    from medpref.simulation import whole
 
     # cases of 4+ items: a recital of 3 items is a 3-item question, which the rule allows
     four = four_symptom_case()
@@ -308,7 +308,7 @@ def test_the_stage_runs_the_controls_as_labelled_rows_and_writes_range_and_gate(
         "doctors": [{"name": "base", "role": "policy"}]}})
     clients = {"policy": client(lambda r: "Do you have a fever?", "policy"),
                "judge": client(lambda r: "no", "judge")}
-    out = sim_stage.run(scripted_sim_stage(tmp_path, monkeypatch, clients)(params))
+    out = whole.run(scripted_sim_stage(tmp_path, monkeypatch, clients)(params))
     names = ["base", "control_script", "control_reciter", "control_lecture", "control_echo",
              "control_testlist"]
     kinds = ["model"] + ["control"] * 5
@@ -323,7 +323,7 @@ def test_the_stage_runs_the_controls_as_labelled_rows_and_writes_range_and_gate(
     gate = out.controls_gate.set_index(["control", "metric"])
     assert pd.isna(gate.loc[("control_script", "Sym."), "passed"])   # no hand reading of sp-a
     assert gate.loc[("control_script", "Dis."), "passed"] == True  # noqa: E712
-    reports = tmp_path / "reports"
+    reports = tmp_path / "reports" / "06_sp_grading"
     for name in ("table2_range", "controls_gate", "doctors"):
         assert (reports / f"{name}.md").exists() and (reports / f"{name}.csv").exists()
     doctors = pd.read_csv(reports / "doctors.csv").set_index("doctor")
@@ -334,8 +334,8 @@ def test_the_stage_runs_the_controls_as_labelled_rows_and_writes_range_and_gate(
     assert out.metrics["sp/control_lecture"] == {"Sym.": 0.0, "Test": 0.0, "Dis.": 0.0}
     html = (reports / "transcripts.html").read_text()
     assert 'control_echo <span class="tag tag-control">control</span>' in html
-    lines = [json.loads(x) for x in (reports / "records" / "consultations.jsonl").read_text()
-             .splitlines()]
+    lines = [json.loads(x) for x in (reports.parent / "06_simulation" / "records" /
+                                     "consultations.jsonl").read_text().splitlines()]
     assert {r["kind"] for r in lines} == {"model", "control"}
     assert len(lines) == 2 * len(names)
 

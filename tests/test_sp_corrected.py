@@ -185,7 +185,7 @@ def test_the_committed_run_is_validated_on_its_own_credits_and_says_so_on_every_
     error rates to correct with."""
     from medpref import REPO_ROOT
     from medpref.params import load_params
-    from medpref.simulation import outputs
+    from medpref.simulation import grading_outputs as outputs
 
     records = outputs.OUTPUTS.load_records(outputs.OUTPUTS.reports_dir(REPO_ROOT))
     params = load_params()
@@ -244,7 +244,7 @@ def test_the_committed_run_read_credit_by_credit():
     credits, 1 earned, no detectable difference from base."""
     from medpref import REPO_ROOT
 
-    t = pd.read_csv(REPO_ROOT / "reports/06_simulation/table2_read.csv")
+    t = pd.read_csv(REPO_ROOT / "reports/06_sp_grading/table2_read.csv")
     assert (t["credits"].sum(), t["credits_read"].sum(), t["credits_earned"].sum()) == (35, 35, 18)
     row = t.set_index(["doctor", "metric"])
     sft = row.loc[("sft", "Sym.")]

@@ -248,7 +248,7 @@ def test_findings_come_only_after_a_test_is_asked_for():
 def test_the_fidelity_guard_fails_a_run_whose_patient_invents_facts(tmp_path, monkeypatch):
     from medpref.contracts import write_jsonl
     from medpref.params import parse_params
-    from medpref.simulation import stage as sim_stage
+    from medpref.simulation import whole
     from medpref.stagekit import StageFailed
 
     write_jsonl(tmp_path / "cases.jsonl", [case("sp-a")])
@@ -263,11 +263,11 @@ def test_the_fidelity_guard_fails_a_run_whose_patient_invents_facts(tmp_path, mo
 
     new_stage = scripted_sim_stage(tmp_path, monkeypatch, clients)
     with pytest.raises(StageFailed, match=r"all doctors: 2 of 2 patient sentences \(100%\) not in"):
-        sim_stage.run(new_stage(params))
-    assert not (tmp_path / "reports" / "table2.csv").exists()     # nothing half-written
+        whole.run(new_stage(params))
+    assert not (tmp_path / "reports" / "06_simulation").exists()  # nothing half-written
     # the same run with the extractive patient passes the guard
     params.simulation.patient = PatientParams()
-    out = sim_stage.run(new_stage(params))
+    out = whole.run(new_stage(params))
     assert out.behaviour.loc[0, "patient_unsupported_share"] == 0.0
 
 

@@ -183,7 +183,13 @@ def test_one_opener_for_stages_grid_cells_and_training_parts():
         open_stage("04_annotation_grid", weighting="dep")
     with pytest.raises(TypeError, match=r"stage 05_training: .*'step'"):
         open_stage("05_training", part="sft", step=3)
-    assert set(PIECES) == {"04_annotation_grid", "04_annotation_grid_table", "05_training"}
+    from medpref.simulation import grading_stage  # noqa: F401  (registers its opener)
+
+    graded = open_stage("06_sp_grading")
+    assert isinstance(graded, grading_stage.GradingStage) and graded.key == "simulation"
+    assert graded.reports_dir.parts[-2:] == ("reports", "06_sp_grading")
+    assert set(PIECES) == {"04_annotation_grid", "04_annotation_grid_table", "05_training",
+                           "06_sp_grading"}
 
 
 def test_every_notebook_opens_its_stage_with_open_stage():

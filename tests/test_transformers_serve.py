@@ -65,7 +65,7 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
     GPT-Distance judge. Proves their prompts, parsers and the fidelity bookkeeping on the
     served path."""
     from medpref.params import load_params
-    from medpref.simulation import stage as sim_stage
+    from medpref.simulation import grading_stage, whole
     from medpref.simulation.config import DoctorConfig
 
     p = load_params().simulation
@@ -86,7 +86,7 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
         "controls": []})
     stage = served_stage("06_simulation", tmp_path, monkeypatch, served_model,
                          ["served_doctor", "patient", "judge"], section=section)
-    out = sim_stage.run(stage)
+    out = whole.run(stage)
     stage.finish(out.metrics)
 
     (consult,) = out.consultations
@@ -98,7 +98,8 @@ def test_stage06_with_doctor_patient_grader_and_gpd_judge_served(tmp_path, monke
     # every item was judged by the served judge or abstained (an unusable answer), and says so
     assert {g.method for g in grades} <= {"judge", "abstain", "none"}
     assert any(g.method == "judge" for g in grades)
-    fidelity = pd.read_csv(tmp_path / "reports" / "patient_fidelity.csv")
+    fidelity = pd.read_csv(tmp_path / grading_stage.NAME / "patient_fidelity.csv")  # beside
+                                                                 # the stage's reports folder
     assert int(fidelity["patient_sentences"].sum()) >= 1
     roles = ledger_roles(tmp_path)
     for role in ("served_doctor", "patient", "judge"):

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 06 · Standardized Patient test and next-turn evaluation (PLPF §3, App. B; follow-up)
+# # 06 · Standardized Patient test, the doctors: consultations, next turn, held-out compliance (PLPF §3, App. B; follow-up)
 #
 # Every doctor under test — the base model, the SFT model and each DPO policy (base + LoRA
 # adapter: every stage 05 run that trained), or any configured role — talks with a
@@ -12,25 +12,17 @@
 #   diagnosis); `llm` is PLPF's retrieval-augmented patient for served models. The run
 #   fails when more than 10 % of the patient's sentences are not in its case;
 # * doctor and patient turns are batched across cases, round by round (lock-step);
-# * beside the model doctors, **controls** (`simulation.controls`) run on every case with
-#   no model call: the case's own scripted interview (must score high), a recital of the
-#   whole checklist, a lecture and an echo of the patient (must score low). They are
-#   labelled rows (`kind`: control) of every table, and the run fails when one misses its
-#   gate (`simulation.controls_gate`).
+# * beside the model doctors, **controls** (`simulation.controls`) hold consultations on
+#   every case with no model call: the case's own scripted interview (must score high), a
+#   recital of the whole checklist, a lecture and an echo of the patient (must score low).
 #
-# Each checklist item is graded (Eq. 6: symptoms incl. history, tests, diseases; a turn
-# naming ≥ 4 candidate diseases fails the disease item, and a sentence naming ≥ 4
-# candidates earns no item at all) by the grader `simulation.grader.mode`
-# names: by default **echo-aware** — only the doctor's own sentences count (a sentence that
-# repeats the patient's words earns nothing), of the act the category needs (asked,
-# recommended, named), matched to the item. Judge graders abstain on unusable answers.
-# The grader's κ on the test half of 229 hand-graded items is reported beside the old
-# embedding grade's. Beyond the paper: patient fidelity, the doctors' behaviour (question
-# and repetition shares), intervals and paired comparisons with the minimum detectable
-# difference, held-out process compliance, and `transcripts.html` for clinicians. Then
-# next-turn prediction on held-out dialogues (BLEU-4, ROUGE-L P/R/F1, length,
-# GPT-Distance) and the rule-compliance radar of each doctor's transcripts with stage 03's
-# REM. All logic lives in `medpref.simulation`.
+# Then next-turn prediction on held-out dialogues (BLEU-4, ROUGE-L P/R/F1, length,
+# GPT-Distance), the rule-compliance radar of each doctor's transcripts with stage 03's REM,
+# and held-out process compliance. The checklist grades (Eq. 6), Table 2, the controls'
+# gate and the grader's agreement with the hand-graded items are the next notebook's
+# (`06_sp_grading.ipynb`, dvc stage `sp_grading`), which grades the consultations recorded
+# here: a change to the grader reruns only that stage. All logic lives in
+# `medpref.simulation`.
 
 # %% tags=["parameters"]
 # papermill parameters (dvc.yaml passes none: everything comes from params.yaml)
@@ -63,53 +55,7 @@ out.doctors
 out.split_overlap
 
 # %% [markdown]
-# ## Table 2: SP scores per department and ALL (Eq. 6, %)
-
-# %%
-out.table2
-
-# %% [markdown]
-# Each doctor's ALL score with a bootstrap 95 % interval over cases, and every doctor
-# against `base` and `sft` paired by case (difference, interval, p-value, the minimum
-# detectable difference, verdict):
-
-# %%
-display(out.table2_ci)
-out.table2_paired
-
-# %% [markdown]
-# What a blind reader found earned, per model doctor and category: Table 2's score beside
-# the read score (the share of each case's checklist a reader found earned), the credits
-# read and found earned, the misses found earned, and the read score against `base`
-# (docs/sp-test.md, "What a reader found, doctor by doctor"):
-
-# %%
-out.table2_read
-
-# %% [markdown]
-# ## The instrument's range and the controls' gate
-#
-# Per category, `control_script` minus `control_lecture` paired by case: the widest
-# difference this test shows on these cases. Beside it, each model comparison's minimum
-# detectable difference: a comparison whose MDE is larger than the range could not see
-# any difference between two doctors that lie between lecture and script. Then each
-# control's verdict (the run would have stopped here, writing nothing, had one failed).
-
-# %%
-display(out.table2_range)
-out.controls_gate
-
-# %%
-out.per_case
-
-# %% [markdown]
-# ## The doctors' behaviour and the patient's fidelity, per doctor
-
-# %%
-out.behaviour
-
-# %% [markdown]
-# ## One transcript (all of them, marked, in `reports/06_simulation/transcripts.html`)
+# ## One transcript (all of them, marked with their grades, in `reports/06_sp_grading/transcripts.html`)
 
 # %%
 first = out.consultations[0]
@@ -118,36 +64,11 @@ for t in first.turns:
 print("ended by:", first.ended_by)
 
 # %% [markdown]
-# ## The simulated patient's honesty (beyond the paper)
-
-# %%
-out.fidelity
-
-# %% [markdown]
 # ## Rule compliance of each doctor's transcripts (PLPF Fig. 3)
 
 # %%
 display(out.compliance)
 out.radar
-
-# %% [markdown]
-# ## PLPF Table 3 / follow-up Fig. 10 and follow-up Table 6 (from the policies that exist)
-#
-# Table 3's `note` says how its cells were SP-tested: by default (`simulation.grid_cases: 0`)
-# they are not, since each cell trains on a dozen or two pairs and the few cases a CPU run
-# affords detect nothing; the table then keeps its cells, empty, with that reason.
-# Beside each table, its intervals (bootstrap 95 % over cases, or items for GPD) and every
-# column paired against the table's reference (the `avg` cell of the same trajectory
-# length; GPT-4 ranking): difference, interval, sign-flip p-value, the minimum detectable
-# difference (α .05, power .8) and the verdict (`table3_grid_ci.md`, `table6_rethinker_ci.md`).
-
-# %%
-display(out.grid)
-out.grid_ci
-
-# %%
-display(out.table6)
-out.table6_ci
 
 # %% [markdown]
 # ## Next-turn evaluation on held-out dialogues (PLPF Tables 4 and 6, Fig. 4)
@@ -164,12 +85,6 @@ out.table6_ci
 display(out.gpd_check.table if out.gpd_check else None)
 display(out.next_turn)
 out.next_turn_paired
-
-# %% [markdown]
-# ## The graders against the hand-graded items (accuracy, Cohen's κ with its interval; `dev`: where settings were chosen, `test`: reported)
-
-# %%
-out.grader_validation
 
 # %% [markdown]
 # ## Held-out process compliance (issues 21, 31)
@@ -200,10 +115,10 @@ out.question_share
 # %% [markdown]
 # ## What the run keeps: its records
 #
-# Every answer, grade and score above is a per-item record under
-# `reports/06_simulation/records/` (`medpref.simulation.outputs`), each row with its content
-# key; every table, the radar and `transcripts.html` are built from them alone, so
-# `medpref tables 06_simulation` rebuilds them with no model call. Rows per record file:
+# Every answer above is a per-item record under `reports/06_simulation/records/`
+# (`medpref.simulation.outputs`), each row with its content key; every table and the radar
+# are built from them alone, so `medpref tables 06_simulation` rebuilds them with no model
+# call. Rows per record file:
 
 # %%
 {name: len(rows) for name, rows in out.records.items()}

@@ -22,7 +22,7 @@
 # %% tags=["parameters"]
 # paths are relative to the repository root
 transcripts_path = "reports/06_simulation/records/consultations.jsonl"
-grades_path = "reports/06_simulation/records/grades.jsonl"
+grades_path = "reports/06_sp_grading/records/grades.jsonl"
 output_path = "data/hand_graded.jsonl"
 grader = ""            # your name or initials: each label is tagged hand:<grader>
 limit = 20             # items in this session (None: all that are left)

@@ -29,14 +29,16 @@ from medpref.outputs import Data
 from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
 from medpref.rem.outputs import OUTPUTS as REM
 from medpref.sampling.outputs import OUTPUTS as SAMPLING
+from medpref.simulation.config import SimulationParams
+from medpref.simulation.grading_outputs import OUTPUTS as SP_GRADING
 from medpref.simulation.outputs import OUTPUTS as SIMULATION
 from medpref.training.outputs import SFT_OUTPUTS as TRAINING_SFT
 from medpref.training.outputs import SUMMARY_OUTPUTS as TRAINING
 
 #: each stage's outputs list by its name (the ``outputs=`` of its declaration below)
 OUT = {o.stage: o for o in (SAMPLING, NOTECHAT, REM, ANNOTATION, ANNOTATION_GRID_TABLE,
-                            TRAINING_SFT, TRAINING, SIMULATION, IMAPSCORE, MEDQA,
-                            PAPER_TABLES)}
+                            TRAINING_SFT, TRAINING, SIMULATION, SP_GRADING, IMAPSCORE,
+                            MEDQA, PAPER_TABLES)}
 
 MODELS = Dep("models", "every model folder (content; .dvcignore leaves out wheels)")
 HARDWARE = ("configs/hardware/cpu.yaml", "configs/hardware/gpu.yaml")
@@ -78,6 +80,24 @@ ANNOTATION_READS = [produced("01_sampling", "unlabeled.jsonl"), REM_ADAPTER, *FI
                     Dep(_csv("03_rem", "thresholds"), "annotation.rem_thresholds: Eq. 4's "
                         "'met' cut per rule when annotation.scoring.met is rem_dev")]
 SFT_POLICY = produced("05_training_sft", "sft")
+
+# -- stage 06: the doctors and the grading read the one params section, key by key --------
+#: the ``simulation`` keys the grading reads alone (the doctors' stage does not list them,
+#: so a change to one reruns the grading only), and the grader keys the doctors also read
+#: (the GPD judge decodes as the grader; the echo rule counts the doctors' behaviour)
+GRADING_ONLY = ("grader", "controls_gate", "table6_policies")
+DOCTORS_READ_OF_GRADING = ("grader.bootstrap_rounds", "grader.mode", "grader.k",
+                           "grader.temperature", "grader.min_mass", "grader.echo_overlap",
+                           "grader.echo_min_new", "controls_gate.script_coverage")
+SIMULATION_DOCTORS_PARAMS = [*(f"simulation.{k}" for k in SimulationParams.model_fields
+                               if k not in GRADING_ONLY),
+                             *(f"simulation.{k}" for k in DOCTORS_READ_OF_GRADING)]
+#: what the grading reads: the cases' source, the grader, the gate, the patient's
+#: fallback sentences and thresholds (the transcripts page, the fidelity table), Tables 3
+#: and 6's layout, and the grader's call (a judge grader)
+SIMULATION_GRADING_PARAMS = [f"simulation.{k}" for k in (
+    "source", "cases", "source_root", "source_limit", "agentclinic_file", "embedding_model",
+    "patient", "grid_pattern", *GRADING_ONLY, "calls.grader")]
 
 # -- stage 05: one notebook, three parts; every DPO run (strategy or grid cell) alike -------
 TRAINING_PARAMS = ["training.recipe", "training.recipes", "training.hardware",
@@ -227,17 +247,28 @@ STAGES = [
                 "training.reports", "annotation.strategies", "annotation.output_dir"]),
     DvcStage(
         "simulation", notebook="06_simulation", outputs=SIMULATION, llm=True,
-        comment="Stage 06: Standardized Patient test (PLPF §3, App. B) and next-turn "
-                "evaluation, for the base model and every trained policy (stage 05 runs "
-                "that trained).",
+        comment="Stage 06, the doctors: Standardized Patient consultations (PLPF §3, App. "
+                "B), next-turn evaluation and held-out compliance, for the base model, every "
+                "trained policy (stage 05 runs that trained) and the controls. Their grades "
+                "are stage sp_grading's.",
         why={"shared.split": "held-out states and next-turn items"},
         deps=[REM_ADAPTER, *FITTED_REM,
               Dep(POLICY_ROLES, "the trained policies stage 06 tests (stage 05's hand-off)"),
               *POLICY_ADAPTERS, MODELS],
-        params=["shared.seed", "shared.split", "training.base_role",
-                Dep("annotation.grid.weightings",
-                    "Table 3's cells when no grid policy was SP-tested"),
-                "annotation.grid.trajectories", *REM_SCORING_PARAMS, "simulation"]),
+        params=["shared.seed", "shared.split", "training.base_role", *REM_SCORING_PARAMS,
+                *SIMULATION_DOCTORS_PARAMS]),
+    DvcStage(
+        "sp_grading", notebook="06_sp_grading", outputs=SP_GRADING, llm=True,
+        comment="Stage 06, the grading: every SP consultation's checklist grades (Eq. 6), "
+                "the controls' gate, the grader against the hand-graded items, Table 2 and "
+                "what is built from it, from the consultations stage simulation recorded (no "
+                "doctor model): a change to the grader reruns this stage alone.",
+        deps=[*(Dep(f"{SIMULATION.reports_dir(Path('.')).as_posix()}/records/{r.name}.jsonl",
+                    "the doctors' records (stage simulation)")
+                for r in SIMULATION.records), MODELS],
+        params=["shared.seed", Dep("annotation.grid.weightings",
+                                   "Table 3's cells when no grid policy was SP-tested"),
+                "annotation.grid.trajectories", *SIMULATION_GRADING_PARAMS]),
     DvcStage(
         "imapscore", notebook="07_imapscore", outputs=IMAPSCORE, llm=True,
         deps=[MODELS], params=["shared.seed", "imapscore"]),
@@ -252,6 +283,7 @@ STAGES = [
         deps=["reports/02_notechat", "reports/03_rem",
               "reports/04_annotation/metrics.json", "reports/04_annotation/summary.csv",
               "reports/04_annotation/source_preferences.png", "reports/06_simulation",
+              "reports/06_sp_grading",
               "reports/07_imapscore", "reports/08_medqa"],
         params=["tables"]),
 ]

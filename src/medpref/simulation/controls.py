@@ -376,5 +376,5 @@ def check_controls(gate) -> None:
     what = "; ".join(f"{r.control} {r.metric} {r.score:.1f} (must be {r.rule} {r.limit:.1f}"
                      + (f", {r.expected_coverage:.1f} expected" if r.polarity == POSITIVE else "")
                      + f", {r.cases} cases)" for r in bad.itertuples())
-    raise StageFailed("06_simulation: the SP test cannot tell a good interview from a bad one "
+    raise StageFailed("06_sp_grading: the SP test cannot tell a good interview from a bad one "
                       f"(simulation.controls_gate): {what}")

@@ -1,8 +1,9 @@
 """Grading SP checklist items by hand, to re-measure the grader's κ on one's own cases.
 
-Stage 06 records one transcript per consultation
-(``reports/06_simulation/records/consultations.jsonl``) and one machine grade per checklist
-item (``records/grades.jsonl``), committed with its reports. A clinician works through a
+Stage 06's doctors record one transcript per consultation
+(``reports/06_simulation/records/consultations.jsonl``) and its grading one machine grade
+per checklist item (``reports/06_sp_grading/records/grades.jsonl``), committed with their
+reports. A clinician works through a
 seeded, shuffled queue of those items (one per case × doctor × item) in JupyterLab
 (``notebooks/grade_by_hand.ipynb``); each verdict is appended at once, as an
 ``SPGradedItem``, to a file that ``simulation.grader.graded_items`` can point at.
@@ -207,8 +208,8 @@ def _records(source: str | os.PathLike | Iterable[Any], model: type[M]) -> list[
     of dicts/models (errors name the position)."""
     if isinstance(source, (str, os.PathLike)):
         if not Path(source).exists():
-            raise FileNotFoundError(f"{source}: not found (stage 06_simulation writes it: "
-                                    f"`make repro`)")
+            raise FileNotFoundError(f"{source}: not found (stage 06 writes it, the doctors "
+                                    "or the grading: `make repro`)")
         return read_jsonl(source, model, allow_empty=True)
     return [r if isinstance(r, model) else parse_record(model, _plain(r), "<records>", i)
             for i, r in enumerate(source, start=1)]

@@ -1,45 +1,41 @@
-"""Stage 06's run: the Standardized Patient test and the next-turn evaluation.
+"""Stage 06's doctors (dvc stage ``simulation``): the SP consultations, the next-turn
+evaluation and the held-out compliance, every model answer as a record.
 
 :func:`run` does, for every doctor under test (the configured roles and every trained
-policy found under ``simulation.trained_policies``):
-
-(stage 05's trained policies: SFT and each DPO run)
+policy of stage 05's hand-off, :mod:`~medpref.simulation.doctors`):
 
 1. the SP consultations on the cases (a PLPF Table 3 grid cell: ``simulation.grid_cases``
    of them, by default none), in lock-step across cases
    (:func:`medpref.simulation.consult.simulate`) with the configured patient
    (:mod:`~medpref.simulation.patients`), and the patient's honesty counts (the run fails
    when too many patient sentences are not in the case);
-2. checklist grading by the configured grader (:mod:`~medpref.simulation.graders`,
-   Eq. 6) → Table 2 (per department and ALL), with intervals and paired comparisons;
-3. next-turn prediction on held-out dialogues: BLEU-4, ROUGE-L P/R/F1, length, GPD;
-4. rule compliance of its transcripts with stage 03's REM (the radar of PLPF Fig. 3);
-5. held-out process compliance: its next turn on states of the written split's eval
+2. next-turn prediction on held-out dialogues: BLEU-4, ROUGE-L P/R/F1, length, GPD;
+3. rule compliance of its transcripts with stage 03's REM (the radar of PLPF Fig. 3);
+4. held-out process compliance: its next turn on states of the written split's eval
    dialogues, scored per rule by the REM beside two controls (the real next turn, a
-   premature diagnosis), against SFT by state (:mod:`~medpref.simulation.heldout`);
+   premature diagnosis), against SFT by state (:mod:`~medpref.simulation.heldout`).
 
-then the PLPF Table 3 grid and follow-up Table 6 from the policies that exist (each with
-a companion of intervals, paired verdicts and minimum detectable differences), the
-grader's agreement with the hand-graded items (accuracy, Cohen's κ with its interval,
-per split), the doctors' behaviour and a transcripts page for clinicians. Before any of
-it, the SP cases are checked against the split (:mod:`~medpref.simulation.overlap`: a
-training dialogue of an SP case's disease and presentation fails the stage); after the
-doctors, the GPD judge is checked (:func:`~medpref.simulation.nextturn.gpd_check`) and
-the share of turns that ask a question is tabled (:mod:`~medpref.simulation.questions`).
+Before any of it, the SP cases are checked against the split
+(:mod:`~medpref.simulation.overlap`: a training dialogue of an SP case's disease and
+presentation fails the stage); after the doctors, the GPD judge is checked
+(:func:`~medpref.simulation.nextturn.gpd_check`) and the share of turns that ask a
+question is tabled (:mod:`~medpref.simulation.questions`).
 
 Beside the model doctors, the control doctors of ``simulation.controls``
 (:mod:`~medpref.simulation.controls`: a clinician's script, a checklist recital, a lecture,
-an echo) run steps 1–2 on every case with no model call; they are labelled rows of every
-table, the range between the script and the lecture is read against each comparison's
-minimum detectable difference (``table2_range``), and the run fails, writing nothing,
-when a control misses its gate (``controls_gate``).
+an echo) hold consultations on every case with no model call.
 
-Every answer, grade and score is kept as a per-item record
-(:data:`medpref.simulation.outputs.OUTPUTS`, ``reports/06_simulation/records``); the
-records are written first and every table, the radar and ``transcripts.html`` are built
-from them as they read back, the path ``medpref tables 06_simulation`` takes with no model
-call. The overlap check, the fidelity guard and the controls' gate stop the run before a
-record is written.
+The checklist grades (Eq. 6), Table 2 with its companions, Tables 3 and 6, the controls'
+gate, the grader's agreement with the hand-graded items and the transcripts page are the
+grading stage's (dvc stage ``sp_grading``, :mod:`medpref.simulation.grading_stage`), which
+reads this stage's records: a change to the grader reruns grading alone, from the
+consultations recorded here, with no doctor model.
+
+Every answer is kept as a per-item record (:data:`medpref.simulation.outputs.OUTPUTS`,
+``reports/06_simulation/records``); the records are written first and every table and
+the radar are built from them as they read back, the path ``medpref tables
+06_simulation`` takes with no model call. The overlap check and the fidelity guard stop
+the run before a record is written.
 """
 
 from __future__ import annotations
@@ -51,7 +47,7 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.contracts import Dialogue, RemAnnotation, SPCase, SPGradedItem, read_jsonl
+from medpref.contracts import Dialogue, RemAnnotation, SPCase, read_jsonl
 from medpref.identity import content_id
 from medpref.llm.types import CallSpec
 from medpref.outputs import content_key
@@ -71,34 +67,20 @@ from medpref.simulation import (
 )
 from medpref.simulation.config import DoctorConfig, SimulationParams
 from medpref.simulation.doctors import all_doctors, grid_cell, trained_doctors
-from medpref.simulation.graders import GraderContext, build_grader
 from medpref.simulation.knowledge import build_knowledge_bases
 from medpref.simulation.outputs import per_case_rows  # noqa: F401  (stage 06's public name)
 from medpref.simulation.patients import PatientContext, build_patient
 
 
 @dataclass
-class SimulationOutputs:
-    """What stage 06 shows: its tables and figures as written (built from its records,
-    :data:`medpref.simulation.outputs.OUTPUTS`), and the run's objects."""
+class DoctorsOutputs:
+    """What stage 06's doctors show: its tables and figures as written (built from its
+    records, :data:`medpref.simulation.outputs.OUTPUTS`), and the run's objects."""
 
     consultations: list[consult.Consultation]
-    grades: list[grading.ItemGrade]
-    table2: pd.DataFrame
-    per_case: pd.DataFrame
-    fidelity: pd.DataFrame
     next_turn: pd.DataFrame
     next_turn_paired: pd.DataFrame
     compliance: pd.DataFrame
-    grid: pd.DataFrame
-    table6: pd.DataFrame
-    grader_validation: pd.DataFrame
-    table2_ci: pd.DataFrame
-    table2_paired: pd.DataFrame
-    table2_read: pd.DataFrame
-    behaviour: pd.DataFrame
-    table2_range: pd.DataFrame
-    controls_gate: pd.DataFrame
     doctors: list[DoctorConfig]
     model_ids: dict[str, str]
     prompts: dict[str, str]
@@ -109,8 +91,6 @@ class SimulationOutputs:
     split_overlap: pd.DataFrame = field(default_factory=pd.DataFrame)   # SP cases ~ dialogues
     gpd_check: Any = None      # nextturn.GpdCheck: is GPD valid with this judge?
     question_share: pd.DataFrame = field(default_factory=pd.DataFrame)  # asking turns, vs base
-    grid_ci: pd.DataFrame = field(default_factory=pd.DataFrame)     # beside table3_grid
-    table6_ci: pd.DataFrame = field(default_factory=pd.DataFrame)   # beside table6
     records: dict[str, list[dict]] = field(default_factory=dict)    # as written, keys included
 
 
@@ -245,8 +225,6 @@ class Harness:
     kbs: dict
     templates: dict
     setup: consult.SimulationSetup
-    grader: Any
-    graders: dict
     gpd_judge: grading.Judge
     items: list[nextturn.NextTurnItem]
     scorer: Any = None
@@ -265,8 +243,7 @@ def build_harness(stage, p: SimulationParams) -> Harness:
         encode = load_encoder(repo_path(p.embedding_model))
         kbs = build_knowledge_bases(cases, encode, p.patient.chunk_tokens, p.patient.voice)
     templates = {n: load_prompt(n) for n in
-                 [p.doctor_prompt, p.call("patient").prompt, *p.grader.prompts,
-                  p.grader.count_prompt, p.call("gpd").prompt]}
+                 [p.doctor_prompt, p.call("patient").prompt, p.call("gpd").prompt]}
     patient = build_patient(p.patient.kind, PatientContext(
         p.patient, {c.id: c for c in cases}, kbs, encode, templates[p.call("patient").prompt],
         lambda: stage.role(p.call("patient").role), p.call("patient")))
@@ -276,20 +253,12 @@ def build_harness(stage, p: SimulationParams) -> Harness:
         doctor_temperature=dd.temperature,
         seed=stage.seed, repetition_penalty=dd.repetition_penalty,
         no_repeat_ngram_size=dd.no_repeat_ngram_size, stop_after_question=dd.stop_after_question)
-    gsetup = grading.GradingSetup(
-        judge=None, templates=[templates[n] for n in p.grader.prompts],
-        count_template=templates[p.grader.count_prompt], encode=encode,
-        pass_threshold=p.grader.pass_threshold, max_candidates=p.grader.max_candidates,
-        embedding_threshold=p.grader.embedding_threshold)
-    ctx = GraderContext(p.grader, gsetup, lambda: make_judge(stage, p, p.call("grader")))
-    graders = {name: build_grader(name, ctx) for name in dict.fromkeys([p.grader.mode,
-                                                                         *p.grader.compare])}
     items = (nextturn.next_turn_items(held_out_dialogues(p, stage.params),
                                       p.next_turn.cuts_per_dialogue,
                                       stage.seed, p.next_turn.history_max_turns)
              if p.next_turn.enabled else [])
-    h = Harness(cases, encode, kbs, templates, setup, graders[p.grader.mode], graders,
-                make_judge(stage, p, p.call("gpd")), items)
+    h = Harness(cases, encode, kbs, templates, setup, make_judge(stage, p, p.call("gpd")),
+                items)
     if p.rem_radar:
         h.scorer, h.flowchart, h.rem_mode = rem_scorer(stage, p)
     h.skipped_rows = list(getattr(loaded, "skipped", []))
@@ -301,7 +270,6 @@ class DoctorResult:
     """One doctor's evaluation, as the records hold it."""
 
     consults: list[consult.Consultation]
-    grades: list[grading.ItemGrade]
     sentences: list[list[dict]]        # per consultation: its patient sentences, judged
     next_turn: list[dict] | None       # its next-turn item rows (None: not evaluated)
     compliance: list[dict]             # the REM's judgements of its transcripts, per rule
@@ -311,10 +279,10 @@ class DoctorResult:
 def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, client
                     ) -> DoctorResult:
     """One model doctor: SP consultations (none for a Table 3 grid cell with
-    ``simulation.grid_cases: 0``), checklist grades, patient honesty, next turn, REM."""
+    ``simulation.grid_cases: 0``), patient honesty, next turn, REM."""
     cases = cases_for(p, h, d)
     doctor = consult.ModelDoctor(d.name, client, p.doctor_call(d), h.setup)
-    consults, grades, sentences = consult_and_grade(p, h, cases, doctor)
+    consults, sentences = consult_and_judge(p, h, cases, doctor)
     nt = None
     if h.items:
         nt = nextturn.evaluate_next_turn(h.items, client, d.name, h.templates[p.doctor_prompt],
@@ -323,28 +291,25 @@ def evaluate_doctor(stage, p: SimulationParams, h: Harness, d: DoctorConfig, cli
                                          p.grader.bootstrap_rounds, stage.seed).items
     comp = (compliance_rows(consults, h.scorer, h.flowchart, h.rem_mode)
             if h.scorer is not None else [])
-    return DoctorResult(consults, grades, sentences, nt, comp, client.identity)
+    return DoctorResult(consults, sentences, nt, comp, client.identity)
 
 
-def consult_and_grade(p: SimulationParams, h: Harness, cases: Sequence[SPCase], doctor):
-    """Any doctor's SP consultations, their checklist grades and each one's patient
-    sentences judged against its case."""
+def consult_and_judge(p: SimulationParams, h: Harness, cases: Sequence[SPCase], doctor):
+    """Any doctor's SP consultations and each one's patient sentences judged against its
+    case (the grading stage grades them)."""
     if not cases:
-        return [], [], []
+        return [], []
     consults = consult.simulate(cases, doctor, h.setup)
-    by_id = {c.id: c for c in cases}
-    grades = grading.leave_out_unmeasurable(h.grader.grade(consults, by_id), by_id)
-    return consults, grades, [behaviour.fidelity_judgements(c, h.kbs, h.encode, p)
-                              for c in consults]
+    return consults, [behaviour.fidelity_judgements(c, h.kbs, h.encode, p) for c in consults]
 
 
 def evaluate_control(p: SimulationParams, h: Harness, d: DoctorConfig) -> DoctorResult:
-    """One control doctor on every case (no grid subset): consultations, grades, patient
-    honesty. No model call, so no next turn and no REM radar."""
+    """One control doctor on every case (no grid subset): consultations, patient honesty.
+    No model call, so no next turn and no REM radar."""
     doctor = controls.build_control(d.name, controls.ControlContext(
         {c.id: c for c in h.cases}, p.rounds))
-    consults, grades, sentences = consult_and_grade(p, h, h.cases, doctor)
-    return DoctorResult(consults, grades, sentences, None, [], {"control": d.name})
+    consults, sentences = consult_and_judge(p, h, h.cases, doctor)
+    return DoctorResult(consults, sentences, None, [], {"control": d.name})
 
 
 def cases_for(p: SimulationParams, h: Harness, d: DoctorConfig) -> list[SPCase]:
@@ -374,11 +339,11 @@ def control_doctors(p: SimulationParams) -> list[DoctorConfig]:
     return [DoctorConfig(name=name, role="", kind="control") for name in p.controls]
 
 
-def run(stage) -> SimulationOutputs:
-    """The SP test, next turn, grader validation, GPD check and held-out compliance: every
-    answer as a record, then the tables built from the records alone (what ``medpref
-    tables`` rebuilds). The overlap check, the fidelity guard and the controls' gate fail
-    the run before anything is written."""
+def run(stage) -> DoctorsOutputs:
+    """The SP consultations, next turn, GPD check and held-out compliance: every answer
+    as a record, then the tables built from the records alone (what ``medpref tables``
+    rebuilds). The overlap check and the fidelity guard fail the run before anything is
+    written; the grades and the controls' gate are the grading stage's."""
     p: SimulationParams = stage.p
     if p.torch_threads is not None:
         import torch
@@ -398,20 +363,15 @@ def run(stage) -> SimulationOutputs:
             client = doctor_client(stage, d)
             model_ids[d.name] = client.model_id
             results[d.name] = evaluate_doctor(stage, p, h, d, client)
-    with stage.step("grader validation"):
-        verdicts = grader_verdicts(p, h.graders, stage.seed)
     stage.check_yield(sum(1 for r in results.values() for c in r.consults if c.doctor_turns),
                       sum(len(cases_for(p, h, d)) for d in doctors), what="consultations")
     settings = record_settings(stage, p, h)
     records = as_json({**sp_records(p, h, doctors, results, model_ids, settings),
-                       "grader_verdicts": verdicts,
                        "overlap_pairs": [{"key": content_key("overlap pair", r,
                                                              settings["overlap"]), **r}
                                          for r in overlap.overlap_records(split_overlap)]})
-    sp = outputs.sp_view(records, stage.params)
-    behaviour.check_fidelity(sp.consult_rows, p.patient.max_unsupported_share,
-                             p.patient.guard_min_sentences)
-    controls.check_controls(outputs.controls_gate_table(records, stage.params))  # before writing
+    behaviour.check_fidelity(outputs.consult_rows_of(records, stage.params),
+                             p.patient.max_unsupported_share, p.patient.guard_min_sentences)
     with stage.step("gpd check"):
         records["next_turn_items"] = as_json(next_turn_items(stage, p, h, settings))
     with stage.step("held-out compliance"):
@@ -450,9 +410,6 @@ def record_settings(stage, p: SimulationParams, h: Harness) -> dict[str, Any]:
                          "decoding": keyed["decoding"],
                          "patient": keyed["patient"],
                          "encoder": p.embedding_model, "seed": stage.seed},
-        "grade": {"grader": keyed["grader"], "encoder": p.embedding_model,
-                  "prompts": {n: prompts[n] for n in [*p.grader.prompts,
-                                                      p.grader.count_prompt]}},
         "fidelity": {"support": p.patient.support_threshold,
                      "relevance": p.patient.relevance_threshold,
                      "encoder": p.embedding_model},
@@ -476,7 +433,7 @@ def sp_records(p: SimulationParams, h: Harness, doctors: Sequence[DoctorConfig],
                results: dict[str, DoctorResult], model_ids: dict[str, str],
                settings: dict[str, Any]) -> dict[str, list[dict]]:
     """The SP test's records: the cases, the doctors, and per doctor its consultations,
-    grades, patient sentences, REM judgements and next-turn predictions, each row keyed by
+    patient sentences, REM judgements and next-turn predictions, each row keyed by
     what determined it."""
     hand = (controls.load_script_coverage(repo_path(p.controls_gate.script_coverage), h.cases)
             if p.controls_gate.script_coverage else {})
@@ -492,7 +449,7 @@ def sp_records(p: SimulationParams, h: Harness, doctors: Sequence[DoctorConfig],
         "sp_doctors": [{"doctor": d.name, "kind": d.kind, "role": d.role, "adapter": d.adapter,
                      "model_id": model_ids.get(d.name, ""),
                      "sp_cases": len(results[d.name].consults)} for d in doctors],
-        "consultations": [], "grades": [], "patient_sentences": [],
+        "consultations": [], "patient_sentences": [],
         "compliance_judgements": [], "next_turn_predictions": []}
     cases = {c.id: c.model_dump(mode="json") for c in h.cases}
     for d in doctors:
@@ -505,8 +462,6 @@ def sp_records(p: SimulationParams, h: Harness, doctors: Sequence[DoctorConfig],
             out["patient_sentences"] += [
                 {"key": content_key("patient sentence", keys[c.case_id], j, settings["fidelity"]),
                  "doctor": c.doctor, "case": c.case_id, **j} for j in judged]
-        out["grades"] += [outputs.grade_record(g, content_key(
-            "grade", keys[g.case], g.category, g.item, settings["grade"])) for g in r.grades]
         out["compliance_judgements"] += [
             {"key": content_key("compliance", keys[j["case"]], j["rule"], settings["rem"]), **j}
             for j in r.compliance]
@@ -537,23 +492,6 @@ def next_turn_items(stage, p: SimulationParams, h: Harness, settings: dict[str, 
              **row} for it, row in zip(h.items, rows)]
 
 
-def grader_verdicts(p: SimulationParams, graders: dict, seed: int) -> list[dict]:
-    """Every grader's verdict (``grader.compare`` and the configured one) on each
-    hand-graded item, beside the hand verdict: what ``grader_validation`` is built from."""
-    from medpref.simulation.validation import grade_hand_items, verdict_records
-
-    path = repo_path(p.grader.graded_items) if p.grader.graded_items else None
-    if path is None or not path.exists():
-        return []
-    items = read_jsonl(path, SPGradedItem)
-    dumps = {g.id: g.model_dump(mode="json") for g in items}
-    settings = {"grader": p.keyed_settings()["grader"], "encoder": p.embedding_model,
-                "seed": seed}
-    grades = {name: grade_hand_items(items, g) for name, g in graders.items()}
-    return [{"key": content_key("grader verdicts", dumps[r["id"]], settings), **r}
-            for r in verdict_records(items, grades, p.grader.mode)]
-
-
 # -- what the notebook shows -----------------------------------------------------------------
 
 def as_json(value):
@@ -566,56 +504,33 @@ def as_json(value):
 
 def outputs_of(built: dict[str, Any], records: dict[str, list[dict]], stage,
                results: dict[str, DoctorResult], doctors: list[DoctorConfig],
-               model_ids: dict[str, str], h: Harness, held) -> SimulationOutputs:
+               model_ids: dict[str, str], h: Harness, held) -> DoctorsOutputs:
     """The run's outputs: the tables and figures as written (from ``records`` as they
     read back), with the run's objects."""
-    out = SimulationOutputs(
+    out = DoctorsOutputs(
         consultations=[c for r in results.values() for c in r.consults],
-        grades=[g for r in results.values() for g in r.grades],
-        table2=built["table2"], per_case=built["per_case"], fidelity=built["patient_fidelity"],
         next_turn=built["next_turn"], next_turn_paired=built["next_turn_paired"],
-        compliance=built["compliance"], grid=built["table3_grid"],
-        table6=built["table6_rethinker"], grader_validation=built["grader_validation"],
-        table2_ci=built["table2_ci"], table2_paired=built["table2_paired"],
-        table2_read=built["table2_read"], behaviour=outputs.behaviour_table(records, stage.params),
-        table2_range=built["table2_range"], controls_gate=built["controls_gate"],
-        doctors=doctors, model_ids=model_ids,
+        compliance=built["compliance"], doctors=doctors, model_ids=model_ids,
         prompts={n: t.sha for n, t in h.templates.items()},
         radar=built["compliance_radar"] if records["compliance_judgements"] else None,
-        consult_rows=outputs.sp_view(records, stage.params).consult_rows,
+        consult_rows=outputs.consult_rows_of(records, stage.params),
         heldout=heldout.HeldoutResult(built["heldout_states"], built["heldout_compliance"],
                                       held.turns, held.note, held.state_rows),
         split_overlap=built["split_overlap"], gpd_check=outputs.gpd_check_of(records,
                                                                              stage.params),
-        question_share=built["question_share"], grid_ci=built["table3_grid_ci"],
-        table6_ci=built["table6_rethinker_ci"], records=records)
+        question_share=built["question_share"], records=records)
     out.metrics = metrics_of(out)
     return out
 
 
-def metrics_of(out: SimulationOutputs) -> dict[str, Any]:
-    m: dict[str, Any] = {"cases": int(out.per_case["case"].nunique()) if len(out.per_case) else 0,
+def metrics_of(out: DoctorsOutputs) -> dict[str, Any]:
+    m: dict[str, Any] = {"cases": len(out.records.get("cases", [])),
                          "doctors": len(out.doctors)}
-    if not out.table2.empty:
-        for _, row in tables.all_scores(out.table2).iterrows():
-            m[f"sp/{row.name}"] = {k: (None if pd.isna(v) else round(float(v), 2))
-                                  for k, v in row.items()}
     for _, row in out.next_turn.iterrows():
         m[f"next_turn/{row['doctor']}"] = {k: (None if pd.isna(row[k]) else round(float(row[k]), 3))
                                           for k in ("bleu4", "rougeL_f1", "rougeL_r", "gpd")}
-    gv = out.grader_validation
-    test = (gv[(gv["category"] == "all") & (gv["split"] == "test") & (gv["batch"] == "all")]
-            if not gv.empty else gv)
-    for _, row in test.iterrows():
-        m[f"grader/{row['grader']}"] = {
-            "accuracy": round(float(row["accuracy"]), 3), "items": int(row["items"]),
-            **{k: None if pd.isna(row[k]) else round(float(row[k]), 3)
-               for k in ("kappa", "kappa_lo", "kappa_hi")}}
-    if not out.behaviour.empty:
+    behaviour_rows = tables.doctor_behaviour(out.consult_rows)
+    if not behaviour_rows.empty:
         m["patient_unsupported_share"] = round(float(
-            out.behaviour["patient_unsupported_share"].max()), 4)
-    ranges = out.table2_range.drop_duplicates("metric")
-    for _, row in ranges.iterrows():   # control_script minus control_lecture, in points
-        m[f"sp_range/{row['metric']}"] = {k: None if pd.isna(row[k]) else round(float(row[k]), 2)
-                                          for k in ("range_diff", "range_lo", "range_hi")}
+            behaviour_rows["patient_unsupported_share"].max()), 4)
     return m
