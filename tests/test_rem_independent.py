@@ -66,46 +66,39 @@ def test_every_label_has_all_three_scores_somewhere_except_where_the_set_has_non
         assert len({r["labels"]["l1"][rule] for r in data}) >= 2, rule
 
 
-def test_the_fourth_draw_is_new_turns_of_the_test_cases_with_two_labellers():
-    """Draw 4 (after draws 1–3 in rem.independent; stage 03's set ``independent_4``): no
-    turn of draws 1–3 or of any labelled training file, SP turns of the test cases only, l1
-    on all and l2 on 60."""
+def check_a_later_draw(number: int, second: int) -> list[dict]:
+    """Draw ``number`` (stage 03's set ``independent_<number>``): its rows come after every
+    earlier draw's, no turn of an earlier draw or of a labelled training file, SP turns of
+    the test cases only, l1 on every row and l2 on ``second``; returns its rows."""
     data = rows()
-    four = [r for r in data if r["source"].get("draw", 1) == 4]
+    mine = [r for r in data if r["source"].get("draw", 1) == number]
     assert [r["source"].get("draw", 1) for r in data] == sorted(
-        r["source"].get("draw", 1) for r in data)            # draw 4's rows come last
-    taken = {r["turn"] for r in data if r["source"].get("draw", 1) < 4}
+        r["source"].get("draw", 1) for r in data)            # the draws come in order
+    taken = {r["turn"] for r in data if r["source"].get("draw", 1) < number}
     for name in ("real_turns", "train_turns", "sp_turns"):
         taken |= {json.loads(line)["turn"] for line in (REPO_ROOT / "data/embedded/rem" /
                   f"{name}.jsonl").read_text(encoding="utf-8").splitlines()}
-    turns = [r["turn"] for r in four]
+    turns = [r["turn"] for r in mine]
     assert len(set(turns)) == len(turns) and not taken & set(turns)
     test_cases = set(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
                      ["rem"]["turns"]["sp_test_cases"])
-    assert {r["source"]["case"] for r in four if r["source"]["kind"] == "model_sp"} <= test_cases
-    assert {r["source"]["kind"] for r in four} == {"model_heldout", "model_sp"}
-    assert all(set(r["labels"]["l1"]) == set(RULES) for r in four)
-    assert sum("l2" in r["labels"] for r in four) == 60
+    assert {r["source"]["case"] for r in mine if r["source"]["kind"] == "model_sp"} <= test_cases
+    assert {r["source"]["kind"] for r in mine} == {"model_heldout", "model_sp"}
+    assert all(set(r["labels"]["l1"]) == set(RULES) for r in mine)
+    assert sum("l2" in r["labels"] for r in mine) == second
+    return mine
+
+
+def test_the_fourth_draw_is_new_turns_of_the_test_cases_with_two_labellers():
+    """Draw 4 (after draws 1–3): l2 on 60 of its rows."""
+    check_a_later_draw(4, second=60)
 
 
 def test_the_fifth_draw_is_new_turns_of_the_retrained_policies_after_draw_four():
-    """Draw 5 (stage 03's set ``independent_5``): its rows follow draw 4's, no turn of an
-    earlier draw or of a labelled training file, model turns of the test cases' SP
-    consultations and held-out turns only, l1 on all 80 and l2 on a seeded 40."""
-    data = rows()
-    five = [r for r in data if r["source"].get("draw", 1) == 5]
-    assert len(five) == 80 and data[-80:] == five
-    taken = {r["turn"] for r in data if r["source"].get("draw", 1) < 5}
-    for name in ("real_turns", "train_turns", "sp_turns"):
-        taken |= {json.loads(line)["turn"] for line in (REPO_ROOT / "data/embedded/rem" /
-                  f"{name}.jsonl").read_text(encoding="utf-8").splitlines()}
-    turns = [r["turn"] for r in five]
-    assert len(set(turns)) == len(turns) and not taken & set(turns)
-    test_cases = set(yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-                     ["rem"]["turns"]["sp_test_cases"])
-    assert {r["source"]["case"] for r in five if r["source"]["kind"] == "model_sp"} <= test_cases
-    assert all(set(r["labels"]["l1"]) == set(RULES) for r in five)
-    assert sum("l2" in r["labels"] for r in five) == 40
+    """Draw 5 (the retrained process-feedback policies' turns, after draw 4): 80 rows, the
+    file's last, l2 on a seeded 40."""
+    five = check_a_later_draw(5, second=40)
+    assert len(five) == 80 and rows()[-80:] == five
 
 
 def test_kappa_from_agreement_tables_equals_scikit_learn_and_its_bootstrap():
