@@ -21,7 +21,7 @@
 # and held-out process compliance. The checklist grades (Eq. 6), Table 2, the controls'
 # gate and the grader's agreement with the hand-graded items are the next notebook's
 # (`06_sp_grading.ipynb`, dvc stage `sp_grading`), which grades the consultations recorded
-# here: a change to the grader reruns only that stage. All logic lives in
+# here: a change to a grader parameter reruns only that stage. All logic lives in
 # `medpref.simulation`.
 
 # %% tags=["parameters"]

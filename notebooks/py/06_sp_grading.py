@@ -8,8 +8,8 @@
 # `simulation.grader.mode` names: by default **echo-aware** — only the doctor's own
 # sentences count (a sentence that repeats the patient's words earns nothing), of the act
 # the category needs (asked, recommended, named), matched to the item. Judge graders
-# abstain on unusable answers. No doctor model is loaded here: a change to the grader reruns
-# this stage alone.
+# abstain on unusable answers. No doctor model is loaded here: a change to a grader
+# parameter reruns this stage alone.
 #
 # The controls (`simulation.controls`: the case's own script must score high; a checklist
 # recital, a lecture and an echo must score low) are labelled rows of every table, and the

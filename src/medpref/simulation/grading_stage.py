@@ -9,10 +9,11 @@ wrote them), rebuilds each consultation from its record, and grades every checkl
 names (:mod:`~medpref.simulation.graders`), doctor by doctor; then every grader
 (``simulation.grader.compare`` and the configured one) grades the hand-graded items. The
 controls' gate (:func:`medpref.simulation.controls.check_controls`) fails the stage before
-a record is written when a control misses it. No doctor model is loaded: a change to the
-grader reruns this stage alone, in minutes on 2 cores (MiniLM encodes the sentences and
-the hand-graded items), and leaves the consultations, next turn and held-out compliance
-up to date. A judge grader
+a record is written when a control misses it. No doctor model is loaded: a change to a
+grader parameter reruns this stage alone, in minutes on 2 cores (MiniLM encodes the
+sentences and the hand-graded items), and leaves the consultations, next turn and
+held-out compliance up to date (a grader's code is a dep of the doctors' stage too: the
+params validator imports the grader registry). A judge grader
 (``simulation.grader.mode: judge``) calls its model through this stage's own LLM cache.
 
 Its records and tables are :data:`medpref.simulation.grading_outputs.OUTPUTS`

@@ -26,7 +26,7 @@ is a record (``reports/06_simulation/records/``), one row per item with its cont
 
 The checklist grades, Table 2 and everything built from them are the grading stage's
 (:mod:`medpref.simulation.grading_outputs`, ``reports/06_sp_grading``), which reads these
-records: a change to the grader reruns only that stage, from these consultations.
+records: a change to a grader parameter reruns only that stage, from these consultations.
 The tables and the radar are pure functions of the records and the params (no model call,
 no MiniLM), so ``medpref tables 06_simulation`` rebuilds them. The records of the
 embedded default hold only the project's own text (its SP cases and dialogues); a run on

@@ -28,8 +28,9 @@ an echo) hold consultations on every case with no model call.
 The checklist grades (Eq. 6), Table 2 with its companions, Tables 3 and 6, the controls'
 gate, the grader's agreement with the hand-graded items and the transcripts page are the
 grading stage's (dvc stage ``sp_grading``, :mod:`medpref.simulation.grading_stage`), which
-reads this stage's records: a change to the grader reruns grading alone, from the
-consultations recorded here, with no doctor model.
+reads this stage's records: a change to a grader parameter reruns the grading alone,
+from the consultations recorded here, with no doctor model (a grader's code is read by
+both stages: the params validator imports the grader registry).
 
 Every answer is kept as a per-item record (:data:`medpref.simulation.outputs.OUTPUTS`,
 ``reports/06_simulation/records``); the records are written first and every table and
