@@ -23,7 +23,6 @@ them and the doctors' records, with no model call.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ from medpref.registry import register_piece
 from medpref.simulation import controls, grading, grading_outputs, outputs, tables
 from medpref.simulation.config import SimulationParams
 from medpref.simulation.graders import GraderContext, build_grader
-from medpref.simulation.stage import load_cases, make_judge
+from medpref.simulation.stage import as_json, load_cases, make_judge
 from medpref.stagekit import Stage
 
 NAME = "06_sp_grading"
@@ -193,14 +192,6 @@ def run(stage, reports_dir: Path | None = None,
     out.metrics = metrics_of(out)
     stage.note_provenance(prompts=out.prompts)
     return out
-
-
-def as_json(value):
-    """``value`` as its records read back (tuples as lists, numpy numbers as Python
-    ones), so the gate judges what the tables will be built from."""
-    from medpref.outputs import _plain
-
-    return json.loads(json.dumps(value, ensure_ascii=False, default=_plain))
 
 
 def metrics_of(out: GradingOutputs) -> dict[str, Any]:
