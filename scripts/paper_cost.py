@@ -143,8 +143,6 @@ def rem_factor(d: dict, p: dict, g: Group) -> float:
 
 
 def simulation_factor(d: dict, p: dict, g: Group) -> float:
-    if g.prompt == "sp_gpt_distance":  # next-turn GPT distance: one per dialogue cut
-        return ratio(d, p, "simulation.next_turn.n_dialogues")
     return ratio(d, p, "simulation.n_cases") * ratio(d, p, "simulation.rounds")
 
 
@@ -190,8 +188,13 @@ DRIVERS: tuple[Driver, ...] = (
              "sampling.n_items", lambda d, p, g: ratio(d, p, "sampling.n_items"))
       for cell in GRID_CELLS),
     Driver("06_simulation", "reports/06_simulation/ledger.json", ("06_simulation",),
-           "simulation.n_cases x rounds; next-turn judge: next_turn.n_dialogues",
-           simulation_factor),
+           "simulation.n_cases x rounds", simulation_factor),
+    Driver("06_next_turn", "reports/06_next_turn/ledger.json", ("06_next_turn",),
+           "simulation.next_turn.n_dialogues (a prediction and a GPD verdict per cut)",
+           lambda d, p, g: ratio(d, p, "simulation.next_turn.n_dialogues")),
+    Driver("06_heldout", "reports/06_heldout/ledger.json", ("06_heldout",),
+           "simulation.heldout.n_states (a policy turn and the REM's reading per state)",
+           lambda d, p, g: ratio(d, p, "simulation.heldout.n_states")),
     Driver("07_imapscore", "reports/07_imapscore/ledger.json", ("07_imapscore",),
            "the QA set (fixed); extraction x samples (3, sampled on an openai judge)",
            imap_factor),

@@ -70,7 +70,7 @@ def state_items(dialogues: list[Dialogue], history_max_turns: int) -> list[Item]
 
 
 def opening_items(params) -> list[Item]:
-    from medpref.simulation.stage import load_cases
+    from medpref.simulation.common import load_cases
 
     return [Item("openings", c.id, c.id, (Turn(role="patient", text=c.chief_complaint),))
             for c in load_cases(params.simulation)]

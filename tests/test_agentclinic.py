@@ -217,8 +217,8 @@ def test_counts_of_the_shared_agentclinic_files():
 
 
 def test_simulation_param_chooses_the_file():
+    from medpref.simulation.common import load_cases
     from medpref.simulation.config import SimulationParams
-    from medpref.simulation.stage import load_cases
 
     p = SimulationParams(source="agentclinic", source_root=str(FIXTURES),
                          agentclinic_file="nejm", source_limit=2)

@@ -21,6 +21,11 @@ from medpref.simulation.config import DoctorConfig
 from medpref.stagekit import Stage
 from test_simulation import case, client, keyword_judge, scripted_sim_stage
 
+
+def reads(h, p):
+    """What run_heldout reads of a harness: the REM scorer, its flowchart, the prompt."""
+    return h.scorer, h.flowchart, h.templates[p.doctor_prompt]
+
 RULES = load_rules("configs/rules/plpf_flowchart.yaml").rules
 
 
@@ -346,7 +351,7 @@ def test_run_makes_the_records_and_tables_with_scripted_policies(tmp_path):
     h = SimpleNamespace(scorer=FakeScorer(), flowchart=SimpleNamespace(rules=RULES),
                         templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
     doctors = [DoctorConfig(name=n) for n in clients]
-    out = heldout.run_heldout(st, p, h, doctors, lambda d: clients[d.name])
+    out = heldout.run_heldout(st, p, *reads(h, p), doctors, lambda d: clients[d.name])
     assert not (tmp_path / "reports").exists() and not (tmp_path / "data").exists()
     # the turn records, through JSON as the stage writes them, give the table again
     turns = json.loads(json.dumps(out.turns))
@@ -379,7 +384,7 @@ def test_run_makes_the_records_and_tables_with_scripted_policies(tmp_path):
     off = parse_params({**{k: v for k, v in params.raw.items()},
                         "simulation": {"heldout": {"enabled": False}}})
     st_off = TmpStage(name="06_simulation", params=off)
-    empty = heldout.run_heldout(st_off, off.simulation, h, doctors, lambda d: clients[d.name])
+    empty = heldout.run_heldout(st_off, off.simulation, *reads(h, off.simulation), doctors, lambda d: clients[d.name])
     assert empty.table.empty and heldout.metrics_of(empty) == {}
     assert empty.turns == [] and empty.state_rows == []
     assert list(heldout.table_of([], 100, 0).columns) == heldout.COLUMNS
@@ -387,8 +392,8 @@ def test_run_makes_the_records_and_tables_with_scripted_policies(tmp_path):
 
 
 def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypatch):
+    from medpref.simulation import heldout_stage, whole
     from medpref.simulation import stage as sim_stage
-    from medpref.simulation import whole
 
     cases = [case("sp-a", "internal_medicine"), case("sp-b", "surgery", tests=())]
     write_jsonl(tmp_path / "cases.jsonl", cases)
@@ -416,16 +421,19 @@ def test_stage_run_adds_heldout_compliance_after_the_sp_test(tmp_path, monkeypat
                "judge": client(keyword_judge, "judge")}
 
     new_stage = scripted_sim_stage(tmp_path, monkeypatch, clients)
-    monkeypatch.setattr(sim_stage, "rem_scorer",
-                        lambda stage, p: (FakeScorer(), SimpleNamespace(rules=RULES), "fake"))
+    for module in (sim_stage, heldout_stage):    # the radar's REM and the held-out one's
+        monkeypatch.setattr(module, "rem_scorer",
+                            lambda stage, p: (FakeScorer(), SimpleNamespace(rules=RULES), "fake"))
     out = whole.run(new_stage(params))
     row = out.heldout.table.set_index(["policy", "rule"]).loc[("good", "all")]
     assert row["delta_vs_sft"] == 1.0 and row["n_states"] == 8
     assert out.metrics["heldout/good"]["mean"] == 1.0
-    assert (tmp_path / "reports" / "06_simulation" / "heldout_states.md").exists()
-    # the new tables exist beside it: the overlap check, the (empty) GPD check, questions
-    for name in ("split_overlap", "next_turn_gpd_check", "question_share"):
-        assert (tmp_path / "reports" / "06_simulation" / f"{name}.md").exists()
+    reports = tmp_path / "reports"
+    assert (reports / "06_heldout" / "heldout_states.md").exists()
+    # the other tables exist: the overlap check, the (empty) GPD check, questions
+    for name in ("06_simulation/split_overlap", "06_next_turn/next_turn_gpd_check",
+                 "06_heldout/question_share"):
+        assert (reports / f"{name}.md").exists()
     share = out.question_share.set_index(["setting", "doctor"])
     assert share.loc[("eval states", "good"), "share"] == 1.0     # "... do you have a fever?"
     assert share.loc[("SP openings", "sft"), "turns"] == 2
@@ -448,7 +456,7 @@ def test_controls_first_the_policies_are_scored_only_where_the_rem_has_a_range(t
     scorer = FakeScorer()
     h = SimpleNamespace(scorer=scorer, flowchart=SimpleNamespace(rules=RULES),
                         templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
-    out = heldout.run_heldout(st, p, h, [DoctorConfig(name=n) for n in clients],
+    out = heldout.run_heldout(st, p, *reads(h, p), [DoctorConfig(name=n) for n in clients],
                               lambda d: clients[d.name])
     turns = json.loads(json.dumps(out.turns))
     policy_turns = [r for r in turns if r["policy"] in clients]
@@ -485,7 +493,7 @@ def test_policies_are_scored_when_one_rule_separates(tmp_path):
     p = params.simulation
     h = SimpleNamespace(scorer=FakeScorer(), flowchart=SimpleNamespace(rules=RULES),
                         templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
-    out = heldout.run_heldout(Stage(name="06_simulation", params=params), p, h,
+    out = heldout.run_heldout(Stage(name="06_simulation", params=params), p, *reads(h, p),
                               [DoctorConfig(name="sft")], lambda d: clients[d.name])
     assert all(r["scores"] is not None for r in out.turns)
 
@@ -532,7 +540,7 @@ def run_design(tmp_path, scorer):
     p = params.simulation
     h = SimpleNamespace(scorer=scorer, flowchart=SimpleNamespace(rules=RULES),
                         templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
-    out = heldout.run_heldout(Stage(name="06_simulation", params=params), p, h,
+    out = heldout.run_heldout(Stage(name="06_simulation", params=params), p, *reads(h, p),
                               [DoctorConfig(name="sft")], lambda d: clients[d.name])
     return p, out
 

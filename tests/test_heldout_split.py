@@ -22,7 +22,7 @@ from test_simulation import JUDGE_CALL, client, toy_encode
 
 
 def test_next_turn_items_are_the_eval_dialogues_only():
-    from medpref.simulation.stage import held_out_dialogues
+    from medpref.simulation.common import held_out_dialogues
 
     params = load_params()
     p = params.simulation
@@ -42,7 +42,7 @@ def test_next_turn_items_are_the_eval_dialogues_only():
 
 
 def test_next_turn_dialogue_ids_outside_eval_are_refused():
-    from medpref.simulation.stage import held_out_dialogues
+    from medpref.simulation.common import held_out_dialogues
 
     params = load_params()
     split = load_split(repo_path(params.shared.split))
@@ -273,8 +273,8 @@ def test_check_split_only_reports_when_no_trained_policy_is_evaluated(tmp_path, 
     """Issue 41 item 7: with the base doctor and the controls alone, a flagged training
     dialogue is reported (table, metrics, a printed line) and the stage goes on."""
     from medpref.params import parse_params
+    from medpref.simulation.common import trained_names
     from medpref.simulation.config import DoctorConfig
-    from medpref.simulation.stage import trained_names
     from medpref.stagekit import Stage
 
     write_jsonl(tmp_path / "d.jsonl", [Dialogue(

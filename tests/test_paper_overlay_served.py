@@ -50,6 +50,8 @@ import yaml
 
 from conftest import serving
 from medpref import REPO_ROOT
+from medpref.registry import PIECES
+from medpref.simulation import heldout_stage, nextturn_stage
 from medpref.stagekit import Stage
 
 pytestmark = pytest.mark.slow
@@ -126,7 +128,7 @@ EXPECTED_SERVED = {
     "02_notechat": {"planner", "doctor", "patient", "rethinker"},
     # the Rethinker speaks on the Ranker's ties (gibberish makes none): asked in stage 02
     "04_annotation": {"judge", "planner", "ranker"},
-    "06_simulation": {"judge"},   # the GPD judge
+    "06_next_turn": {"judge"},    # the GPD judge
     "06_sp_grading": {"judge"},   # the overlay's grader (simulation.grader.mode: options)
     "07_imapscore": {"judge"},
     "08_medqa": {"judge"},
@@ -304,7 +306,19 @@ def _s06(params, root):
     out = s.run(stage)
     stage.finish(out.metrics)
     assert {"base", "sft"} <= set(out.model_ids), out.model_ids   # the DPO run: skipped
-    assert (root / "reports" / "06_simulation" / "next_turn.csv").exists()
+    assert (root / "reports" / "06_simulation" / "split_overlap.csv").exists()
+
+
+def _s06_later(module, table):
+    """One of stage 06's later stages (next turn, held-out compliance), opened as its
+    notebook opens it."""
+    def step(params, root):
+        stage = PIECES[module.NAME](Stage(name=module.NAME, params=params))
+        out = module.run(stage)
+        stage.finish(out.metrics)
+        assert (root / "reports" / module.NAME / f"{table}.csv").exists()
+
+    return step
 
 
 def _s06_grading(params, root):
@@ -365,6 +379,8 @@ STEPS = [("01_sampling", "01_sampling", _s01), ("02_notechat", "02_notechat", _s
          (f"05_training/dpo/{DPO_RUN}", f"05_training/dpo/{DPO_RUN}", _s05("dpo", DPO_RUN)),
          ("05_training/summary", "05_training/summary", _s05("summary")),
          ("06_simulation", "06_simulation", _s06),
+         ("06_next_turn", "06_next_turn", _s06_later(nextturn_stage, "next_turn")),
+         ("06_heldout", "06_heldout", _s06_later(heldout_stage, "question_share")),
          ("06_sp_grading", "06_sp_grading", _s06_grading), ("07_imapscore", "07_imapscore", _s07),
          ("08_medqa", "08_medqa", _s08), ("09_tables", "09_tables", _s09)]
 

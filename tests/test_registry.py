@@ -145,7 +145,7 @@ def test_a_strategy_name_taken_twice_or_unknown_is_refused(throwaway):
 def test_a_user_grader_registers_validates_and_builds(throwaway):
     from medpref.registry import register_grader
     from medpref.simulation.config import GraderParams
-    from medpref.simulation.graders import GraderContext, build_grader
+    from medpref.simulation.graders import GraderContext, build_grader, check_names
 
     @register_grader("registry_test_grader")
     class PassesNothing:
@@ -164,9 +164,9 @@ def test_a_user_grader_registers_validates_and_builds(throwaway):
     with pytest.raises(ValueError, match=r"simulation.grader.mode: no grader 'nope' \(known: "
                                          r"echo_aware, embedding, generate, options, "
                                          r"registry_test_grader\)"):
-        GraderParams(mode="nope")
+        check_names(GraderParams(mode="nope"))
     with pytest.raises(ValueError, match=r"simulation.grader.compare: no grader 'nope'"):
-        GraderParams(compare=["nope"])
+        check_names(GraderParams(compare=["nope"]))
 
 
 # -- patients -------------------------------------------------------------------------------

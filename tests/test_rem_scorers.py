@@ -376,7 +376,7 @@ def test_the_simulation_reads_its_rem_by_name(tmp_path, monkeypatch):
 
     from medpref.params import load_params
     from medpref.remscore import scorers
-    from medpref.simulation.stage import rem_scorer
+    from medpref.simulation.common import rem_scorer
 
     params = load_params()
     rem = params.rem.model_copy(update={"fitted": params.rem.fitted.model_copy(

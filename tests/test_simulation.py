@@ -516,9 +516,9 @@ def test_next_turn_scores_chinese_by_character_and_judges_implication():
 
 
 def test_case_subset_spans_departments_and_doctors_add_trained_policies():
+    from medpref.simulation.common import select_cases
     from medpref.simulation.config import DoctorConfig
     from medpref.simulation.doctors import all_doctors, grid_cell
-    from medpref.simulation.stage import select_cases
 
     cases = [case("a1", "im"), case("a2", "im"), case("b1", "surgery"), case("c1", "peds")]
     assert [c.id for c in select_cases(cases, 3, None)] == ["a1", "b1", "c1"]

@@ -20,9 +20,15 @@ from medpref.contracts import SPCase, write_jsonl
 from medpref.params import load_params, parse_params
 from medpref.remscore.base import RuleJudgement
 from medpref.simulation import grading_outputs as graded_outputs
+from medpref.simulation import nextturn_stage
 from medpref.simulation import outputs as sim_outputs
 from medpref.simulation.grading_outputs import OUTPUTS as GRADING
+from medpref.simulation.heldout_stage import OUTPUTS as HELDOUT
+from medpref.simulation.nextturn_stage import OUTPUTS as NEXT_TURN
 from medpref.simulation.outputs import OUTPUTS
+
+#: stage 06's four outputs lists, each with its folder under reports/
+FOUR = (OUTPUTS, NEXT_TURN, HELDOUT, GRADING)
 from test_simulation import case, client, keyword_judge, toy_encode
 
 
@@ -48,8 +54,8 @@ def run_stage(root, monkeypatch, grid_cases=0, heavy=True):
     next turn, the REM radar, held-out compliance and the grader's validation."""
     from medpref import embedding
     from medpref.rules import load_rules
+    from medpref.simulation import heldout_stage, whole
     from medpref.simulation import stage as sim_stage
-    from medpref.simulation import whole
     from medpref.stagekit import Stage
 
     write_jsonl(root / "cases.jsonl", [four_symptom_case("sp-a", "internal_medicine"),
@@ -85,8 +91,9 @@ def run_stage(root, monkeypatch, grid_cases=0, heavy=True):
             return clients[name]
 
     monkeypatch.setattr(embedding, "load_encoder", lambda *a, **k: toy_encode)
-    monkeypatch.setattr(sim_stage, "rem_scorer", lambda stage, p: (
-        RuleCounter(), load_rules("configs/rules/plpf_flowchart.yaml"), "counter"))
+    for module in (sim_stage, heldout_stage):
+        monkeypatch.setattr(module, "rem_scorer", lambda stage, p: (
+            RuleCounter(), load_rules("configs/rules/plpf_flowchart.yaml"), "counter"))
     (root / "params.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True))
     return whole.run(RootStage(name="06_simulation", params=params)), params
 
@@ -109,16 +116,20 @@ def graded_of(root):
     return root / "reports" / "06_sp_grading"
 
 
-def both_differences(root, params, scratch):
-    return (OUTPUTS.differences(reports_of(root), params, scratch / "doctors")
-            + GRADING.differences(graded_of(root), params, scratch / "graded"))
+def all_differences(root, params, scratch):
+    """Every difference of stage 06's four stages' files from their rebuilds."""
+    return [d for o in FOUR
+            for d in o.differences(o.reports_dir(root), params, scratch / o.stage)]
 
 
 def test_every_declared_record_is_written_one_row_per_item_with_its_key(committed):
     root, out, _ = committed
-    records = GRADING.load_records(graded_of(root))     # its own and the doctors'
-    assert set(records) == {r.name for r in (*OUTPUTS.records, *GRADING.records)}
+    records = {**HELDOUT.load_records(HELDOUT.reports_dir(root)),
+               **GRADING.load_records(graded_of(root))}    # their own and those they read
+    assert set(records) == {r.name for o in FOUR for r in o.records}
     assert set(GRADING.own_records(graded_of(root))) == {"grades", "grader_verdicts"}
+    assert set(HELDOUT.own_records(HELDOUT.reports_dir(root))) == {"heldout_cuts",
+                                                                 "heldout_turns"}
     for name, rows in records.items():
         assert all(re.fullmatch(r"[0-9a-f]{16}", r["key"]) for r in rows), name
     sizes = {name: len(rows) for name, rows in records.items()}
@@ -150,8 +161,9 @@ def test_every_declared_record_is_written_one_row_per_item_with_its_key(committe
 
 def test_the_tables_rebuild_byte_for_byte_and_a_hand_edit_is_caught(committed, tmp_path):
     root, out, params = committed
-    assert both_differences(root, params, tmp_path / "s1") == []
-    for declared, reports in ((OUTPUTS, reports_of(root)), (GRADING, graded_of(root))):
+    assert all_differences(root, params, tmp_path / "s1") == []
+    for declared in FOUR:
+        reports = declared.reports_dir(root)
         written = {p.name for p in reports.iterdir() if p.is_file()}
         assert {f.name for o in declared.built for f in o.files(reports)} <= written
     shutil.copytree(root / "reports", tmp_path / "copy" / "reports")
@@ -169,9 +181,10 @@ def test_medpref_tables_checks_the_stage_from_its_committed_records(committed, c
     from medpref.cli import main
 
     root, _, _ = committed
-    assert main(["--root", str(root), "tables", "--check", "06_simulation",
-                 "06_sp_grading"]) == 0
-    assert "0 difference(s) in 06_simulation, 06_sp_grading" in capsys.readouterr().out
+    assert main(["--root", str(root), "tables", "--check", "06_simulation", "06_next_turn",
+                 "06_heldout", "06_sp_grading"]) == 0
+    assert ("0 difference(s) in 06_simulation, 06_next_turn, 06_heldout, 06_sp_grading"
+            in capsys.readouterr().out)
 
 
 def test_a_flipped_grade_moves_table2_by_the_amount_computed_by_hand(committed, tmp_path):
@@ -244,12 +257,12 @@ def test_grid_cells_run_on_the_cases_asked_for(tmp_path, monkeypatch, grid_cases
     assert list(grid.columns) == ["k=1", "note"] and set(grid["note"]) == {note}
     assert grid.loc[("dep", "Sym."), "k=1"] == 50.0       # asks fever and wheeze of 4
     assert grid.loc[("avg", "Sym."), "k=1"] == 25.0       # asks about the rash only
-    assert both_differences(tmp_path, params, tmp_path / "s") == []
+    assert all_differences(tmp_path, params, tmp_path / "s") == []
 
 
 def test_no_grid_policy_keeps_table3s_cells_with_the_reason(committed):
     _, _, params = committed
-    records = {r.name: [] for r in (*OUTPUTS.records, *GRADING.records)}
+    records = {r.name: [] for o in FOUR for r in o.records}
     records["sp_doctors"] = [{"doctor": "base", "kind": "model", "role": "policy",
                               "adapter": None, "model_id": "m", "sp_cases": 0}]
     grid = graded_outputs.grid_table(records, params)
@@ -275,7 +288,7 @@ def test_a_prediction_of_an_unknown_item_is_named_with_both_record_files():
                "next_turn_predictions": [{"item": "d9@4", "doctor": "base"}]}
     with pytest.raises(ValueError, match=r"records/next_turn_predictions\.jsonl: item 'd9@4' "
                                          r"of doctor 'base' is not in records/next_turn_items"):
-        sim_outputs.next_turn_rows(records)
+        nextturn_stage.next_turn_rows(records)
 
 
 def test_a_page_output_is_written_as_built_and_compared_byte_for_byte(tmp_path):

@@ -348,8 +348,8 @@ def embedded_run():
     (about two CPU-minutes: MiniLM for the patient, the grader and the fidelity check)."""
     from medpref.embedding import load_encoder
     from medpref.simulation.behaviour import consult_rows
+    from medpref.simulation.outputs import per_case_rows
     from medpref.simulation.patients import build_patient
-    from medpref.simulation.stage import per_case_rows
 
     p, cases = SimulationParams(), embedded_cases()
     encode = load_encoder(REPO_ROOT / p.embedding_model)

@@ -15,7 +15,13 @@ from medpref.llm.types import CallSpec, Completion, GenerationParams
 from medpref.prompts import load_prompt
 from medpref.simulation import consult, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams, SimulationParams
-from medpref.simulation.graders import GRADERS, GraderContext, build_grader, without_echoes
+from medpref.simulation.graders import (
+    GRADERS,
+    GraderContext,
+    build_grader,
+    check_names,
+    without_echoes,
+)
 from medpref.simulation.knowledge import build_knowledge_bases
 from medpref.simulation.patient import patient_fidelity
 from medpref.simulation.patients import (
@@ -141,7 +147,7 @@ def test_every_registered_grader_builds_and_an_unknown_mode_is_refused():
     for name in GRADERS:
         build_grader(name, GraderContext(GraderParams(), grading_setup(), lambda: judge))
     with pytest.raises(ValueError, match="no grader 'nope'"):
-        GraderParams(mode="nope")
+        check_names(GraderParams(mode="nope"))
 
 
 # -- the patient -----------------------------------------------------------------------------

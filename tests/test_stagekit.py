@@ -183,13 +183,15 @@ def test_one_opener_for_stages_grid_cells_and_training_parts():
         open_stage("04_annotation_grid", weighting="dep")
     with pytest.raises(TypeError, match=r"stage 05_training: .*'step'"):
         open_stage("05_training", part="sft", step=3)
-    from medpref.simulation import grading_stage  # noqa: F401  (registers its opener)
+    from medpref.simulation import grading_stage, heldout_stage, nextturn_stage  # noqa: F401
+    from medpref.simulation.common import SectionStage
 
-    graded = open_stage("06_sp_grading")
-    assert isinstance(graded, grading_stage.GradingStage) and graded.key == "simulation"
-    assert graded.reports_dir.parts[-2:] == ("reports", "06_sp_grading")
+    for name in ("06_next_turn", "06_heldout", "06_sp_grading"):   # stage 06's later three
+        opened = open_stage(name)
+        assert isinstance(opened, SectionStage) and opened.key == "simulation"
+        assert opened.reports_dir.parts[-2:] == ("reports", name)
     assert set(PIECES) == {"04_annotation_grid", "04_annotation_grid_table", "05_training",
-                           "06_sp_grading"}
+                           "06_next_turn", "06_heldout", "06_sp_grading"}
 
 
 def test_every_notebook_opens_its_stage_with_open_stage():

@@ -31,14 +31,16 @@ from medpref.rem.outputs import OUTPUTS as REM
 from medpref.sampling.outputs import OUTPUTS as SAMPLING
 from medpref.simulation.config import SimulationParams
 from medpref.simulation.grading_outputs import OUTPUTS as SP_GRADING
+from medpref.simulation.heldout_stage import OUTPUTS as HELDOUT
+from medpref.simulation.nextturn_stage import OUTPUTS as NEXT_TURN
 from medpref.simulation.outputs import OUTPUTS as SIMULATION
 from medpref.training.outputs import SFT_OUTPUTS as TRAINING_SFT
 from medpref.training.outputs import SUMMARY_OUTPUTS as TRAINING
 
 #: each stage's outputs list by its name (the ``outputs=`` of its declaration below)
 OUT = {o.stage: o for o in (SAMPLING, NOTECHAT, REM, ANNOTATION, ANNOTATION_GRID_TABLE,
-                            TRAINING_SFT, TRAINING, SIMULATION, SP_GRADING, IMAPSCORE,
-                            MEDQA, PAPER_TABLES)}
+                            TRAINING_SFT, TRAINING, SIMULATION, NEXT_TURN, HELDOUT,
+                            SP_GRADING, IMAPSCORE, MEDQA, PAPER_TABLES)}
 
 MODELS = Dep("models", "every model folder (content; .dvcignore leaves out wheels)")
 HARDWARE = ("configs/hardware/cpu.yaml", "configs/hardware/gpu.yaml")
@@ -81,23 +83,56 @@ ANNOTATION_READS = [produced("01_sampling", "unlabeled.jsonl"), REM_ADAPTER, *FI
                         "'met' cut per rule when annotation.scoring.met is rem_dev")]
 SFT_POLICY = produced("05_training_sft", "sft")
 
-# -- stage 06: the doctors and the grading read the one params section, key by key --------
-#: the ``simulation`` keys the grading reads alone (the doctors' stage does not list them,
-#: so a change to one reruns the grading only), and the grader keys the doctors also read
-#: (the GPD judge decodes as the grader; the echo rule counts the doctors' behaviour)
+# -- stage 06: four stages read the one params section, key by key ------------------------
+#: the ``simulation`` keys one later stage of stage 06 reads and the doctors' stage does
+#: not (a change to one reruns only the stages that list it), and the calls each stage
+#: makes (``simulation.calls.<name>``; the doctors' prompt is ``calls.consult``'s)
+NEXT_TURN_ONLY = ("next_turn",)
+HELDOUT_ONLY = ("heldout",)
 GRADING_ONLY = ("grader", "controls_gate", "table6_policies")
-DOCTORS_READ_OF_GRADING = ("grader.bootstrap_rounds", "grader.mode", "grader.k",
-                           "grader.temperature", "grader.min_mass", "grader.echo_overlap",
-                           "grader.echo_min_new", "controls_gate.script_coverage")
-SIMULATION_DOCTORS_PARAMS = [*(f"simulation.{k}" for k in SimulationParams.model_fields
-                               if k not in GRADING_ONLY),
-                             *(f"simulation.{k}" for k in DOCTORS_READ_OF_GRADING)]
+CALLS_OF = {"simulation": ("consult", "patient", "rem_comment"),
+            "next_turn": ("consult", "next_turn", "gpd"),
+            "heldout": ("consult", "heldout_turn", "rem_comment"),
+            "sp_grading": ("grader",)}
+#: the grader keys the doctors read (the echo rule counts the doctors' behaviour; the
+#: cases' records carry the script coverage)
+DOCTORS_READ_OF_GRADING = ("grader.echo_overlap", "grader.echo_min_new",
+                           "controls_gate.script_coverage")
+
+
+def _simulation(*keys: str, calls: str) -> list[str]:
+    return [*(f"simulation.{k}" for k in keys),
+            *(f"simulation.calls.{c}" for c in CALLS_OF[calls])]
+
+
+#: who the doctors under test are (the next turn and the held-out compliance ask them too)
+DOCTORS_UNDER_TEST = ("doctors", "trained_policies", "torch_threads", "guard")
+#: the REM the radar and the held-out compliance score with
+SIMULATION_REM = ("rem_radar", "rem_scorer", "rem_adapter", "rules", "rem_icl_examples")
+SIMULATION_DOCTORS_PARAMS = [
+    *_simulation(*(k for k in SimulationParams.model_fields
+                   if k not in (*NEXT_TURN_ONLY, *HELDOUT_ONLY, *GRADING_ONLY, "calls")),
+                 *DOCTORS_READ_OF_GRADING, calls="simulation")]
+SIMULATION_NEXT_TURN_PARAMS = _simulation(
+    *NEXT_TURN_ONLY, *DOCTORS_UNDER_TEST, "grader.bootstrap_rounds", "grader.mode", "grader.k",
+    "grader.temperature", "grader.min_mass", calls="next_turn")
+SIMULATION_HELDOUT_PARAMS = _simulation(
+    *HELDOUT_ONLY, *DOCTORS_UNDER_TEST, *SIMULATION_REM, "grid_pattern",
+    "grader.bootstrap_rounds", calls="heldout")
 #: what the grading reads: the cases' source, the grader, the gate, the patient's
 #: fallback sentences and thresholds (the transcripts page, the fidelity table), Tables 3
 #: and 6's layout, and the grader's call (a judge grader)
-SIMULATION_GRADING_PARAMS = [f"simulation.{k}" for k in (
+SIMULATION_GRADING_PARAMS = _simulation(
     "source", "cases", "source_root", "source_limit", "agentclinic_file", "embedding_model",
-    "patient", "grid_pattern", *GRADING_ONLY, "calls.grader")]
+    "patient", "grid_pattern", *GRADING_ONLY, calls="sp_grading")
+
+
+def records_of(outputs) -> list[Dep]:
+    """Every record file of ``outputs``' stage, as a dep of a stage that reads them."""
+    folder = outputs.reports_dir(Path(".")).as_posix()
+    return [Dep(f"{folder}/records/{r.name}.jsonl", f"records of {outputs.stage}")
+            for r in outputs.records]
+
 
 # -- stage 05: one notebook, three parts; every DPO run (strategy or grid cell) alike -------
 TRAINING_PARAMS = ["training.recipe", "training.recipes", "training.hardware",
@@ -248,24 +283,44 @@ STAGES = [
     DvcStage(
         "simulation", notebook="06_simulation", outputs=SIMULATION, llm=True,
         comment="Stage 06, the doctors: Standardized Patient consultations (PLPF §3, App. "
-                "B), next-turn evaluation and held-out compliance, for the base model, every "
-                "trained policy (stage 05 runs that trained) and the controls. Their grades "
-                "are stage sp_grading's.",
-        why={"shared.split": "held-out states and next-turn items"},
+                "B) of the base model, every trained policy (stage 05 runs that trained) "
+                "and the controls, the REM's reading of their transcripts, the SP cases "
+                "against the split. Their next turn, held-out compliance and grades are "
+                "stages next_turn, heldout and sp_grading.",
         deps=[REM_ADAPTER, *FITTED_REM,
               Dep(POLICY_ROLES, "the trained policies stage 06 tests (stage 05's hand-off)"),
               *POLICY_ADAPTERS, MODELS],
         params=["shared.seed", "shared.split", "training.base_role", *REM_SCORING_PARAMS,
                 *SIMULATION_DOCTORS_PARAMS]),
     DvcStage(
+        "next_turn", notebook="06_next_turn", outputs=NEXT_TURN, llm=True,
+        comment="Stage 06, the next turn: every model doctor's next turn on held-out "
+                "dialogues (PLPF Tables 4 and 6, Fig. 4), BLEU-4, ROUGE-L and the GPD "
+                "judge with its check.",
+        why={"shared.split": "the next-turn items come from the split's eval part"},
+        deps=[Dep(POLICY_ROLES, "the trained policies (stage 05's hand-off)"),
+              *POLICY_ADAPTERS, MODELS],
+        params=["shared.seed", "shared.split", "training.base_role",
+                *SIMULATION_NEXT_TURN_PARAMS]),
+    DvcStage(
+        "heldout", notebook="06_heldout", outputs=HELDOUT, llm=True,
+        comment="Stage 06, held-out process compliance: each policy's next turn on states "
+                "of the split's eval dialogues, scored per rule by stage 03's REM beside "
+                "the controls, against SFT; and the share of turns that ask (the SP "
+                "openings from stage simulation's records).",
+        why={"shared.split": "the held-out states come from the split's eval part"},
+        deps=[REM_ADAPTER, *FITTED_REM,
+              Dep(POLICY_ROLES, "the trained policies (stage 05's hand-off)"),
+              *POLICY_ADAPTERS, *records_of(SIMULATION), MODELS],
+        params=["shared.seed", "shared.split", "training.base_role", *REM_SCORING_PARAMS,
+                *SIMULATION_HELDOUT_PARAMS]),
+    DvcStage(
         "sp_grading", notebook="06_sp_grading", outputs=SP_GRADING, llm=True,
         comment="Stage 06, the grading: every SP consultation's checklist grades (Eq. 6), "
                 "the controls' gate, the grader against the hand-graded items, Table 2 and "
                 "what is built from it, from the consultations stage simulation recorded (no "
                 "doctor model): a change to the grader reruns this stage alone.",
-        deps=[*(Dep(f"{SIMULATION.reports_dir(Path('.')).as_posix()}/records/{r.name}.jsonl",
-                    "the doctors' records (stage simulation)")
-                for r in SIMULATION.records), MODELS],
+        deps=[*records_of(SIMULATION), *records_of(NEXT_TURN), MODELS],
         params=["shared.seed", Dep("annotation.grid.weightings",
                                    "Table 3's cells when no grid policy was SP-tested"),
                 "annotation.grid.trajectories", *SIMULATION_GRADING_PARAMS]),
@@ -283,7 +338,7 @@ STAGES = [
         deps=["reports/02_notechat", "reports/03_rem",
               "reports/04_annotation/metrics.json", "reports/04_annotation/summary.csv",
               "reports/04_annotation/source_preferences.png", "reports/06_simulation",
-              "reports/06_sp_grading",
+              "reports/06_next_turn", "reports/06_heldout", "reports/06_sp_grading",
               "reports/07_imapscore", "reports/08_medqa"],
         params=["tables"]),
 ]

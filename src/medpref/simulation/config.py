@@ -142,15 +142,6 @@ class GraderParams(StrictModel):
         return moved_to_calls(data, {k: f"simulation.calls.grader.{k}" for k in (
             "role", "max_new_tokens")}, "simulation.grader")
 
-    @model_validator(mode="after")
-    def _known_graders(self) -> GraderParams:
-        from medpref.simulation.graders import GRADERS
-
-        GRADERS.get(self.mode)        # an unknown name: the key and the known graders
-        for name in self.compare:
-            GRADERS.get(name, key="simulation.grader.compare")
-        return self
-
 
 class ControlsGateParams(StrictModel):
     """The controls' gate: the run fails, writing nothing, when a negative control passes

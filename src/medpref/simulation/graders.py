@@ -231,6 +231,16 @@ def build_grader(name: str, ctx: GraderContext) -> Grader:
     return GRADERS.get(name)(ctx)
 
 
+def check_names(g) -> None:
+    """Every grader ``simulation.grader`` names (``mode``, ``compare``) is registered; an
+    unknown one is an error naming the key and the known graders. The grading stage checks
+    this when it opens (the params model does not, so that the other stages of stage 06,
+    which grade nothing, do not read the graders' code)."""
+    GRADERS.get(g.mode)
+    for name in g.compare:
+        GRADERS.get(name, key="simulation.grader.compare")
+
+
 def without_echoes(turns: Sequence[Turn], echo_overlap: float, min_new: int) -> list[Turn]:
     """The transcript with every echo sentence of the doctor removed (a doctor turn
     left empty keeps a marker so the turn order stays readable)."""

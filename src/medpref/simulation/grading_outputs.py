@@ -10,54 +10,25 @@ Records (``reports/06_sp_grading/records/``), one row per item with its content 
 * ``grader_verdicts`` — each hand-graded item with every grader's verdict on it.
 
 The builders also read the doctors' records (:data:`medpref.simulation.outputs.OUTPUTS`:
-the cases, the consultations, the patient's sentences, the next-turn rows Table 6 shows),
-from ``reports/06_simulation``; :class:`ReadingOutputs` loads them beside this stage's
-own, so ``medpref tables 06_sp_grading`` rebuilds Table 2, its companions, Tables 3 and
-6 and the transcripts page with no model call and no MiniLM.
+the cases, the consultations, the patient's sentences, from ``reports/06_simulation``) and
+the next-turn rows Table 6 shows (:data:`medpref.simulation.nextturn_stage.OUTPUTS`, from
+``reports/06_next_turn``); :class:`~medpref.simulation.common.ReadingOutputs` loads them
+beside this stage's own, so ``medpref tables 06_sp_grading`` rebuilds Table 2, its
+companions, Tables 3 and 6 and the transcripts page with no model call and no MiniLM.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
 import pandas as pd
 
-from medpref.outputs import Page, Records, StageOutputs, Table
+from medpref.outputs import Page, Records, Table
 from medpref.simulation import grading, tables
+from medpref.simulation.common import ReadingOutputs
 from medpref.simulation.doctors import grid_cell
-from medpref.simulation.outputs import (
-    OUTPUTS as DOCTORS,
-)
-from medpref.simulation.outputs import (
-    Rows,
-    _boot,
-    gpd_check_of,
-    next_turn_rows,
-    next_turn_summary,
-    shared,
-    sp_view,
-)
-
-
-@dataclass(frozen=True)
-class ReadingOutputs(StageOutputs):
-    """A stage's outputs whose builders also read the records of the stages in ``reads``
-    (loaded from their folders under the same ``reports/``; never written here)."""
-
-    reads: tuple[StageOutputs, ...] = field(default_factory=tuple)
-
-    def load_records(self, reports_dir: Path) -> dict[str, list[dict[str, Any]]]:
-        root = reports_dir.parents[len(Path(self.folder or self.stage).parts)]
-        theirs = {name: rows for up in self.reads
-                  for name, rows in up.load_records(up.reports_dir(root)).items()}
-        return {**theirs, **self.own_records(reports_dir)}
-
-    def own_records(self, reports_dir: Path) -> dict[str, list[dict[str, Any]]]:
-        """Only the records this stage writes."""
-        return StageOutputs.load_records(self, reports_dir)
-
+from medpref.simulation.nextturn_stage import OUTPUTS as NEXT_TURN
+from medpref.simulation.nextturn_stage import gpd_check_of, next_turn_rows, next_turn_summary
+from medpref.simulation.outputs import OUTPUTS as DOCTORS
+from medpref.simulation.outputs import Rows, _boot, shared, sp_view
 
 # -- builders: Table 2 and its companions --------------------------------------------------
 
@@ -321,4 +292,4 @@ OUTPUTS = ReadingOutputs("06_sp_grading", (
     Table("doctors", doctors_table, floatfmt=".3f"),
     Page("transcripts", transcripts_page, suffix=".html",
          doc="every consultation for clinicians: one self-contained page"),
-), reads=(DOCTORS,))
+), reads=(DOCTORS, NEXT_TURN))

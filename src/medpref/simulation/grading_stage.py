@@ -10,10 +10,9 @@ names (:mod:`~medpref.simulation.graders`), doctor by doctor; then every grader
 (``simulation.grader.compare`` and the configured one) grades the hand-graded items. The
 controls' gate (:func:`medpref.simulation.controls.check_controls`) fails the stage before
 a record is written when a control misses it. No doctor model is loaded: a change to a
-grader parameter reruns this stage alone, in minutes on 2 cores (MiniLM encodes the
-sentences and the hand-graded items), and leaves the consultations, next turn and
-held-out compliance up to date (a grader's code is a dep of the doctors' stage too: the
-params validator imports the grader registry). A judge grader
+grader (its parameters or its code) reruns this stage alone, in minutes on 2 cores
+(MiniLM encodes the sentences and the hand-graded items), and leaves the consultations,
+next turn and held-out compliance up to date. A judge grader
 (``simulation.grader.mode: judge``) calls its model through this stage's own LLM cache.
 
 Its records and tables are :data:`medpref.simulation.grading_outputs.OUTPUTS`
@@ -36,31 +35,21 @@ from medpref.params import repo_path
 from medpref.prompts import load_prompt
 from medpref.registry import register_piece
 from medpref.simulation import controls, grading, grading_outputs, outputs, tables
+from medpref.simulation.common import as_json, load_cases, make_judge, open_section_stage
 from medpref.simulation.config import SimulationParams
-from medpref.simulation.graders import GraderContext, build_grader
-from medpref.simulation.stage import as_json, load_cases, make_judge
+from medpref.simulation.graders import GraderContext, build_grader, check_names
 from medpref.stagekit import Stage
 
 NAME = "06_sp_grading"
 
 
-@dataclass
-class GradingStage(Stage):
-    """The grading stage: its own folders and LLM cache (``06_sp_grading``), the params
-    section of stage 06 (``simulation``)."""
-
-    @property
-    def key(self) -> str:
-        return "simulation"
-
-
 @register_piece(NAME)
-def open_grading(stage: Stage) -> GradingStage:
+def open_grading(stage: Stage):
     """``open_stage("06_sp_grading", params_path)``: stage 06's grading, which writes to
-    ``reports/06_sp_grading`` and reads the params section ``simulation``."""
-    graded = GradingStage(name=NAME, params=stage.params, started=stage.started)
-    _ = graded.llm   # its LLM cache (a judge grader's calls), there even when none is made
-    return graded
+    ``reports/06_sp_grading`` and reads the params section ``simulation``; its LLM cache
+    holds a judge grader's calls. An unknown grader name fails here."""
+    check_names(stage.params.simulation.grader)
+    return open_section_stage(stage, NAME)
 
 
 @dataclass
@@ -144,30 +133,19 @@ def grader_verdicts(p: SimulationParams, graders: dict, seed: int) -> list[dict]
             for r in verdict_records(items, grades, p.grader.mode)]
 
 
-def doctors_records(reports_dir: Path) -> dict[str, list[dict]]:
-    """The doctors' records, from ``reports/06_simulation`` beside ``reports_dir``."""
-    doctors = outputs.OUTPUTS
-    root = reports_dir.parents[len(Path(grading_outputs.OUTPUTS.folder
-                                        or grading_outputs.OUTPUTS.stage).parts)]
-    folder = doctors.reports_dir(root)
-    absent = [r.name for r in doctors.records if not r.path(folder).exists()]
-    if absent:
-        raise FileNotFoundError(f"{folder}/records: no {absent} (run stage simulation, the "
-                                "doctors, first: dvc repro simulation)")
-    return doctors.load_records(folder)
-
-
 def run(stage, reports_dir: Path | None = None,
         doctor_records: Mapping[str, list[dict]] | None = None) -> GradingOutputs:
     """Grade the doctors' consultations and the hand-graded items; the controls' gate; the
     records, then every table from the records as written. ``doctor_records``: the
-    doctors' records when the caller holds them (else read from their folder);
+    doctors' and the next turn's records when the caller holds them (else read from
+    their folders);
     ``reports_dir``: where to write (default: the stage's)."""
     from medpref.embedding import load_encoder
 
     p: SimulationParams = stage.p
     reports_dir = reports_dir or stage.reports_dir
-    theirs = dict(doctor_records) if doctor_records is not None else doctors_records(reports_dir)
+    theirs = (dict(doctor_records) if doctor_records is not None
+              else grading_outputs.OUTPUTS.read_records(reports_dir))
     cases = cases_of(p, theirs)
     with stage.step("graders"):
         encode = load_encoder(repo_path(p.embedding_model))

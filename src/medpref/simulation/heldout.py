@@ -481,13 +481,15 @@ def any_rule_separates(scores: pd.DataFrame, design: ControlDesign, n_boot: int,
 
 # -- the stage's call ----------------------------------------------------------------------
 
-def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutResult:
+def run_heldout(stage, p, scorer, flowchart, template: PromptTemplate, doctors: Sequence,
+                client_of: Callable) -> HeldoutResult:
     """Stage 06's held-out compliance: the eval part's states, every compared policy's
-    turns and the two controls' turns with the REM's scores, as records (``states``: one
-    row per state, ``turns``: one per policy or control × state) and the table built from
-    them. Disabled, or no REM (``simulation.rem_radar`` false): no records, empty tables."""
+    turns (``template``: the policies' prompt) and the controls' turns with the REM's
+    scores (``scorer`` on ``flowchart``'s rules), as records (``states``: one row per
+    state, ``turns``: one per policy or control × state) and the table built from them.
+    Disabled, or no REM (``simulation.rem_radar`` false): no records, empty tables."""
     hp = p.heldout
-    if not hp.enabled or h.scorer is None:
+    if not hp.enabled or scorer is None:
         reason = "simulation.heldout.enabled is false" if not hp.enabled else "no REM scorer"
         return HeldoutResult(states_table([], None), pd.DataFrame(columns=COLUMNS),
                              note=reason)
@@ -496,7 +498,7 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
     states = select_states(dialogues, hp.n_states, hp.states_per_dialogue, stage.seed,
                            hp.history_max_turns, hp.bad_turn_template)
     policies = heldout_doctors(doctors, p.grid_pattern, hp.include_grid)
-    rules = list(h.flowchart.rules)
+    rules = list(flowchart.rules)
     design = design_of(hp)
     gen_s, rem_s = estimated_seconds(len(states), len(policies), len(rules), len(design.names))
     print(f"held-out compliance: {len(states)} states of "
@@ -509,8 +511,7 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
     turns, records = {}, []
     for d in policies:
         client = client_of(d)
-        comps = next_doctor_turns(states, client, h.templates[p.doctor_prompt],
-                                  p.heldout_call(d))
+        comps = next_doctor_turns(states, client, template, p.heldout_call(d))
         turns[d.name] = [None if c.error else parse_doctor_answer(c.text) for c in comps]
         # the raw completion where it differs from the turn (absent: the turn is it)
         records += [{"policy": d.name, "model_id": client.model_id, "dialogue": s.dialogue,
@@ -524,7 +525,7 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
                 for name in controls for s, t in zip(states, controls[name])]
     # controls first: the REM's range on these states decides whether the policies' turns
     # are worth scoring (simulation.heldout.score_policies)
-    scores = score_turns(states, controls, h.scorer, rules)
+    scores = score_turns(states, controls, scorer, rules)
     scored = list(turns)
     if hp.score_policies == "if_range_separates" and not any_rule_separates(
             scores, design, p.grader.bootstrap_rounds, stage.seed):
@@ -533,7 +534,7 @@ def run_heldout(stage, p, h, doctors: Sequence, client_of: Callable) -> HeldoutR
               "control pair); the policies' turns are kept unscored")
     else:
         scores = pd.concat([scores, score_turns(
-            states, {k: v for k, v in turns.items() if k not in controls}, h.scorer, rules)],
+            states, {k: v for k, v in turns.items() if k not in controls}, scorer, rules)],
             ignore_index=True)
     per_turn = scores.set_index(["policy", "dialogue", "cut", "rule"])["score"].unstack("rule")
     for r in records:       # the scores in the flowchart's order (the table's row order)

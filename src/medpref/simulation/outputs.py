@@ -1,8 +1,8 @@
 """Stage 06's doctors (dvc stage ``simulation``), declared once: what the doctors said and
 how the patient and the REM answered, as per-item records, and the tables built from them.
 
-Every model answer the SP test, the next-turn evaluation and the held-out compliance read
-is a record (``reports/06_simulation/records/``), one row per item with its content ``key``:
+Every model answer of the SP test is a record (``reports/06_simulation/records/``), one
+row per item with its content ``key``:
 
 * ``cases`` — each SP case of the run: department, language, checklist sizes and what
   ``control_script`` is expected to earn per category (the controls' gate reads it);
@@ -14,19 +14,14 @@ is a record (``reports/06_simulation/records/``), one row per item with its cont
 * ``patient_sentences`` — every patient sentence judged against its case (MiniLM):
   similarity to the best chunk and to the question, verbatim or not, the verdict;
 * ``compliance_judgements`` — stage 03's REM on each transcript, per rule (the radar);
-* ``next_turn_items`` — each held-out next-turn item: its reference turn, and the GPD
-  check's verdicts on it (the reference against itself and against an unrelated turn);
-* ``next_turn_predictions`` — each doctor's prediction per item, the raw completion, the
-  GPD judge's parsed and raw verdict (BLEU and ROUGE are recomputed from the texts);
-* ``heldout_cuts`` and ``heldout_turns`` — the held-out compliance states (each a dialogue
-  cut before a doctor turn), and each policy's (and control's) turn on each with its REM
-  score per rule;
 * ``overlap_pairs`` — the SP cases' overlap check against the split's corpus: each listed
   pair's cosine and shared disease words, each case that could not be checked.
 
 The checklist grades, Table 2 and everything built from them are the grading stage's
 (:mod:`medpref.simulation.grading_outputs`, ``reports/06_sp_grading``), which reads these
 records: a change to a grader parameter reruns only that stage, from these consultations.
+The next turn and the held-out compliance are stages of their own
+(:mod:`~medpref.simulation.nextturn_stage`, :mod:`~medpref.simulation.heldout_stage`).
 The tables and the radar are pure functions of the records and the params (no model call,
 no MiniLM), so ``medpref tables 06_simulation`` rebuilds them. The records of the
 embedded default hold only the project's own text (its SP cases and dialogues); a run on
@@ -44,7 +39,7 @@ import pandas as pd
 
 from medpref.contracts import Turn
 from medpref.outputs import Figure, Records, StageOutputs, Table
-from medpref.simulation import grading, heldout, nextturn, overlap, questions, tables
+from medpref.simulation import grading, overlap, tables
 from medpref.simulation.consult import Consultation
 from medpref.simulation.grading import ItemGrade
 
@@ -176,25 +171,24 @@ def per_case_table(consults, grades, consult_rows: Sequence[dict]) -> pd.DataFra
     return per_case
 
 
-#: what several builders of one build share, computed once: (the records' lists, the
-#: params, the values computed from them) of the latest builds. Holding the lists keeps
-#: their ids from being reused while an entry lives; builders never change a record.
-_SHARED: list[tuple[tuple, Any, dict[str, Any]]] = []
+class BuildRecords(dict):
+    """The records of one build, with what several of its builders share computed once
+    (``memo``: name → value); it lives as long as the build's records do."""
+
+    def __init__(self, records: Rows) -> None:
+        super().__init__(records)
+        self.memo: dict[str, Any] = {}
 
 
 def shared(records: Rows, params, name: str, compute):
-    """``compute()`` once per build (the same record lists and params) and ``name``."""
-    lists = tuple(records.values())
-    entry = next((e for e in _SHARED if e[1] is params and len(e[0]) == len(lists)
-                  and all(a is b for a, b in zip(e[0], lists))), None)
-    if entry is None:
-        entry = (lists, params, {})
-        _SHARED.insert(0, entry)
-        del _SHARED[2:]
-    values = entry[2]
-    if name not in values:
-        values[name] = compute()
-    return values[name]
+    """``compute()`` once per build (``records`` a :class:`BuildRecords`); computed afresh
+    for plain records."""
+    memo = getattr(records, "memo", None)
+    if memo is None:
+        return compute()
+    if name not in memo:
+        memo[name] = compute()
+    return memo[name]
 
 
 def sp_view(records: Rows, params) -> SPView:
@@ -220,56 +214,11 @@ def consult_rows_of(records: Rows, params, consults: Sequence[Consultation] | No
             for c in (consultations_of(records) if consults is None else consults)]
 
 
-def next_turn_rows(records: Rows) -> list[dict]:
-    """Every doctor's next-turn item rows, with the text scores recomputed."""
-    known = {r["item"] for r in records["next_turn_items"]}
-    for r in records["next_turn_predictions"]:
-        if r["item"] not in known:
-            raise ValueError(f"records/next_turn_predictions.jsonl: item '{r['item']}' of doctor "
-                             f"'{r['doctor']}' is not in records/next_turn_items.jsonl")
-    return nextturn.item_rows(records["next_turn_predictions"], records["next_turn_items"])
-
-
-def next_turn_summary(records: Rows, params) -> pd.DataFrame:
-    """One row per doctor with next-turn items (:func:`nextturn.summarise`), in order."""
-    def compute():
-        rows, n_boot, seed = next_turn_rows(records), _boot(params), params.shared.seed
-        doctors = list(dict.fromkeys(r["doctor"] for r in rows))
-        return pd.DataFrame([nextturn.summarise(d, [r for r in rows if r["doctor"] == d],
-                                                n_boot, seed) for d in doctors])
-
-    return shared(records, params, "next_turn_summary", compute).copy()
-
-
-def gpd_check_of(records: Rows, params):
-    """The GPD check (None: no next-turn items)."""
-    return shared(records, params, "gpd_check", lambda: nextturn.check_of(
-        records["next_turn_items"], _boot(params), params.shared.seed))
-
-
 def _boot(params) -> int:
     return params.simulation.grader.bootstrap_rounds
 
 
-# -- builders: next turn, compliance, held-out, questions, validation, overlap ------------
-
-def next_turn_table(records: Rows, params) -> pd.DataFrame:
-    checked, _ = nextturn.apply_gpd_check(next_turn_summary(records, params), pd.DataFrame(),
-                                          gpd_check_of(records, params))
-    return checked
-
-
-def next_turn_paired_table(records: Rows, params) -> pd.DataFrame:
-    paired = nextturn.paired_table(next_turn_rows(records), "sft", _boot(params),
-                                   params.shared.seed)
-    _, checked = nextturn.apply_gpd_check(pd.DataFrame(), paired, gpd_check_of(records, params))
-    return checked
-
-
-def next_turn_check_table(records: Rows, params) -> pd.DataFrame:
-    check = gpd_check_of(records, params)
-    return check.table if check is not None else pd.DataFrame(columns=nextturn.CHECK_COLUMNS)
-
+# -- builders: compliance, overlap -----------------------------------------------------
 
 def compliance_tables(records: Rows) -> dict[str, pd.DataFrame]:
     """doctor → its transcripts' compliance per rule (:func:`rem.compliance.
@@ -319,22 +268,6 @@ def radar_figure(records: Rows, params):
     return fig
 
 
-def heldout_table(records: Rows, params) -> pd.DataFrame:
-    return heldout.table_of(records["heldout_turns"], _boot(params), params.shared.seed,
-                            heldout.design_of(params.simulation.heldout))
-
-
-def heldout_states_table(records: Rows, params) -> pd.DataFrame:
-    return heldout.states_of(records["heldout_cuts"])
-
-
-def question_share_table(records: Rows, params) -> pd.DataFrame:
-    """The share of turns that ask, on the held-out states and the SP openings."""
-    rows = (questions.state_turns(records["heldout_turns"])
-            + questions.opening_turns(consultations_of(records)))
-    return questions.question_share_table(rows, n_boot=_boot(params), seed=params.shared.seed)
-
-
 def split_overlap_table(records: Rows, params) -> pd.DataFrame:
     return overlap.table_of(records["overlap_pairs"])
 
@@ -350,23 +283,9 @@ OUTPUTS = StageOutputs("06_simulation", (
             "similarity to the best chunk and to the question, verbatim, verdict"),
     Records("compliance_judgements", "stage 03's REM on each transcript (cut at its last "
             "doctor turn), per rule: label, score, samples, raw comments"),
-    Records("next_turn_items", "each held-out next-turn item: reference turn, and the GPD "
-            "check's verdicts (reference vs itself, vs an unrelated turn; raw and parsed)"),
-    Records("next_turn_predictions", "each doctor's next-turn prediction per item: raw "
-            "completion or error, the GPD judge's parsed and raw verdict"),
-    Records("heldout_cuts", "each held-out compliance state: dialogue, part, cut, "
-            "diagnosis turn, history length, where its bad turn came from"),
-    Records("heldout_turns", "each policy's and control's turn per held-out state, with the "
-            "REM's score per rule"),
     Records("overlap_pairs", "the SP cases' overlap check: each listed case × dialogue pair "
             "(cosine, shared disease words, part, status), each unchecked case"),
-    Table("next_turn", next_turn_table, floatfmt=".2f"),
-    Table("next_turn_paired", next_turn_paired_table, floatfmt=".3f"),
-    Table("next_turn_gpd_check", next_turn_check_table, floatfmt=".3f"),
     Table("compliance", compliance_table, floatfmt=".3f"),
     Figure("compliance_radar", radar_figure),
-    Table("heldout_compliance", heldout_table, floatfmt=".3f"),
-    Table("heldout_states", heldout_states_table, floatfmt=".0f"),
-    Table("question_share", question_share_table, floatfmt=".3f"),
     Table("split_overlap", split_overlap_table, floatfmt=".3f"),
 ))
