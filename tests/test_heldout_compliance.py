@@ -384,7 +384,8 @@ def test_run_makes_the_records_and_tables_with_scripted_policies(tmp_path):
     off = parse_params({**{k: v for k, v in params.raw.items()},
                         "simulation": {"heldout": {"enabled": False}}})
     st_off = TmpStage(name="06_simulation", params=off)
-    empty = heldout.run_heldout(st_off, off.simulation, *reads(h, off.simulation), doctors, lambda d: clients[d.name])
+    empty = heldout.run_heldout(st_off, off.simulation, *reads(h, off.simulation), doctors,
+                                lambda d: clients[d.name])
     assert empty.table.empty and heldout.metrics_of(empty) == {}
     assert empty.turns == [] and empty.state_rows == []
     assert list(heldout.table_of([], 100, 0).columns) == heldout.COLUMNS

@@ -26,10 +26,10 @@ from medpref.simulation.grading_outputs import OUTPUTS as GRADING
 from medpref.simulation.heldout_stage import OUTPUTS as HELDOUT
 from medpref.simulation.nextturn_stage import OUTPUTS as NEXT_TURN
 from medpref.simulation.outputs import OUTPUTS
+from test_simulation import case, client, keyword_judge, toy_encode
 
 #: stage 06's four outputs lists, each with its folder under reports/
 FOUR = (OUTPUTS, NEXT_TURN, HELDOUT, GRADING)
-from test_simulation import case, client, keyword_judge, toy_encode
 
 
 def four_symptom_case(cid: str, dept: str) -> SPCase:
