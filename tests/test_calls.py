@@ -115,8 +115,6 @@ def test_each_section_that_calls_models_declares_its_calls():
     ("sampling", ("rounds",), {"patient_role": "patient"}, "sampling.calls.patient_turn.role"),
     ("rem", ("scorers", "sampled"), {"max_new_tokens": 80}, "rem.calls.score.max_new_tokens"),
     ("rem", (), {"prompt": "rem_judge"}, "rem.calls.score.prompt"),
-    ("simulation", ("doctor_decoding",), {"max_new_tokens": 48},
-     "simulation.calls.consult.max_new_tokens"),
     ("simulation", ("next_turn",), {"gpd_role": "judge"}, "simulation.calls.gpd.role"),
     ("simulation", (), {"rem_role": "rem"}, "simulation.calls.rem_comment.role"),
 ])

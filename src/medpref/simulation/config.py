@@ -10,6 +10,7 @@ from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls,
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
+from medpref.simulation.consult import DoctorDecoding
 from medpref.simulation.grading import ANSWER_PREFIX
 from medpref.stagekit import GuardParams
 
@@ -152,22 +153,6 @@ class ControlsGateParams(StrictModel):
     max_negative_pass: float = Field(0.10, ge=0.0, le=1.0)
     script_coverage: str | None = "data/embedded/sp_script_coverage.jsonl"
     script_fraction: float = Field(0.8, ge=0.0, le=1.0)
-
-
-class DoctorDecoding(StrictModel):
-    """How the doctors under test decode in the SP test (per call, so it lives here; the
-    budget is ``simulation.calls.consult.max_new_tokens``)."""
-
-    temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
-    repetition_penalty: float = Field(1.3, ge=1.0, le=3.0)   # 1.0: off
-    no_repeat_ngram_size: int = Field(4, ge=0, le=20)        # 0: off
-    stop_after_question: bool = True    # keep a doctor turn up to its first question
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {"max_new_tokens": "simulation.calls.consult.max_new_tokens"},
-                              "simulation.doctor_decoding")
 
 
 class NextTurnParams(StrictModel):

@@ -20,8 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pydantic import Field
+
 from medpref.contracts import SPCase, Turn
 from medpref.llm import CallSpec, LLMClient
+from medpref.params import StrictModel
 from medpref.prompts import PromptTemplate
 
 _DOCTOR_LABEL = re.compile(r"^\s*(?:doctor|医生|dr\.?)\s*[:：]\s*", re.IGNORECASE)
@@ -93,6 +96,32 @@ class Consultation:
                 "steps": self.steps}
 
 
+class DoctorDecoding(StrictModel):
+    """How the doctors under test decode in the SP test (per call, so it lives here; the
+    budget is ``simulation.calls.consult.max_new_tokens``)."""
+
+    temperature: float = Field(0.0, ge=0.0, le=2.0)   # paper: greedy
+    repetition_penalty: float = Field(1.3, ge=1.0, le=3.0)   # 1.0: off
+    no_repeat_ngram_size: int = Field(4, ge=0, le=20)        # 0: off
+    stop_after_question: bool = True    # keep a doctor turn up to its first question
+
+    @classmethod
+    def plain(cls) -> DoctorDecoding:
+        """Greedy with no loop control and the turn as written: how the next-turn and
+        held-out calls decode, and a consultation that names no decoding."""
+        return cls(repetition_penalty=1.0, no_repeat_ngram_size=0, stop_after_question=False)
+
+    def overrides(self, seed: int) -> dict[str, Any]:
+        """One doctor call's generation settings (a seed only when it samples)."""
+        out: dict[str, Any] = {"temperature": self.temperature,
+                               "repetition_penalty": self.repetition_penalty,
+                               "no_repeat_ngram_size": self.no_repeat_ngram_size}
+        if self.temperature > 0:
+            out["seed"] = seed
+        return out
+
+
+
 @dataclass
 class SimulationSetup:
     """Everything a consultation needs besides the doctor: the patient (any registered
@@ -101,11 +130,9 @@ class SimulationSetup:
     patient: Any
     doctor_template: PromptTemplate
     rounds: int
-    doctor_temperature: float = 0.0
     seed: int = 0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
-    stop_after_question: bool = False
+    #: ``simulation.doctor_decoding``; None: :meth:`DoctorDecoding.plain`
+    decoding: DoctorDecoding | None = None
 
 
 @dataclass
@@ -142,15 +169,12 @@ class ModelDoctor:
 
     def turns(self, open_: Sequence[Consultation], round_no: int) -> list[DoctorTurn]:
         setup = self.setup
+        dd = setup.decoding or DoctorDecoding.plain()
         convs = [doctor_messages(setup.doctor_template, c.turns) for c in open_]
-        overrides: dict[str, Any] = {"temperature": setup.doctor_temperature,
-                                     "repetition_penalty": setup.repetition_penalty,
-                                     "no_repeat_ngram_size": setup.no_repeat_ngram_size}
-        if setup.doctor_temperature > 0:
-            overrides["seed"] = setup.seed + round_no
         return [DoctorTurn("", comp.text, comp.error) if comp.error else
-                DoctorTurn(parse_doctor_answer(comp.text, setup.stop_after_question), comp.text)
-                for comp in self.client.chat_many(convs, self.call, **overrides)]
+                DoctorTurn(parse_doctor_answer(comp.text, dd.stop_after_question), comp.text)
+                for comp in self.client.chat_many(convs, self.call,
+                                                  **dd.overrides(setup.seed + round_no))]
 
 
 def _doctor_round(open_: list[Consultation], doctor: Doctor, round_no: int) -> None:

@@ -127,12 +127,9 @@ def build_harness(stage, p: SimulationParams) -> Harness:
     patient = build_patient(p.patient.kind, PatientContext(
         p.patient, {c.id: c for c in cases}, kbs, encode, templates[p.call("patient").prompt],
         lambda: stage.role(p.call("patient").role), p.call("patient")))
-    dd = p.doctor_decoding
-    setup = consult.SimulationSetup(
-        patient=patient, doctor_template=templates[p.doctor_prompt], rounds=p.rounds,
-        doctor_temperature=dd.temperature,
-        seed=stage.seed, repetition_penalty=dd.repetition_penalty,
-        no_repeat_ngram_size=dd.no_repeat_ngram_size, stop_after_question=dd.stop_after_question)
+    setup = consult.SimulationSetup(patient=patient, doctor_template=templates[p.doctor_prompt],
+                                    rounds=p.rounds, seed=stage.seed,
+                                    decoding=p.doctor_decoding)
     h = Harness(cases, encode, kbs, templates, setup)
     if p.rem_radar:
         h.scorer, h.flowchart, h.rem_mode = rem_scorer(stage, p)
