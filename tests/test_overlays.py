@@ -55,7 +55,7 @@ def test_an_overlay_with_an_unknown_key_is_refused_naming_it(tmp_path):
         validate("nope", tmp_path)
 
 
-def test_an_overlay_with_the_old_training_profile_key_is_refused_naming_the_new_one(tmp_path):
+def test_an_overlay_with_the_old_training_profile_key_is_refused_naming_it(tmp_path):
     _repo_with_overlay(tmp_path, "old", "training:\n  profile: paper\n")
-    with pytest.raises(ParamsError, match="'training.profile' is gone: use 'training.recipe'"):
+    with pytest.raises(ParamsError, match="unknown key 'training.profile'"):
         validate("old", tmp_path)

@@ -155,8 +155,7 @@ def test_hardware_files_validate(tmp_path):
         load_hardware(str(bad))
     old = tmp_path / "old.yaml"  # the flat file of before: one trainer's batch, no sections
     old.write_text("device: cpu\nper_device_batch_size: 4\nbf16: false\n")
-    with pytest.raises(ValueError, match="'per_device_batch_size' belongs in a section, "
-                                         "under trl's name: 'rem.per_device_train_batch_size'"):
+    with pytest.raises(ValueError, match=r"old\.yaml: '"):    # refused, naming the file
         load_hardware(str(old))
     with pytest.raises(FileNotFoundError, match="known"):
         load_hardware("tpu")

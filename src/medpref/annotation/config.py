@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator
 
-from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.scoring.formulas import DepSettings
@@ -88,28 +88,6 @@ class JudgeConfig(StrictModel):
     orders: Literal["one", "both"] = "one"
     report_both: bool = True
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {k: f"annotation.calls.judge.{k}" for k in (
-            "role", "prompt", "max_new_tokens", "answer_prefix")}, "annotation.judge")
-
-
-#: agent keys that became fields of ``annotation.calls`` entries
-_OLD_AGENT_KEYS = {
-    "planner_role": "annotation.calls.<long_plan|short_plan>.role",
-    "ranker_role": "annotation.calls.rank.role",
-    "rethinker_role": "annotation.calls.<need|rethink>.role",
-    "long_plan_prompt": "annotation.calls.long_plan.prompt",
-    "short_plan_prompt": "annotation.calls.short_plan.prompt",
-    "rank_prompt": "annotation.calls.rank.prompt",
-    "need_prompt": "annotation.calls.need.prompt",
-    "rethink_prompt": "annotation.calls.rethink.prompt",
-    "plan_tokens": "annotation.calls.long_plan.max_new_tokens",
-    "objective_tokens": "annotation.calls.short_plan.max_new_tokens",
-    "rank_tokens": "annotation.calls.rank.max_new_tokens",
-    "need_tokens": "annotation.calls.need.max_new_tokens",
-    "rethink_tokens": "annotation.calls.rethink.max_new_tokens"}
 
 
 class AgentConfig(StrictModel):
@@ -117,12 +95,6 @@ class AgentConfig(StrictModel):
     calls are ``annotation.calls`` long_plan, short_plan, rank, need and rethink."""
 
     rerank: bool = True  # re-rank c1 vs c2 with gpt4_rank on ties (off: Table 6 "Rethinker")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, _OLD_AGENT_KEYS, "annotation.agent")
-
 
 @dataclass(frozen=True)
 class AgentCalls:

@@ -25,34 +25,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
 from medpref.params import StrictModel, repo_path
 
-#: keys of the old flat hardware file (the REM's) → where they live now
-_MOVED_FLAT_KEYS = {"per_device_batch_size": "rem.per_device_train_batch_size",
-                    "grad_accumulation": "rem.gradient_accumulation_steps",
-                    "gradient_checkpointing": "rem.gradient_checkpointing",
-                    "max_steps": "rem.max_steps_cap",
-                    "group_by_length": "rem.train_sampling_strategy"}
-#: keys of a section before they took trl's names → the trainer argument now
-_OLD_SECTION_KEYS = {"per_device_batch_size": "per_device_train_batch_size (and "
-                     "per_device_eval_batch_size)",
-                     "grad_accumulation": "gradient_accumulation_steps",
-                     "group_by_length": "train_sampling_strategy: group_by_length",
-                     "max_steps": "max_steps_cap (a cap, not trl's exact max_steps)"}
 #: section keys that are no trainer argument (read by medpref itself)
 _NOT_TRAINER = ("compact_lm_head", "max_steps_cap")
 
 
-def refuse_moved_keys(data: Any, moved: dict[str, str], message: str) -> Any:
-    """A model's before-validator for keys that moved: the first key of ``moved`` found in
-    ``data`` is a ValueError, ``message`` formatted with ``key`` and its ``new`` home."""
-    if isinstance(data, dict):
-        for key, new in moved.items():
-            if key in data:
-                raise ValueError(message.format(key=key, new=new))
-    return data
 
 
 class TrainerHardware(StrictModel):
@@ -69,12 +49,6 @@ class TrainerHardware(StrictModel):
     #: the LM head on the learned (label != -100) positions only, on a CPU too (trl does
     #: so on CUDA/XPU whatever this says): medpref.training.lm_head
     compact_lm_head: bool
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_old_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, _OLD_SECTION_KEYS, "'{key}' is now '{new}': a "
-                                 "hardware section takes trl's own argument names")
 
     def trainer_fields(self) -> dict[str, Any]:
         """The section's trainer arguments (what is laid over the recipe)."""
@@ -108,14 +82,6 @@ class Hardware(StrictModel):
     bf16: Literal["auto"] | bool                    # auto: on where the GPU has bfloat16
     rem: RemHardware
     policy: PolicyHardware
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_flat_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, _MOVED_FLAT_KEYS, "'{key}' belongs in a section, "
-                                 "under trl's name: '{new}' (or its 'policy' twin for "
-                                 "stage 05): a hardware file has a section per trainer")
-
 
 def hardware_path(name: str) -> Path:
     """A hardware name (``cpu``) or a path to a YAML file."""

@@ -16,20 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
-from medpref.finetune.hardware import Hardware, TrainerHardware, refuse_moved_keys, resolve_bf16
+from medpref.finetune.hardware import Hardware, TrainerHardware, resolve_bf16
 from medpref.params import StrictModel
 
 #: the recipe fields that are peft's ``LoraConfig``'s (the rest are trl's)
 LORA_FIELDS = ("r", "lora_alpha", "lora_dropout", "target_modules")
 
-#: keys of the recipes before they took trl's names → the field that replaced them
-OLD_RECIPE_KEYS = {
-    "lora_r": "r", "warmup_ratio": "warmup_steps (transformers 5: below 1 a share of the "
-    "steps, as warmup_ratio was)", "epochs": "num_train_epochs",
-    "sft_epochs": "sft.num_train_epochs", "dpo_epochs": "dpo.num_train_epochs",
-    "sft_max_steps": "sft.max_steps", "dpo_max_steps": "dpo.max_steps"}
 
 
 @dataclass(frozen=True)
@@ -61,12 +55,6 @@ class Recipe(StrictModel):
     max_length: int = Field(ge=16, le=131072)  # tokens of prompt + answer
     beta: float | None = Field(None, gt=0.0, le=10.0)   # DPO: λ of PLPF Eq. 5
     loss_type: Literal["sigmoid", "ipo", "hinge", "robust"] | None = None  # DPO: Eq. 5
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_old_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, OLD_RECIPE_KEYS, "'{key}' is now '{new}': a recipe "
-                                 "takes trl's and peft's own field names")
 
     @field_validator("warmup_steps")
     @classmethod

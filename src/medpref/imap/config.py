@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
 
@@ -99,15 +99,6 @@ class ImapParams(SectionCalls):
         if self.judge_relations and self.relation_mode == "options":
             return [("imapscore.relation_mode", self.judge_role)]
         return []
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {
-            "role": "imapscore.calls.<question|answer|relation>.role",
-            **{f"{c}_prompt": f"imapscore.calls.{c}.prompt" for c in _CALLS},
-            **{f"max_new_tokens_{c}": f"imapscore.calls.{c}.max_new_tokens" for c in _CALLS}},
-            "imapscore")
 
     @model_validator(mode="after")
     def _one_judge(self) -> ImapParams:

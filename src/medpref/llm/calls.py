@@ -122,12 +122,3 @@ def default_calls(**calls: dict[str, Any]) -> Any:
     return Field(default_factory=lambda: {n: CallParams(**c) for n, c in calls.items()})
 
 
-def moved_to_calls(data: Any, moved: dict[str, str], where: str) -> Any:
-    """A before-validator for keys that became a field of a ``calls`` entry: the first
-    found is a ValueError naming its new home (``moved``: old key → ``calls.<name>.<f>``)."""
-    if isinstance(data, dict):
-        for key, new in moved.items():
-            if key in data:
-                raise ValueError(f"'{where}.{key}' is now '{new}': every model call is "
-                                 "declared in its section's calls mapping (docs/conventions.md)")
-    return data

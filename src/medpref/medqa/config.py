@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
@@ -30,17 +30,6 @@ def _default_models() -> list[ModelConfig]:
             ModelConfig(name="closed_book", retrieval="none")]
 
 
-#: medqa keys that became fields of ``medqa.calls`` entries
-_OLD_CALL_KEYS = {
-    "distill_prompt": "medqa.calls.distill.prompt",
-    "distill_tools_prompt": "medqa.calls.distill_tools.prompt",
-    "distill_prefix": "medqa.calls.<distill|distill_tools>.answer_prefix",
-    "distill_max_new_tokens": "medqa.calls.<distill|distill_tools>.max_new_tokens",
-    "read_prompt": "medqa.calls.read.prompt",
-    "closed_book_prompt": "medqa.calls.read_closed_book.prompt",
-    "read_max_new_tokens": "medqa.calls.<read|read_closed_book>.max_new_tokens",
-    "judge_role": "medqa.calls.judge.role", "judge_prompt": "medqa.calls.judge.prompt",
-    "judge_max_new_tokens": "medqa.calls.judge.max_new_tokens"}
 _PER_MODEL = "medqa.models[].role"
 
 
@@ -111,11 +100,6 @@ class MedQAParams(SectionCalls):
     @property
     def judge_call(self) -> CallSpec:
         return self.call("judge")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, _OLD_CALL_KEYS, "medqa")
 
     @field_validator("hr_ks")
     @classmethod

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from medpref.data.aci_bench import ACI_SPLITS
 from medpref.data.mts_dialog import MTS_SPLITS
-from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
 from medpref.params import RoleConfig, StrictModel
 from medpref.stagekit import GuardParams
@@ -42,15 +42,6 @@ AGENT_OF = {"planning": "planner", "doctor_turn": "doctor", "patient_turn": "pat
 TEMPLATE_OF = {"planning": "planning", "doctor_turn": "doctor", "patient_turn": "patient",
                "polish": "polish", "baseline": "single_prompt"}
 
-#: notechat keys that became fields of ``notechat.calls`` entries
-_OLD_CALL_KEYS = {
-    "roles": "notechat.calls.<planning|doctor_turn|patient_turn|polish>.role",
-    "prompts": "notechat.calls.<planning|doctor_turn|patient_turn|polish|baseline>.prompt",
-    "planner_max_new_tokens": "notechat.calls.planning.max_new_tokens",
-    "doctor_max_new_tokens": "notechat.calls.doctor_turn.max_new_tokens",
-    "patient_max_new_tokens": "notechat.calls.patient_turn.max_new_tokens",
-    "polish_max_new_tokens": "notechat.calls.polish.max_new_tokens",
-    "baseline_max_new_tokens": "notechat.calls.baseline.max_new_tokens"}
 
 
 class BaselineSpec(StrictModel):
@@ -185,11 +176,6 @@ class NoteChatParams(SectionCalls):
     def baseline_call(self, b: BaselineSpec) -> CallSpec:
         """A single-prompt baseline's whole dialogue, from the doctor's first line."""
         return self.call("baseline", role=b.role)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, _OLD_CALL_KEYS, "notechat")
 
     @model_validator(mode="after")
     def _consistent(self) -> NoteChatParams:

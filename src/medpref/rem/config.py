@@ -12,19 +12,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from medpref.finetune.recipe import Recipe, refuse_moved_keys, require_kind
-from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
+from medpref.finetune.recipe import Recipe, require_kind
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.params import StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
 from medpref.stagekit import GuardParams
-
-#: keys of ``rem.train`` that are the recipe's now (trl's and peft's names)
-_OLD_TRAIN_KEYS = {
-    **{key: f"recipe.{key}" for key in ("max_steps", "learning_rate", "warmup_steps",
-                                        "lora_alpha", "lora_dropout", "target_modules",
-                                        "max_length")},
-    "epochs": "recipe.num_train_epochs", "lora_r": "recipe.r"}
-
 
 #: the split (and evaluation set) of the labelled turns' development part
 TURNS_DEV = "turns_dev"
@@ -47,12 +39,6 @@ class RemTrainParams(StrictModel):
     max_rows: int | None = Field(160, ge=1)
     adapter_dir: str = "data/03_rem/rem_lora"
     checkpoints_dir: str = "data/03_rem/checkpoints"  # a killed run resumes here (removed after)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_old_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, _OLD_TRAIN_KEYS, "'rem.train.{key}' is now "
-                                 "'rem.train.{new}': the REM's recipe takes trl's names")
 
     @model_validator(mode="after")
     def _sft_recipe(self) -> RemTrainParams:
@@ -136,12 +122,6 @@ class RemScorerSettings(StrictModel):
     # score (the score a greedy REM writes: Eq. 2 with k = 1); sampled: the mean of k samples
     state_value: Literal["expected", "label"] = "expected"
     rule_blind: bool = False   # encoder: one classifier pooled over the rules (rule removed)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {"max_new_tokens": "rem.calls.score.max_new_tokens"},
-                              "rem.scorers.<name>")
 
     @model_validator(mode="after")
     def _fits_the_mode(self) -> RemScorerSettings:
@@ -251,12 +231,6 @@ class RemParams(SectionCalls):
                 if self.llm_eval_sets and self.scores_options(name)]
         return uses + [("rem.compliance_scorers", self.role)
                        for name in self.compliance_scorers if self.scores_options(name)]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {k: f"rem.calls.score.{k}" for k in ("role", "prompt")},
-                              "rem")
 
     @model_validator(mode="after")
     def _turns_for_selection(self) -> RemParams:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.sampling.rounds import PREFIX
@@ -20,16 +20,6 @@ class RoundsParams(StrictModel):
     retries: int = Field(3, ge=0, le=8)           # an unreadable turn is asked again, sampled
     retry_temperature: float = Field(1.0, gt=0.0, le=2.0)
     max_copied_share: float = Field(0.6, gt=0.0, le=1.0)  # echo of an earlier turn: unreadable
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {
-            **{f"{s}_{f}": f"sampling.calls.{s}_turn.{f}" for s in ("patient", "doctor")
-               for f in ("role", "prompt")},
-            "max_new_tokens": "sampling.calls.<patient_turn|doctor_turn>.max_new_tokens"},
-            "sampling.rounds")
-
 
 class SamplingParams(SectionCalls):
     SECTION: ClassVar[str] = "sampling"
@@ -57,12 +47,6 @@ class SamplingParams(SectionCalls):
     max_attempts: int = Field(2, ge=1, le=5)
     rounds: RoundsParams = Field(default_factory=RoundsParams)
     guard: GuardParams = Field(default_factory=GuardParams)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {k: f"sampling.calls.continuation.{k}"
-                                     for k in ("role", "prompt", "max_new_tokens")}, "sampling")
 
     @property
     def round_calls(self) -> dict[str, CallSpec]:

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls, moved_to_calls
+from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
 from medpref.params import StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
@@ -63,12 +63,6 @@ class PatientParams(StrictModel):
     support_threshold: float = Field(0.45, ge=-1.0, le=1.0)
     # ... and this close to the question is asked-for
     relevance_threshold: float = Field(0.25, ge=-1.0, le=1.0)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {k: f"simulation.calls.patient.{k}" for k in (
-            "role", "prompt", "max_new_tokens")}, "simulation.patient")
 
     @model_validator(mode="after")
     def _nothing_asked_in_english(self) -> PatientParams:
@@ -137,13 +131,6 @@ class GraderParams(StrictModel):
     # sens + spec - 1 at or under this: the corrected score is not identifiable
     identifiable_margin: float = Field(0.05, ge=0.0, le=1.0)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {k: f"simulation.calls.grader.{k}" for k in (
-            "role", "max_new_tokens")}, "simulation.grader")
-
-
 class ControlsGateParams(StrictModel):
     """The controls' gate: the run fails, writing nothing, when a negative control passes
     any category above ``max_negative_pass`` (Eq. 6 share over its cases) or
@@ -166,15 +153,6 @@ class NextTurnParams(StrictModel):
     n_dialogues: int = Field(18, ge=1)
     cuts_per_dialogue: int = Field(1, ge=1, le=50)  # seeded doctor turns predicted per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {
-            "max_new_tokens": "simulation.calls.next_turn.max_new_tokens",
-            "gpd_prompt": "simulation.calls.gpd.prompt", "gpd_role": "simulation.calls.gpd.role"},
-            "simulation.next_turn")
-
 
 #: The templated controls of held-out compliance, each ranked below a real or early turn on
 #: the rules that read it (simulation.heldout.rule_controls; docs/rem.md says why).
@@ -249,13 +227,6 @@ class HeldoutParams(StrictModel):
             raise ValueError(f"simulation.heldout.rule_controls: rule(s) {same} compare a "
                              "control with itself")
         return self
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {"max_new_tokens":
-                                     "simulation.calls.heldout_turn.max_new_tokens"},
-                              "simulation.heldout")
 
     @field_validator("bad_turn_template")
     @classmethod
@@ -405,13 +376,6 @@ class SimulationParams(SectionCalls):
                         "max_new_tokens": self.call("heldout_turn").max_new_tokens},
             "decoding": {**self.doctor_decoding.model_dump(mode="json"),
                          "max_new_tokens": self.call("consult").max_new_tokens}}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_call_keys(cls, data: Any) -> Any:
-        return moved_to_calls(data, {
-            "doctor_prompt": "simulation.calls.<consult|next_turn|heldout_turn>.prompt",
-            "rem_role": "simulation.calls.rem_comment.role"}, "simulation")
 
     @model_validator(mode="after")
     def _one_doctor_prompt(self) -> SimulationParams:

@@ -13,31 +13,14 @@ processes (one, DDP, DeepSpeed) is an accelerate config under
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from medpref.finetune.hardware import Hardware, load_hardware
-from medpref.finetune.recipe import Recipe, refuse_moved_keys, require_kind
+from medpref.finetune.recipe import Recipe, require_kind
 from medpref.params import StrictModel
 from medpref.stagekit import GuardParams
-
-#: keys of a policy recipe before it held one trl recipe per trainer → their home now
-_OLD_RECIPE_KEYS = {
-    **{key: f"sft.{new} and dpo.{new}" for key, new in (
-        ("lora_r", "r"), ("lora_alpha", "lora_alpha"), ("lora_dropout", "lora_dropout"),
-        ("target_modules", "target_modules"), ("learning_rate", "learning_rate"),
-        ("warmup_ratio", "warmup_steps"), ("max_length", "max_length"))},
-    "sft_epochs": "sft.num_train_epochs", "sft_max_steps": "sft.max_steps",
-    "dpo_epochs": "dpo.num_train_epochs", "dpo_max_steps": "dpo.max_steps",
-    **{key: f"policy.{new} in configs/hardware/<training.hardware>.yaml (hardware)"
-       for key, new in (("per_device_batch_size", "per_device_train_batch_size"),
-                        ("grad_accumulation", "gradient_accumulation_steps"),
-                        *((key, key) for key in (
-                            "gradient_checkpointing", "precompute_ref_log_probs",
-                            "logging_steps", "save_steps", "save_total_limit")))},
-    **{key: f"{key} in configs/hardware/<training.hardware>.yaml (hardware)"
-       for key in ("bf16", "num_threads")}}
 
 
 class PolicyRecipe(StrictModel):
@@ -47,12 +30,6 @@ class PolicyRecipe(StrictModel):
     sft: Recipe
     dpo: Recipe
     history_max_turns: int | None = Field(ge=1)   # context turns kept before an answer (null: all)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_old_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, _OLD_RECIPE_KEYS, "'{key}' is now {new}: a recipe "
-                                 "is one trl recipe per trainer, in trl's and peft's names")
 
     @model_validator(mode="after")
     def _kinds(self) -> PolicyRecipe:
@@ -86,9 +63,6 @@ class SFTParams(StrictModel):
     turn_quality: bool = True
 
 
-#: DPO keys that moved into the recipe
-_DPO_MOVED = {"beta": "training.recipes.<name>.dpo.beta",
-              "loss_type": "training.recipes.<name>.dpo.loss_type"}
 
 
 class DPOParams(StrictModel):
@@ -106,12 +80,6 @@ class DPOParams(StrictModel):
     heldout_folds: int = Field(0, ge=0, le=20)
     heldout_runs: Literal["strategies"] | list[str] | None = "strategies"
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_moved_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, _DPO_MOVED, "'training.dpo.{key}' is now '{new}': "
-                                 "beta and the loss are the DPO recipe's")
-
     @model_validator(mode="after")
     def _heldout_folds(self) -> DPOParams:
         if self.heldout_folds == 1:
@@ -119,12 +87,6 @@ class DPOParams(StrictModel):
         return self
 
 
-#: keys of the old ``training`` section → what replaced them
-_RENAMED = {"profile": "'training.recipe' (what is trained) and 'training.hardware' "
-                       "(configs/hardware/<name>.yaml: where and how fast)",
-            "profiles": "'training.recipes' (LoRA, learning rate, epochs, lengths); batch, "
-                        "accumulation, precision, checkpointing and threads are in "
-                        "configs/hardware/<training.hardware>.yaml"}
 
 
 class TrainingParams(StrictModel):
@@ -141,11 +103,6 @@ class TrainingParams(StrictModel):
     # runs.csv), e.g. gpu hardware's 2 × 16 batch on a pairs file of 21 pairs: 1 step
     warn_below_steps: int = Field(ge=1)
     guard: GuardParams = Field(default_factory=GuardParams)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_old_keys(cls, data: Any) -> Any:
-        return refuse_moved_keys(data, _RENAMED, "'training.{key}' is gone: use {new}")
 
     @field_validator("recipes")
     @classmethod
