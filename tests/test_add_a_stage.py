@@ -1,6 +1,6 @@
 """Adding a stage, as docs/extending.md describes it, in a temporary copy of the repository:
-its notebook, its package, its params section (and the section's entry in
-``medpref.params.SECTIONS``) and its declaration in ``medpref.dvcstages``. Then
+its notebook, its package (whose section model names its params section), its params
+section and its declaration in ``medpref.dvcstages``. Then
 ``medpref dvc-yaml`` writes its dvc stage, with the deps its params name and its outputs,
 ``dvc repro`` runs it through papermill, ``dvc status`` finds it up to date, and
 ``medpref tables --check`` rebuilds its table from its records. No other file is edited:
@@ -26,10 +26,14 @@ COPIED = ("src/medpref", "notebooks", "configs", "data/embedded", "params.yaml",
 
 CONFIG = '''"""The toy stage's params section."""
 
+from typing import ClassVar
+
 from medpref.params import StrictModel
 
 
 class ToyParams(StrictModel):
+    SECTION: ClassVar[str] = "toy"
+
     notes: str = "data/embedded/notes.jsonl"
     top: int = 3
 '''
@@ -131,8 +135,8 @@ def test_a_stage_is_added_in_its_notebook_package_params_and_declaration(copy):
     _run(["git", "add", "-A"], copy, env)
     _run(["git", "commit", "-qm", "before the toy stage"], copy, env)
 
-    # 1. the notebook, 2. the package, 3. the params section (+ its SECTIONS entry),
-    # 4. the declaration
+    # 1. the notebook, 2. the package (its config names the section), 3. the params
+    # section, 4. the declaration
     _notebook(copy / "notebooks/99_toy.ipynb")
     pkg = copy / "src/medpref/toy"
     pkg.mkdir()
@@ -141,9 +145,6 @@ def test_a_stage_is_added_in_its_notebook_package_params_and_declaration(copy):
         (pkg / name).write_text(text, encoding="utf-8")
     with open(copy / "params.yaml", "a", encoding="utf-8") as fh:
         fh.write("\ntoy:\n  notes: data/embedded/notes.jsonl\n  top: 3\n")
-    last = '    "training": "medpref.training.config:TrainingParams",\n'
-    _edit(copy / "src/medpref/params.py", last,
-          last + '    "toy": "medpref.toy.config:ToyParams",\n')
     decl = copy / "src/medpref/dvcstages.py"
     _edit(decl, "from medpref.rem.outputs import OUTPUTS as REM\n",
           "from medpref.rem.outputs import OUTPUTS as REM\n"
@@ -158,8 +159,7 @@ def test_a_stage_is_added_in_its_notebook_package_params_and_declaration(copy):
     touched = sorted({line[3:].split("/toy/")[0] + ("/toy/" if "/toy/" in line else "")
                       for line in changed.splitlines()})
     assert touched == ["dvc.yaml", "notebooks/99_toy.ipynb", "params.yaml",
-                       "src/medpref/dvcstages.py", "src/medpref/params.py",
-                       "src/medpref/toy/"], changed
+                       "src/medpref/dvcstages.py", "src/medpref/toy/"], changed
 
     import yaml
 

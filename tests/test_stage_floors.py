@@ -38,10 +38,10 @@ TOP_FLOOR = {"medpref.pipeline", "medpref.dvcstages"}
 KEPT_STRING_IMPORTS = {
     # params.yaml is validated whole when any stage loads it, so load_params needs every
     # section's model; the models live in the stage packages, which import medpref.params
-    # (StrictModel). A static import would make params → every stage → params a loop and
-    # put all ten config modules (and what they import) into every dvc stage's deps.
-    # Removing it means moving the section models below the stages: a change of its own.
-    "medpref/params.py": {"SECTIONS", "_section_model"},
+    # (StrictModel), and name their sections (found by reading their config.py). A static
+    # import would make params → every stage → params a loop and put all ten config
+    # modules (and what they import) into every dvc stage's deps.
+    "medpref/params.py": {"_section_model", "_find_sections"},
     # the documented plug-in lookup of docs/extending.md, held by the strategy registry: a
     # strategy named in annotation.strategies that no loaded module registered is imported
     # from the module of that name (a user's new strategy is one file and one list entry,

@@ -12,6 +12,7 @@ import difflib
 import hashlib
 import importlib
 import json
+import re
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -121,19 +122,30 @@ class SharedParams(StrictModel):
     llm: LLMConfig = Field(default_factory=LLMConfig)
 
 
+#: where the section models live: each stage package's ``config`` module
+_PACKAGES = Path(__file__).resolve().parent
+_SECTION_CLASS = re.compile(r'^class (\w+)\((?:[\w.]+)\):\n(?:(?:    .*)?\n)*?'
+                            r'    SECTION: ClassVar\[str\] = "(\w+)"', re.MULTILINE)
+
+
+def _find_sections() -> dict[str, str]:
+    """section name → "module:Class": ``shared`` (here), then every class in a stage
+    package's ``config.py`` that names its section (``SECTION: ClassVar[str] = "name"``),
+    read from the source without importing it. A stage's section is thus declared once,
+    by its own model; two models naming one section is an error."""
+    found = {"shared": "medpref.params:SharedParams"}
+    for path in sorted(_PACKAGES.glob("*/config.py")):
+        for cls, name in _SECTION_CLASS.findall(path.read_text(encoding="utf-8")):
+            where = f"medpref.{path.parent.name}.config:{cls}"
+            if name in found:
+                raise RuntimeError(f"params section '{name}' is declared twice: {found[name]} "
+                                   f"and {where}")
+            found[name] = where
+    return found
+
+
 #: section name → "module:Class" of its model. A section not listed is an unknown key.
-SECTIONS: dict[str, str] = {
-    "shared": "medpref.params:SharedParams",
-    "sampling": "medpref.sampling.config:SamplingParams",
-    "notechat": "medpref.notechat.config:NoteChatParams",
-    "rem": "medpref.rem.config:RemParams",
-    "annotation": "medpref.annotation.config:AnnotationParams",
-    "imapscore": "medpref.imap.config:ImapParams",
-    "medqa": "medpref.medqa.config:MedQAParams",
-    "tables": "medpref.papertables.config:TablesParams",
-    "simulation": "medpref.simulation.config:SimulationParams",
-    "training": "medpref.training.config:TrainingParams",
-}
+SECTIONS: dict[str, str] = _find_sections()
 
 
 class ParamsError(ValueError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from medpref.params import StrictModel
@@ -9,6 +11,8 @@ from medpref.stagekit import GuardParams
 
 
 class TablesParams(StrictModel):
+    SECTION: ClassVar[str] = "tables"
+
     registry: str = "configs/paper_tables.yaml"
     digits: int = Field(1, ge=0, le=6)          # decimals shown in Markdown / LaTeX
     index: str = "reports/index.md"

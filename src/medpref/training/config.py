@@ -13,7 +13,7 @@ processes (one, DDP, DeepSpeed) is an accelerate config under
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -90,6 +90,8 @@ class DPOParams(StrictModel):
 
 
 class TrainingParams(StrictModel):
+    SECTION: ClassVar[str] = "training"
+
     recipe: str                        # a name in ``recipes``
     hardware: str                      # configs/hardware/<name>.yaml (or a path to a YAML file)
     recipes: dict[str, PolicyRecipe]
