@@ -201,11 +201,15 @@ def test_alcohol_questions_do_not_match_a_fluid_item_by_meaning_either(items):
     ("How much alcohol and water do you drink?", False),   # names fluid too
 ])
 def test_which_sentences_speak_of_alcohol(sentence, alcohol):
-    from medpref.echo import about_alcohol, fluid_intake_item
+    """The committed item-senses file (simulation.grader.item_senses): which sentences
+    speak of alcohol, and which items it guards."""
+    from medpref.simulation.config import GraderParams
+    from medpref.simulation.graders import load_item_senses
 
-    assert about_alcohol(sentence) is alcohol
-    assert fluid_intake_item("excessive thirst and drinking (polydipsia)")
-    assert not fluid_intake_item("alcohol and caffeine use")
+    (sense,) = load_item_senses(GraderParams().item_senses).senses
+    assert sense.other(sentence) is alcohol
+    assert sense.guards("excessive thirst and drinking (polydipsia)")
+    assert not sense.guards("alcohol and caffeine use")
 
 
 #: dev items of the run batch whose credited sentence asks about someone other than the

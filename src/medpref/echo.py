@@ -290,30 +290,6 @@ def lists_too_many(sentence: str, matched_items: int, act: str, max_candidates: 
     return listed_candidates(sentence, matched_items, act) >= max_candidates
 
 
-# drinking alcohol is not thirst: "Do you smoke or drink?", "How much alcohol do you
-# drink?" and "Are you a drinker?" ask about alcohol, and share only the word "drink" (or
-# MiniLM's sense of it) with an item about fluid intake ("excessive thirst and drinking
-# (polydipsia)"). A sentence that also names thirst, water or fluid still asks about them.
-_ALCOHOL = re.compile(
-    r"\b(?:alcohol\w*|beers?|wines?|spirits|liquor|booze|pints?|drinkers?|drunk"
-    r"|smok\w*\s+(?:or|and)\s+drink\w*|drink\w*\s+(?:or|and)\s+smok\w*"
-    r"|(?:do|does)\s+(?:you|he|she|they)\s+drink\s*(?:\?|$))", re.IGNORECASE)
-_FLUID_WORDS = re.compile(r"\b(?:thirst\w*|water|fluids?|litres?|liters?)\b", re.IGNORECASE)
-_FLUID_ITEM_UNITS = frozenset({"drink", "thirst", "fluid", "polydipsia"})
-_ALCOHOL_ITEM_UNITS = frozenset({"alcohol", "caffein", "beer", "wine"})
-
-
-def about_alcohol(sentence: str) -> bool:
-    """The sentence asks or speaks about alcohol, not about thirst or fluid intake."""
-    return bool(_ALCOHOL.search(sentence)) and not _FLUID_WORDS.search(sentence)
-
-
-def fluid_intake_item(item: str) -> bool:
-    """A checklist item about thirst or how much fluid is drunk, not about alcohol."""
-    units = content_units(item)
-    return bool(units & _FLUID_ITEM_UNITS) and not units & _ALCOHOL_ITEM_UNITS
-
-
 # a question about someone other than the patient: its subject, right after the
 # auxiliary that opens it, is anyone, someone, other people or the doctor ("Does anyone
 # have diabetes…?", "Do other children have eczema…?", "Have I had any stomach

@@ -111,6 +111,9 @@ class GraderParams(StrictModel):
     # echo_aware, Chinese symptom items: the history headings ("家族史") and the words of a
     # question that asks each (null: off; graders.load_zh_headings)
     zh_headings: str | None = "data/embedded/sp_zh_history_headings.yaml"
+    # echo_aware, English items: item words a sentence may use in another sense ("drink":
+    # thirst, or alcohol), and how to tell (null: off; graders.load_item_senses)
+    item_senses: str | None = "data/embedded/sp_item_senses.yaml"
     # a request listing this many tests at once is an order for everything: it earns none
     max_requests: int = Field(6, ge=2, le=50)
     bootstrap_rounds: int = Field(2000, ge=100, le=100000)  # κ's interval

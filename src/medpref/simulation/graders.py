@@ -48,19 +48,17 @@ from typing import Any, Protocol
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from medpref.contracts import SPCase, Turn
 from medpref.echo import (
     ZH_ITEM_FRAME,
     DoctorSentence,
-    about_alcohol,
     about_someone_else,
     content_units,
     disease_core,
     disease_words,
     doctor_sentences,
-    fluid_intake_item,
     is_chinese,
     item_parts,
     list_pieces,
@@ -171,6 +169,49 @@ class ZhHistory(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     relatives: re.Pattern
     headings: tuple[ZhHeading, ...] = Field(min_length=1)
+
+
+class ItemSense(BaseModel):
+    """Item words a sentence may use in another sense: the items it guards (``item``, not
+    ``not_item``) and the sentences in the other sense (``other_sense``, not ``unless``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    item: re.Pattern
+    not_item: re.Pattern | None = None
+    other_sense: re.Pattern
+    unless: re.Pattern | None = None
+
+    @field_validator("item", "not_item", "other_sense", "unless", mode="before")
+    @classmethod
+    def _ignore_case(cls, v):
+        return re.compile(v, re.IGNORECASE) if isinstance(v, str) else v
+
+    def guards(self, item: str) -> bool:
+        return bool(self.item.search(item)) and not (self.not_item and
+                                                     self.not_item.search(item))
+
+    def other(self, sentence: str) -> bool:
+        return bool(self.other_sense.search(sentence)) and not (self.unless and
+                                                                self.unless.search(sentence))
+
+
+class ItemSenses(BaseModel):
+    """The file of ``simulation.grader.item_senses``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    senses: tuple[ItemSense, ...] = Field(min_length=1)
+
+
+@functools.cache
+def load_item_senses(path: str) -> ItemSenses:
+    """``simulation.grader.item_senses`` read once per process; a bad entry names the file
+    and the field (:func:`~medpref.contracts.parse_record`)."""
+    from medpref.contracts import parse_record
+    from medpref.params import repo_path
+
+    full = repo_path(path)
+    return parse_record(ItemSenses, yaml.safe_load(full.read_text(encoding="utf-8")), full)
 
 
 @functools.cache
@@ -311,6 +352,7 @@ class EchoAwareGrader:
         self.zh_match = p.zh_match_threshold
         self.zh_encoder = p.zh_encoder
         self.zh_history = load_zh_headings(p.zh_headings) if p.zh_headings else None
+        self.senses = load_item_senses(p.item_senses).senses if p.item_senses else ()
         self.max_requests = p.max_requests
         self.echo = (p.echo_overlap, p.echo_min_new)
         self.max_candidates = ctx.setup.max_candidates
@@ -407,11 +449,11 @@ class EchoAwareGrader:
         if is_chinese(item):
             return self._matches_zh(item, sents, cos)
         wants = [u for u in (content_units(x) for x in item_parts(item)) if u]
-        fluid = fluid_intake_item(item)
+        senses = [sense for sense in self.senses if sense.guards(item)]
         family_item = strict and bool(FAMILY_ITEM.match(item))
         hits = []
         for k, s in enumerate(sents):
-            if not s.text or (fluid and about_alcohol(s.text)):   # alcohol is not thirst
+            if not s.text or any(sense.other(s.text) for sense in senses):   # another sense
                 continue
             if family_item and not FAMILY_WORDS.search(s.text):
                 continue
