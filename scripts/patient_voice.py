@@ -31,8 +31,8 @@ import pandas as pd
 from medpref.data.agentclinic import AGENTCLINIC_FILES, agentclinic_cases
 from medpref.data.cspt import load_cspt
 from medpref.data.sp_cases import embedded_sp_cases
-from medpref.echo import split_sentences
 from medpref.params import REPO_ROOT, load_params, repo_path
+from medpref.sentences import split_sentences
 from medpref.simulation import consult, controls
 from medpref.simulation.knowledge import section_sentences
 from medpref.simulation.patients import (

@@ -18,7 +18,7 @@ import pytest
 
 from medpref.contracts import SPCase, Turn
 from medpref.data.agentclinic import nejm_case_record, osce_case_record
-from medpref.echo import split_sentences
+from medpref.sentences import split_sentences
 from medpref.simulation import consult, controls, grading
 from medpref.simulation.config import PatientParams
 from medpref.simulation.knowledge import case_sentences, listed_findings, normalise_sentence

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from medpref.contracts import ContractError, SPCase, Turn, read_jsonl, write_jsonl
-from medpref.echo import list_pieces, speech_act, split_sentences
+from medpref.echo import list_pieces, speech_act
 from medpref.params import REPO_ROOT
+from medpref.sentences import split_sentences
 from medpref.simulation import consult, controls, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams, SimulationParams
 from medpref.simulation.graders import GraderContext, build_grader

@@ -132,7 +132,8 @@ def test_history_cues_leave_a_diagnosis_named():
 # -- change 4: a disease is named as the diagnosis only in a sentence that offers one --------
 
 def _doctor_sentences_naming(item_obj):
-    from medpref.echo import names_disease, split_sentences
+    from medpref.echo import names_disease
+    from medpref.sentences import split_sentences
 
     return [s for t in item_obj.transcript if t.role == "doctor"
             for s in split_sentences(t.text) if names_disease(s, item_obj.item)]
@@ -260,7 +261,8 @@ def test_which_questions_are_about_someone_else(sentence, else_):
 
 def test_no_scripted_question_is_about_someone_else():
     from medpref.data.sp_cases import embedded_sp_cases
-    from medpref.echo import about_someone_else, split_sentences
+    from medpref.echo import about_someone_else
+    from medpref.sentences import split_sentences
 
     lines = [s for c in embedded_sp_cases() for t in c.script
              for s in split_sentences(t["doctor"])]

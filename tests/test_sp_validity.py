@@ -7,12 +7,13 @@ import pandas as pd
 import pytest
 
 from medpref.contracts import SPCase, Turn
-from medpref.echo import list_pieces, listed_candidates, lists_too_many, speech_act, split_sentences
+from medpref.echo import list_pieces, listed_candidates, lists_too_many, speech_act
 from medpref.llm.client import LLMClient
 from medpref.llm.ledger import Ledger
 from medpref.llm.scripted import ScriptedBackend
 from medpref.llm.types import CallSpec, Completion, GenerationParams
 from medpref.prompts import load_prompt
+from medpref.sentences import split_sentences
 from medpref.simulation import consult, grading, tables
 from medpref.simulation.config import GraderParams, PatientParams, SimulationParams
 from medpref.simulation.graders import (
@@ -527,7 +528,7 @@ def test_the_patient_answers_one_line_of_a_section_that_lists_a_finding_a_line()
     assert trace[0]["from"] == "findings"
     assert "the electromyography showed decreased muscle response" in case_sentences(c)
     # two lines in one answer stay two sentences, each the case's own
-    from medpref.echo import split_sentences
+    from medpref.sentences import split_sentences
     from medpref.simulation.knowledge import normalise_sentence
 
     both, _ = patient.answer(c.id, "en", "Can we check the electromyography findings? "

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 from medpref.contracts import Turn
+from medpref.sentences import split_sentences
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _HAN_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*")
 
 # function words and conversational filler: they carry no clinical content, so sharing
 # them with the patient is not an echo and saying them is not a contribution
@@ -127,11 +127,6 @@ def zh_share(part: frozenset[str], sentence: str) -> float:
     clauses = [zh_chars(c) for c in _ZH_CLAUSE.split(sentence)]
     dice = max((2 * len(part & c) / (len(part) + len(c)) for c in clauses if c), default=0.0)
     return max(share, dice)
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences cut after . ! ? ; and their full-width forms (the marks are kept)."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
 def item_parts(item: str) -> list[str]:

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from medpref.annotation.strategies import StrategyResult, register_strategy
 from medpref.contracts import ContractError, Dialogue, PreferencePair, read_jsonl
 from medpref.data.split import DialogueSplit, load_split
-from medpref.echo import speech_act, split_sentences
+from medpref.echo import speech_act
 from medpref.params import repo_path
+from medpref.sentences import split_sentences
 
 NAME = "control_process"
 CHOSEN_SOURCE = "sampled"                 # the real dialogue's next doctor turn

@@ -29,6 +29,7 @@ from medpref.llm.client import LLMClient
 from medpref.llm.pairwise import ORDERS, Order, combine_orders, judge_pairs, shown
 from medpref.llm.types import CallSpec
 from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.sentences import first_sentence
 
 Choice = Literal["1", "2", "equal"]
 Reading = Literal["one", "both"]
@@ -44,7 +45,6 @@ _NUMBERED = re.compile(r"\b(?:response|reply|candidate|option|answer)\s*#?\s*([1
 _BARE_DIGIT = re.compile(r"^\W*([12])\W*$")  # the whole first line is "1", "(2)", "2." ...
 _ORDINAL = re.compile(r"\b(first|second)\s+(?:response|reply|candidate|one|option)\b")
 _EQUAL = re.compile(r"\b(equal(?:ly)?|equivalent|tie|the same|both|neither)\b")
-_FIRST_SENTENCE = re.compile(r"(?<=[.!?])\s|\n")
 
 
 def parse_choice(text: str) -> Choice | None:
@@ -62,7 +62,7 @@ def parse_choice(text: str) -> Choice | None:
     bare = _BARE_DIGIT.match(body.splitlines()[0])
     if bare:
         return bare.group(1)  # type: ignore[return-value]
-    sentence = _FIRST_SENTENCE.split(body, maxsplit=1)[0]
+    sentence = first_sentence(body, lines=True)
     if _EQUAL.search(sentence):
         return "equal"
     hits = [(m.start(), m.group(1)) for m in _NUMBERED.finditer(sentence)]

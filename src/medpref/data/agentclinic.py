@@ -32,6 +32,7 @@ from typing import Any
 
 from medpref.contracts import ContractError, SPCase, parse_record
 from medpref.data.readers import data_root, jsonl_lines, require_field
+from medpref.sentences import first_sentence
 
 _log = logging.getLogger(__name__)
 AGENTCLINIC_DIR = Path("agentclinic")
@@ -52,7 +53,6 @@ _NOT_WANTED = re.compile(r"(optional|not (indicated|required|necessary|performed
                          re.IGNORECASE)
 _RESULT_FIELDS = frozenset("findings result results level interpretation suggestion other".split())
 #: a text's first sentence (a history's, a NEJM question's)
-_FIRST_SENTENCE = re.compile(r"(.+?[.?!])(?:\s|$)", re.DOTALL)
 
 
 def _humanise(key: str) -> str:
@@ -136,8 +136,7 @@ def osce_complaint(osce: Mapping[str, Any], actor: Mapping[str, Any]) -> tuple[s
         return primary.strip(), "Primary_Symptom"
     history = actor.get("History")
     if isinstance(history, str) and history.strip():
-        match = _FIRST_SENTENCE.match(history.strip())
-        return (match.group(1) if match else history).strip(), "History"
+        return first_sentence(history.strip()).strip(), "History"
     objective = osce.get("Objective_for_Doctor")
     if isinstance(objective, str) and objective.strip():
         return objective.strip(), "Objective_for_Doctor"
@@ -224,8 +223,7 @@ def nejm_complaint(question: str) -> str:
     """The presenting complaint of a NEJM vignette: what the patient "presented with" (or
     was "referred with", ...) in the first sentence, without its duration ("a 3-week
     history of ..."); else the whole first sentence."""
-    match = _FIRST_SENTENCE.match(question.strip())
-    first = (match.group(1) if match else question).strip()
+    first = first_sentence(question.strip()).strip()
     presented = _PRESENTED.search(first.rstrip(".?!"))
     if not presented:
         return first

@@ -33,6 +33,7 @@ from medpref.data.split import DialogueSplit, load_split
 from medpref.params import StrictModel, load_params, repo_path
 from medpref.rem.config import RemParams
 from medpref.rem.constructed_summary import summary_markdown
+from medpref.sentences import split_sentences
 
 RULE_IDS = ("A", "B", "C", "D", "E", "F")
 StateKind = Literal["questioning", "thin", "diagnosis"]
@@ -135,7 +136,7 @@ def turn_dicts(d: Dialogue, upto: int) -> list[dict[str, str]]:
 
 
 def sentences(text: str) -> list[str]:
-    return [s for s in re.split(r"(?<=[.?!])\s+", text.strip()) if s]
+    return split_sentences(text, semicolons=False, cjk=False)
 
 
 def questions(text: str) -> list[str]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from medpref.contracts import Candidate, Dialogue, Turn, UnlabeledItem
 from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.sentences import sentence_pieces
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def _strip_leaks(text: str) -> str:
 def _drop_repeated_sentences(text: str) -> str:
     """Small models loop: keep each sentence of a turn once."""
     seen, kept = set(), []
-    for sentence in re.split(r"(?<=[.!?])\s+", text):
+    for sentence in sentence_pieces(text):
         key = _normalise(sentence)
         if key and key not in seen:
             seen.add(key)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from medpref.echo import split_sentences
+from medpref.sentences import split_sentences
 from medpref.simulation.consult import Consultation
 from medpref.simulation.grading import CATEGORIES, ItemGrade
 

@@ -64,11 +64,11 @@ from medpref.echo import (
     list_pieces,
     lists_too_many,
     names_disease,
-    split_sentences,
     zh_item_parts,
     zh_share,
 )
 from medpref.registry import GRADERS, register_grader
+from medpref.sentences import split_sentences
 from medpref.simulation.grading import (
     CATEGORIES,
     GradingSetup,

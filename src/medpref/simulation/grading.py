@@ -28,6 +28,7 @@ from medpref.contracts import SPCase, Turn
 from medpref.echo import named_in_complaint
 from medpref.llm import CallSpec, LLMClient
 from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.sentences import split_sentences
 from medpref.simulation.knowledge import Encoder
 
 CATEGORIES = ("symptoms", "tests", "diseases")
@@ -97,7 +98,7 @@ def heuristic_disease_count(turn: str, disease: str) -> int:
     """Fallback count of candidate diseases named with ``disease``: the pieces of the
     sentence (or list) that names it, split at commas, 'or', 'and' and list bullets."""
     # a Chinese sentence ends at its mark, with or without a space after it
-    sentences = re.split(r"(?<=[.!?])\s+|(?<=[。！？])\s*", turn)
+    sentences = split_sentences(turn, semicolons=False)
     holder = next((s for s in sentences if disease.lower() in s.lower()), turn)
     return max(1, len([p for p in _LIST_SPLIT.split(holder) if p and p.strip()]))
 

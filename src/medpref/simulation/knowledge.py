@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from medpref.contracts import SPCase, Turn
-from medpref.echo import split_sentences
 from medpref.metrics.text import word_count
+from medpref.sentences import split_sentences
 from medpref.simulation.voice import facts_by_section
 
 Encoder = Callable[[Sequence[str]], np.ndarray]

@@ -26,10 +26,11 @@ import numpy as np
 import pandas as pd
 
 from medpref.contracts import Dialogue, Turn
-from medpref.echo import speech_act, split_sentences
+from medpref.echo import speech_act
 from medpref.llm import CallSpec, LLMClient
 from medpref.metrics.intervals import shown_mde
 from medpref.prompts import PromptTemplate
+from medpref.sentences import split_sentences
 from medpref.simulation.consult import doctor_messages, parse_doctor_answer
 from medpref.simulation.grading import GPD_LABELS, GPD_OPTIONS, Judge, parse_implication
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from medpref.contracts import Turn
-from medpref.echo import split_sentences
 from medpref.prompts import PromptTemplate, format_dialogue
+from medpref.sentences import split_sentences
 from medpref.simulation.knowledge import (
     Encoder,
     KnowledgeBase,

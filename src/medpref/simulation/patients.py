@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from medpref.contracts import SPCase
-from medpref.echo import ZH_QUESTION_FRAME, is_chinese, speech_act, split_sentences
+from medpref.echo import ZH_QUESTION_FRAME, is_chinese, speech_act
 from medpref.registry import PATIENTS, register_patient
+from medpref.sentences import split_sentences
 from medpref.simulation.knowledge import (
     Encoder,
     KnowledgeBase,

@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from medpref.contracts import SPCase
-from medpref.echo import is_chinese, speech_act, split_sentences
+from medpref.echo import is_chinese, speech_act
+from medpref.sentences import split_sentences
 
 # ------------------------------------------------------------------ what the check finds
 
@@ -98,7 +99,7 @@ def _sentences(line: str) -> list[str]:
     """A line's sentences; Chinese text is cut at its own marks only (CSPT writes
     decimals as "3. 7cm", which an English cut would break)."""
     if _HAN.search(line):
-        return [s.strip() for s in re.split(r"(?<=[。！？；])", line) if s.strip()]
+        return split_sentences(line, western=False)
     return split_sentences(line)
 
 

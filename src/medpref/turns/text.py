@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from medpref.contracts import Role, Turn
+from medpref.sentences import sentence_pieces
 
 #: A speaker tag ("Doctor:", "**Patient:**", "Dr. Smith:", "The patient responds:"): at a
 #: line start, or inline after the end of a sentence.
@@ -32,7 +33,6 @@ _SCAFFOLD = re.compile(
 _MEASURED = re.compile(
     r"\d+(?:\.\d+)?\s*(?:/\s*\d+\s*)?(?:mg/dl|mmol/l|mmhg|mg|mcg|g/dl|bpm|%|units?\b"
     r"|beats per minute|milligrams)", re.IGNORECASE)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _LETTERS = re.compile(r"[A-Za-z]")
 #: Shorter repeats ("Yes, I do.") are natural; longer ones are a small model looping.
 REPEAT_MIN_WORDS = 5
@@ -61,7 +61,7 @@ def normalise(text: str) -> str:
 
 def sentences(text: str) -> list[str]:
     """The text's sentences (split after ``.``, ``!`` or ``?``), empty ones left out."""
-    return [s for s in _SENTENCE.split(text) if s.strip()]
+    return [s for s in sentence_pieces(text) if s.strip()]
 
 
 def speaker_segments(text: str, default: Role | None = None) -> list[tuple[Role | None, str]]:
@@ -97,19 +97,19 @@ def _clean(text: str) -> str:
 
 def _dedupe_sentences(text: str, issues: list[str]) -> str:
     seen, kept = set(), []
-    for sentence in _SENTENCE.split(text):
+    for sentence in sentence_pieces(text):
         key = normalise(sentence)
         if key and key in seen:
             continue
         seen.add(key)
         kept.append(sentence)
-    if len(kept) < len(_SENTENCE.split(text)):
+    if len(kept) < len(sentence_pieces(text)):
         issues.append("removed repeated sentences")
     return " ".join(kept)
 
 
 def _drop_measured(text: str, issues: list[str]) -> str:
-    sentences = _SENTENCE.split(text)
+    sentences = sentence_pieces(text)
     kept = [s for s in sentences if not _MEASURED.search(s)]
     if len(kept) < len(sentences):
         issues.append("removed a test result the patient reported")
