@@ -40,12 +40,10 @@ from medpref.simulation.common import (
 )
 from medpref.simulation.config import SimulationParams
 from medpref.simulation.outputs import OUTPUTS as DOCTORS
-from medpref.simulation.outputs import consultations_of
+from medpref.simulation.outputs import Rows, _boot, consultations_of
 from medpref.stagekit import Stage
 
 NAME = "06_heldout"
-
-Rows = dict[str, list[dict[str, Any]]]
 
 
 @register_piece(NAME)
@@ -56,10 +54,6 @@ def open_heldout(stage: Stage):
 
 
 # -- records → tables -------------------------------------------------------------------------
-
-def _boot(params) -> int:
-    return params.simulation.grader.bootstrap_rounds
-
 
 def heldout_table(records: Rows, params) -> pd.DataFrame:
     return heldout.table_of(records["heldout_turns"], _boot(params), params.shared.seed,

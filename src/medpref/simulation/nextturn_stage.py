@@ -46,11 +46,10 @@ from medpref.simulation.common import (
     turns_of,
 )
 from medpref.simulation.config import SimulationParams
+from medpref.simulation.outputs import Rows, _boot
 from medpref.stagekit import Stage
 
 NAME = "06_next_turn"
-
-Rows = dict[str, list[dict[str, Any]]]
 
 
 @register_piece(NAME)
@@ -61,10 +60,6 @@ def open_next_turn(stage: Stage):
 
 
 # -- records → tables -------------------------------------------------------------------------
-
-def _boot(params) -> int:
-    return params.simulation.grader.bootstrap_rounds
-
 
 def next_turn_rows(records: Rows) -> list[dict]:
     """Every doctor's next-turn item rows, with the text scores recomputed."""
