@@ -79,8 +79,8 @@ def opening_items(params) -> list[Item]:
 def generate(backend: HFBackend, template, items: list[Item], decoding, tokens: int
              ) -> list[str]:
     # no stop string: the backend cuts it from the text, and the "?" is what asks
-    gen = GenerationParams(max_new_tokens=tokens,
-                           **{**decoding.overrides(0), "temperature": 0.0})
+    greedy = decoding.model_copy(update={"temperature": 0.0})   # the probe reads greedily
+    gen = GenerationParams(max_new_tokens=tokens, **greedy.overrides(0))
     requests = [ChatRequest.of(doctor_messages(template, list(it.history)), gen) for it in items]
     return [c.text for c in backend.generate(requests)]
 
