@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup env models kernel repro dvc-yaml tables test test-fast bench clean-outputs lint \
+.PHONY: setup env models kernel repro dvc-yaml params-yaml tables test test-fast bench clean-outputs lint \
         notebooks-sync notebooks-check plots
 
 # torch's CPU build by default: PyTorch's CPU index is an extra index (a local wheelhouse
@@ -38,6 +38,9 @@ repro:  ## the whole pipeline on the embedded default, offline
 
 dvc-yaml:  ## write dvc.yaml from each stage's declaration (src/medpref/dvcstages.py); `medpref dvc-yaml --check` diffs
 	$(BIN)/medpref dvc-yaml
+
+params-yaml:  ## write params.yaml's defaulted values from the section models (src/medpref/*/config.py); `medpref params-yaml --check` diffs
+	$(BIN)/medpref params-yaml
 
 tables:  ## every table and figure rebuilt from the committed per-item records (no model call)
 	$(BIN)/medpref tables

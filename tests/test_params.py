@@ -68,56 +68,64 @@ def test_a_role_has_no_token_budget(raw):
         parse_params(bad)
 
 
-def _dump(value):
-    from pydantic import BaseModel
+def test_params_yaml_is_as_generated():
+    """One home per knob: every value a section model defaults is written into params.yaml
+    from the code (`medpref params-yaml`), so a section built in code (a notebook, a test,
+    a user's script) gets the values `dvc repro` runs with, and nobody types it twice."""
+    from medpref import paramsgen
 
-    if isinstance(value, BaseModel):
-        return value.model_dump()
-    if isinstance(value, (list, tuple)):
-        return [_dump(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _dump(v) for k, v in value.items()}
-    return value
-
-
-_NONE = object()
+    diff = paramsgen.differences(REPO_ROOT / "params.yaml")
+    assert not diff, ("params.yaml differs from the section models' defaults; run "
+                      "`medpref params-yaml`:\n" + "".join(diff[:60]))
 
 
-def _default_mismatches(value, path: str, default=_NONE) -> list[str]:
-    """Fields whose code default differs from the value params.yaml gives them; a
-    sub-section is compared field by field (against its default instance, if any)."""
-    from pydantic import BaseModel
-    from pydantic_core import PydanticUndefined
+def test_params_yaml_generator_writes_a_changed_default_and_keeps_the_rest(monkeypatch):
+    """A default changed in the code reaches params.yaml in its old style, a defaulted key
+    missing from the file is added, and the comments, the key order and the values typed
+    only in the file stay; a second pass changes nothing."""
+    from pydantic import Field
 
-    if not isinstance(value, BaseModel):
-        if default is _NONE or _dump(default) == _dump(value):
-            return []
-        return [f"{path}: code {_dump(default)!r} vs params.yaml {_dump(value)!r}"]
-    out = []
-    for name, field in type(value).model_fields.items():
-        if isinstance(default, BaseModel):
-            sub = getattr(default, name)
-        elif field.default_factory is not None:
-            sub = field.default_factory()
-        elif field.default is not PydanticUndefined:
-            sub = field.default
-        else:
-            sub = _NONE
-        out += _default_mismatches(getattr(value, name), f"{path}.{name}", sub)
-    return out
+    from medpref import paramsgen
+    from medpref.params import StrictModel
+
+    class Inner(StrictModel):
+        k: int = 3
+        calls: dict[str, int] = Field(default_factory=lambda: {"a": 1, "b": 2})
+
+    class Section(StrictModel):
+        name: str                        # no default: typed in the file alone
+        n: int = 5
+        inner: Inner = Field(default_factory=Inner)
+        added: float = 0.5
+
+    text = ("# top comment\n"
+            "toy:\n"
+            "  name: kept              # a comment on a typed value\n"
+            "  n: 4                    # a comment on a defaulted value\n"
+            "  inner:\n"
+            "    k: 3\n"
+            "    calls: {a: 1, b: 9}   # flow style\n")
+    section = Section.model_validate(yaml.safe_load(text)["toy"])
+    out = paramsgen.render(text, {"toy": section})
+    assert out == ("# top comment\n"
+                   "toy:\n"
+                   "  name: kept              # a comment on a typed value\n"
+                   "  n: 5                    # a comment on a defaulted value\n"
+                   "  inner:\n"
+                   "    k: 3\n"
+                   "    calls: {a: 1, b: 2}   # flow style\n"
+                   "  added: 0.5\n")
+    again = Section.model_validate(yaml.safe_load(out)["toy"])
+    assert paramsgen.render(out, {"toy": again}) == out
 
 
-def test_code_defaults_are_the_committed_values():
-    """One home per knob: a section built in code (a notebook, a test, a user's script)
-    gets the values `dvc repro` runs with. Roles, servers and prices are named by the
-    pipeline (the code has none)."""
-    params = load_params()
-    bad = []
-    for name, section in params._sections.items():
-        bad += _default_mismatches(section, name)
-    bad = [b for b in bad if not b.startswith(("shared.llm.roles", "shared.llm.prices",
-                                               "shared.llm.servers"))]
-    assert not bad, "\n".join(bad)
+def test_pipeline_named_values_are_not_generated():
+    """Roles, servers and prices have no code value: the generator leaves them to the file."""
+    from medpref import paramsgen
+
+    paths = {".".join(p) for p, _, _ in paramsgen.generated_values(load_params()._sections)}
+    assert not [p for p in paths if p.startswith(paramsgen.TYPED_IN_PARAMS)]
+    assert "simulation.patient.guard_min_sentences" in paths     # a nested default
 
 
 def every_call(params) -> dict[str, CallSpec]:

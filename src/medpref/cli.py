@@ -4,6 +4,7 @@
     medpref run --overlay paper tables # = dvc exp run -S ... (configs/overlays/paper.yaml)
     medpref tables [--check] [STAGE]   # every table and figure, rebuilt from the committed records
     medpref dvc-yaml [--check]         # write dvc.yaml from src/medpref/dvcstages.py (or diff)
+    medpref params-yaml [--check]      # write params.yaml's code-defaulted values (or diff)
     medpref doctor                     # models, kernel, python/torch, backends' env, dvc
 
 A run is shared by DVC itself: every output, the LLM caches included, goes to a remote
@@ -102,6 +103,24 @@ def cmd_dvc_yaml(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_params_yaml(args: argparse.Namespace) -> int:
+    from medpref import paramsgen
+
+    path = args.root / "params.yaml"
+    if not args.check:
+        print(f"medpref params-yaml: wrote {paramsgen.write(path)}")
+        return 0
+    diff = paramsgen.differences(path)
+    if diff:
+        sys.stdout.writelines(diff)
+        print("medpref params-yaml: params.yaml differs from the section models' defaults "
+              "(src/medpref/*/config.py); run `medpref params-yaml` (make params-yaml) and "
+              "commit it", file=sys.stderr)
+        return 1
+    print("medpref params-yaml: params.yaml is as generated")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     checks = doctor.run_checks(args.root, verify_hashes=not args.quick)
     for check in checks:
@@ -141,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="compare with dvc.yaml instead of writing; print a unified diff "
                       "and exit 1 on any difference")
     dvcy.set_defaults(func=cmd_dvc_yaml)
+
+    py = sub.add_parser("params-yaml", help="write params.yaml's values that a section "
+                        "model defaults (src/medpref/*/config.py); comments and the other "
+                        "values kept")
+    py.add_argument("--check", action="store_true",
+                    help="compare with params.yaml instead of writing; print a unified diff "
+                    "and exit 1 on any difference")
+    py.set_defaults(func=cmd_params_yaml)
 
     doc = sub.add_parser("doctor", help="check models, kernel, versions, backends, dvc")
     doc.add_argument("--quick", action="store_true", help="skip hashing the model files")

@@ -27,6 +27,7 @@ from medpref.medqa.outputs import OUTPUTS as MEDQA
 from medpref.notechat.outputs import OUTPUTS as NOTECHAT
 from medpref.outputs import Data
 from medpref.papertables.outputs import OUTPUTS as PAPER_TABLES
+from medpref.params import EMBEDDED_LLM
 from medpref.rem.outputs import OUTPUTS as REM
 from medpref.sampling.outputs import OUTPUTS as SAMPLING
 from medpref.simulation.config import SimulationParams
@@ -171,7 +172,7 @@ STAGES = [
         comment="The embedded models as a stage, so `dvc exp run --temp/--queue` workspaces "
                 "(and a DVC remote) get them from the DVC cache like any other output. "
                 "`make models` runs it.",
-        data=(Data("models/smollm2-135m-instruct"), Data("models/all-minilm-l6-v2"),
+        data=(Data(EMBEDDED_LLM), Data("models/all-minilm-l6-v2"),
               Data("models/manifest.json"))),
     DvcStage(
         "sampling", notebook="01_sampling", outputs=SAMPLING, llm=True,

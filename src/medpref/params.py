@@ -29,6 +29,11 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
 
+#: the embedded corpus and model: the defaults of every stage's dialogues and every role
+EMBEDDED_DIALOGUES = "data/embedded/dialogues.jsonl"
+EMBEDDED_LLM = "models/smollm2-135m-instruct"
+
+
 class RoleConfig(StrictModel):
     """Which model plays a role (policy, judge, patient, ...) and how it decodes.
 
@@ -37,7 +42,7 @@ class RoleConfig(StrictModel):
     in that call's :class:`medpref.llm.types.CallSpec`."""
 
     backend: str = "hf"              # a name in medpref.registry.BACKENDS (LLMSession checks it)
-    model: str = "models/smollm2-135m-instruct"
+    model: str = EMBEDDED_LLM
     adapter: str | None = None
     server: str = "openai"
     replays: dict[str, str] | None = None

@@ -17,7 +17,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
-from medpref.params import StrictModel
+from medpref.params import EMBEDDED_DIALOGUES, StrictModel
 from medpref.scoring.formulas import DepSettings
 from medpref.stagekit import GuardParams
 
@@ -137,7 +137,7 @@ class ControlConfig(StrictModel):
     """The ``control_process`` pairs (medpref.annotation.control): no model call."""
 
     # Dialogue file with meta.diagnosis and meta.diagnosis_turn; its shared.split train part
-    dialogues: str = "data/embedded/dialogues.jsonl"
+    dialogues: str = EMBEDDED_DIALOGUES
     max_pairs: int | None = Field(80, ge=1)           # seeded subset (None: all)
 
 

@@ -13,8 +13,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from medpref.finetune.recipe import Recipe, require_kind
+from medpref.handoffs import REM_ADAPTER, REM_SCORERS
 from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
-from medpref.params import StrictModel
+from medpref.params import EMBEDDED_DIALOGUES, StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
 from medpref.stagekit import GuardParams
 
@@ -37,7 +38,7 @@ class RemTrainParams(StrictModel):
     # at most this many training rows (a seeded rule × score stratified sample of the train
     # split; PLPF trains on all 1,800): the LoRA REM's minutes grow with its rows
     max_rows: int | None = Field(160, ge=1)
-    adapter_dir: str = "data/03_rem/rem_lora"
+    adapter_dir: str = REM_ADAPTER
     checkpoints_dir: str = "data/03_rem/checkpoints"  # a killed run resumes here (removed after)
 
     @model_validator(mode="after")
@@ -52,7 +53,7 @@ class RemConstructionParams(StrictModel):
     dialogues, and the balance of rule × score × turn length (docs/rem.md)."""
 
     config: str = "configs/rem/constructions.yaml"
-    dialogues: str = "data/embedded/dialogues.jsonl"   # its `train` part (shared.split) only
+    dialogues: str = EMBEDDED_DIALOGUES                # its `train` part (shared.split) only
     seed: int = 0
     dev_share: float = Field(0.15, ge=0.0, lt=0.5)      # of the training dialogues
     test_share: float = Field(0.15, ge=0.0, lt=0.5)
@@ -146,7 +147,7 @@ class RemFittedParams(StrictModel):
     """The fitted scorers (encoder REM and baselines): where their models go, what they
     read, and the regularisation grid their C is chosen from on the development split."""
 
-    model_dir: str = "data/03_rem/rem_encoder"        # <scorer name>.json per fitted scorer
+    model_dir: str = REM_SCORERS                    # <scorer name>.json per fitted scorer
     # one of medpref.embedding.PACKAGED_ENCODERS, or a sentence-transformers folder
     embedding_model: str = "use_multilingual"
     lexicon: str = "data/embedded/lexicon"            # the surface word lists' source
@@ -202,7 +203,7 @@ class RemParams(SectionCalls):
     bootstrap_rounds: int = Field(2000, ge=1000, le=100_000)
     near_constant_share: float = Field(0.9, gt=0.0, le=1.0)  # flag: one label on > this share
     train: RemTrainParams
-    compliance_dialogues: str = "data/embedded/dialogues.jsonl"
+    compliance_dialogues: str = EMBEDDED_DIALOGUES
     compliance_n: int = Field(3, ge=1, le=10_000)  # dialogues, each cut at its last doctor turn
     compliance_scorers: list[str]                  # names in `scorers`
     guard: GuardParams = Field(default_factory=GuardParams)

@@ -33,6 +33,7 @@ from typing import Any
 
 import pandas as pd
 
+from medpref.handoffs import REM_ADAPTER, REM_SCORERS
 from medpref.outputs import Data, Figure, Records, StageOutputs, Table
 
 Rows = Mapping[str, list[dict[str, Any]]]
@@ -233,8 +234,8 @@ OUTPUTS = StageOutputs("03_rem", (
     Figure("confusion", confusion_figure),
     Table("compliance", compliance_table),
     Figure("compliance_radar", radar_figure),
-    Data("data/03_rem/rem_lora", doc="the trained REM adapter and its task card (stages 04 "
+    Data(REM_ADAPTER, doc="the trained REM adapter and its task card (stages 04 "
          "and 06 read it)"),
-    Data("data/03_rem/rem_encoder", doc="the fitted scorers (encoder REM, baselines), one "
+    Data(REM_SCORERS, doc="the fitted scorers (encoder REM, baselines), one "
          "JSON per rem.scorers name (rem.fitted.model_dir; stages 04 and 06 read it)"),
 ))

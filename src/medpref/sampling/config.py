@@ -8,7 +8,7 @@ from pydantic import Field
 
 from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
-from medpref.params import StrictModel
+from medpref.params import EMBEDDED_DIALOGUES, StrictModel
 from medpref.sampling.rounds import PREFIX
 from medpref.stagekit import GuardParams
 
@@ -35,13 +35,13 @@ class SamplingParams(SectionCalls):
         doctor_turn=dict(role="doctor", prompt="trajectory_doctor", max_new_tokens=64))
 
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
-    dialogues: str = "data/embedded/dialogues.jsonl"
+    dialogues: str = EMBEDDED_DIALOGUES
     source_split: str = "train"
     source_limit: int | None = Field(200, ge=1)
     n_items: int = Field(32, ge=1, le=100_000)
     future_rounds: int = Field(2, ge=1, le=10)
     min_future_rounds: int = Field(2, ge=0, le=10)
-    exemplar_pool: str = "data/embedded/dialogues.jsonl"
+    exemplar_pool: str = EMBEDDED_DIALOGUES
     exemplar_max_turns: int = Field(8, ge=2, le=200)
     history_max_turns: int = Field(8, ge=1, le=400)
     max_attempts: int = Field(2, ge=1, le=5)

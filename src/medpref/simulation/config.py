@@ -6,9 +6,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from medpref.handoffs import REM_ADAPTER
 from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
-from medpref.params import StrictModel
+from medpref.params import EMBEDDED_DIALOGUES, StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
 from medpref.simulation.consult import DoctorDecoding
 from medpref.simulation.grading import ANSWER_PREFIX
@@ -149,7 +150,7 @@ class NextTurnParams(StrictModel):
     """Next-turn evaluation on held-out dialogues (PLPF Tables 4 and 6, Fig. 4)."""
 
     enabled: bool = True
-    dialogues: str = "data/embedded/dialogues.jsonl"
+    dialogues: str = EMBEDDED_DIALOGUES
     source: Literal["embedded", "mts_dialog", "aci_bench"] = "embedded"
     source_split: str = "test1"
     dialogue_ids: list[str] | None = None   # None: the last n_dialogues (embedded: eval part)
@@ -186,7 +187,7 @@ class HeldoutParams(StrictModel):
     against SFT by state with intervals clustered by dialogue."""
 
     enabled: bool = True              # on by default (issue 21); ~6.5 min uncached on 2 cores
-    dialogues: str = "data/embedded/dialogues.jsonl"  # its eval part (shared.split)
+    dialogues: str = EMBEDDED_DIALOGUES               # its eval part (shared.split)
     n_states: int = Field(68, ge=1)
     states_per_dialogue: int = Field(4, ge=1, le=50)  # seeded cuts per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)   # turns the policy (and the REM) reads
@@ -243,7 +244,7 @@ class SplitOverlapParams(StrictModel):
     """The overlap check of the SP cases against the split's corpus
     (:mod:`medpref.simulation.overlap`): a flagged dialogue in ``train`` fails the stage."""
 
-    dialogues: str = "data/embedded/dialogues.jsonl"   # the corpus shared.split divides
+    dialogues: str = EMBEDDED_DIALOGUES                # the corpus shared.split divides
     gloss: str | None = "data/embedded/sp_cases_gloss_en.yaml"  # English of non-English cases
     flag_cosine: float = Field(0.6, ge=-1.0, le=1.0)   # MiniLM cosine: the same case
     flag_shared_words: int = Field(2, ge=1, le=20)     # or this many specific disease words
@@ -317,7 +318,7 @@ class SimulationParams(SectionCalls):
     # the REM by its rem.scorers name (stage 03's dev-split choice); null: the LoRA REM of
     # rem_adapter when it exists, else the in-context expected REM
     rem_scorer: str | None = "encoder"
-    rem_adapter: str | None = "data/03_rem/rem_lora"   # finetuned REM; absent → in-context expected
+    rem_adapter: str | None = REM_ADAPTER              # finetuned REM; absent → in-context expected
     rules: str = "configs/rules/plpf_flowchart.yaml"
     rem_icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
     grid_pattern: str = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
