@@ -8,9 +8,12 @@ every role that names the same folder and adapter, so a stage loads each model o
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +99,10 @@ class HFBackend(Backend):
     #: when every row has); False generates ``max_new_tokens`` and cuts afterwards (the
     #: same text up to the stop, slower; kept for the equality test and the benchmark)
     stop_in_generate = True
+    #: sampled requests that differ only in their seed (the REM's k samples of one prompt):
+    #: each batch is read once, and the other seeds decode from a copy of its keys, values
+    #: and first logits (the same numbers: the reading does not depend on the seed)
+    reuse_prefill = True
 
     def __init__(self, model: str, adapter: str | None = None, device: str = "auto",
                  dtype: str = "auto", batch_size: int = 8, model_name: str | None = None):
@@ -147,26 +154,45 @@ class HFBackend(Backend):
         groups: dict[Any, list[int]] = {}
         for i, req in enumerate(requests):
             groups.setdefault(req.params, []).append(i)
-        for params, idxs in groups.items():
-            ids = [tok(self.render(requests[i].messages, requests[i].prefix),
-                       add_special_tokens=False)["input_ids"] for i in idxs]
-            by_index = dict(zip(idxs, ids))
+        rendered: dict[int, list[int]] = {}
+
+        def ids_of(i: int) -> list[int]:
+            if i not in rendered:
+                rendered[i] = tok(self.render(requests[i].messages, requests[i].prefix),
+                                  add_special_tokens=False)["input_ids"]
+            return rendered[i]
+
+        for siblings in _seed_siblings(groups, ids_of, self.reuse_prefill):
+            # siblings: groups with the same prompts in the same order, whose settings differ
+            # in the seed alone; each batch is read once for all of them
+            first = groups[siblings[0]]
+            ids = [ids_of(i) for i in first]
             for part in batch_chunks(ids, self.batch_size, self.shared_prefix_min):
-                chunk = [idxs[k] for k in part]
-                for i, comp in zip(chunk, self._generate_batch([by_index[i] for i in chunk],
-                                                               params)):
-                    results[i] = comp
-                    if on_complete is not None:
-                        on_complete(i, comp)
+                read = None
+                for params in siblings:
+                    chunk = [groups[params][k] for k in part]
+                    batch = [ids[k] for k in part]
+                    if len(siblings) == 1:
+                        comps = self._generate_batch(batch, params)
+                    elif read is None:
+                        comps, read = self._generate_batch(batch, params, keep_prefill=True)
+                    else:
+                        comps, _ = self._generate_batch(batch, params, prefill=read)
+                    for i, comp in zip(chunk, comps):
+                        results[i] = comp
+                        if on_complete is not None:
+                            on_complete(i, comp)
         return [r for r in results if r is not None]
 
-    def _batch_inputs(self, ids: list[list[int]], adapter_names: list[str] | None = None):
+    def _batch_inputs(self, ids: list[list[int]], adapter_names: list[str] | None = None,
+                      run_prefix: bool = True):
         """Model inputs of one batch: left-padded prompts, or, when they share at least
         ``shared_prefix_min`` tokens, that beginning run once into a key/value cache
         (copied per row; once per adapter where rows name several) and each row's rest
         left-padded after it. The attention mask then has a gap that position ids skip,
         so every row sees the same positions as alone. Returns (inputs, past key values
-        or None)."""
+        or None). ``run_prefix`` False: the same inputs, no cache computed (a batch whose
+        first pass is replayed from an earlier reading)."""
         import torch
 
         tok, model = self._ensure_loaded()
@@ -176,7 +202,8 @@ class HFBackend(Backend):
         if shared < self.shared_prefix_min:
             enc = tok.pad({"input_ids": ids}, return_tensors="pt", padding=True)
             return {k: v.to(dev) for k, v in enc.items()}, None
-        cache = _shared_prefix_cache(model, ids[0][:shared], len(ids), adapter_names)
+        cache = (_shared_prefix_cache(model, ids[0][:shared], len(ids), adapter_names)
+                 if run_prefix else None)
         rest = [x[shared:] for x in ids]
         width = max(len(r) for r in rest)
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -186,22 +213,25 @@ class HFBackend(Backend):
                 "attention_mask": torch.tensor(mask, device=dev)}, cache
 
     def _generate_batch(self, ids: list[list[int]], params,
-                        adapter_names: list[str] | None = None) -> list[Completion]:
+                        adapter_names: list[str] | None = None, prefill=None,
+                        keep_prefill: bool = False):
         """Generate for one batch; ``adapter_names`` (one per row) picks each row's LoRA
-        adapter of a :class:`AdapterSet` (peft's mixed-adapter batch)."""
+        adapter of a :class:`AdapterSet` (peft's mixed-adapter batch). With
+        ``keep_prefill`` it returns (completions, the batch's reading: its first forward
+        pass's logits, keys and values), and with ``prefill`` (such a reading of the same
+        batch) decodes from a copy of it instead of reading the prompts again."""
         import torch
         from transformers import StoppingCriteriaList
 
         tok, model = self._ensure_loaded()
         t0 = time.perf_counter()
-        enc, cache = self._batch_inputs(ids, adapter_names)
+        enc, cache = self._batch_inputs(ids, adapter_names, run_prefix=prefill is None)
         width = enc["input_ids"].shape[1]
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
                                   "pad_token_id": tok.pad_token_id, **params.loop_controls()}
         if adapter_names is not None:
             kwargs["adapter_names"] = list(adapter_names)
-        if cache is not None:
-            kwargs["past_key_values"] = cache
+        kwargs["past_key_values"] = growing_cache(cache)
         stopper = None
         if params.stop and self.stop_in_generate:
             stopper = StopStrings(tok, params.stop, width)
@@ -211,7 +241,8 @@ class HFBackend(Backend):
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        with torch.inference_mode():
+        reading = _FirstPass(model, prefill) if keep_prefill or prefill is not None else None
+        with torch.inference_mode(), (reading or contextlib.nullcontext()):
             out = model.generate(**enc, **kwargs)
         latency = (time.perf_counter() - t0) / len(ids)
         new = out[:, width:]
@@ -229,6 +260,8 @@ class HFBackend(Backend):
             comps.append(Completion(text=text.strip(), tokens_in=len(prompt),
                                     tokens_out=len(row_ids), latency_s=latency,
                                     finish_reason="stop" if stopped else finish))
+        if keep_prefill or prefill is not None:
+            return comps, (reading.kept if keep_prefill else None)
         return comps
 
     # -- option scoring -----------------------------------------------------------------
@@ -603,6 +636,141 @@ class StopStrings:
 def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     cut = min((text.find(s) for s in stops if s and s in text), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def _seed_siblings(groups: dict[Any, list[int]], ids_of, reuse: bool) -> list[list[Any]]:
+    """The settings groups of one :meth:`HFBackend.generate` call, those that can share a
+    reading of their prompts together: sampled settings that differ only in their seed,
+    over the same prompts in the same order (the REM's k samples of each prompt). Every
+    other group is alone. In the groups' order."""
+    out: list[list[Any]] = []
+    for params in groups:
+        for sib in out:
+            head = sib[0]
+            if (reuse and params.sampled and head.sampled
+                    and replace(params, seed=None) == replace(head, seed=None)
+                    and len(groups[params]) == len(groups[head])
+                    and all(ids_of(a) == ids_of(b) for a, b in zip(groups[params], groups[head]))):
+                sib.append(params)
+                break
+        else:
+            out.append([params])
+    return out
+
+
+class _FirstPass:
+    """During one ``generate``: keeps the first forward pass's logits and the key/value
+    cache it leaves (``kept``), or, given such a reading of the same batch, skips that pass
+    and puts a copy of it in the cache ``generate`` passes. Every later pass runs as
+    usual. The forward pass is the causal LM's under any peft wrapper."""
+
+    def __init__(self, model, prefill=None):
+        self.inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.prefill = prefill
+        self.kept = None
+
+    def __enter__(self):
+        real = self.inner.forward
+        self.own = self.inner.__dict__.get("forward")     # a hook's, kept
+        state = {"first": True}
+
+        @functools.wraps(real)      # generate reads the signature (logits_to_keep, ...)
+        def forward(*args, **kwargs):
+            if not state["first"]:
+                return real(*args, **kwargs)
+            state["first"] = False
+            if self.prefill is None:
+                out = real(*args, **kwargs)
+                self.kept = (out.logits.clone(),
+                             [(layer.keys.clone(), layer.values.clone())
+                              for layer in out.past_key_values.layers])
+                return out
+            from transformers.modeling_outputs import CausalLMOutputWithPast
+
+            logits, layers = self.prefill
+            cache = kwargs["past_key_values"]
+            for n, (k, v) in enumerate(layers):
+                if n >= len(cache.layers):
+                    cache.layers.append(cache.layer_class_to_replicate())
+                layer = cache.layers[n]
+                if not layer.is_initialized:
+                    layer.lazy_initialization(k, v)
+                layer.keys, layer.values = k.clone(), v.clone()
+            return CausalLMOutputWithPast(logits=logits.clone(), past_key_values=cache)
+
+        self.inner.forward = forward
+        return self
+
+    def __exit__(self, *exc):
+        if self.own is not None:
+            self.inner.forward = self.own
+        else:
+            del self.inner.forward      # the class's forward again
+        return False
+
+
+def growing_cache(cache=None):
+    """A key/value cache for ``generate`` whose layers grow in place (:func:`_growing_layer`):
+    ``cache`` (a shared prefix's) converted, or a new empty one. The same numbers as
+    transformers' DynamicCache (tests/test_llm_hf_cache.py compares them bit for bit)."""
+    from transformers.cache_utils import DynamicCache
+
+    layer = _growing_layer()
+    if cache is None:
+        cache = DynamicCache()
+        cache.layer_class_to_replicate = layer
+        return cache
+    for one in cache.layers:
+        one.__class__ = layer
+    return cache
+
+
+_GROWING = None
+
+
+def _growing_layer():
+    """transformers' DynamicLayer, except that its keys and values live in a buffer with room
+    to grow: a decoding step writes its token's states in place and returns views of the
+    filled part, where DynamicLayer concatenates, copying the whole cache every step (on
+    a CPU, with prompts of a thousand tokens and more, over half of a step's time). The
+    views hold the same values in the same layout per row, so attention reads the same
+    numbers."""
+    global _GROWING
+    if _GROWING is not None:
+        return _GROWING
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        _kbuf = _vbuf = None
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n = self.keys.shape[-2] if self.keys.numel() else 0
+            add = key_states.shape[-2]
+            buf = self._kbuf
+            ours = (buf is not None and n > 0 and self.keys.data_ptr() == buf.data_ptr()
+                    and self.keys.shape[:2] == buf.shape[:2]
+                    and self.keys.stride() == buf.stride())
+            if not ours or n + add > buf.shape[-2]:
+                # a prefix cache, a batch selection or a repeat made new tensors: start a
+                # buffer with room for the next tokens (a quarter more, at least 256)
+                cap = n + add + max(256, (n + add) // 4)
+                b, h, _, d = key_states.shape
+                kb = key_states.new_empty((b, h, cap, d))
+                vb = value_states.new_empty((b, h, cap, d))
+                if n:
+                    kb[:, :, :n] = self.keys
+                    vb[:, :, :n] = self.values
+                self._kbuf, self._vbuf = kb, vb
+            self._kbuf[:, :, n:n + add] = key_states
+            self._vbuf[:, :, n:n + add] = value_states
+            self.keys = self._kbuf[:, :, :n + add]
+            self.values = self._vbuf[:, :, :n + add]
+            return self.keys, self.values
+
+    _GROWING = GrowingLayer
+    return _GROWING
 
 
 def _shared_prefix_cache(model, prefix: list[int], rows: int,
