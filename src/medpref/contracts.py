@@ -34,6 +34,25 @@ class Turn(Record):
     text: str
 
 
+class ConsultationRecord(Record):
+    """A consultation as stage 06 records it (one line of ``records/consultations.jsonl``):
+    the one schema every reader of those lines validates with (the grading, the
+    hand-grading tool, the transcripts page's parser); the fields after ``turns`` have
+    defaults, so a page, which shows turns only, reads as a record too."""
+
+    case: str
+    doctor: str
+    turns: list[Turn]
+    department: str = ""
+    lang: str = "en"
+    kind: str = "model"
+    doctor_model: str = ""
+    rounds: int | None = None
+    ended_by: str = "rounds"
+    error: str | None = None
+    steps: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class Dialogue(Record):
     id: str
     turns: list[Turn]

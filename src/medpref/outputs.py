@@ -42,6 +42,26 @@ def content_key(*parts: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
+class BuildRecords(dict):
+    """The records of one build, with what several of its builders share computed once
+    (``memo``: name → value); it lives as long as the build's records do."""
+
+    def __init__(self, records: Mapping[str, list[dict[str, Any]]]) -> None:
+        super().__init__(records)
+        self.memo: dict[str, Any] = {}
+
+
+def shared(records: Mapping[str, Any], params: Any, name: str, compute: Callable[[], Any]):
+    """``compute()`` once per build (``records`` a :class:`BuildRecords`, as
+    :meth:`StageOutputs.build` passes them); computed afresh for plain records."""
+    memo = getattr(records, "memo", None)
+    if memo is None:
+        return compute()
+    if name not in memo:
+        memo[name] = compute()
+    return memo[name]
+
+
 @dataclass(frozen=True)
 class Records:
     """One per-item record file; ``key`` names the fields that determine a row (hashed
@@ -203,7 +223,10 @@ class StageOutputs:
 
     def build(self, records: Mapping[str, list[dict[str, Any]]], params: Any
               ) -> dict[str, Any]:
-        """Every table and figure, from the records and the params alone."""
+        """Every table and figure, from the records and the params alone; what several
+        builders share is computed once for the build (:func:`shared`)."""
+        if not isinstance(records, BuildRecords):
+            records = BuildRecords(records)
         return {o.name: o.build(records, params) for o in self.built}
 
     def write_built(self, reports_dir: Path, built: Mapping[str, Any]) -> list[Path]:

@@ -72,13 +72,6 @@ class ReadingOutputs(StageOutputs):
         """Only the records this stage writes."""
         return StageOutputs.load_records(self, reports_dir)
 
-    def build(self, records, params) -> dict[str, Any]:
-        """Every table, figure and page, its builders sharing what several of them compute
-        (:func:`medpref.simulation.outputs.shared`) for this build only."""
-        from medpref.simulation.outputs import BuildRecords
-
-        return StageOutputs.build(self, BuildRecords(records), params)
-
     def root(self, reports_dir: Path) -> Path:
         """The folder whose ``reports/`` holds ``reports_dir`` (the repository's root)."""
         return reports_dir.parents[len(Path(self.folder or self.stage).parts)]

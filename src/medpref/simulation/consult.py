@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from pydantic import Field
 
-from medpref.contracts import SPCase, Turn
+from medpref.contracts import ConsultationRecord, SPCase, Turn
 from medpref.llm import CallSpec, LLMClient
 from medpref.params import StrictModel
 from medpref.prompts import PromptTemplate
@@ -67,7 +67,8 @@ def doctor_messages(template: PromptTemplate, turns: Sequence[Turn]) -> list[dic
 
 @dataclass
 class Consultation:
-    """One case's transcript under one doctor, with what produced each turn."""
+    """One case's transcript under one doctor, with what produced each turn; its record
+    (:meth:`record`, :class:`ConsultationRecord`) and back (:meth:`from_record`)."""
 
     case_id: str
     department: str
@@ -94,6 +95,14 @@ class Consultation:
                 "rounds": self.rounds, "ended_by": self.ended_by, "error": self.error,
                 "turns": [{"role": t.role, "text": t.text} for t in self.turns],
                 "steps": self.steps}
+
+    @classmethod
+    def from_record(cls, row: dict[str, Any] | ConsultationRecord) -> Consultation:
+        """The consultation of a record (validated as :class:`ConsultationRecord`)."""
+        r = row if isinstance(row, ConsultationRecord) else ConsultationRecord.model_validate(row)
+        return cls(r.case, r.department, r.lang, r.doctor, r.doctor_model,
+                   [Turn(role=t.role, text=t.text) for t in r.turns], list(r.steps),
+                   r.ended_by, r.error, r.kind)
 
 
 class DoctorDecoding(StrictModel):

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from medpref.outputs import Page, Records, Table
+from medpref.outputs import Page, Records, Table, shared
 from medpref.simulation import grading, tables
 from medpref.simulation.common import ReadingOutputs
 from medpref.simulation.doctors import grid_cell
 from medpref.simulation.nextturn_stage import OUTPUTS as NEXT_TURN
 from medpref.simulation.nextturn_stage import gpd_check_of, next_turn_rows, next_turn_summary
 from medpref.simulation.outputs import OUTPUTS as DOCTORS
-from medpref.simulation.outputs import Rows, _boot, shared, sp_view
+from medpref.simulation.outputs import Rows, _boot, sp_view
 
 # -- builders: Table 2 and its companions --------------------------------------------------
 

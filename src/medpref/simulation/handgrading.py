@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from medpref.contracts import (
     SP_CATEGORIES,
+    ConsultationRecord,
     ContractError,
     Record,
     SPCategory,
@@ -65,16 +66,6 @@ RULES = {
                 "disease as a complication or risk, made-up history, a negation, a shared "
                 "word (a symptom, a site), a neighbouring disease, or the patient naming it.",
 }
-
-
-class SimTranscript(Record):
-    """One line of stage 06's ``records/consultations.jsonl`` (the fields read here)."""
-
-    case: str
-    doctor: str
-    turns: list[Turn]
-    lang: str = "en"
-    department: str = ""
 
 
 class SimGrade(Record):
@@ -173,16 +164,16 @@ class _TranscriptPage(HTMLParser):
             self._turn["text"] += data
 
 
-def transcripts_from_html(path: str | os.PathLike) -> list[SimTranscript]:
+def transcripts_from_html(path: str | os.PathLike) -> list[ConsultationRecord]:
     """Every consultation of a stage-06 ``transcripts.html`` page as a
-    :class:`SimTranscript` (turns only: no grade, evidence or echo mark), so hand-graded
+    :class:`ConsultationRecord` (turns only: no grade, evidence or echo mark), so hand-graded
     excerpts can be cut from a page whose run's records are not at hand."""
     page = _TranscriptPage()
     page.feed(Path(path).read_text(encoding="utf-8"))
     page.close()
     if not page.records:
         raise ValueError(f"{path}: no consultation found (not a stage-06 transcripts page?)")
-    return [parse_record(SimTranscript, r, str(path), i)
+    return [parse_record(ConsultationRecord, r, str(path), i)
             for i, r in enumerate(page.records, start=1)]
 
 
@@ -241,7 +232,7 @@ def grading_queue(transcripts: str | os.PathLike | Iterable[Any],
     (nothing to grade). The machine verdict is included only with ``reveal_machine``."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
-    by_consult = {(t.case, t.doctor): t for t in _records(transcripts, SimTranscript)}
+    by_consult = {(t.case, t.doctor): t for t in _records(transcripts, ConsultationRecord)}
     items = []
     for g in _records(grades, SimGrade):
         t = by_consult.get((g.case, g.doctor))

@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.outputs import Records, StageOutputs, Table, content_key
+from medpref.outputs import BuildRecords, Records, StageOutputs, Table, content_key, shared
 from medpref.prompts import load_prompt
 from medpref.registry import register_piece
 from medpref.simulation import nextturn
@@ -80,8 +80,9 @@ def next_turn_summary(records: Rows, params) -> pd.DataFrame:
 
 
 def gpd_check_of(records: Rows, params):
-    """The GPD check (None: no next-turn items)."""
-    return nextturn.check_of(records["next_turn_items"], _boot(params), params.shared.seed)
+    """The GPD check (None: no next-turn items), computed once per build."""
+    return shared(records, params, "gpd_check", lambda: nextturn.check_of(
+        records["next_turn_items"], _boot(params), params.shared.seed))
 
 
 def next_turn_table(records: Rows, params) -> pd.DataFrame:
@@ -192,10 +193,10 @@ def run(stage, reports_dir: Path | None = None) -> NextTurnOutputs:
                           len(items) * len(model_ids), what="next-turn predictions")
     with stage.step("tables"):
         OUTPUTS.write_records(reports_dir, records)
-        written = OUTPUTS.load_records(reports_dir)
+        written = BuildRecords(OUTPUTS.load_records(reports_dir))
         built = OUTPUTS.build(written, stage.params)
         OUTPUTS.write_built(reports_dir, built)
-    built["gpd_check"] = gpd_check_of(written, stage.params)
+    built["gpd_check"] = gpd_check_of(written, stage.params)     # the build's own
     out = NextTurnOutputs(built, written, model_ids,
                           {n: t.sha for n, t in templates.items()})
     out.metrics = metrics_of(out)

@@ -37,8 +37,7 @@ from typing import Any
 
 import pandas as pd
 
-from medpref.contracts import Turn
-from medpref.outputs import Figure, Records, StageOutputs, Table
+from medpref.outputs import Figure, Records, StageOutputs, Table, shared
 from medpref.simulation import grading, overlap, tables
 from medpref.simulation.consult import Consultation
 from medpref.simulation.grading import ItemGrade
@@ -101,10 +100,7 @@ def judgement_record(j, rule) -> dict[str, Any]:
 # -- records → the stage's objects ---------------------------------------------------------
 
 def consultations_of(records: Rows) -> list[Consultation]:
-    return [Consultation(r["case"], r["department"], r["lang"], r["doctor"], r["doctor_model"],
-                         [Turn(role=t["role"], text=t["text"]) for t in r["turns"]],
-                         list(r["steps"]), r["ended_by"], r["error"], r["kind"])
-            for r in records["consultations"]]
+    return [Consultation.from_record(r) for r in records["consultations"]]
 
 
 GRADE_FIELDS = tuple(ItemGrade.__dataclass_fields__)
@@ -169,26 +165,6 @@ def per_case_table(consults, grades, consult_rows: Sequence[dict]) -> pd.DataFra
                                               "fallbacks"]]
         per_case = per_case.merge(honesty, on=["doctor", "case"], how="left")
     return per_case
-
-
-class BuildRecords(dict):
-    """The records of one build, with what several of its builders share computed once
-    (``memo``: name → value); it lives as long as the build's records do."""
-
-    def __init__(self, records: Rows) -> None:
-        super().__init__(records)
-        self.memo: dict[str, Any] = {}
-
-
-def shared(records: Rows, params, name: str, compute):
-    """``compute()`` once per build (``records`` a :class:`BuildRecords`); computed afresh
-    for plain records."""
-    memo = getattr(records, "memo", None)
-    if memo is None:
-        return compute()
-    if name not in memo:
-        memo[name] = compute()
-    return memo[name]
 
 
 def sp_view(records: Rows, params) -> SPView:

@@ -60,9 +60,7 @@ class Pair:
 
 def consultations_from(records: Sequence[dict]) -> list[Consultation]:
     """Stage 06's consultation records as :class:`Consultation` objects."""
-    return [Consultation(r["case"], r.get("department", ""), r.get("lang", "en"), r["doctor"],
-                         r.get("doctor_model", ""), [Turn(**t) for t in r["turns"]],
-                         kind=r.get("kind", MODEL_KIND)) for r in records]
+    return [Consultation.from_record(r) for r in records]
 
 
 def regrade(grader_params, consults: Sequence[Consultation], cases: dict[str, SPCase],
