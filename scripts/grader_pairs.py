@@ -37,6 +37,7 @@ from medpref.contracts import SPCase, SPGradedItem, read_jsonl
 from medpref.embedding import load_encoder, memoized
 from medpref.params import load_params, repo_path
 from medpref.simulation import runpairs
+from medpref.simulation.consult import Consultation
 from medpref.simulation.grading import ItemGrade
 from medpref.simulation.outputs import GRADE_FIELDS
 
@@ -88,7 +89,7 @@ def main() -> None:
         return
     rec = repo_path(args.records)
     cases = {c.id: c for c in read_jsonl(repo_path(p.cases), SPCase)}
-    consults = [c for c in runpairs.consultations_from(read(rec / "consultations.jsonl"))
+    consults = [c for c in map(Consultation.from_record, read(rec / "consultations.jsonl"))
                 if c.kind == runpairs.MODEL_KIND]
     doctors = {c.doctor for c in consults}
     recorded = [g for g in read(repo_path(args.grades)) if g["doctor"] in doctors]

@@ -94,7 +94,7 @@ def _node(new: Any, old: Any) -> Any:
             for k in [k for k in old if k not in new]:
                 del old[k]
             for k, v in new.items():
-                if k not in old or plain_yaml(old[k]) != v:
+                if k not in old or plain(old[k]) != v:
                     old[k] = _node(v, old.get(k))
             return old
         node = CommentedMap((k, _node(v, None)) for k, v in new.items())
@@ -106,15 +106,6 @@ def _node(new: Any, old: Any) -> Any:
             node.fa.set_flow_style()
         return node
     return new
-
-
-def plain_yaml(node: Any) -> Any:
-    """A ruamel node as plain data."""
-    if isinstance(node, dict):
-        return {k: plain_yaml(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [plain_yaml(v) for v in node]
-    return node
 
 
 def render(text: str, sections: dict[str, BaseModel]) -> str:

@@ -58,11 +58,6 @@ class Pair:
     cosine: float | None      # best MiniLM cosine with the item or a part
 
 
-def consultations_from(records: Sequence[dict]) -> list[Consultation]:
-    """Stage 06's consultation records as :class:`Consultation` objects."""
-    return [Consultation.from_record(r) for r in records]
-
-
 def regrade(grader_params, consults: Sequence[Consultation], cases: dict[str, SPCase],
             encode) -> list[ItemGrade]:
     """The consultations graded again by the configured grader (``grader.mode``; one that
