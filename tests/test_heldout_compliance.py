@@ -166,11 +166,11 @@ def test_committed_params_hold_out_68_states_of_the_18_eval_dialogues_before_dia
 
 
 def test_grid_cells_are_left_out_unless_asked():
-    docs = [DoctorConfig(name=n) for n in ("base", "sft", "cai_dep", "grid_avg_1", "agent")]
-    pattern = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
-    assert [d.name for d in heldout.heldout_doctors(docs, pattern, False)] == [
+    docs = [DoctorConfig(name=n) for n in ("base", "sft", "cai_dep", "agent")]
+    docs.insert(3, DoctorConfig(name="cell_a", cell={"weighting": "avg", "trajectory": 1}))
+    assert [d.name for d in heldout.heldout_doctors(docs, False)] == [
         "base", "sft", "cai_dep", "agent"]
-    assert len(heldout.heldout_doctors(docs, pattern, True)) == 5
+    assert len(heldout.heldout_doctors(docs, True)) == 5
 
 
 def test_the_cost_estimate_is_states_times_policies_at_the_measured_rates():
@@ -350,7 +350,8 @@ def test_run_makes_the_records_and_tables_with_scripted_policies(tmp_path):
     p = params.simulation
     h = SimpleNamespace(scorer=FakeScorer(), flowchart=SimpleNamespace(rules=RULES),
                         templates={p.doctor_prompt: load_prompt(p.doctor_prompt)})
-    doctors = [DoctorConfig(name=n) for n in clients]
+    doctors = [DoctorConfig(name=n, cell={"weighting": "dep", "trajectory": 1}
+                            if n == "grid_dep_1" else None) for n in clients]
     out = heldout.run_heldout(st, p, *reads(h, p), doctors, lambda d: clients[d.name])
     assert not (tmp_path / "reports").exists() and not (tmp_path / "data").exists()
     # the turn records, through JSON as the stage writes them, give the table again

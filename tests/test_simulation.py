@@ -411,19 +411,21 @@ def test_next_turn_question_share_intervals_and_paired_verdicts():
     assert nextturn.paired_table(better, "sft").empty
 
 
-def test_table3_grid_reads_cells_from_policy_names():
+def test_table3_grid_places_policies_by_their_recorded_cells():
     t2 = pd.DataFrame([{"doctor": "base", "ALL Sym.": 1.0, "ALL Test": 2.0, "ALL Dis.": 3.0},
                        {"doctor": "grid_avg_1",
                         "ALL Sym.": 10.0, "ALL Test": 20.0, "ALL Dis.": 30.0},
                        {"doctor": "grid_dep_3",
                         "ALL Sym.": 11.0, "ALL Test": 21.0, "ALL Dis.": 31.0}])
-    grid = tables.table3_grid(t2, r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)")
+    grid = tables.table3_grid(t2, GRID)
     avg_sym = grid[(grid.weighting == "avg") & (grid.metric == "Sym.")].iloc[0]
     assert avg_sym["k=1"] == 10.0 and np.isnan(avg_sym["k=3"])
     assert set(grid.weighting) == {"avg", "dep"}
 
 
-GRID = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
+#: the cells stage 05 recorded for the grid policies (names play no part)
+GRID = {"grid_avg_1": ("avg", 1), "grid_dep_1": ("dep", 1), "grid_dep_2": ("dep", 2),
+        "grid_dep_3": ("dep", 3)}
 
 
 def per_case_of(doctor, symptoms, tests, diseases):
@@ -517,7 +519,7 @@ def test_next_turn_scores_chinese_by_character_and_judges_implication():
 
 def test_case_subset_spans_departments_and_doctors_add_trained_policies():
     from medpref.simulation.common import select_cases
-    from medpref.simulation.config import DoctorConfig
+    from medpref.simulation.config import DoctorConfig, GridCell
     from medpref.simulation.doctors import all_doctors, grid_cell
 
     cases = [case("a1", "im"), case("a2", "im"), case("b1", "surgery"), case("c1", "peds")]
@@ -526,8 +528,10 @@ def test_case_subset_spans_departments_and_doctors_add_trained_policies():
     trained = [DoctorConfig(name="sft", adapter="x/sft"), DoctorConfig(name="base", adapter="y")]
     docs = all_doctors([DoctorConfig(name="base")], trained)
     assert [(d.name, d.adapter) for d in docs] == [("base", None), ("sft", "x/sft")]
-    pattern = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
-    assert grid_cell("grid_dep_3", pattern) == ("dep", 3) and grid_cell("cai_dep", pattern) is None
+    # a policy's Table 3 cell is what stage 05 recorded, whatever its name
+    cell = GridCell(weighting="dep", trajectory=3)
+    assert grid_cell(DoctorConfig(name="any_name", cell=cell)) == ("dep", 3)
+    assert grid_cell(DoctorConfig(name="grid_dep_3")) is None
 
 
 def test_grader_validation_agreement_table():

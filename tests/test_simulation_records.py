@@ -65,8 +65,10 @@ def run_stage(root, monkeypatch, grid_cases=0, heavy=True):
         "cases": str(root / "cases.jsonl"), "rounds": 2, "trained_policies": False,
         "grid_cases": grid_cases, "rem_radar": heavy, "controls": ["control_lecture"],
         "doctors": [{"name": "base", "role": "policy"}, {"name": "sft", "role": "sft"},
-                    {"name": "grid_avg_1", "role": "sft"}, {"name": "grid_dep_1",
-                                                            "role": "policy"}]})
+                    {"name": "grid_avg_1", "role": "sft",
+                     "cell": {"weighting": "avg", "trajectory": 1}},
+                    {"name": "grid_dep_1", "role": "policy",
+                     "cell": {"weighting": "dep", "trajectory": 1}}]})
     # heavy: every hand-graded item (data/embedded/sp_graded.jsonl), graded twice (seconds)
     raw["simulation"]["grader"].update(bootstrap_rounds=200,
                                        **({} if heavy else {"graded_items": None}))

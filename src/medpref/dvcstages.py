@@ -118,14 +118,14 @@ SIMULATION_NEXT_TURN_PARAMS = _simulation(
     *NEXT_TURN_ONLY, *DOCTORS_UNDER_TEST, "grader.bootstrap_rounds", "grader.mode", "grader.k",
     "grader.temperature", "grader.min_mass", calls="next_turn")
 SIMULATION_HELDOUT_PARAMS = _simulation(
-    *HELDOUT_ONLY, *DOCTORS_UNDER_TEST, *SIMULATION_REM, "grid_pattern",
+    *HELDOUT_ONLY, *DOCTORS_UNDER_TEST, *SIMULATION_REM,
     "grader.bootstrap_rounds", calls="heldout")
 #: what the grading reads: the cases' source, the grader, the gate, the patient's
 #: fallback sentences and thresholds (the transcripts page, the fidelity table), Tables 3
 #: and 6's layout, and the grader's call (a judge grader)
 SIMULATION_GRADING_PARAMS = _simulation(
     "source", "cases", "source_root", "source_limit", "agentclinic_file", "embedding_model",
-    "patient", "grid_pattern", *GRADING_ONLY, calls="sp_grading")
+    "patient", *GRADING_ONLY, calls="sp_grading")
 
 
 def records_of(outputs) -> list[Dep]:
@@ -276,7 +276,9 @@ STAGES = [
         "training", notebook="05_training", executed="05_training/summary",
         nb_params=(("part", "summary"),), outputs=TRAINING,
         deps=[*HARDWARE, SFT_POLICY, "data/05_training/dpo",
-              "reports/05_training/dpo"],
+              "reports/05_training/dpo",
+              Dep("data/04_annotation/grid", "each grid cell's cell.json: the Table 3 cell "
+                  "of a run trained on its pairs (the policy record's cell)")],
         params=[Dep("training.recipe", "the notebook shows the recipe and hardware it checks"),
                 "training.recipes", "training.hardware", "training.base_role",
                 "training.dpo.runs", "training.dpo.output_dir", "training.sft.output_dir",

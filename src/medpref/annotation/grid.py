@@ -27,7 +27,8 @@ from medpref.annotation import cai, grid_outputs
 from medpref.annotation.analysis import strategy_row
 from medpref.annotation.config import AnnotationParams
 from medpref.annotation.grid_outputs import OUTPUTS, TABLE_STEM
-from medpref.contracts import write_jsonl
+from medpref.contracts import atomic_write_text, write_jsonl
+from medpref.handoffs import GRID_CELL
 from medpref.outputs import read_rows
 from medpref.params import repo_path
 from medpref.registry import register_piece
@@ -126,6 +127,9 @@ def run_cell(stage: GridStage, weighting: str, trajectory: int) -> CellOutputs:
            "full_length_share": coverage["full_length_share"]}
     write_jsonl(stage.data("pairs.jsonl"), result.pairs)
     write_jsonl(stage.data("decisions.jsonl"), [d.to_record() for d in result.decisions])
+    # the cell says which it is beside its pairs: a run trained on them is this cell's
+    atomic_write_text(stage.data(GRID_CELL), json.dumps(
+        {"weighting": weighting, "trajectory": trajectory}, sort_keys=True) + "\n")
     out = CellOutputs(weighting, trajectory, row, coverage, metrics=dict(row),
                       models={"rem": scorer.model_id},
                       prompts={scorer.prompt.name: scorer.prompt.sha} if scorer.prompt else {})

@@ -1,16 +1,19 @@
 """The trained policies as backend roles: base model + adapter, evaluated through ``hf``.
 
 Stage 05 writes one folder per run (``<dpo.output_dir>/<run>/``) holding the adapter and
-``run.json``, or ``skipped.json`` when the run could not train. A later stage (the
-simulation) asks :func:`trained_policies` what exists and registers them with
-:func:`register_policy_roles`; then ``stage.role("policy_cai_dep")`` is the ``policy``
-role's model with that run's adapter, with its own cache identity (the adapter's hash).
+``run.json``, or ``skipped.json`` when the run could not train. Stage 05's summary lists
+what trained (:func:`trained_policies`), each with the grid cell its pairs came from
+(:func:`policy_cell`), in its hand-off records (:data:`medpref.handoffs.POLICY_ROLES`),
+which stage 06 reads. :func:`register_policy_roles` serves them in a session (a notebook,
+a script): then ``stage.role("policy_cai_dep")`` is the ``policy`` role's model with that
+run's adapter, with its own cache identity (the adapter's hash).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from medpref.finetune.runs import read_run_card
 from medpref.finetune.sft import portable_path
@@ -95,6 +98,16 @@ def policy_role(params: Params, policy: TrainedPolicy) -> RoleConfig:
     """The base role's config with the policy's adapter."""
     base = params.shared.llm.roles[params.training.base_role]
     return base.model_copy(update={"adapter": policy.adapter})
+
+
+def policy_cell(params: Params, policy: TrainedPolicy) -> dict[str, Any]:
+    """``{"cell": {weighting, trajectory}}`` when the policy trained on the pairs of a cell
+    of stage 04's grid (PLPF Table 3; :func:`medpref.handoffs.grid_cell_of`), else ``{}``."""
+    from medpref.handoffs import grid_cell_of
+
+    pairs = dpo_runs(params).get(policy.run)
+    cell = grid_cell_of(repo_path(pairs)) if pairs else None
+    return {"cell": cell} if cell else {}
 
 
 def register_policy_roles(params: Params, include_sft: bool = True) -> list[TrainedPolicy]:

@@ -16,15 +16,25 @@ from medpref.simulation.grading import ANSWER_PREFIX
 from medpref.stagekit import GuardParams
 
 
+class GridCell(StrictModel):
+    """A cell of PLPF Table 3: Eq. 1's weighting × the trajectory length of stage 04's
+    grid whose pairs a policy was trained on."""
+
+    weighting: str
+    trajectory: int = Field(ge=1)
+
+
 class DoctorConfig(StrictModel):
     """One doctor under test: a model (a role, any backend, optionally with a LoRA
     adapter), or a control (``simulation.controls``: turns written from the case, no
-    model call; it has no role)."""
+    model call; it has no role). ``cell``: the Table 3 cell it was trained for (stage 05
+    records it for its runs on a grid cell's pairs; a configured doctor may name one)."""
 
     name: str
     role: str = "policy"
     adapter: str | None = None        # base + adapter (a trained policy)
     kind: Literal["model", "control"] = "model"
+    cell: GridCell | None = None
 
 
 class PatientParams(StrictModel):
@@ -191,7 +201,7 @@ class HeldoutParams(StrictModel):
     n_states: int = Field(68, ge=1)
     states_per_dialogue: int = Field(4, ge=1, le=50)  # seeded cuts per dialogue
     history_max_turns: int = Field(8, ge=1, le=200)   # turns the policy (and the REM) reads
-    include_grid: bool = False        # also the PLPF Table 3 grid cells (grid_pattern)
+    include_grid: bool = False        # also the PLPF Table 3 grid cells' policies
     # the policies' turns are REM-scored only where the two controls show the REM can
     # tell a good turn from a bad one (controls first): "if_range_separates" scores them
     # when the range separates on at least one rule, "always" scores them regardless
@@ -321,7 +331,6 @@ class SimulationParams(SectionCalls):
     rem_adapter: str | None = REM_ADAPTER              # finetuned REM; absent → in-context expected
     rules: str = "configs/rules/plpf_flowchart.yaml"
     rem_icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
-    grid_pattern: str = r"grid_(?P<weighting>avg|dep)_(?P<trajectory>\d+)"
     table6_policies: dict[str, str] = Field(default_factory=lambda: {
         "GPT4": "gpt4_rank", "Rethinker": "agent_norerank", "Rethinker+GPT4": "agent"})
     # torch CPU threads for this stage's local models; on a shared, busy CPU one thread runs

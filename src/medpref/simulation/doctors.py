@@ -4,16 +4,18 @@ Trained policies come from stage 05's hand-off (:data:`medpref.handoffs.POLICY_R
 the SFT run and each DPO run that trained, in training order); each is the policy role's
 base model + that run's LoRA adapter, named by its run (``sft``, ``cai_dep``,
 ``grid_avg_1`` …). The PLPF Table 3 cell of a policy (weighting × trajectory length) is
-read from its name.
+the ``cell`` stage 05 recorded for it: the cell of stage 04's grid whose pairs it trained
+on (:func:`medpref.handoffs.grid_cell_of`), never read from its name.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from medpref.simulation.config import DoctorConfig
+from pydantic import ValidationError
+
+from medpref.simulation.config import DoctorConfig, GridCell
 
 
 def trained_doctors(params, path: str | Path | None = None) -> list[DoctorConfig]:
@@ -39,7 +41,12 @@ def trained_doctors(params, path: str | Path | None = None) -> list[DoctorConfig
         if Path(row["model"]) != Path(base_model):
             raise ContractError(path, line, "model", f"'{row['model']}' is not the "
                                 f"'{base_role}' role's model '{base_model}'")
-        out.append(DoctorConfig(name=row["run"], role=base_role, adapter=row["adapter"]))
+        try:
+            cell = GridCell.model_validate(row["cell"]) if row.get("cell") else None
+        except ValidationError as err:
+            raise ContractError(path, line, "cell", str(err.errors()[0]["msg"])) from err
+        out.append(DoctorConfig(name=row["run"], role=base_role, adapter=row["adapter"],
+                                cell=cell))
     return out
 
 
@@ -50,10 +57,16 @@ def all_doctors(configured: Sequence[DoctorConfig], trained: Sequence[DoctorConf
     return [*configured, *[d for d in trained if d.name not in names]]
 
 
-def grid_cell(name: str, pattern: str) -> tuple[str, int] | None:
-    """(weighting, trajectory) of a policy trained for one PLPF Table 3 cell, else None."""
-    m = re.search(pattern, name)
-    return (m.group("weighting"), int(m.group("trajectory"))) if m else None
+def grid_cell(d: DoctorConfig) -> tuple[str, int] | None:
+    """(weighting, trajectory) of a model doctor trained for one PLPF Table 3 cell, else
+    None."""
+    return (d.cell.weighting, d.cell.trajectory) if d.kind == "model" and d.cell else None
+
+
+def recorded_cells(sp_doctors) -> dict[str, tuple[str, int]]:
+    """Each grid policy's cell by doctor name, from the doctors' records (``sp_doctors``)."""
+    return {d["doctor"]: (d["cell"]["weighting"], int(d["cell"]["trajectory"]))
+            for d in sp_doctors if d["kind"] == "model" and d.get("cell")}
 
 
 def table6_policy(name: str, wanted: str) -> bool:

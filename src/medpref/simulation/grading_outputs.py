@@ -24,7 +24,7 @@ import pandas as pd
 from medpref.outputs import Page, Records, Table, shared
 from medpref.simulation import grading, tables
 from medpref.simulation.common import ReadingOutputs
-from medpref.simulation.doctors import grid_cell
+from medpref.simulation.doctors import recorded_cells
 from medpref.simulation.nextturn_stage import OUTPUTS as NEXT_TURN
 from medpref.simulation.nextturn_stage import gpd_check_of, next_turn_rows, next_turn_summary
 from medpref.simulation.outputs import OUTPUTS as DOCTORS
@@ -151,16 +151,15 @@ GRID_NOT_RUN = ("not SP-tested (simulation.grid_cases: 0): on the embedded defau
                 "trains on a dozen or two pairs, and the 3 cases a CPU run affords detect no "
                 "difference between cells; set simulation.grid_cases: null to test them on "
                 "every case")
-NO_GRID_POLICY = ("no grid policy: stage 05 trained no grid_<weighting>_<trajectory> run "
-                  "(training.dpo.runs)")
+NO_GRID_POLICY = ("no grid policy: stage 05 trained no run on the pairs of a cell of stage "
+                  "04's grid (training.dpo.runs)")
 
 
 def grid_note(records: Rows, params) -> str:
     """What Table 3 says about its cells' SP test: not trained, not tested, or on how
     many of the run's cases."""
-    p = params.simulation
-    cells = [d for d in records["sp_doctors"]
-             if d["kind"] == "model" and grid_cell(d["doctor"], p.grid_pattern)]
+    grid = recorded_cells(records["sp_doctors"])
+    cells = [d for d in records["sp_doctors"] if d["doctor"] in grid]
     tested = sorted({d["sp_cases"] for d in cells if d["sp_cases"]})
     if not cells:
         return NO_GRID_POLICY
@@ -188,7 +187,8 @@ def grid_layout(params) -> pd.DataFrame:
 def grid_table(records: Rows, params) -> pd.DataFrame:
     """PLPF Table 3 (:func:`tables.table3_grid`) with a ``note`` on its cells' SP test;
     without a tested cell, the grid's layout with no score and the reason."""
-    grid = tables.table3_grid(sp_view(records, params).table2, params.simulation.grid_pattern)
+    grid = tables.table3_grid(sp_view(records, params).table2,
+                              recorded_cells(records["sp_doctors"]))
     if grid.empty:
         grid = grid_layout(params)
     note = grid_note(records, params)
@@ -199,7 +199,8 @@ def grid_table(records: Rows, params) -> pd.DataFrame:
 
 def grid_ci_table(records: Rows, params) -> pd.DataFrame:
     return tables.table3_intervals(sp_view(records, params).per_case,
-                                   params.simulation.grid_pattern, n_boot=_boot(params))
+                                   recorded_cells(records["sp_doctors"]),
+                                   n_boot=_boot(params))
 
 
 def table6_table(records: Rows, params) -> pd.DataFrame:

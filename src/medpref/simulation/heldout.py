@@ -183,9 +183,9 @@ def states_of(rows: Sequence[dict]) -> pd.DataFrame:
     return pd.DataFrame(list(rows), columns=STATE_COLUMNS)
 
 
-def heldout_doctors(doctors: Sequence, grid_pattern: str, include_grid: bool) -> list:
+def heldout_doctors(doctors: Sequence, include_grid: bool) -> list:
     """The doctors compared: all of them, less the PLPF Table 3 grid cells unless asked."""
-    return [d for d in doctors if include_grid or grid_cell(d.name, grid_pattern) is None]
+    return [d for d in doctors if include_grid or grid_cell(d) is None]
 
 
 def estimated_seconds(n_states: int, n_policies: int, n_rules: int,
@@ -497,7 +497,7 @@ def run_heldout(stage, p, scorer, flowchart, template: PromptTemplate, doctors: 
     dialogues = eval_dialogues(repo_path(hp.dialogues), split)
     states = select_states(dialogues, hp.n_states, hp.states_per_dialogue, stage.seed,
                            hp.history_max_turns, hp.bad_turn_template)
-    policies = heldout_doctors(doctors, p.grid_pattern, hp.include_grid)
+    policies = heldout_doctors(doctors, hp.include_grid)
     rules = list(flowchart.rules)
     design = design_of(hp)
     gen_s, rem_s = estimated_seconds(len(states), len(policies), len(rules), len(design.names))

@@ -181,7 +181,7 @@ def cases_for(p: SimulationParams, h: Harness, d: DoctorConfig) -> list[SPCase]:
     """All cases, or for a Table 3 grid cell the ``grid_cases`` subset (the same
     round-robin subset for every cell, so the cells stay paired; 0: none, the cells are
     not SP-tested); a control runs on every case."""
-    grid = d.kind == "model" and grid_cell(d.name, p.grid_pattern) is not None
+    grid = grid_cell(d) is not None
     if p.grid_cases is not None and grid:
         return select_cases(h.cases, p.grid_cases, None) if p.grid_cases else []
     return h.cases
@@ -269,7 +269,8 @@ def sp_records(p: SimulationParams, h: Harness, doctors: Sequence[DoctorConfig],
                   for c in h.cases],
         "sp_doctors": [{"doctor": d.name, "kind": d.kind, "role": d.role, "adapter": d.adapter,
                      "model_id": model_ids.get(d.name, ""),
-                     "sp_cases": len(results[d.name].consults)} for d in doctors],
+                     "sp_cases": len(results[d.name].consults),
+                     "cell": d.cell.model_dump() if d.cell else None} for d in doctors],
         "consultations": [], "patient_sentences": [], "compliance_judgements": []}
     cases = {c.id: c.model_dump(mode="json") for c in h.cases}
     for d in doctors:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from medpref.metrics.intervals import shown_mde
-from medpref.simulation.doctors import grid_cell, table6_policy
+from medpref.simulation.doctors import table6_policy
 from medpref.simulation.grading import CATEGORIES, eq6
 
 SHORT = {"symptoms": "Sym.", "tests": "Test", "diseases": "Dis."}
@@ -51,15 +51,16 @@ def all_scores(t2: pd.DataFrame) -> pd.DataFrame:
     return t2[["doctor", *cols]].rename(columns=cols).set_index("doctor")
 
 
-def table3_grid(t2: pd.DataFrame, pattern: str) -> pd.DataFrame:
+def table3_grid(t2: pd.DataFrame, cells: Mapping[str, tuple[str, int]]) -> pd.DataFrame:
     """PLPF Table 3 / follow-up Fig. 10: SP scores per weighting × trajectory cell, for
-    the policies trained per cell (empty when none was trained)."""
+    the policies trained per cell (``cells``: doctor → its cell; empty when none was
+    trained)."""
     if t2.empty:
         return pd.DataFrame(columns=["weighting", "metric"])
     scores = all_scores(t2)
     rows = []
     for doctor in scores.index:
-        cell = grid_cell(doctor, pattern)
+        cell = cells.get(doctor)
         if cell is None:
             continue
         for metric in scores.columns:
@@ -231,14 +232,14 @@ def _case_scores(per_case: pd.DataFrame, doctor: str, cat: str) -> pd.Series:
     return 100.0 * sub.set_index("case")[cat].astype(float)
 
 
-def table3_intervals(per_case: pd.DataFrame, pattern: str, reference: str = GRID_REFERENCE,
+def table3_intervals(per_case: pd.DataFrame, cells: Mapping[str, tuple[str, int]],
+                     reference: str = GRID_REFERENCE,
                      n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Companion of :func:`table3_grid`: per cell (weighting × trajectory) and category,
     the score with its interval over cases, and the cell against the ``reference``
     weighting's cell of the same trajectory length, paired by case."""
     cells = {} if per_case.empty else {
-        d: grid_cell(d, pattern) for d in per_case["doctor"].unique()}
-    cells = {d: c for d, c in cells.items() if c is not None}
+        d: cells[d] for d in per_case["doctor"].unique() if d in cells}
     by_cell = {c: d for d, c in cells.items()}
     rows = []
     for doctor, (weighting, k) in sorted(cells.items(), key=lambda x: (x[1][1], x[1][0])):

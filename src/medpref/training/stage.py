@@ -410,7 +410,8 @@ def run_summary(stage: RunStage) -> TrainingOutputs:
     rows = [_summary_row(stage, name) for name in policies.dpo_runs(stage.params)]
     trained = policies.trained_policies(stage.params)
     roles = {pol.role: {"run": pol.run, **policies.policy_role(stage.params, pol)
-                        .model_dump(include={"backend", "model", "adapter"})}
+                        .model_dump(include={"backend", "model", "adapter"}),
+                        **policies.policy_cell(stage.params, pol)}
              for pol in trained}
     curves = margin_curves(stage)
     built = write_part(stage, outputs.SUMMARY_OUTPUTS,
