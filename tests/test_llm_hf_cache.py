@@ -107,13 +107,13 @@ def _seeded(tiny, adapter, share: bool, reuse: bool, monkeypatch, k: int = 3):
     if not share:
         monkeypatch.setattr(backend, "shared_prefix_min", 10**6)
     replayed = []
-    real = hf._FirstPass.__init__
+    real = hf._FirstPass.__enter__
 
-    def spy(self, model, prefill=None):
-        replayed.append(prefill is not None)
-        real(self, model, prefill)
+    def spy(self):
+        replayed.append(self.kept is not None)
+        return real(self)
 
-    monkeypatch.setattr(hf._FirstPass, "__init__", spy)
+    monkeypatch.setattr(hf._FirstPass, "__enter__", spy)
     reqs = [ChatRequest.of([SYSTEM, {"role": "user", "content": p}],
                            GenerationParams(max_new_tokens=40, temperature=0.9, seed=11 + j))
             for p in PATIENTS for j in range(k)]

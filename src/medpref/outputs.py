@@ -51,7 +51,7 @@ class BuildRecords(dict):
         self.memo: dict[str, Any] = {}
 
 
-def shared(records: Mapping[str, Any], params: Any, name: str, compute: Callable[[], Any]):
+def shared(records: Mapping[str, Any], name: str, compute: Callable[[], Any]):
     """``compute()`` once per build (``records`` a :class:`BuildRecords`, as
     :meth:`StageOutputs.build` passes them); computed afresh for plain records."""
     memo = getattr(records, "memo", None)

@@ -146,7 +146,7 @@ class HFBackend(Backend):
     # -- generation ---------------------------------------------------------------------
     def generate(self, requests: Sequence[ChatRequest],
                  on_complete: OnComplete | None = None) -> list[Completion]:
-        tok, _ = self._ensure_loaded()
+        tok, model = self._ensure_loaded()
         results: list[Completion | None] = [None] * len(requests)
         # Group by decoding settings (a batch shares them), then order each group so that
         # prompts sharing a long beginning share a batch and the rest pad little
@@ -168,16 +168,11 @@ class HFBackend(Backend):
             first = groups[siblings[0]]
             ids = [ids_of(i) for i in first]
             for part in batch_chunks(ids, self.batch_size, self.shared_prefix_min):
-                read = None
+                reading = _FirstPass(model) if len(siblings) > 1 else None
                 for params in siblings:
                     chunk = [groups[params][k] for k in part]
-                    batch = [ids[k] for k in part]
-                    if len(siblings) == 1:
-                        comps = self._generate_batch(batch, params)
-                    elif read is None:
-                        comps, read = self._generate_batch(batch, params, keep_prefill=True)
-                    else:
-                        comps, _ = self._generate_batch(batch, params, prefill=read)
+                    comps = self._generate_batch([ids[k] for k in part], params,
+                                                 reading=reading)
                     for i, comp in zip(chunk, comps):
                         results[i] = comp
                         if on_complete is not None:
@@ -213,19 +208,20 @@ class HFBackend(Backend):
                 "attention_mask": torch.tensor(mask, device=dev)}, cache
 
     def _generate_batch(self, ids: list[list[int]], params,
-                        adapter_names: list[str] | None = None, prefill=None,
-                        keep_prefill: bool = False):
+                        adapter_names: list[str] | None = None,
+                        reading: _FirstPass | None = None) -> list[Completion]:
         """Generate for one batch; ``adapter_names`` (one per row) picks each row's LoRA
-        adapter of a :class:`AdapterSet` (peft's mixed-adapter batch). With
-        ``keep_prefill`` it returns (completions, the batch's reading: its first forward
-        pass's logits, keys and values), and with ``prefill`` (such a reading of the same
-        batch) decodes from a copy of it instead of reading the prompts again."""
+        adapter of a :class:`AdapterSet` (peft's mixed-adapter batch). ``reading`` (a
+        :class:`_FirstPass` of this batch): empty, it keeps the batch's first forward
+        pass; filled, the batch decodes from a copy of it instead of reading the prompts
+        again."""
         import torch
         from transformers import StoppingCriteriaList
 
         tok, model = self._ensure_loaded()
         t0 = time.perf_counter()
-        enc, cache = self._batch_inputs(ids, adapter_names, run_prefix=prefill is None)
+        replay = reading is not None and reading.kept is not None
+        enc, cache = self._batch_inputs(ids, adapter_names, run_prefix=not replay)
         width = enc["input_ids"].shape[1]
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens,
                                   "pad_token_id": tok.pad_token_id, **params.loop_controls()}
@@ -241,7 +237,6 @@ class HFBackend(Backend):
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        reading = _FirstPass(model, prefill) if keep_prefill or prefill is not None else None
         with torch.inference_mode(), (reading or contextlib.nullcontext()):
             out = model.generate(**enc, **kwargs)
         latency = (time.perf_counter() - t0) / len(ids)
@@ -260,8 +255,6 @@ class HFBackend(Backend):
             comps.append(Completion(text=text.strip(), tokens_in=len(prompt),
                                     tokens_out=len(row_ids), latency_s=latency,
                                     finish_reason="stop" if stopped else finish))
-        if keep_prefill or prefill is not None:
-            return comps, (reading.kept if keep_prefill else None)
         return comps
 
     # -- option scoring -----------------------------------------------------------------
@@ -659,27 +652,28 @@ def _seed_siblings(groups: dict[Any, list[int]], ids_of, reuse: bool) -> list[li
 
 
 class _FirstPass:
-    """During one ``generate``: keeps the first forward pass's logits and the key/value
-    cache it leaves (``kept``), or, given such a reading of the same batch, skips that pass
-    and puts a copy of it in the cache ``generate`` passes. Every later pass runs as
-    usual. The forward pass is the causal LM's under any peft wrapper."""
+    """A batch's reading, shared by the ``generate`` runs over that batch (one per seed,
+    each inside it). Empty, it keeps the run's first forward pass: its logits and the
+    key/value cache it leaves (``kept``); filled, it skips that pass and puts a copy of it
+    in the cache ``generate`` passes. Every later pass runs as usual. The forward pass is
+    the causal LM's under any peft wrapper."""
 
-    def __init__(self, model, prefill=None):
+    def __init__(self, model):
         self.inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-        self.prefill = prefill
         self.kept = None
 
     def __enter__(self):
         real = self.inner.forward
         self.own = self.inner.__dict__.get("forward")     # a hook's, kept
         state = {"first": True}
+        prefill = self.kept                 # None: this run records the reading
 
         @functools.wraps(real)      # generate reads the signature (logits_to_keep, ...)
         def forward(*args, **kwargs):
             if not state["first"]:
                 return real(*args, **kwargs)
             state["first"] = False
-            if self.prefill is None:
+            if prefill is None:
                 out = real(*args, **kwargs)
                 self.kept = (out.logits.clone(),
                              [(layer.keys.clone(), layer.values.clone())
@@ -687,7 +681,7 @@ class _FirstPass:
                 return out
             from transformers.modeling_outputs import CausalLMOutputWithPast
 
-            logits, layers = self.prefill
+            logits, layers = prefill
             cache = kwargs["past_key_values"]
             for n, (k, v) in enumerate(layers):
                 if n >= len(cache.layers):
@@ -725,19 +719,14 @@ def growing_cache(cache=None):
     return cache
 
 
-_GROWING = None
-
-
+@functools.cache
 def _growing_layer():
     """transformers' DynamicLayer, except that its keys and values live in a buffer with room
     to grow: a decoding step writes its token's states in place and returns views of the
     filled part, where DynamicLayer concatenates, copying the whole cache every step (on
     a CPU, with prompts of a thousand tokens and more, over half of a step's time). The
     views hold the same values in the same layout per row, so attention reads the same
-    numbers."""
-    global _GROWING
-    if _GROWING is not None:
-        return _GROWING
+    numbers. Built once, on first use (it imports transformers)."""
     from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):
@@ -769,8 +758,7 @@ def _growing_layer():
             self.values = self._vbuf[:, :, :n + add]
             return self.keys, self.values
 
-    _GROWING = GrowingLayer
-    return _GROWING
+    return GrowingLayer
 
 
 def _shared_prefix_cache(model, prefix: list[int], rows: int,

@@ -36,7 +36,7 @@ def run_items(records: Rows, params) -> list:
     """The model doctors' run items with their hand grades (:mod:`simulation.corrected`)."""
     from medpref.simulation.corrected import hand_graded_run_items
 
-    return shared(records, params, "run_items", lambda: hand_graded_run_items(
+    return shared(records, "run_items", lambda: hand_graded_run_items(
         sp_view(records, params).consults, sp_view(records, params).grades,
         records["grader_verdicts"]))
 
@@ -98,7 +98,7 @@ def _paired(records: Rows, params) -> pd.DataFrame:
         return tables.with_kind(tables.table2_paired(sp.per_case, n_boot=_boot(params)),
                                 sp.kinds)
 
-    return shared(records, params, "table2_paired", compute).copy()
+    return shared(records, "table2_paired", compute).copy()
 
 
 def table2_paired_table(records: Rows, params) -> pd.DataFrame:

@@ -81,7 +81,7 @@ def next_turn_summary(records: Rows, params) -> pd.DataFrame:
 
 def gpd_check_of(records: Rows, params):
     """The GPD check (None: no next-turn items), computed once per build."""
-    return shared(records, params, "gpd_check", lambda: nextturn.check_of(
+    return shared(records, "gpd_check", lambda: nextturn.check_of(
         records["next_turn_items"], _boot(params), params.shared.seed))
 
 

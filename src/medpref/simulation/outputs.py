@@ -169,7 +169,7 @@ def per_case_table(consults, grades, consult_rows: Sequence[dict]) -> pd.DataFra
 
 def sp_view(records: Rows, params) -> SPView:
     """The SP tables' shared view of the records (computed once per build)."""
-    return shared(records, params, "sp_view", lambda: _sp_view(records, params))
+    return shared(records, "sp_view", lambda: _sp_view(records, params))
 
 
 def _sp_view(records: Rows, params) -> SPView:
