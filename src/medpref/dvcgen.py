@@ -17,21 +17,29 @@ file and every input file (under ``data/embedded/`` or ``configs/``) that a valu
 params keys names, so a path or prompt typed in params.yaml is not typed again here. The
 declared deps (upstream outputs, files no params key names) follow. Likewise the
 ``shared.llm.roles.<role>`` keys of every role its params name join its params.
+
+A stage's params keys of a section it names in ``sections`` are derived from that
+section's model (:func:`section_params`): each field says which stages read it
+(``Annotated[type, ReadBy(stages, reads=...)]``, else its model's ``READ_BY``), a call
+slot likewise (``CallSlot(read_by=...)``), and ``reads`` names the other sections' keys a
+stage reads because it reads the field. They follow the keys the stage types.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel
 
 from medpref import REPO_ROOT
 from medpref.importwalk import code_closure
 from medpref.outputs import Data, StageOutputs
+from medpref.params import ReadBy
 
 #: where the files a params value may name as a stage's input live (outputs of other stages
 #: are declared deps: a params value naming one does not make it an input)
@@ -76,6 +84,8 @@ class DvcStage:
     ``metrics:`` section when its metrics.json is dvc's metrics file. ``unread``: params
     keys whose value names a file the stage does not read (a generator's config kept in the
     stage's section); ``why``: a note per params key, written beside the dep it names.
+    ``sections``: section models whose fields say this stage reads them
+    (:func:`section_params`): their keys follow ``params``.
     """
 
     name: str
@@ -101,6 +111,7 @@ class DvcStage:
     comment: str = ""
     unread: Sequence[str] = ()
     why: dict[str, str] = field(default_factory=dict)
+    sections: Sequence[type[BaseModel]] = ()
 
     @property
     def run_name(self) -> str:
@@ -188,6 +199,66 @@ def _folders(files: set[str], root: Path) -> list[str]:
     return out
 
 
+# -- params keys derived from the section models -------------------------------------------
+
+def _marks(model: type[BaseModel], prefix: str, default: tuple[str, ...]
+           ) -> Iterator[tuple[str, ReadBy]]:
+    """(dotted key, who reads it) of every field of ``model`` in field order, each followed
+    by its sub-fields (a sub-model's), then the call slots of a section's ``calls``."""
+    for name, info in model.model_fields.items():
+        key = f"{prefix}.{name}"
+        yield key, next((m for m in info.metadata if isinstance(m, ReadBy)), ReadBy(default))
+        sub = info.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            yield from _marks(sub, key, getattr(sub, "READ_BY", ()))
+    for call, slot in getattr(model, "CALLS", {}).items():
+        yield f"{prefix}.calls.{call}", ReadBy(slot.read_by)
+
+
+def section_params(model: type[BaseModel], stage: str) -> list[str]:
+    """The params keys ``stage`` reads by ``model``'s fields: first the other sections' keys
+    that the fields it reads name (their ``reads``), then the section's keys in the model's
+    field order, a sub-key at its field's place, then the calls it makes. A stage named by
+    a sub-field's marker and its field's is an error (it reads the field whole)."""
+    reads: list[str] = []
+    keys: list[str] = []
+    for key, mark in _marks(model, model.SECTION, model.READ_BY):
+        whole = next((k for k in keys if key.startswith(f"{k}.")), "")
+        if stage in mark.stages:
+            if whole:
+                raise ValueError(f"{key}: ReadBy names stage '{stage}', which reads {whole} "
+                                 "whole")
+            keys.append(key)
+        if stage in mark.stages or whole:
+            reads += [r for r in mark.reads if r not in reads]
+    return reads + keys
+
+
+def stage_params(stage: DvcStage) -> list[str | Dep]:
+    """The stage's params keys: those it types, then those its sections' fields give it."""
+    return [*stage.params, *(k for m in stage.sections for k in section_params(m, stage.name))]
+
+
+def check_marks(stages: Sequence[DvcStage], tree: dict) -> None:
+    """Every stage a marker of a derived section names is one of ``stages`` (the whole
+    pipeline: :func:`differences` and :func:`write` check it), and every key its ``reads``
+    names is in params.yaml: a misspelt name would drop a key silently."""
+    names = {s.name for s in stages}
+    models = {m.SECTION: m for s in stages for m in s.sections}
+    for section in sorted(models):
+        model = models[section]
+        for key, mark in _marks(model, section, model.READ_BY):
+            unknown = sorted(set(mark.stages) - names)
+            if unknown:
+                raise ValueError(f"{key}: ReadBy names unknown stage(s) {unknown}")
+            for read in mark.reads:
+                try:
+                    _value(tree, read)
+                except ValueError:
+                    raise ValueError(f"{key}: ReadBy reads '{read}', which is not a params "
+                                     "key") from None
+
+
 # -- deps and params named by params values ------------------------------------------------
 
 def params_tree(root: Path) -> dict:
@@ -232,7 +303,7 @@ def params_deps(stage: DvcStage, tree: dict, root: Path) -> tuple[list[Dep], lis
     unread = tuple(stage.unread)
     prompts: dict[str, str] = {}
     inputs: dict[str, str] = {}
-    for entry in stage.params:
+    for entry in stage_params(stage):
         key = entry.path if isinstance(entry, Dep) else entry
         for dotted, value in _leaves(_value(tree, key), key):
             if not isinstance(value, str) or dotted.startswith(unread):
@@ -254,7 +325,7 @@ def params_deps(stage: DvcStage, tree: dict, root: Path) -> tuple[list[Dep], lis
 def params_roles(stage: DvcStage, tree: dict) -> list[str]:
     """``shared.llm.roles.<role>`` for every role a value of the stage's params keys names
     (a ``role`` or ``*_role`` key), not already among its keys."""
-    keys = [e.path if isinstance(e, Dep) else e for e in stage.params]
+    keys = [e.path if isinstance(e, Dep) else e for e in stage_params(stage)]
     roles: list[str] = []
     for key in keys:
         for dotted, value in _leaves(_value(tree, key), key):
@@ -339,7 +410,12 @@ def render_stage(stage: DvcStage, root: Path, tree: dict | None = None) -> list[
     lines += [_item(Dep(c, notes.get(c, "")), item) for c in code]
     lines += [_item(d, item) for d in prompts + inputs]
     lines += [_item(d, item) for d in stage.deps]
-    params = [*stage.params, *params_roles(stage, tree)]
+    params = [*stage_params(stage), *params_roles(stage, tree)]
+    keys = [p.path if isinstance(p, Dep) else p for p in params]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"stage {stage.name}: params keys listed twice (typed and derived "
+                         f"from its sections?): {twice}")
     if params:
         lines.append(f"{ind}params:")
         lines += [_item(p, item) for p in params]
@@ -439,6 +515,7 @@ def render(pipeline: Pipeline, root: Path | None = None) -> str:
 def differences(pipeline: Pipeline, root: Path | None = None) -> list[str]:
     """A unified diff of dvc.yaml against the generated text (empty when they agree)."""
     root = root or REPO_ROOT
+    check_marks(pipeline.stages, params_tree(root))
     path = root / "dvc.yaml"
     current = path.read_text(encoding="utf-8") if path.exists() else ""
     return list(difflib.unified_diff(current.splitlines(keepends=True),
@@ -448,6 +525,7 @@ def differences(pipeline: Pipeline, root: Path | None = None) -> list[str]:
 
 def write(pipeline: Pipeline, root: Path | None = None) -> Path:
     root = root or REPO_ROOT
+    check_marks(pipeline.stages, params_tree(root))
     path = root / "dvc.yaml"
     path.write_text(render(pipeline, root), encoding="utf-8")
     return path

@@ -6,6 +6,9 @@ A stage's code deps are not typed here: they are the import closure of its noteb
 (:mod:`medpref.importwalk`). Nor are the prompt and input files its params keys name, or
 the ``shared.llm.roles.<role>`` keys of the roles they name: the generator reads them from
 params.yaml (:func:`medpref.dvcgen.params_deps`); only what no params key names is listed.
+The keys of a section a stage reads key by key are not typed either: its ``sections``
+name the model whose fields say which stages read them (``ReadBy``,
+:func:`medpref.dvcgen.section_params`).
 Its outputs come from its :class:`~medpref.outputs.StageOutputs` (imported below;
 :data:`medpref.pipeline.STAGES` lists them in this file's order); a stage without one (an
 index, the models, a DPO run, a grid cell) names its data and report files here. A file
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from medpref.annotation.config import AnnotationParams
 from medpref.annotation.grid_outputs import OUTPUTS as ANNOTATION_GRID_TABLE
 from medpref.annotation.outputs import OUTPUTS as ANNOTATION
 from medpref.dvcgen import Dep, DvcStage, Pipeline, Plot
@@ -72,9 +76,7 @@ def _csv(stage: str, table: str) -> str:
     return f"{outputs.reports_dir(Path('.')).as_posix()}/{table}.csv"
 
 
-# -- stage 04: the REM's settings it scores with, the parts the grid cells share ----------------
-REM_SCORING_PARAMS = ["rem.scorers", "rem.calls", "rem.icl_examples",
-                      "rem.train.adapter_dir", "rem.fitted"]
+# -- stage 04: the parts the grid cells share ---------------------------------------------------
 #: what a fitted REM scorer reads (rem.fitted) from stage 03: its models (its word lists
 #: are named by rem.fitted.lexicon)
 REM_ADAPTER = produced("03_rem", "rem_lora")
@@ -83,50 +85,6 @@ ANNOTATION_READS = [produced("01_sampling", "unlabeled.jsonl"), REM_ADAPTER, *FI
                     Dep(_csv("03_rem", "thresholds"), "annotation.rem_thresholds: Eq. 4's "
                         "'met' cut per rule when annotation.scoring.met is rem_dev")]
 SFT_POLICY = produced("05_training_sft", "sft")
-
-# -- stage 06: four stages read the one params section, key by key ------------------------
-#: the ``simulation`` keys one later stage of stage 06 reads and the doctors' stage does
-#: not (a change to one reruns only the stages that list it), and the calls each stage
-#: makes (``simulation.calls.<name>``; the doctors' prompt is ``calls.consult``'s)
-NEXT_TURN_ONLY = ("next_turn",)
-HELDOUT_ONLY = ("heldout",)
-GRADING_ONLY = ("grader", "controls_gate", "table6_policies")
-CALLS_OF = {"simulation": ("consult", "patient", "rem_comment"),
-            "next_turn": ("consult", "next_turn", "gpd"),
-            "heldout": ("consult", "heldout_turn", "rem_comment"),
-            "sp_grading": ("grader",)}
-#: the grader keys the doctors read (the echo rule counts the doctors' behaviour; the
-#: cases' records carry the script coverage)
-DOCTORS_READ_OF_GRADING = ("grader.echo_overlap", "grader.echo_min_new",
-                           "controls_gate.script_coverage")
-
-
-def _simulation(*keys: str, calls: str) -> list[str]:
-    return [*(f"simulation.{k}" for k in keys),
-            *(f"simulation.calls.{c}" for c in CALLS_OF[calls])]
-
-
-#: who the doctors under test are (the next turn and the held-out compliance ask them too)
-DOCTORS_UNDER_TEST = ("doctors", "trained_policies", "torch_threads", "guard")
-#: the REM the radar and the held-out compliance score with
-SIMULATION_REM = ("rem_radar", "rem_scorer", "rem_adapter", "rules", "rem_icl_examples")
-SIMULATION_DOCTORS_PARAMS = [
-    *_simulation(*(k for k in SimulationParams.model_fields
-                   if k not in (*NEXT_TURN_ONLY, *HELDOUT_ONLY, *GRADING_ONLY, "calls")),
-                 *DOCTORS_READ_OF_GRADING, calls="simulation")]
-SIMULATION_NEXT_TURN_PARAMS = _simulation(
-    *NEXT_TURN_ONLY, *DOCTORS_UNDER_TEST, "grader.bootstrap_rounds", "grader.mode", "grader.k",
-    "grader.temperature", "grader.min_mass", calls="next_turn")
-SIMULATION_HELDOUT_PARAMS = _simulation(
-    *HELDOUT_ONLY, *DOCTORS_UNDER_TEST, *SIMULATION_REM,
-    "grader.bootstrap_rounds", calls="heldout")
-#: what the grading reads: the cases' source, the grader, the gate, the patient's
-#: fallback sentences and thresholds (the transcripts page, the fidelity table), Tables 3
-#: and 6's layout, and the grader's call (a judge grader)
-SIMULATION_GRADING_PARAMS = _simulation(
-    "source", "cases", "source_root", "source_limit", "agentclinic_file", "embedding_model",
-    "patient", *GRADING_ONLY, calls="sp_grading")
-
 
 def records_of(outputs) -> list[Dep]:
     """Every record file of ``outputs``' stage, as a dep of a stage that reads them."""
@@ -211,13 +169,7 @@ STAGES = [
         why={"shared.split": "items of dev/eval dialogues are refused",
              "annotation.control": "control_process: the dialogues whose train part it reads"},
         deps=[*ANNOTATION_READS, _csv("03_rem", "table5"), MODELS],
-        params=["shared.seed", "shared.split", *REM_SCORING_PARAMS, "annotation.strategies",
-                "annotation.input", "annotation.rules", "annotation.max_items",
-                "annotation.history_max_turns", "annotation.output_dir",
-                "annotation.reports", "annotation.rem_scorer", "annotation.rem_table5",
-                "annotation.rem_thresholds",
-                "annotation.scoring", "annotation.cai", "annotation.calls", "annotation.judge",
-                "annotation.agent", "annotation.control", "annotation.guard"]),
+        params=["shared.seed", "shared.split"], sections=[AnnotationParams]),
     DvcStage(
         "annotation_grid", comment=(
             "Weighting × trajectory length (the axes of PLPF Table 3 / follow-up Fig. 10), "
@@ -235,17 +187,14 @@ STAGES = [
         data=(Data("data/04_annotation/grid/${item.weighting}_${item.trajectory}"),),
         why={"shared.split": "items of dev/eval dialogues are refused"},
         deps=[*ANNOTATION_READS, MODELS, "data/cache/llm/04_annotation.sqlite"],
-        params=["shared.seed", "shared.split", *REM_SCORING_PARAMS,
-                "annotation.input", "annotation.rules", "annotation.max_items",
-                "annotation.rem_scorer", "annotation.rem_thresholds", "annotation.scoring",
-                "annotation.grid", "annotation.guard"]),
+        params=["shared.seed", "shared.split"], sections=[AnnotationParams]),
     DvcStage(
         "annotation_grid_table", notebook="04_annotation_grid_table",
         outputs=ANNOTATION_GRID_TABLE,
         deps=["reports/04_annotation/grid",
               Dep("data/04_annotation/grid", "the cells' decisions (records: decisions.jsonl)"),
               "reports/04_annotation/summary.csv"],
-        params=["annotation.grid", "annotation.reports"]),
+        params=[], sections=[AnnotationParams]),
     DvcStage(
         "training_sft", comment=(
             "Stage 05 (PLPF §2.4): SFT on dialogues, then one DPO run per pairs file, then a "
@@ -293,8 +242,7 @@ STAGES = [
         deps=[REM_ADAPTER, *FITTED_REM,
               Dep(POLICY_ROLES, "the trained policies stage 06 tests (stage 05's hand-off)"),
               *POLICY_ADAPTERS, MODELS],
-        params=["shared.seed", "shared.split", "training.base_role", *REM_SCORING_PARAMS,
-                *SIMULATION_DOCTORS_PARAMS]),
+        params=["shared.seed", "shared.split"], sections=[SimulationParams]),
     DvcStage(
         "next_turn", notebook="06_next_turn", outputs=NEXT_TURN, llm=True,
         comment="Stage 06, the next turn: every model doctor's next turn on held-out "
@@ -303,8 +251,7 @@ STAGES = [
         why={"shared.split": "the next-turn items come from the split's eval part"},
         deps=[Dep(POLICY_ROLES, "the trained policies (stage 05's hand-off)"),
               *POLICY_ADAPTERS, MODELS],
-        params=["shared.seed", "shared.split", "training.base_role",
-                *SIMULATION_NEXT_TURN_PARAMS]),
+        params=["shared.seed", "shared.split"], sections=[SimulationParams]),
     DvcStage(
         "heldout", notebook="06_heldout", outputs=HELDOUT, llm=True,
         comment="Stage 06, held-out process compliance: each policy's next turn on states "
@@ -315,8 +262,7 @@ STAGES = [
         deps=[REM_ADAPTER, *FITTED_REM,
               Dep(POLICY_ROLES, "the trained policies (stage 05's hand-off)"),
               *POLICY_ADAPTERS, *records_of(SIMULATION), MODELS],
-        params=["shared.seed", "shared.split", "training.base_role", *REM_SCORING_PARAMS,
-                *SIMULATION_HELDOUT_PARAMS]),
+        params=["shared.seed", "shared.split"], sections=[SimulationParams]),
     DvcStage(
         "sp_grading", notebook="06_sp_grading", outputs=SP_GRADING, llm=True,
         comment="Stage 06, the grading: every SP consultation's checklist grades (Eq. 6), "
@@ -326,7 +272,7 @@ STAGES = [
         deps=[*records_of(SIMULATION), *records_of(NEXT_TURN), MODELS],
         params=["shared.seed", Dep("annotation.grid.weightings",
                                    "Table 3's cells when no grid policy was SP-tested"),
-                "annotation.grid.trajectories", *SIMULATION_GRADING_PARAMS]),
+                "annotation.grid.trajectories"], sections=[SimulationParams]),
     DvcStage(
         "imapscore", notebook="07_imapscore", outputs=IMAPSCORE, llm=True,
         deps=[MODELS], params=["shared.seed", "imapscore"]),

@@ -14,8 +14,9 @@ import importlib
 import json
 import re
 import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -24,9 +25,31 @@ from medpref import REPO_ROOT
 
 
 class StrictModel(BaseModel):
-    """A params section: unknown keys and wrong types are errors."""
+    """A params section: unknown keys and wrong types are errors. ``READ_BY``: the dvc
+    stages that read a field of it with no :class:`ReadBy` of its own (a section: its
+    stage; a sub-model: none, its fields are read with it)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    READ_BY: ClassVar[tuple[str, ...]] = ()
+
+
+@dataclass(frozen=True)
+class ReadBy:
+    """Which dvc stages read a params field, as ``Annotated[type, ReadBy(...)]`` metadata:
+    :func:`medpref.dvcgen.section_params` derives a stage's params keys from it.
+
+    ``stages`` read the field (in place of its model's ``READ_BY``; empty: none reads it
+    whole, its sub-fields say who reads them). ``reads``: keys of other sections that a
+    stage reading the field reads because of it (a scorer it names is settings there)."""
+
+    stages: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+
+
+#: what a stage that names a stage 03 REM scorer (a ``rem.scorers`` entry) reads of it: the
+#: scorers, their calls and examples, the LoRA adapter and the fitted scorers
+REM_SCORER_READS = ("rem.scorers", "rem.calls", "rem.icl_examples", "rem.train.adapter_dir",
+                    "rem.fitted")
 
 
 #: the embedded corpus and model: the defaults of every stage's dialogues and every role

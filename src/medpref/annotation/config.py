@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, PrivateAttr, field_validator
 
 from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
-from medpref.params import EMBEDDED_DIALOGUES, StrictModel
+from medpref.params import EMBEDDED_DIALOGUES, REM_SCORER_READS, ReadBy, StrictModel
 from medpref.scoring.formulas import DepSettings
 from medpref.stagekit import GuardParams
 
@@ -141,8 +141,16 @@ class ControlConfig(StrictModel):
     max_pairs: int | None = Field(80, ge=1)           # seeded subset (None: all)
 
 
+#: the dvc stages that read this section: stage 04 (every field without a ``ReadBy``,
+#: ``AnnotationParams.READ_BY``), each grid cell (the items, the scoring, the grid) and
+#: the grid's table
+ANNOTATION = ("annotation",)
+WITH_CELLS = ("annotation", "annotation_grid")
+
+
 class AnnotationParams(SectionCalls):
     SECTION: ClassVar[str] = "annotation"
+    READ_BY: ClassVar[tuple[str, ...]] = ANNOTATION
     #: gpt4_rank's judge (also the agent's re-rank of a tie) and the agent's five steps
     CALLS: ClassVar[dict[str, CallSlot]] = {
         "judge": CallSlot(), "long_plan": CallSlot(), "short_plan": CallSlot(),
@@ -162,22 +170,27 @@ class AnnotationParams(SectionCalls):
     # <output_dir>/pairs/<name>.jsonl and gets the DPO run <name> (dvc.yaml reads the list)
     strategies: list[str] = Field(default_factory=lambda: [*DEFAULT_STRATEGIES,
                                                            *DEFAULT_CONTROLS])
-    input: str = "data/01_sampling/unlabeled.jsonl"
-    rules: str = "configs/rules/plpf_flowchart.yaml"
-    max_items: int | None = Field(None, ge=1)  # the first N items (None: all)
+    input: Annotated[str, ReadBy(WITH_CELLS)] = "data/01_sampling/unlabeled.jsonl"
+    rules: Annotated[str, ReadBy(WITH_CELLS)] = "configs/rules/plpf_flowchart.yaml"
+    # the first N items (None: all)
+    max_items: Annotated[int | None, ReadBy(WITH_CELLS)] = Field(None, ge=1)
     history_max_turns: int = Field(8, ge=1, le=400)  # history shown to judge and agents
     output_dir: str = "data/04_annotation"
-    reports: str = "reports/04_annotation"
-    rem_scorer: str = "encoder"  # a name in rem.scorers (a row of stage 03's Table 5)
+    reports: Annotated[str, ReadBy(("annotation", "annotation_grid_table"))] = (
+        "reports/04_annotation")
+    # a name in rem.scorers (a row of stage 03's Table 5): its settings are read with it
+    rem_scorer: Annotated[str, ReadBy(WITH_CELLS, reads=REM_SCORER_READS)] = "encoder"
     rem_table5: str = "reports/03_rem/table5.csv"  # where that row is read from
-    rem_thresholds: str = "reports/03_rem/thresholds.csv"  # scoring.met rem_dev reads its rows
-    scoring: ScoringConfig
+    # scoring.met rem_dev reads its rows
+    rem_thresholds: Annotated[str, ReadBy(WITH_CELLS)] = "reports/03_rem/thresholds.csv"
+    scoring: Annotated[ScoringConfig, ReadBy(WITH_CELLS)]
     cai: CaiConfig = Field(default_factory=CaiConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
-    grid: GridConfig = Field(default_factory=GridConfig)
+    grid: Annotated[GridConfig, ReadBy(("annotation_grid", "annotation_grid_table"))] = Field(
+        default_factory=GridConfig)
     control: ControlConfig = Field(default_factory=ControlConfig)
-    guard: GuardParams = Field(default_factory=GuardParams)
+    guard: Annotated[GuardParams, ReadBy(WITH_CELLS)] = Field(default_factory=GuardParams)
 
     def option_scoring(self, sections: dict[str, Any]) -> list[tuple[str, str]]:
         """(params key, role) of each option-scoring use: the REM that scores candidates

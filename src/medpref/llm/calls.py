@@ -46,12 +46,15 @@ class CallSlot:
     ``answer_prefix``: set when a parser reads after it (the params then set none); None
     leaves it to the params (default ""). ``role_from`` / ``prompt_from`` /
     ``prefix_from``: where each call gets its role / prompt / answer prefix (a params key,
-    or what the call site picks); the params' entry then sets none."""
+    or what the call site picks); the params' entry then sets none. ``read_by``: the dvc
+    stages that make the call, where the section's ``calls`` is read call by call
+    (``ReadBy()`` on it; :func:`medpref.dvcgen.section_params`)."""
 
     answer_prefix: str | None = None
     role_from: str | None = None
     prompt_from: str | None = None
     prefix_from: str | None = None
+    read_by: tuple[str, ...] = ()
 
 
 def resolve_calls(section: str, calls: dict[str, CallParams],

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from medpref.handoffs import REM_ADAPTER
 from medpref.llm.calls import CallParams, CallSlot, SectionCalls, default_calls
 from medpref.llm.types import CallSpec
-from medpref.params import EMBEDDED_DIALOGUES, StrictModel
+from medpref.params import EMBEDDED_DIALOGUES, REM_SCORER_READS, ReadBy, StrictModel
 from medpref.remscore.task import COMMENT_PREFIX
 from medpref.simulation.consult import DoctorDecoding
 from medpref.simulation.grading import ANSWER_PREFIX
 from medpref.stagekit import GuardParams
+
+#: the four dvc stages that read this section, by what they read (``ReadBy`` on a field;
+#: a field without one is the doctors' stage's, ``SimulationParams.READ_BY``): the doctors
+#: under test (asked by the consultations, the next turn and held-out compliance), the
+#: REM that the radar and held-out compliance score with, the cases (consulted, graded)
+DOCTORS = ("simulation",)
+DOCTORS_UNDER_TEST = ("simulation", "next_turn", "heldout")
+THE_REM = ("simulation", "heldout")
+THE_CASES = ("simulation", "sp_grading")
+GRADING = ("sp_grading",)
 
 
 class GridCell(StrictModel):
@@ -101,12 +111,13 @@ class GraderParams(StrictModel):
 
     # echo_aware: the doctor's own sentences of the right act matched to the item |
     # options: judge p(yes) | generate: judge votes | embedding: MiniLM of whole turns
-    mode: str = "echo_aware"
+    mode: Annotated[str, ReadBy(("next_turn",))] = "echo_aware"
     compare: list[str] = Field(default_factory=lambda: ["embedding", "echo_aware"])
     # a doctor sentence with this share of its content already said by the patient ...
-    echo_overlap: float = Field(0.5, ge=0.0, le=1.0)
+    # (the doctors' stage reads both: the echo rule counts the doctors' behaviour)
+    echo_overlap: Annotated[float, ReadBy(DOCTORS)] = Field(0.5, ge=0.0, le=1.0)
     # ... and fewer new content units than this is an echo: it earns no item
-    echo_min_new: int = Field(2, ge=1, le=20)
+    echo_min_new: Annotated[int, ReadBy(DOCTORS)] = Field(2, ge=1, le=20)
     strip_echoes: bool = True          # judge modes: the judge reads the echo-free transcript
     match_threshold: float = Field(0.45, ge=-1.0, le=1.0)   # echo_aware: MiniLM cosine
     lexical_threshold: float = Field(0.6, ge=0.0, le=1.0)  # echo_aware: item units covered
@@ -127,15 +138,17 @@ class GraderParams(StrictModel):
     item_senses: str | None = "data/embedded/sp_item_senses.yaml"
     # a request listing this many tests at once is an order for everything: it earns none
     max_requests: int = Field(6, ge=2, le=50)
-    bootstrap_rounds: int = Field(2000, ge=100, le=100000)  # κ's interval
+    bootstrap_rounds: Annotated[int, ReadBy(("next_turn", "heldout"))] = Field(
+        2000, ge=100, le=100000)                                 # κ's interval
     prompts: list[str] = Field(default_factory=lambda: ["sp_grade_turns_first",
                                                          "sp_grade_item_first"])
     count_prompt: str = "sp_count_diseases"
-    k: int = Field(1, ge=1, le=20)                  # generate mode: samples per prompt
-    temperature: float = Field(0.7, ge=0.0, le=2.0)  # generate mode with k > 1
+    # generate mode: samples per prompt, and their temperature with k > 1
+    k: Annotated[int, ReadBy(("next_turn",))] = Field(1, ge=1, le=20)
+    temperature: Annotated[float, ReadBy(("next_turn",))] = Field(0.7, ge=0.0, le=2.0)
     pass_threshold: float = Field(0.5, ge=0.0, le=1.0)   # mean p(yes) / yes-vote share to pass
     # options mode: below this the judge did not answer
-    min_mass: float = Field(0.05, ge=0.0, le=1.0)
+    min_mass: Annotated[float, ReadBy(("next_turn",))] = Field(0.05, ge=0.0, le=1.0)
     max_candidates: int = Field(4, ge=2, le=20)     # naming this many diseases at once fails Dis.
     embedding_threshold: float = Field(0.6, ge=-1.0, le=1.0)  # embedding: cosine to pass
     graded_items: str | None = "data/embedded/sp_graded.jsonl"  # hand-graded items (validation)
@@ -152,7 +165,9 @@ class ControlsGateParams(StrictModel):
     reading gives its script (``script_coverage``, hand-judged per case and category)."""
 
     max_negative_pass: float = Field(0.10, ge=0.0, le=1.0)
-    script_coverage: str | None = "data/embedded/sp_script_coverage.jsonl"
+    # the doctors' stage reads it too: the cases' records carry the script coverage
+    script_coverage: Annotated[str | None, ReadBy(DOCTORS)] = (
+        "data/embedded/sp_script_coverage.jsonl")
     script_fraction: float = Field(0.8, ge=0.0, le=1.0)
 
 
@@ -280,15 +295,16 @@ class SimulationParams(SectionCalls):
     #: (its prompts: grader.prompts and grader.count_prompt) and the next-turn
     #: implication judge's, after "Answer:"; the fine-tuned REM's comment before its score
     CALLS: ClassVar[dict[str, CallSlot]] = {
-        "consult": CallSlot(role_from=_DOCTORS),
-        "next_turn": CallSlot(role_from=_DOCTORS),
-        "heldout_turn": CallSlot(role_from=_DOCTORS),
-        "patient": CallSlot(),
+        "consult": CallSlot(role_from=_DOCTORS, read_by=DOCTORS_UNDER_TEST),
+        "next_turn": CallSlot(role_from=_DOCTORS, read_by=("next_turn",)),
+        "heldout_turn": CallSlot(role_from=_DOCTORS, read_by=("heldout",)),
+        "patient": CallSlot(read_by=DOCTORS),
         "grader": CallSlot(prompt_from="simulation.grader.prompts and count_prompt",
-                           answer_prefix=ANSWER_PREFIX),
-        "gpd": CallSlot(answer_prefix=ANSWER_PREFIX),
-        "rem_comment": CallSlot(answer_prefix=COMMENT_PREFIX)}
-    calls: dict[str, CallParams] = default_calls(
+                           answer_prefix=ANSWER_PREFIX, read_by=GRADING),
+        "gpd": CallSlot(answer_prefix=ANSWER_PREFIX, read_by=("next_turn",)),
+        "rem_comment": CallSlot(answer_prefix=COMMENT_PREFIX, read_by=THE_REM)}
+    READ_BY: ClassVar[tuple[str, ...]] = DOCTORS
+    calls: Annotated[dict[str, CallParams], ReadBy()] = default_calls(
         consult=dict(prompt="policy_doctor", max_new_tokens=48),
         next_turn=dict(prompt="policy_doctor", max_new_tokens=64),
         heldout_turn=dict(prompt="policy_doctor", max_new_tokens=64),
@@ -297,12 +313,15 @@ class SimulationParams(SectionCalls):
         gpd=dict(role="judge", prompt="sp_gpt_distance", max_new_tokens=8),
         rem_comment=dict(role="rem", prompt="rem_judge", max_new_tokens=64))
 
-    cases: str = "data/embedded/sp_cases.jsonl"       # contract "SP case" (source embedded)
-    source: Literal["embedded", "agentclinic", "cspt"] = "embedded"
-    source_root: str | None = None    # agentclinic: None = ../shared/data; cspt: archives' folder
-    source_limit: int | None = Field(None, ge=1)      # adapters: records read
+    # contract "SP case" (source embedded)
+    cases: Annotated[str, ReadBy(THE_CASES)] = "data/embedded/sp_cases.jsonl"
+    source: Annotated[Literal["embedded", "agentclinic", "cspt"], ReadBy(THE_CASES)] = "embedded"
+    # agentclinic: None = ../shared/data; cspt: archives' folder
+    source_root: Annotated[str | None, ReadBy(THE_CASES)] = None
+    source_limit: Annotated[int | None, ReadBy(THE_CASES)] = Field(None, ge=1)  # records read
     # agentclinic: which published file (agentclinic_<name>.jsonl); NEJM ones as text only
-    agentclinic_file: Literal["medqa", "medqa_extended", "nejm", "nejm_extended"] = "medqa"
+    agentclinic_file: Annotated[Literal["medqa", "medqa_extended", "nejm", "nejm_extended"],
+                                ReadBy(THE_CASES)] = "medqa"
     n_cases: int | None = Field(None, ge=1)           # a subset, one per department first
     case_ids: list[str] | None = None                 # overrides n_cases
     # Table 3 grid cells: the SP test on this many of the cases (round-robin; None: all;
@@ -310,33 +329,41 @@ class SimulationParams(SectionCalls):
     grid_cases: int | None = Field(0, ge=0)
     rounds: int = Field(5, ge=1, le=50)               # paper: 5
     doctor_decoding: DoctorDecoding = Field(default_factory=DoctorDecoding)
-    doctors: list[DoctorConfig] = Field(default_factory=lambda: [DoctorConfig(name="base")])
+    doctors: Annotated[list[DoctorConfig], ReadBy(DOCTORS_UNDER_TEST)] = Field(
+        default_factory=lambda: [DoctorConfig(name="base")])
     # control doctors (simulation.controls.CONTROLS) run on every case beside the models,
     # with no model call
     controls: list[str] = Field(default_factory=lambda: [
         "control_script", "control_reciter", "control_lecture", "control_echo",
         "control_testlist"])
-    controls_gate: ControlsGateParams = Field(default_factory=ControlsGateParams)
-    trained_policies: bool = True      # add stage 05's trained policies (SFT, each DPO run)
-    embedding_model: str = "models/all-minilm-l6-v2"
-    patient: PatientParams = Field(default_factory=PatientParams)
-    grader: GraderParams = Field(default_factory=GraderParams)
-    next_turn: NextTurnParams = Field(default_factory=NextTurnParams)
-    heldout: HeldoutParams = Field(default_factory=HeldoutParams)
+    controls_gate: Annotated[ControlsGateParams, ReadBy(GRADING)] = Field(
+        default_factory=ControlsGateParams)
+    # add stage 05's trained policies (SFT, each DPO run), trained from training.base_role
+    trained_policies: Annotated[bool, ReadBy(DOCTORS_UNDER_TEST,
+                                             reads=("training.base_role",))] = True
+    embedding_model: Annotated[str, ReadBy(THE_CASES)] = "models/all-minilm-l6-v2"
+    patient: Annotated[PatientParams, ReadBy(THE_CASES)] = Field(default_factory=PatientParams)
+    grader: Annotated[GraderParams, ReadBy(GRADING)] = Field(default_factory=GraderParams)
+    next_turn: Annotated[NextTurnParams, ReadBy(("next_turn",))] = Field(
+        default_factory=NextTurnParams)
+    heldout: Annotated[HeldoutParams, ReadBy(("heldout",))] = Field(
+        default_factory=HeldoutParams)
     split_overlap: SplitOverlapParams = Field(default_factory=SplitOverlapParams)
-    rem_radar: bool = True
+    rem_radar: Annotated[bool, ReadBy(THE_REM)] = True
     # the REM by its rem.scorers name (stage 03's dev-split choice); null: the LoRA REM of
     # rem_adapter when it exists, else the in-context expected REM
-    rem_scorer: str | None = "encoder"
-    rem_adapter: str | None = REM_ADAPTER              # finetuned REM; absent → in-context expected
-    rules: str = "configs/rules/plpf_flowchart.yaml"
-    rem_icl_examples: str = "data/embedded/rem/icl_examples.jsonl"
-    table6_policies: dict[str, str] = Field(default_factory=lambda: {
+    rem_scorer: Annotated[str | None, ReadBy(THE_REM, reads=REM_SCORER_READS)] = "encoder"
+    # finetuned REM; absent → in-context expected
+    rem_adapter: Annotated[str | None, ReadBy(THE_REM)] = REM_ADAPTER
+    rules: Annotated[str, ReadBy(THE_REM)] = "configs/rules/plpf_flowchart.yaml"
+    rem_icl_examples: Annotated[str, ReadBy(THE_REM)] = "data/embedded/rem/icl_examples.jsonl"
+    table6_policies: Annotated[dict[str, str], ReadBy(GRADING)] = Field(default_factory=lambda: {
         "GPT4": "gpt4_rank", "Rethinker": "agent_norerank", "Rethinker+GPT4": "agent"})
     # torch CPU threads for this stage's local models; on a shared, busy CPU one thread runs
     # the 135M model several times faster than two (spinning threads); None: torch's default
-    torch_threads: int | None = Field(None, ge=1, le=256)
-    guard: GuardParams = Field(default_factory=GuardParams)
+    torch_threads: Annotated[int | None, ReadBy(DOCTORS_UNDER_TEST)] = Field(None, ge=1, le=256)
+    guard: Annotated[GuardParams, ReadBy(DOCTORS_UNDER_TEST)] = Field(
+        default_factory=GuardParams)
 
     @property
     def doctor_prompt(self) -> str:
