@@ -9,11 +9,12 @@ from typing import Annotated, ClassVar
 import pytest
 
 from medpref import REPO_ROOT, dvcgen
-from medpref.dvcgen import DvcStage, Pipeline, section_params
+from medpref.dvcgen import Dep, DvcStage, Pipeline, section_params
 from medpref.dvcstages import STAGES
 from medpref.llm.calls import CallSlot
 from medpref.params import ReadBy, StrictModel
 from medpref.simulation.config import SimulationParams
+from medpref.training.config import DPO_RUNS, RUNS, DPOParams, TrainingParams
 
 
 class Toy(StrictModel):
@@ -96,3 +97,71 @@ def test_a_sub_key_of_a_field_read_whole_or_a_key_typed_and_derived_is_an_error(
                      sections=[SimulationParams])
     with pytest.raises(ValueError, match=r"listed twice.*simulation.doctors"):
         dvcgen.render_stage(stage, REPO_ROOT)
+
+
+# -- stage 05: the training section's markers ----------------------------------------------
+PARTS = ("training_sft", "training_dpo", "training_dpo_grid", "training")
+
+
+def _parts() -> dict[str, list[str]]:
+    return {s: section_params(TrainingParams, s) for s in PARTS}
+
+
+def test_a_training_marker_changes_the_params_of_exactly_the_stages_it_names(monkeypatch):
+    before = _parts()
+    key = "training.warn_below_steps"          # no marker: every run's (TrainingParams.READ_BY)
+    assert [s for s in PARTS if key in before[s]] == list(RUNS)
+    info = TrainingParams.model_fields["warn_below_steps"]
+    monkeypatch.setattr(info, "metadata", [*info.metadata, ReadBy(("training_sft", "training"))])
+    after = _parts()
+    assert after["training_sft"] == before["training_sft"]
+    for s in DPO_RUNS:
+        assert after[s] == [k for k in before[s] if k != key]
+    assert key in after["training"]
+    assert [k for k in after["training"] if k != key] == before["training"]
+    # a field of dpo (none reads it whole): its model's READ_BY, the DPO runs, unless marked
+    sub = DPOParams.model_fields["eval_pairs"]
+    monkeypatch.setattr(sub, "metadata", [*sub.metadata, ReadBy(("training_dpo",))])
+    moved = _parts()
+    assert "training.dpo.eval_pairs" in moved["training_dpo"]
+    assert moved["training_dpo_grid"] == [k for k in after["training_dpo_grid"]
+                                          if k != "training.dpo.eval_pairs"]
+    assert moved["training_sft"] == after["training_sft"]
+    assert moved["training"] == after["training"]
+
+
+def test_the_annotation_keys_follow_the_dpo_runs_field(monkeypatch):
+    reads = ["annotation.strategies", "annotation.output_dir"]
+    before = _parts()
+    assert [s for s in PARTS if before[s][:2] == reads] == [*DPO_RUNS, "training"]
+    info = DPOParams.model_fields["runs"]
+    monkeypatch.setattr(info, "metadata", [ReadBy(DPO_RUNS, reads=tuple(reads))])
+    after = _parts()
+    assert after["training"] == [k for k in before["training"]
+                                 if k not in (*reads, "training.dpo.runs")]
+    assert all(after[s] == before[s] for s in (*DPO_RUNS, "training_sft"))
+
+
+def test_the_training_stages_read_their_keys_from_the_model():
+    by_name = {s.name: s for s in STAGES}
+    sft = dvcgen.stage_params(by_name["training_sft"])
+    # the seed typed (no field brings it), the split brought by training.sft.dialogues
+    assert sft[:2] == ["shared.seed", "shared.split"]
+    assert "training.sft" in sft and not any(k.startswith("training.dpo") for k in sft)
+    for name in DPO_RUNS:
+        dpo = dvcgen.stage_params(by_name[name])
+        assert "shared.seed" in dpo and "shared.split" not in dpo and "training.sft" not in dpo
+        assert {"training.sft.system_prompt", "training.sft.output_dir"} <= set(dpo)
+    summary = dvcgen.stage_params(by_name["training"])   # trains nothing: no seed, no guard
+    assert not {"shared.seed", "training.guard", "training.checkpoints_dir"} & set(summary)
+    note = Dep("training.recipe", "the notebook shows the recipe and hardware it checks")
+    assert note in summary
+    assert f"- {note.path}   # {note.note}" in "\n".join(
+        dvcgen.render_stage(by_name["training"], REPO_ROOT))
+
+
+def test_a_note_on_a_key_the_stage_is_not_given_is_an_error():
+    stage = DvcStage("training", notebook="05_training", params=[], sections=[TrainingParams],
+                     notes={"training.guard": "the summary reads no guard"})
+    with pytest.raises(ValueError, match=r"notes on keys .*\['training.guard'\]"):
+        dvcgen.stage_params(stage)

@@ -22,7 +22,8 @@ A stage's params keys of a section it names in ``sections`` are derived from tha
 section's model (:func:`section_params`): each field says which stages read it
 (``Annotated[type, ReadBy(stages, reads=...)]``, else its model's ``READ_BY``), a call
 slot likewise (``CallSlot(read_by=...)``), and ``reads`` names the other sections' keys a
-stage reads because it reads the field. They follow the keys the stage types.
+stage reads because it reads the field. They follow the keys the stage types; its
+``notes`` writes a note beside one.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class DvcStage:
     keys whose value names a file the stage does not read (a generator's config kept in the
     stage's section); ``why``: a note per params key, written beside the dep it names.
     ``sections``: section models whose fields say this stage reads them
-    (:func:`section_params`): their keys follow ``params``.
+    (:func:`section_params`): their keys follow ``params``; ``notes``: a note per key they
+    give it, written beside the key (a typed key carries its own: ``Dep(key, note)``).
     """
 
     name: str
@@ -112,6 +114,7 @@ class DvcStage:
     unread: Sequence[str] = ()
     why: dict[str, str] = field(default_factory=dict)
     sections: Sequence[type[BaseModel]] = ()
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def run_name(self) -> str:
@@ -235,8 +238,15 @@ def section_params(model: type[BaseModel], stage: str) -> list[str]:
 
 
 def stage_params(stage: DvcStage) -> list[str | Dep]:
-    """The stage's params keys: those it types, then those its sections' fields give it."""
-    return [*stage.params, *(k for m in stage.sections for k in section_params(m, stage.name))]
+    """The stage's params keys: those it types, then those its sections' fields give it,
+    each with its ``notes`` entry. A note on a key they do not give it is an error."""
+    derived = [k for m in stage.sections for k in section_params(m, stage.name)]
+    unknown = sorted(set(stage.notes) - set(derived))
+    if unknown:
+        raise ValueError(f"stage {stage.name}: notes on keys its sections do not give it: "
+                         f"{unknown}")
+    return [*stage.params, *(Dep(k, stage.notes[k]) if k in stage.notes else k
+                             for k in derived)]
 
 
 def check_marks(stages: Sequence[DvcStage], tree: dict) -> None:

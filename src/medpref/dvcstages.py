@@ -39,6 +39,7 @@ from medpref.simulation.grading_outputs import OUTPUTS as SP_GRADING
 from medpref.simulation.heldout_stage import OUTPUTS as HELDOUT
 from medpref.simulation.nextturn_stage import OUTPUTS as NEXT_TURN
 from medpref.simulation.outputs import OUTPUTS as SIMULATION
+from medpref.training.config import TrainingParams
 from medpref.training.outputs import SFT_OUTPUTS as TRAINING_SFT
 from medpref.training.outputs import SUMMARY_OUTPUTS as TRAINING
 
@@ -94,16 +95,10 @@ def records_of(outputs) -> list[Dep]:
 
 
 # -- stage 05: one notebook, three parts; every DPO run (strategy or grid cell) alike -------
-TRAINING_PARAMS = ["training.recipe", "training.recipes", "training.hardware",
-                   "training.base_role"]
-RUN_PARAMS = ["training.checkpoints_dir", "training.keep_checkpoints", "training.reports",
-              "training.warn_below_steps", "training.guard"]
-DPO_PARAMS = ["shared.seed", *TRAINING_PARAMS,
-              "training.sft.system_prompt", "training.sft.output_dir", "training.dpo.runs",
-              "annotation.strategies", "annotation.output_dir", "training.dpo.min_pairs",
-              "training.dpo.max_pairs", "training.dpo.eval_pairs",
-              "training.dpo.heldout_folds", "training.dpo.heldout_runs",
-              "training.dpo.output_dir", *RUN_PARAMS]
+#: the seed every training run reads (the trainer's, the SFT examples' and the pairs'
+#: subsets, the held-out folds): typed, as no one ``training`` field brings it; the rest of
+#: a part's keys are its ``training`` fields' (``sections=[TrainingParams]``)
+RUN_SEED = ("shared.seed",)
 
 
 def dpo_stage(name: str, var: str, pairs: str, foreach: str, note: str, comment: str = ""
@@ -118,7 +113,8 @@ def dpo_stage(name: str, var: str, pairs: str, foreach: str, note: str, comment:
         files=("log_history.json", "heldout.csv", "log_history.csv"),
         plots=(Plot("log_history.csv", "step", "rewards/margins",
                     f"DPO reward margin (chosen − rejected), {var}"),),
-        deps=[*HARDWARE, SFT_POLICY, pairs, MODELS], params=DPO_PARAMS)
+        deps=[*HARDWARE, SFT_POLICY, pairs, MODELS], params=RUN_SEED,
+        sections=[TrainingParams])
 
 
 #: every stage, in a dependency order: a stage comes after the stages whose outputs it reads
@@ -215,7 +211,7 @@ STAGES = [
               *prompts("notechat_doctor", "notechat_patient", "notechat_planning",
                        "notechat_polish", "notechat_single_prompt"),
               produced("02_notechat", "dialogues.jsonl"), MODELS],
-        params=["shared.seed", "shared.split", *TRAINING_PARAMS, "training.sft", *RUN_PARAMS]),
+        params=RUN_SEED, sections=[TrainingParams]),
     dpo_stage("training_dpo", "${item}", "data/04_annotation/pairs/${item}.jsonl",
               "${annotation.strategies}", "the pairs file stage 04 writes for each"),
     dpo_stage("training_dpo_grid", "${key}", "${item}", "${training.dpo.runs}", "",
@@ -228,10 +224,8 @@ STAGES = [
               "reports/05_training/dpo",
               Dep("data/04_annotation/grid", "each grid cell's cell.json: the Table 3 cell "
                   "of a run trained on its pairs (the policy record's cell)")],
-        params=[Dep("training.recipe", "the notebook shows the recipe and hardware it checks"),
-                "training.recipes", "training.hardware", "training.base_role",
-                "training.dpo.runs", "training.dpo.output_dir", "training.sft.output_dir",
-                "training.reports", "annotation.strategies", "annotation.output_dir"]),
+        notes={"training.recipe": "the notebook shows the recipe and hardware it checks"},
+        params=[], sections=[TrainingParams]),
     DvcStage(
         "simulation", notebook="06_simulation", outputs=SIMULATION, llm=True,
         comment="Stage 06, the doctors: Standardized Patient consultations (PLPF §3, App. "

@@ -27,7 +27,8 @@ from medpref import REPO_ROOT
 class StrictModel(BaseModel):
     """A params section: unknown keys and wrong types are errors. ``READ_BY``: the dvc
     stages that read a field of it with no :class:`ReadBy` of its own (a section: its
-    stage; a sub-model: none, its fields are read with it)."""
+    stage; a sub-model: none, its fields are read with it, unless its field is read whole
+    by none, ``ReadBy()``, and it names its fields' readers)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
     READ_BY: ClassVar[tuple[str, ...]] = ()
