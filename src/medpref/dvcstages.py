@@ -78,14 +78,15 @@ def _csv(stage: str, table: str) -> str:
 
 
 # -- stage 04: the parts the grid cells share ---------------------------------------------------
+REM_ADAPTER = produced("03_rem", "rem_lora")
 #: what a fitted REM scorer reads (rem.fitted) from stage 03: its models (its word lists
 #: are named by rem.fitted.lexicon)
-REM_ADAPTER = produced("03_rem", "rem_lora")
 FITTED_REM = [produced("03_rem", "rem_encoder")]
 ANNOTATION_READS = [produced("01_sampling", "unlabeled.jsonl"), REM_ADAPTER, *FITTED_REM,
                     Dep(_csv("03_rem", "thresholds"), "annotation.rem_thresholds: Eq. 4's "
                         "'met' cut per rule when annotation.scoring.met is rem_dev")]
 SFT_POLICY = produced("05_training_sft", "sft")
+
 
 def records_of(outputs) -> list[Dep]:
     """Every record file of ``outputs``' stage, as a dep of a stage that reads them."""
