@@ -411,6 +411,11 @@ def test_next_turn_question_share_intervals_and_paired_verdicts():
     assert nextturn.paired_table(better, "sft").empty
 
 
+#: the cells stage 05 recorded for the grid policies (names play no part)
+GRID = {"grid_avg_1": ("avg", 1), "grid_dep_1": ("dep", 1), "grid_dep_2": ("dep", 2),
+        "grid_dep_3": ("dep", 3)}
+
+
 def test_table3_grid_places_policies_by_their_recorded_cells():
     t2 = pd.DataFrame([{"doctor": "base", "ALL Sym.": 1.0, "ALL Test": 2.0, "ALL Dis.": 3.0},
                        {"doctor": "grid_avg_1",
@@ -421,11 +426,6 @@ def test_table3_grid_places_policies_by_their_recorded_cells():
     avg_sym = grid[(grid.weighting == "avg") & (grid.metric == "Sym.")].iloc[0]
     assert avg_sym["k=1"] == 10.0 and np.isnan(avg_sym["k=3"])
     assert set(grid.weighting) == {"avg", "dep"}
-
-
-#: the cells stage 05 recorded for the grid policies (names play no part)
-GRID = {"grid_avg_1": ("avg", 1), "grid_dep_1": ("dep", 1), "grid_dep_2": ("dep", 2),
-        "grid_dep_3": ("dep", 3)}
 
 
 def per_case_of(doctor, symptoms, tests, diseases):
